@@ -1,0 +1,1 @@
+"""The ``hybrid-trader`` command line: one module per command group."""

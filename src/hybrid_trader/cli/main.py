@@ -1,0 +1,52 @@
+"""Entry point of the ``hybrid-trader`` console command.
+
+Each command group lives in its own module under ``hybrid_trader.cli`` and exposes
+``register(subparsers)``; the parser it adds sets ``func`` to a callable taking the
+parsed arguments and returning an exit code. A :class:`~hybrid_trader.errors.UserError`
+anywhere is printed as one message (no traceback) with exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from typing import Sequence
+
+from hybrid_trader import __version__
+from hybrid_trader.errors import UserError
+
+COMMAND_MODULES = [
+    "hybrid_trader.cli.data",
+    "hybrid_trader.cli.bench",
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="hybrid-trader",
+        description="Hybrid RL + LLM futures day-trading agent: data, training, evaluation, reports.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except UserError as err:
+        print(f"error: {err.render()}", file=sys.stderr)
+        return err.exit_code
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
