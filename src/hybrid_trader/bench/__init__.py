@@ -1,0 +1,1 @@
+"""Throughput benchmarks behind ``hybrid-trader bench``; each prints JSON on its last line."""

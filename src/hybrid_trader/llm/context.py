@@ -1,0 +1,175 @@
+"""What the advisor is told about one market moment: :class:`AdvisorContext` and its builder.
+
+The context is a small picklable dataclass, so an environment running in a subprocess can
+build it (``context_from_market``) and hand it to the main process in ``info``; the
+advisor never touches bars or features itself. Every number is in natural units
+(price points, dollars, RSI 0-100); missing values are NaN and print as ``n/a``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Mapping
+
+import numpy as np
+
+from hybrid_trader.env.actions import N_ACTIONS
+
+TREND_LABELS = {2: "strong uptrend", 1: "uptrend", 0: "sideways", -1: "downtrend", -2: "strong downtrend"}
+STRONG_ADX = 25.0
+"""ADX at or above which an aligned trend is called strong."""
+
+
+@dataclass
+class AccountState:
+    """The trading account as the environment sees it at the decision bar."""
+
+    position: int = 0
+    """-1 short, 0 flat, +1 long."""
+    contracts: int = 0
+    """Contracts held (0 when flat)."""
+    entry_price: float = math.nan
+    """Average entry price of the open position [points]; NaN when flat."""
+    unrealized_pnl: float = 0.0
+    """Open profit or loss of the position at the bar's close [$]."""
+    balance: float = 50_000.0
+    """Account balance, realised [$]."""
+    win_rate: float = math.nan
+    """Share of winning trades among the recent ones [0-1]; NaN before the first trade."""
+    consecutive_losses: int = 0
+    """Losing trades in a row, most recent first."""
+
+
+def normalise_mask(mask: Any) -> np.ndarray:
+    """Legal-action mask of length 6 (a phase-1 mask of length 3 is padded with False)."""
+    m = np.asarray(mask, dtype=bool).ravel()
+    if m.size > N_ACTIONS or m.size == 0:
+        raise ValueError(f"legal-action mask must have 1-{N_ACTIONS} entries, got {m.size}")
+    if m.size < N_ACTIONS:
+        m = np.concatenate([m, np.zeros(N_ACTIONS - m.size, dtype=bool)])
+    return m
+
+
+@dataclass
+class AdvisorContext:
+    """One market moment as the LLM sees it (seed 001's context template fields and a few more)."""
+
+    market: str
+    """Root symbol, e.g. NQ."""
+    timestamp: datetime
+    """Start of the decision bar, tz-aware US/Eastern."""
+    price: float
+    """Close of the decision bar [points]."""
+    adx: float = math.nan
+    """ADX(14): trend strength [0-100]."""
+    vwap_distance: float = math.nan
+    """(price - session VWAP) / price [fraction]."""
+    rsi: float = math.nan
+    """RSI(14) [0-100]."""
+    momentum: float = math.nan
+    """10-bar price change [points]."""
+    atr: float = math.nan
+    """ATR(14) [points]."""
+    macd_hist: float = math.nan
+    """MACD histogram [points]."""
+    ret_20: float = math.nan
+    """20-bar return [fraction]."""
+    ret_60: float = math.nan
+    """60-bar return [fraction]."""
+    trend_score: int = 0
+    """-2 strong down .. +2 strong up, from SMA20/SMA50 alignment and ADX."""
+    trend: str = "sideways"
+    """Trend label: strong uptrend, uptrend, sideways, downtrend, strong downtrend."""
+    position: int = 0
+    """-1 short, 0 flat, +1 long."""
+    position_status: str = "FLAT"
+    """Position text, e.g. 'LONG 1 @ 16850.25' or 'FLAT'."""
+    unrealized_pnl: float = 0.0
+    """Open profit or loss [$]."""
+    win_rate: float = math.nan
+    """Recent win rate [0-1]; NaN before the first trade."""
+    consecutive_losses: int = 0
+    """Losing trades in a row."""
+    balance: float = 0.0
+    """Account balance [$]."""
+    legal: np.ndarray = field(default_factory=lambda: np.ones(N_ACTIONS, dtype=bool))
+    """Legal-action mask, length 6 (HOLD, BUY, SELL, MOVE_SL_TO_BE, ENABLE_TRAIL, DISABLE_TRAIL)."""
+
+    def __post_init__(self) -> None:
+        self.legal = normalise_mask(self.legal)
+
+    @property
+    def minute(self) -> float:
+        """Market time in minutes since the Unix epoch (for cache time-to-live)."""
+        return self.timestamp.timestamp() / 60.0
+
+
+def trend_score(close: float, sma20: float, sma50: float, adx: float) -> int:
+    """-2..+2: sign from SMA20 vs SMA50 with the close on the same side of SMA50; 2 if ADX >= 25."""
+    if not all(np.isfinite([close, sma20, sma50])):
+        return 0
+    if sma20 > sma50 and close > sma50:
+        sign = 1
+    elif sma20 < sma50 and close < sma50:
+        sign = -1
+    else:
+        return 0
+    return sign * (2 if np.isfinite(adx) and adx >= STRONG_ADX else 1)
+
+
+def position_text(account: AccountState) -> str:
+    if account.position == 0:
+        return "FLAT"
+    side = "LONG" if account.position > 0 else "SHORT"
+    n = max(int(account.contracts), 1)
+    if math.isfinite(account.entry_price):
+        return f"{side} {n} @ {account.entry_price:.2f}"
+    return f"{side} {n}"
+
+
+def _at(raw: Mapping[str, np.ndarray], key: str, t: int) -> float:
+    arr = raw.get(key)
+    if arr is None:
+        return math.nan
+    return float(arr[t])
+
+
+def context_from_market(bars: Any, features: Any, t: int, account: AccountState, mask: Any) -> AdvisorContext:
+    """Build the context of bar ``t`` from bars <= t only (causal features) and the account.
+
+    ``bars`` is a :class:`hybrid_trader.data.bars.Bars`; ``features`` anything with a
+    ``raw`` dict of float64 arrays (``atr14, rsi14, adx14, vwap, sma20, sma50, mom10,
+    macd_hist, ret_20, ret_60``; missing keys become NaN). ``mask`` has 6 (or 3) entries.
+    """
+    raw = features.raw
+    price = float(bars.close[t])
+    adx = _at(raw, "adx14", t)
+    vwap = _at(raw, "vwap", t)
+    sma20 = _at(raw, "sma20", t)
+    sma50 = _at(raw, "sma50", t)
+    score = trend_score(price, sma20, sma50, adx)
+    ts = bars.frame.index[t].to_pydatetime()
+    return AdvisorContext(
+        market=str(bars.market),
+        timestamp=ts,
+        price=price,
+        adx=adx,
+        vwap_distance=(price - vwap) / price if math.isfinite(vwap) and price else math.nan,
+        rsi=_at(raw, "rsi14", t),
+        momentum=_at(raw, "mom10", t),
+        atr=_at(raw, "atr14", t),
+        macd_hist=_at(raw, "macd_hist", t),
+        ret_20=_at(raw, "ret_20", t),
+        ret_60=_at(raw, "ret_60", t),
+        trend_score=score,
+        trend=TREND_LABELS[score],
+        position=int(np.sign(account.position)),
+        position_status=position_text(account),
+        unrealized_pnl=float(account.unrealized_pnl),
+        win_rate=float(account.win_rate),
+        consecutive_losses=int(account.consecutive_losses),
+        balance=float(account.balance),
+        legal=normalise_mask(mask),
+    )
