@@ -16,12 +16,33 @@ def register(sub: argparse._SubParsersAction) -> None:
     e.add_argument("--phase", type=int, choices=(1, 2, 3), default=2, help="environment phase (default 2)")
     e.add_argument("--market", default=None, help="contract root symbol (default: NQ, or guessed from the file name)")
     e.add_argument("--tz", default=None, help="time zone of naive timestamps (default America/New_York)")
-    e.add_argument("--time-shift", type=float, default=0.0, help="hours to subtract from the file's clock")
+    e.add_argument("--time-shift", type=float, default=0.0, help="hours added to every timestamp (the ES sample file needs -5)")
     e.add_argument("--seed", type=int, default=0)
     e.set_defaults(func=_bench_env)
+    register_train(bsub)
 
 
 def _bench_env(args: argparse.Namespace) -> int:
     from hybrid_trader.bench.env_bench import run
+
+    return run(args)
+
+
+def register_train(bsub: argparse._SubParsersAction) -> None:
+    t = bsub.add_parser("train", help="training steps per second and the share of time spent in the environment")
+    t.add_argument("--phase", type=int, choices=(1, 2), default=1, help="phase (default 1)")
+    t.add_argument("--n-envs", type=int, default=1, help="parallel environments (default 1)")
+    t.add_argument("--vec-env", choices=("dummy", "subproc"), default="dummy",
+                   help="environments in the main process (dummy) or one subprocess each (subproc)")
+    t.add_argument("--steps", type=int, default=20_480, help="training steps to time (default 20480)")
+    t.add_argument("--data", help="bars file; default: the built-in synthetic market")
+    t.add_argument("--tz", default=None, help="time zone of naive timestamps")
+    t.add_argument("--time-shift", type=float, default=None, help="hours added to every timestamp")
+    t.add_argument("--seed", type=int, default=0)
+    t.set_defaults(func=_bench_train)
+
+
+def _bench_train(args: argparse.Namespace) -> int:
+    from hybrid_trader.bench.train_bench import run
 
     return run(args)

@@ -19,6 +19,9 @@ from hybrid_trader.errors import UserError
 COMMAND_MODULES = [
     "hybrid_trader.cli.data",
     "hybrid_trader.cli.bench",
+    "hybrid_trader.cli.train",
+    "hybrid_trader.cli.evaluate",
+    "hybrid_trader.cli.demo",
 ]
 
 

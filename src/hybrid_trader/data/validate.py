@@ -19,7 +19,7 @@ kind                        problem                         repair
 ``non-positive-price``      price <= 0                      row dropped
 ``negative-volume``         volume < 0                      volume set to 0
 ``duplicate-timestamp``     timestamp seen before           later rows dropped, first kept
-``unsorted``                timestamp earlier than previous rows sorted by time (stable)
+``unsorted``                earlier than the previous row   rows sorted by time (stable)
 ``divide-by-100``           prices ~1/100 of the level      those prices multiplied by 100
 ``high-below-low``          high < low                      high and low swapped
 ``open-close-outside``      open/close outside [low, high]  high/low widened to include them
@@ -98,26 +98,30 @@ class Checker:
         fix: str,
         verb: str,
         action: str,
+        reason: str,
+        done: str,
         detail: Callable[[int], str],
     ) -> None:
         """Raise or record one kind of problem found on ``lines`` (file lines, in file order).
 
         ``detail(i)`` describes the i-th affected row (for the row-by-row notes),
-        ``value`` is the first offending value, ``action`` what ``--repair`` does.
+        ``value`` is the first offending value, ``action`` what ``--repair`` does
+        (imperative, for the error's fix), ``reason`` the kind of problem and ``done``
+        what was done (for the repair note).
         """
         n = len(lines)
         if n == 0:
             return
         if not self.repair:
             raise UserError(
-                f"{problem} on {self.where(lines[0])} ({_plural(n)} affected; the first is shown)",
+                f"on {self.where(lines[0])}, {problem} ({_plural(n)} affected; the first is shown)",
                 file=self.file,
                 row=self.data_row(lines[0]),
                 column=column,
                 value=value,
                 fix=f"{fix}; or pass --repair (load_bars(..., repair=True)) to {action}",
             )
-        self.notes.append(f"{verb} [{kind}] {_plural(n)}: {problem}; {action}")
+        self.notes.append(f"{verb} [{kind}] {_plural(n)}: {reason}; {done}")
         shown = min(n, ROW_NOTE_LIMIT)
         for i in range(shown):
             self.notes.append(f"  {self.where(lines[i])}: {detail(i)}")
@@ -154,14 +158,13 @@ def _raw_repr(v: Any) -> Any:
 
 
 def _what_is_wrong(raw: Any, num: float) -> str:
-    if raw is None or (isinstance(raw, float) and np.isnan(raw)) or (isinstance(raw, str) and not raw.strip()):
-        return "is missing"
-    if isinstance(raw, str) and raw.strip().lower() in ("nan", "na", "n/a", "null", "none", "-nan"):
+    if isinstance(raw, str):
+        if not raw.strip() or raw.strip().lower() in ("nan", "na", "n/a", "null", "none", "-nan"):
+            return "is missing"
+    elif raw is None or pd.isna(raw):
         return "is missing"
     if np.isinf(num):
         return "is infinite"
-    if isinstance(raw, (float, np.floating)) and np.isnan(raw):
-        return "is missing"
     return "is not a number"
 
 
@@ -195,6 +198,8 @@ def validate_frame(
             fix="write timestamps like 2023-11-19 18:00:00 (or 2023-11-19T18:00:00-05:00 with a UTC offset)",
             verb="dropped",
             action="drop those rows",
+            reason="timestamp cannot be read",
+            done="rows dropped",
             detail=lambda i: f"timestamp {texts[i]!r} cannot be read; row dropped",
         )
     if nonexist.any():
@@ -210,6 +215,8 @@ def validate_frame(
             fix="check --tz (a file without daylight-saving jumps may be in UTC: --tz UTC) and --time-shift",
             verb="dropped",
             action="drop those rows",
+            reason="wall-clock time skipped by the daylight-saving change",
+            done="rows dropped",
             detail=lambda i: f"timestamp {texts[i]!r} does not exist on the local clock; row dropped",
         )
     if bad_ts.any():
@@ -244,6 +251,8 @@ def validate_frame(
             fix="correct or remove the row in the file (prices must be finite numbers)",
             verb="dropped",
             action="drop those rows",
+            reason="price missing, text, NaN or infinite",
+            done="rows dropped",
             detail=_desc,
         )
     vol = nums["volume"]
@@ -261,7 +270,9 @@ def validate_frame(
                 fix="correct the volume in the file (a finite number >= 0)",
                 verb="repaired",
                 action="set the volume to 0 (unknown)",
-                detail=lambda i: f"volume {_raw_repr(raw_v[keep_pos[i]])!r} {_what_is_wrong(raw_v[keep_pos[i]], vol[keep_pos[i]])}; set to 0",
+                reason="volume missing, text, NaN or infinite",
+            done="volume set to 0",
+            detail=lambda i: f"volume {_raw_repr(raw_v[keep_pos[i]])!r} {_what_is_wrong(raw_v[keep_pos[i]], vol[keep_pos[i]])}; set to 0",
             )
         vol = np.where(vol_bad, 0.0, vol)
 
@@ -285,6 +296,8 @@ def validate_frame(
             fix="correct or remove the row (futures prices here are positive)",
             verb="dropped",
             action="drop those rows",
+            reason="price zero or negative",
+            done="rows dropped",
             detail=lambda i: f"{PRICES[col_idx[i]]} {px[pos[i], col_idx[i]]:g} <= 0; row dropped",
         )
         k = ~nonpos
@@ -304,6 +317,8 @@ def validate_frame(
             fix="correct the volume in the file (>= 0)",
             verb="repaired",
             action="set the volume to 0 (unknown)",
+            reason="negative volume",
+            done="volume set to 0",
             detail=lambda i: f"volume {vneg[i]:g} < 0; set to 0",
         )
         vol = np.where(neg, 0.0, vol)
@@ -330,6 +345,8 @@ def validate_frame(
             fix="remove the duplicate rows from the file",
             verb="dropped",
             action="drop the later duplicates and keep the first",
+            reason="duplicate timestamp",
+            done="later rows dropped, the first kept",
             detail=_dup_desc,
         )
         k = ~dup
@@ -349,6 +366,8 @@ def validate_frame(
             fix="sort the file by time",
             verb="repaired",
             action="sort the rows by time",
+            reason="timestamp earlier than the previous row's",
+            done="rows sorted by time",
             detail=lambda i: f"{_fmt_ts(tsx[desc[i]])} comes after {_fmt_ts(tsx[desc[i] - 1])} ({ck.where(lines[desc[i] - 1])}); sorted",
         )
         order = np.argsort(ti, kind="stable")
@@ -378,6 +397,8 @@ def validate_frame(
             fix="re-export the bars from the source",
             verb="repaired",
             action="multiply those prices by 100",
+            reason="prices about 1/100 of the surrounding level (divide-by-100 corruption)",
+            done="multiplied by 100",
             detail=_d100,
         )
         px = np.where(flag, np.round(px * 100.0, 6), px)
@@ -397,6 +418,8 @@ def validate_frame(
             fix="correct high and low in the file (high >= low)",
             verb="repaired",
             action="swap high and low",
+            reason="high below low",
+            done="high and low swapped",
             detail=lambda i: f"high {hh[i]:g} < low {ll[i]:g}; swapped",
         )
         h, l = np.where(hl, l, h), np.where(hl, h, l)
@@ -426,6 +449,8 @@ def validate_frame(
             fix="correct the bar in the file (low <= open, close <= high)",
             verb="repaired",
             action="widen high/low to include open and close",
+            reason="open or close outside [low, high]",
+            done="high/low widened to include them",
             detail=_od,
         )
         h = np.maximum.reduce([h, o, c])
@@ -495,9 +520,13 @@ def _volume_profile(minute: np.ndarray, volume: np.ndarray) -> np.ndarray:
 
 
 def rth_open_scores(minute: np.ndarray, volume: np.ndarray, bar_minutes: int) -> np.ndarray:
-    """Per minute of day: mean volume in the 30 min from it / mean volume in the 30 min before.
+    """Per minute of day (1440,), how much it looks like the RTH open: a sharp and lasting volume surge.
 
-    NaN where either window lacks data (for example after the daily break).
+    The score is the geometric mean of the jump from the previous bar
+    (``profile[m] / profile[m - bar]``) and the level shift (mean volume over the 30
+    minutes from ``m`` / mean over the 30 minutes before). A news spike (08:30) jumps
+    but does not last; the afternoon does not jump. NaN where a window lacks data
+    (for example right after the daily break).
     """
     prof = _volume_profile(np.asarray(minute, dtype=np.int64), np.asarray(volume, dtype=np.float64))
     step = max(1, int(bar_minutes))
@@ -505,22 +534,29 @@ def rth_open_scores(minute: np.ndarray, volume: np.ndarray, bar_minutes: int) ->
     m = np.arange(1440)
     after = np.stack([prof[(m + j * step) % 1440] for j in range(k)])
     before = np.stack([prof[(m - (j + 1) * step) % 1440] for j in range(k)])
-    ok = (np.isfinite(after).sum(0) >= max(1, int(0.8 * k))) & (np.isfinite(before).sum(0) >= max(1, int(0.8 * k)))
-    ok &= np.isfinite(prof)
+
+    def _mean(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        ok = np.isfinite(x)
+        n = ok.sum(axis=0)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(ok, x, 0.0).sum(axis=0) / n, n
+
+    a_mean, a_n = _mean(after)
+    b_mean, b_n = _mean(before)
+    need = max(1, int(0.8 * k))
+    prev = before[0]
     with np.errstate(invalid="ignore", divide="ignore"):
-        score = np.nanmean(np.where(np.isfinite(after), after, np.nan), axis=0) / np.nanmean(
-            np.where(np.isfinite(before), before, np.nan), axis=0
-        )
-    score[~ok | ~np.isfinite(score)] = np.nan
+        score = np.sqrt((prof / prev) * (a_mean / b_mean))
+    bad = (a_n < need) | (b_n < need) | ~np.isfinite(prof) | ~np.isfinite(prev) | ~np.isfinite(score)
+    score[bad] = np.nan
     return score
 
 
 def detect_rth_open(index: pd.DatetimeIndex, volume: np.ndarray, bar_minutes: int) -> tuple[int | None, float]:
     """Minute of day (ET) of the strongest volume surge, i.e. the apparent RTH open, and its score.
 
-    The score is mean volume over the 30 minutes from that minute divided by the mean
-    over the 30 minutes before it (about 3 to 10 at a real 09:30 open). ``(None, nan)``
-    when there is too little data.
+    See :func:`rth_open_scores` (about 4 to 6 at a real 09:30 open, 1 to 3 elsewhere).
+    ``(None, nan)`` when there is too little data.
     """
     if len(index) < 2:
         return None, float("nan")
@@ -587,8 +623,8 @@ def clock_findings(
     if k != 0 and abs(hours - k) * 60 <= max(1, bar_minutes):
         suggest = time_shift - k
         hint = ""
-        if k == 1 and (tz in (None, "America/New_York")):
-            hint = " (a 1 h offset is typical of America/Chicago stamps: --tz America/Chicago)"
+        if k == -1 and (tz in (None, "America/New_York")):
+            hint = " (a clock 1 h behind ET is typical of America/Chicago stamps: --tz America/Chicago)"
         out.append(
             f"warning [clock] the volume surge of the RTH open is at {fmt_minute(m)} ET instead of 09:30 ET: "
             f"the clock looks shifted by {k:+d} h; try --time-shift {suggest:g}{hint}"

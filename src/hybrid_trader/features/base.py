@@ -65,6 +65,16 @@ def expanding_mean(x: np.ndarray) -> np.ndarray:
     return np.cumsum(x) / np.arange(1, len(x) + 1)
 
 
+def rsi(close: np.ndarray, period: int = RSI_PERIOD) -> np.ndarray:
+    """TA-Lib RSI, but 50 (neutral) instead of TA-Lib's 0 while the price has not moved yet."""
+    close = np.ascontiguousarray(close, dtype=np.float64)
+    out = talib.RSI(close, period)
+    if len(close):
+        unmoved = np.cumsum(np.abs(np.diff(close, prepend=close[0]))) == 0
+        out[unmoved & ~np.isnan(out)] = 50.0
+    return out
+
+
 def atr_floor(bars: Bars) -> float | np.ndarray:
     """One tick of the market, or 1e-6 * close for an unknown market."""
     spec = CONTRACTS.get(str(bars.market).strip().upper())
@@ -78,7 +88,7 @@ def session_vwap(bars: Bars) -> np.ndarray:
 
     Bars of a session with no volume yet get the plain mean of typical price so far.
     """
-    h, l, c, v = _ohlcv(bars)[1:]
+    h, l, c, v = ohlcv(bars)[1:]
     tp = (h + l + c) / 3.0
     sid = bars.session_id
     frame = pd.DataFrame({"pv": tp * v, "v": v, "tp": tp, "one": np.ones_like(v)})
@@ -95,7 +105,8 @@ def session_open_price(bars: Bars) -> tuple[np.ndarray, np.ndarray]:
     return np.asarray(bars.open)[starts], np.arange(len(bars)) - starts
 
 
-def _ohlcv(bars: Bars) -> tuple[np.ndarray, ...]:
+def ohlcv(bars: Bars) -> tuple[np.ndarray, ...]:
+    """Contiguous float64 open, high, low, close, volume."""
     return tuple(np.ascontiguousarray(getattr(bars, k), dtype=np.float64) for k in ("open", "high", "low", "close", "volume"))
 
 
@@ -105,7 +116,7 @@ def compute_indicators(bars: Bars) -> dict[str, np.ndarray]:
     Keys: ``tr, atr14, rsi14, adx14, sma20, sma50, sma200, macd, macd_signal, macd_hist,
     vwap, mom10, volume_sma20, ret_20, ret_60``.
     """
-    o, h, l, c, v = _ohlcv(bars)
+    o, h, l, c, v = ohlcv(bars)
     tr = talib.TRANGE(h, l, c)
     tr[0] = h[0] - l[0]
     atr = np.maximum(talib.ATR(h, l, c, ATR_PERIOD), atr_floor(bars))  # NaN stays NaN
@@ -116,7 +127,7 @@ def compute_indicators(bars: Bars) -> dict[str, np.ndarray]:
     return {
         "tr": tr,
         "atr14": atr,
-        "rsi14": talib.RSI(c, RSI_PERIOD),
+        "rsi14": rsi(c, RSI_PERIOD),
         "adx14": talib.ADX(h, l, c, ADX_PERIOD),
         "sma20": talib.SMA(c, 20),
         "sma50": talib.SMA(c, 50),
@@ -139,7 +150,7 @@ def fill_raw(bars: Bars, ind: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     RSI to 50, ADX and MACD to 0, momentum and returns to the change since the first bar,
     support / resistance to the lowest low / highest high so far.
     """
-    o, h, l, c, v = _ohlcv(bars)
+    o, h, l, c, v = ohlcv(bars)
     first = c[0] if len(c) else 1.0
     with np.errstate(divide="ignore", invalid="ignore"):
         since_first_log = np.log(c / first)
@@ -176,7 +187,7 @@ def fill_raw(bars: Bars, ind: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 
 def bar_feature_columns(bars: Bars, ind: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """The 11 per-bar features (float64, NaN during each one's warm-up), by name."""
-    o, h, l, c, v = _ohlcv(bars)
+    o, h, l, c, v = ohlcv(bars)
     atr = ind["atr14"]
     prev = lag(c, 1)
     with np.errstate(divide="ignore", invalid="ignore"):

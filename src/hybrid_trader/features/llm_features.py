@@ -10,16 +10,16 @@ never uses a later bar. Support, resistance and breakouts use past extrema only.
 from __future__ import annotations
 
 import numpy as np
-import talib
 from numpy.lib.stride_tricks import sliding_window_view
 
 from hybrid_trader.data.bars import Bars
 from hybrid_trader.features.base import (
     RSI_PERIOD,
-    _ohlcv,
+    ohlcv,
     bars_for,
     lag,
     rolling,
+    rsi,
     safe_div,
     session_open_price,
 )
@@ -44,12 +44,12 @@ def strided_rsi(close: np.ndarray, k: int, period: int = RSI_PERIOD) -> np.ndarr
     """RSI of the closes t, t-k, t-2k, ... at every bar t (NaN until 15k - 1 bars exist)."""
     close = np.ascontiguousarray(close, dtype=np.float64)
     if k <= 1:
-        return talib.RSI(close, period)
+        return rsi(close, period)
     out = np.full(len(close), _NAN)
     for phase in range(min(k, len(close))):  # k phases, each a vectorised TA-Lib call
         series = np.ascontiguousarray(close[phase::k])
         if len(series) > period:
-            out[phase::k] = talib.RSI(series, period)
+            out[phase::k] = rsi(series, period)
     return out
 
 
@@ -122,7 +122,7 @@ def market_feature_columns(
     """The 28 market features (float64, NaN during each one's warm-up), by name, and extra
     raw indicators in natural units (``rsi_15m, rsi_60m, support_60m, resistance_60m,
     session_open``)."""
-    o, h, l, c, v = _ohlcv(bars)
+    o, h, l, c, v = ohlcv(bars)
     bm = bars.bar_minutes
     k5, k15, k20, k60 = (bars_for(m, bm) for m in (5, 15, 20, 60))
     k240, klong = bars_for(RANGE_MINUTES, bm), bars_for(LONG_MINUTES, bm)

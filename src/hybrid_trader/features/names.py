@@ -40,18 +40,20 @@ BAR_FEATURE_NAMES: list[str] = list(BAR_FEATURES)
 
 # ---- position and validity flags (filled by the environment) -----------------------
 POSITION_FEATURES: dict[str, str] = {
-    "position": "signed position: +1 long, -1 short, 0 flat (contracts / max contracts "
-    "when trading several)",
-    "entry_dist_atr": "(close - entry price) * side / ATR(14): open profit in ATRs, 0 when flat",
-    "stop_dist_atr": "|close - stop price| / ATR(14), 0 when flat",
-    "target_dist_atr": "|target price - close| / ATR(14), 0 when flat or without a target",
-    "time_in_position": "bars since entry / 100, clipped to [0, 10], 0 when flat",
+    "position": "side of the open position: +1 long, -1 short, 0 flat",
+    "entry_dist_atr": "side * (close - entry price) / ATR(14): open profit in ATRs, 0 when flat",
+    "stop_dist_atr": "side * (close - stop price) / ATR(14): room to the stop in ATRs "
+    "(positive while the stop is on the protective side), 0 when flat",
+    "target_dist_atr": "side * (target price - close) / ATR(14): room to the target in ATRs, "
+    "0 when flat or without a target",
+    "time_in_position": "(bars since entry + 1) / 60, 0 when flat",
 }
 POSITION_FEATURE_NAMES: list[str] = list(POSITION_FEATURES)
 
 FLAG_FEATURES: dict[str, str] = {
-    "can_enter": "1 if an entry (BUY or SELL) is legal at this bar, else 0",
-    "can_manage": "1 if a management action (break-even or trail on/off) is legal, else 0",
+    "can_enter": "1 if an entry (BUY / SELL) is legal at this bar (action mask), else 0",
+    "can_manage": "1 if a management action (break-even, trail on / off) is legal, else 0 "
+    "(always 0 in phase 1)",
     "has_position": "1 if a position is open, else 0",
 }
 FLAG_FEATURE_NAMES: list[str] = list(FLAG_FEATURES)
@@ -131,15 +133,13 @@ PATTERNS: dict[str, str] = {
 PATTERN_NAMES: list[str] = list(PATTERNS)
 
 RISK_FEATURES: dict[str, str] = {
-    "unrealized_pnl": "open profit of the position / the account's max trailing drawdown "
-    "[$ / $], clipped to [-10, 10], 0 when flat",
-    "current_drawdown": "(peak equity incl. open profit - equity) / max trailing drawdown, "
-    "in [0, 1] (1 = at the breach level)",
-    "consecutive_losses": "losing trades in a row / 5, clipped to [0, 2]",
-    "recent_win_rate": "winning trades / closed trades over the last 10 trades, in [0, 1]; "
-    "0.5 before any trade",
-    "mae_mfe_ratio": "MAE / (MAE + MFE) of the open position in [0, 1] (MAE, MFE: largest "
-    "adverse and favourable excursion since entry); 0.5 when both are 0, 0 when flat",
+    "unrealized_pnl": "open profit [$] / the rules' trailing drawdown allowance [$], 0 when flat",
+    "current_drawdown": "(peak equity - equity) / trailing drawdown allowance: 0 at the peak, "
+    "1 = a full allowance below it",
+    "consecutive_losses": "min(losing trades in a row, 10) / 5, in [0, 2]",
+    "recent_win_rate": "winning share of the recent closed trades, in [0, 1]; 0.5 before any trade",
+    "mae_mfe_ratio": "min(MAE / MFE, 10) / 10 of the open position, in [0, 1] (MAE, MFE: "
+    "largest adverse and favourable excursion since entry); 0 when flat",
 }
 RISK_FEATURE_NAMES: list[str] = list(RISK_FEATURES)
 

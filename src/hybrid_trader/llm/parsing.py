@@ -65,6 +65,9 @@ class ParsedAnswer:
     """The short reason, None when absent."""
 
 
+_WORD_CONFIDENCE = {"very high": 0.9, "high": 0.8, "medium": 0.5, "moderate": 0.5, "low": 0.3, "very low": 0.1}
+
+
 def _to_unit(num: str, pct: str | None) -> float | None:
     v = float(num)
     if pct or v > 1.0:
@@ -107,8 +110,12 @@ def parse_answer(text: str, chain_of_thought: bool = False) -> ParsedAnswer:
         # parts[0] is what follows the action word before the first pipe (usually empty)
         if len(parts) > 1:
             nm = _NUMBER_RE.search(parts[1])
+            word = parts[1].lower().removesuffix("confidence").strip()
             if nm:
                 confidence = _to_unit(nm.group(1), nm.group(2))
+                reason_parts = parts[2:]
+            elif word in _WORD_CONFIDENCE:
+                confidence = _WORD_CONFIDENCE[word]
                 reason_parts = parts[2:]
             else:
                 reason_parts = parts[1:]

@@ -79,9 +79,9 @@ class Split:
 
 
 def _allocate(n: int, fractions: tuple[float, float, float]) -> tuple[int, int, int]:
-    """Sizes of the three parts: boundaries at round(n * cumulative fraction)."""
-    a = int(round(n * fractions[0] + 1e-9))
-    b = int(round(n * (fractions[0] + fractions[1]) + 1e-9))
+    """Sizes of the three parts: boundaries at n * cumulative fraction, rounded half up."""
+    a = math.floor(n * fractions[0] + 0.5 + 1e-9)
+    b = math.floor(n * (fractions[0] + fractions[1]) + 0.5 + 1e-9)
     a = min(max(a, 0), n)
     b = min(max(b, a), n)
     return a, b - a, n - b
@@ -90,7 +90,7 @@ def _allocate(n: int, fractions: tuple[float, float, float]) -> tuple[int, int, 
 def time_split(n_sessions: int, train: float = 0.70, val: float = 0.15, test: float = 0.15) -> Split:
     """Cut ``n_sessions`` trading days into train, validation and test, in that time order.
 
-    Boundaries fall at ``round(n * train)`` and ``round(n * (train + val))``; the test
+    Boundaries fall at ``n * train`` and ``n * (train + val)`` rounded half up; the test
     part takes the rest. Fractions must be >= 0 and sum to 1; ``val=0`` gives an empty
     validation part on purpose, any part with a positive fraction must get at least one
     session or a :class:`UserError` says how many sessions are needed.
@@ -121,11 +121,14 @@ def time_split(n_sessions: int, train: float = 0.70, val: float = 0.15, test: fl
 
 
 def _sessions_needed(fractions: tuple[float, float, float]) -> int:
-    for n in range(1, 1_000_000):
+    smallest = min(f for f in fractions if f > 0)
+    limit = math.ceil(3.0 / smallest) + 3 if smallest >= 1e-3 else 0
+    for n in range(1, limit + 1):
         sizes = _allocate(n, fractions)
         if all(size > 0 or f == 0 for size, f in zip(sizes, fractions)):
             return n
-    raise UserError("split fractions too small to give every part a session", value=fractions)
+    raise UserError(f"split fraction {smallest:g} is too small: no practical number of sessions gives it one",
+                    value=fractions, fix="use fractions of at least 0.001, or 0 for no validation part")
 
 
 def walk_forward(

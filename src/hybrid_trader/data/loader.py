@@ -1,0 +1,565 @@
+"""Load OHLCV bars from CSV or Parquet into validated :class:`~hybrid_trader.data.bars.Bars`.
+
+:func:`load_bars` reads the file, matches columns by name (case-insensitive, common
+aliases, extra columns ignored), parses timestamps (naive ones in ``tz``, ones with a
+UTC offset converted), applies ``time_shift``, converts to US/Eastern, validates every
+row (:mod:`hybrid_trader.data.validate`) and records what it did in ``Bars.notes``.
+See ``docs/DATA.md``.
+"""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import lzma
+import math
+import re
+import zipfile
+import zoneinfo
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from hybrid_trader.data.bars import EASTERN, Bars
+from hybrid_trader.data.validate import Checker, clock_findings, tick_grid_finding, validate_frame
+from hybrid_trader.errors import UserError, did_you_mean
+from hybrid_trader.markets import CONTRACTS, get_contract
+
+PARQUET_SUFFIXES = (".parquet", ".pq", ".parq")
+
+TIMESTAMP_ALIASES = (
+    "timestamp", "datetime", "ts", "dt", "datetimeutc", "timestamputc", "datetimeet",
+    "bartime", "starttime", "opentime", "localtime", "gmttime", "utctime", "utc",
+)
+"""Normalised names (lower case, letters and digits only) of a full timestamp column."""
+DATE_ALIASES = ("date", "day", "tradedate")
+TIME_ALIASES = ("time", "timeofday")
+COLUMN_ALIASES: dict[str, tuple[str, ...]] = {
+    "open": ("open", "o", "openprice", "op"),
+    "high": ("high", "h", "highprice", "hi", "max"),
+    "low": ("low", "l", "lowprice", "lo", "min"),
+    "close": ("close", "c", "last", "closeprice", "lastprice", "cl"),
+    "volume": ("volume", "vol", "v", "totalvolume", "qty", "quantity"),
+}
+"""Accepted names of each price/volume column (after normalisation), best first."""
+
+TZ_SHORTHANDS = {"ET": EASTERN, "EASTERN": EASTERN, "CT": "America/Chicago", "CENTRAL": "America/Chicago"}
+
+_OFFSET_RE = r"(?:[Zz]|[+-]\d{2}:?\d{2})$"
+_NAIVE_FORMATS = (
+    "ISO8601",
+    "%m/%d/%Y %H:%M:%S",
+    "%m/%d/%Y %H:%M",
+    "%d/%m/%Y %H:%M:%S",
+    "%d/%m/%Y %H:%M",
+    "%Y%m%d %H%M%S",
+    "%Y%m%d %H:%M:%S",
+    "%Y%m%d %H:%M",
+    "%Y%m%d %H%M",
+    "%d.%m.%Y %H:%M:%S",
+    "%d.%m.%Y %H:%M",
+    "%Y.%m.%d %H:%M:%S",
+    "%Y.%m.%d %H:%M",
+    "%Y/%m/%d %H:%M:%S",
+    "%Y/%m/%d %H:%M",
+    "%m/%d/%Y %I:%M:%S %p",
+    "%m/%d/%Y %I:%M %p",
+    "%m/%d/%Y",
+    "%Y%m%d",
+)
+
+
+def _norm(name: Any) -> str:
+    return re.sub(r"[^a-z0-9]", "", str(name).strip().lower())
+
+
+# ---- options ------------------------------------------------------------------------
+
+
+def resolve_tz(tz: str | None) -> str:
+    """Validate an IANA time-zone name (``ET``/``CT`` shorthands accepted)."""
+    if tz is None:
+        return EASTERN
+    name = TZ_SHORTHANDS.get(str(tz).strip().upper(), str(tz).strip())
+    try:
+        zoneinfo.ZoneInfo(name)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError, TypeError):
+        raise UserError(
+            f"unknown time zone '{tz}'.",
+            fix="use an IANA name such as America/New_York, America/Chicago, Europe/London or UTC",
+        ) from None
+    return name
+
+
+def guess_market(path: Path) -> str | None:
+    """Contract root from the file name prefix (``NQ_1min.csv`` -> NQ, ``MNQZ4.csv`` -> MNQ)."""
+    token = re.split(r"[^A-Za-z0-9]", path.name, maxsplit=1)[0].upper()
+    if token in CONTRACTS:
+        return token
+    m = re.match(r"^([A-Z0-9]+?)[FGHJKMNQUVXZ]\d{1,4}$", token)
+    if m and m.group(1) in CONTRACTS:
+        return m.group(1)
+    return None
+
+
+# ---- reading ------------------------------------------------------------------------
+
+
+def _first_line(path: Path) -> str:
+    name = path.name.lower()
+    try:
+        if name.endswith(".gz"):
+            fh = gzip.open(path, "rt", errors="replace")
+        elif name.endswith(".bz2"):
+            fh = bz2.open(path, "rt", errors="replace")
+        elif name.endswith(".xz"):
+            fh = lzma.open(path, "rt", errors="replace")
+        elif name.endswith(".zip"):
+            with zipfile.ZipFile(path) as zf:
+                members = zf.namelist()
+                if not members:
+                    return ""
+                with zf.open(members[0]) as raw:
+                    return raw.readline().decode("utf-8", "replace")
+        else:
+            fh = open(path, "r", encoding="utf-8", errors="replace")
+        with fh:
+            return fh.readline()
+    except (OSError, EOFError, zipfile.BadZipFile, lzma.LZMAError) as err:
+        raise UserError(f"cannot read the file: {err}", file=str(path), fix="check that it is a CSV or Parquet file") from None
+
+
+def _is_parquet(path: Path) -> bool:
+    if path.suffix.lower() in PARQUET_SUFFIXES:
+        return True
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(4) == b"PAR1"
+    except OSError:
+        return False
+
+
+def _check_file(path: Path) -> None:
+    file = str(path)
+    if not path.exists():
+        near = did_you_mean(path.name, [p.name for p in path.parent.glob("*") if p.is_file()]) if path.parent.is_dir() else ""
+        raise UserError("file not found." + near, file=file, fix="check the path (relative paths start at the current directory)")
+    if path.is_dir():
+        raise UserError("is a directory, not a bars file.", file=file, fix="give the path of a .csv or .parquet file")
+    try:
+        size = path.stat().st_size
+        with open(path, "rb"):
+            pass
+    except OSError as err:
+        raise UserError(f"cannot open the file: {err.strerror or err}", file=file, fix="check the file's permissions") from None
+    if size == 0:
+        raise UserError("the file is empty.", file=file, fix="export the bars again: a header line and one line per bar")
+
+
+def _read_parquet(path: Path) -> pd.DataFrame:
+    try:
+        df = pd.read_parquet(path)
+    except Exception as err:  # pyarrow raises many types
+        raise UserError(
+            f"cannot read the Parquet file ({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}).",
+            file=str(path),
+            fix="check that the file is a complete Parquet file (or give a CSV file)",
+        ) from None
+    if isinstance(df.index, pd.DatetimeIndex):
+        name = df.index.name if df.index.name is not None else "timestamp"
+        df = df.reset_index(names=name)
+    df.columns = [str(c) for c in df.columns]
+    return df
+
+
+def _match_columns(names: list[str], file: str) -> tuple[dict[str, int], tuple[str, tuple[int, ...]], list[str]]:
+    """Positions of open..volume, the timestamp spec ``(kind, positions)`` and notes."""
+    normed = [_norm(n) for n in names]
+    notes: list[str] = []
+
+    def find(aliases: tuple[str, ...]) -> int | None:
+        for alias in aliases:
+            hits = [i for i, n in enumerate(normed) if n == alias]
+            if hits:
+                if len(hits) > 1:
+                    notes.append(
+                        f"note [columns] {len(hits)} columns are named like '{names[hits[0]]}'; using the first"
+                    )
+                return hits[0]
+        return None
+
+    pos: dict[str, int] = {}
+    for role, aliases in COLUMN_ALIASES.items():
+        i = find(aliases)
+        if i is not None:
+            pos[role] = i
+    ts_spec: tuple[str, tuple[int, ...]] | None = None
+    i = find(TIMESTAMP_ALIASES)
+    if i is not None:
+        ts_spec = ("single", (i,))
+    else:
+        d, t = find(DATE_ALIASES), find(TIME_ALIASES)
+        if d is not None and t is not None:
+            ts_spec = ("pair", (d, t))
+        elif d is not None or t is not None:
+            ts_spec = ("single", (d if d is not None else t,))
+        elif names and (normed[0] == "" or normed[0].startswith("unnamed") or normed[0] == "index"):
+            ts_spec = ("single", (0,))
+            notes.append("note [columns] the first, unnamed column is read as the timestamp")
+
+    missing = [r for r in ("timestamp", *COLUMN_ALIASES) if (r == "timestamp" and ts_spec is None) or (r != "timestamp" and r not in pos)]
+    if missing:
+        # A first line of numbers means the file has no header line.
+        numeric = sum(bool(re.fullmatch(r"[-+]?\d+(\.\d*)?([eE][-+]?\d+)?", str(n).strip())) for n in names)
+        if numeric >= 3:
+            raise UserError(
+                f"the first line holds data, not column names ({', '.join(map(str, names[:6]))}).",
+                file=file,
+                row=None,
+                fix="add a header line such as: timestamp,open,high,low,close,volume",
+            )
+        used = set(pos.values())
+        unused = [names[k] for k in range(len(names)) if k not in used]
+        hints = []
+        for m in missing:
+            options = (*TIMESTAMP_ALIASES, *DATE_ALIASES) if m == "timestamp" else COLUMN_ALIASES[m]
+            best = did_you_mean(m, unused) or did_you_mean(m, [str(u).lower() for u in unused])
+            hints.append(f"{m} (accepted names: {', '.join(options[:6])}{', ...' if len(options) > 6 else ''})" + (f";{best}" if best else ""))
+        raise UserError(
+            f"missing column{'s' if len(missing) > 1 else ''} {', '.join(missing)}; the header has: {', '.join(map(str, names))}.",
+            file=file,
+            column=missing[0],
+            fix="name the columns timestamp (or date + time), open, high, low, close, volume (any case); "
+            + "; ".join(hints),
+        )
+    assert ts_spec is not None
+    used_pos = set(pos.values()) | set(ts_spec[1])
+    renamed = [f"{names[p]} -> {r}" for r, p in pos.items() if normed[p] != r]
+    renamed += [f"{names[p]} -> {'timestamp' if ts_spec[0] == 'single' else ('date' if k == 0 else 'time')}" for k, p in enumerate(ts_spec[1]) if normed[p] != "timestamp"]
+    ignored = [str(names[k]) for k in range(len(names)) if k not in used_pos]
+    if renamed or ignored:
+        parts = []
+        if renamed:
+            parts.append("columns matched: " + ", ".join(renamed))
+        if ignored:
+            parts.append("ignored: " + ", ".join(ignored))
+        notes.append("note [columns] " + "; ".join(parts))
+    return pos, ts_spec, notes
+
+
+def _read_csv(path: Path) -> tuple[pd.DataFrame, dict[str, int], tuple[str, tuple[int, ...]], np.ndarray, list[str]]:
+    file = str(path)
+    first = _first_line(path)
+    if not first.strip():
+        raise UserError("the first line is empty; expected a header line.", file=file, fix="start the file with a header such as: timestamp,open,high,low,close,volume")
+    if "\x00" in first:
+        raise UserError("this is not a text (CSV) file.", file=file, fix="give a CSV file, or a Parquet file ending in .parquet")
+    delims = [",", ";", "\t", "|"]
+    sep = max(delims, key=lambda d: first.count(d))
+    if first.count(sep) == 0:
+        sep = ","
+    try:
+        header = list(pd.read_csv(path, sep=sep, nrows=0, compression="infer", skipinitialspace=True).columns)
+    except pd.errors.EmptyDataError:
+        raise UserError("the file is empty.", file=file, fix="export the bars again: a header line and one line per bar") from None
+    except (UnicodeDecodeError, ValueError, pd.errors.ParserError) as err:
+        raise UserError(f"cannot read the CSV header ({err}).", file=file, fix="check that the file is a text CSV file") from None
+    pos, ts_spec, notes = _match_columns([str(h) for h in header], file)
+    ts_cols = list(ts_spec[1])
+    usecols = sorted(set(pos.values()) | set(ts_cols))
+    dtype = {header[p]: str for p in ts_cols}
+    try:
+        df = pd.read_csv(
+            path,
+            sep=sep,
+            usecols=usecols,
+            dtype=dtype,
+            skip_blank_lines=False,
+            skipinitialspace=True,
+            compression="infer",
+            low_memory=False,
+        )
+    except pd.errors.EmptyDataError:
+        raise UserError("the file is empty.", file=file, fix="export the bars again") from None
+    except pd.errors.ParserError as err:
+        msg = str(err).strip().splitlines()[-1]
+        m = re.search(r"line (\d+)", msg)
+        raise UserError(
+            f"malformed CSV ({msg}).",
+            file=file,
+            row=(int(m.group(1)) - 1) if m else None,
+            fix="every line needs the same number of fields as the header; fix or remove that line",
+        ) from None
+    except UnicodeDecodeError as err:
+        raise UserError(f"cannot decode the file as text ({err.reason}).", file=file, fix="save the CSV as UTF-8") from None
+    # Column positions in df follow the order of usecols.
+    where = {p: k for k, p in enumerate(usecols)}
+    pos = {r: where[p] for r, p in pos.items()}
+    ts_spec = (ts_spec[0], tuple(where[p] for p in ts_spec[1]))
+    lines = np.arange(2, len(df) + 2, dtype=np.int64)
+    blank = df.isna().all(axis=1).to_numpy()
+    if blank.any():
+        bl = lines[blank]
+        shown = ", ".join(str(x) for x in bl[:10]) + (" ..." if len(bl) > 10 else "")
+        notes.append(f"note [blank-lines] {len(bl)} empty line{'s' if len(bl) > 1 else ''} skipped (line {shown})")
+        df = df.loc[~blank]
+        lines = lines[~blank]
+    return df, pos, ts_spec, lines, notes
+
+
+# ---- timestamps -----------------------------------------------------------------------
+
+
+def _pick_format(s: pd.Series) -> str:
+    sample = s.dropna()
+    sample = sample.iloc[np.unique(np.linspace(0, len(sample) - 1, min(len(sample), 200)).astype(int))] if len(sample) else sample
+    best, best_ok = "ISO8601", -1
+    for fmt in _NAIVE_FORMATS:
+        try:
+            ok = int(pd.to_datetime(sample, format=fmt, errors="coerce").notna().sum())
+        except (ValueError, TypeError):
+            continue
+        if ok == len(sample):
+            return fmt
+        if ok > best_ok:
+            best, best_ok = fmt, ok
+    return best
+
+
+def _to_naive_utc_ns(idx: pd.DatetimeIndex) -> np.ndarray:
+    return idx.tz_convert("UTC").tz_localize(None).as_unit("ns").to_numpy()
+
+
+def _out_of_range(idx: pd.DatetimeIndex) -> np.ndarray:
+    naive = idx.tz_localize(None) if idx.tz is not None else idx
+    return np.asarray((naive < pd.Timestamp("1900-01-01")) | (naive > pd.Timestamp("2200-01-01")))
+
+
+def _parse_timestamps(
+    df: pd.DataFrame, ts_spec: tuple[str, tuple[int, ...]], tz: str, time_shift: float, ck: Checker, lines: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, pd.Series, list[str]]:
+    """Naive-UTC datetime64[ns] (NaT where unreadable), nonexistent-time mask, raw text, notes."""
+    notes: list[str] = []
+    kind, cols = ts_spec
+    shift = pd.Timedelta(hours=time_shift)
+    n = len(df)
+    if kind == "pair":
+        d = df.iloc[:, cols[0]]
+        t = df.iloc[:, cols[1]]
+        d = d.astype("string").str.strip()
+        t = t.astype("string").str.strip()
+        if t.dropna().str.fullmatch(r"\d{1,6}").all() and t.notna().any():
+            width = 4 if t.dropna().str.len().max() <= 4 else 6
+            t = t.str.zfill(width)
+        raw = (d + " " + t).astype(object)
+    else:
+        raw = df.iloc[:, cols[0]]
+
+    aware = None
+    naive = None
+    if raw.dtype == object or isinstance(raw.dtype, pd.StringDtype):
+        text = raw.astype("string").str.strip()
+        present = text.dropna()
+        if len(present) and present.str.fullmatch(r"\d{9,19}(?:\.\d*)?").all():
+            raw = pd.to_numeric(text, errors="coerce")  # Unix epoch numbers written as text
+    if isinstance(raw.dtype, pd.DatetimeTZDtype):
+        aware = pd.DatetimeIndex(raw)
+    elif pd.api.types.is_datetime64_dtype(raw.dtype):
+        naive = pd.DatetimeIndex(raw)
+    elif pd.api.types.is_numeric_dtype(raw.dtype) and not pd.api.types.is_bool_dtype(raw.dtype):
+        v = pd.to_numeric(raw, errors="coerce").to_numpy(np.float64)
+        med = float(np.nanmedian(np.abs(v))) if np.isfinite(v).any() else 0.0
+        if 19000101 <= med <= 22000101:
+            naive = pd.DatetimeIndex(pd.to_datetime(raw.astype("Int64").astype("string"), format="%Y%m%d", errors="coerce"))
+        else:
+            unit = "s" if med < 1e11 else "ms" if med < 1e14 else "us" if med < 1e17 else "ns"
+            if med < 1e8:
+                raise UserError(
+                    f"the timestamp column holds small numbers (e.g. {v[np.isfinite(v)][0]:g}), not dates or epoch times.",
+                    file=ck.file,
+                    column=str(df.columns[cols[0]]),
+                    fix="write timestamps like 2023-11-19 18:00:00",
+                )
+            vi = np.where(np.isfinite(v), v, np.nan)
+            aware = pd.DatetimeIndex(pd.to_datetime(vi, unit=unit, utc=True, errors="coerce"))
+            notes.append(f"note [timezone] numeric timestamps read as Unix epoch {unit} (UTC)")
+        raw = raw.astype(object)
+    else:
+        s = raw.astype("string").str.strip()
+        has_off = s.str.contains(_OFFSET_RE, regex=True, na=False).to_numpy()
+        present = s.notna().to_numpy() & (s.str.len() > 0).fillna(False).to_numpy()
+        if has_off.any() and not has_off[present].all():
+            k = int(np.flatnonzero(present & ~has_off)[0])
+            line = int(lines[k])
+            raise UserError(
+                f"some timestamps carry a UTC offset and others do not (first without one on {ck.where(line)}).",
+                file=ck.file,
+                row=ck.data_row(line),
+                column="timestamp",
+                value=str(s.iloc[k]),
+                fix="give every timestamp an offset (e.g. 2023-11-20T09:30:00-05:00) or none (and set --tz)",
+            )
+        if has_off.any():
+            parsed = pd.to_datetime(s, utc=True, format="ISO8601", errors="coerce")
+            if parsed.isna().sum() > (~present).sum():
+                alt = pd.to_datetime(s, utc=True, format="mixed", errors="coerce")
+                if alt.isna().sum() < parsed.isna().sum():
+                    parsed = alt
+            aware = pd.DatetimeIndex(parsed)
+        else:
+            fmt = _pick_format(s)
+            naive = pd.DatetimeIndex(pd.to_datetime(s, format=fmt, errors="coerce"))
+        raw = s.astype(object)
+
+    nonexistent = np.zeros(n, dtype=bool)
+    if aware is not None:
+        utc = aware.tz_convert("UTC").tz_localize(None)
+        bad = _out_of_range(utc)
+        if bad.any():
+            utc = utc.where(~bad)
+        out = (utc + shift).as_unit("ns").to_numpy()
+        notes.append(f"note [timezone] timestamps carry UTC offsets; converted to {EASTERN}")
+    else:
+        assert naive is not None
+        if naive.tz is not None:  # pragma: no cover - defensive
+            naive = naive.tz_localize(None)
+        bad = _out_of_range(naive)
+        if bad.any():
+            naive = naive.where(~bad)
+        naive = naive + shift
+        dst_first = ~pd.Index(naive).duplicated(keep="first")
+        loc = naive.tz_localize(tz, ambiguous=dst_first, nonexistent="NaT")
+        nonexistent = np.asarray(loc.isna() & naive.notna())
+        amb_true = naive.tz_localize(tz, ambiguous=np.ones(n, bool), nonexistent="NaT")
+        amb_false = naive.tz_localize(tz, ambiguous=np.zeros(n, bool), nonexistent="NaT")
+        ambiguous = np.asarray(amb_true.notna() & (amb_true != amb_false))
+        if ambiguous.any():
+            first_amb = naive[ambiguous][0]
+            notes.append(
+                f"note [timezone] {int(ambiguous.sum())} timestamps fall in the repeated hour of the daylight-saving "
+                f"change (from {first_amb:%Y-%m-%d %H:%M}); the first occurrence of each is read as daylight time, "
+                "a repeat as standard time"
+            )
+        out = _to_naive_utc_ns(loc)
+        if tz != EASTERN:
+            notes.append(f"note [timezone] naive timestamps read as {tz} and converted to {EASTERN}")
+        else:
+            notes.append(f"note [timezone] naive timestamps read as {EASTERN}")
+    if time_shift:
+        notes.append(
+            f"note [time-shift] {time_shift:+g} h added to every timestamp of the file "
+            f"(e.g. a bar stamped 14:30 is read as {(pd.Timestamp('2000-01-01 14:30') + shift):%H:%M})"
+        )
+    return out, nonexistent, pd.Series(raw.to_numpy(), index=range(n)), notes
+
+
+# ---- the public function ------------------------------------------------------------------
+
+
+def infer_bar_minutes(index: pd.DatetimeIndex, file: str = "<memory>") -> int:
+    """Bar size in minutes: the most common positive difference between timestamps."""
+    if len(index) < 2:
+        return 1
+    d = np.diff(index.as_unit("ns").asi8)
+    d = d[d > 0]
+    if len(d) == 0:
+        return 1
+    secs = np.round(d / 1e9).astype(np.int64)
+    vals, counts = np.unique(secs, return_counts=True)
+    mode = int(vals[np.argmax(counts)])
+    if mode % 60 != 0:
+        raise UserError(
+            f"bars are {mode} seconds apart; only whole-minute bars are supported.",
+            file=file,
+            fix="resample the data to 1-minute (or larger) bars",
+        )
+    return mode // 60
+
+
+def load_bars(
+    path: str | Path,
+    *,
+    tz: str = EASTERN,
+    time_shift: float = 0.0,
+    market: str | None = None,
+    repair: bool = False,
+) -> Bars:
+    """Load, validate and (optionally) repair OHLCV bars from a CSV or Parquet file.
+
+    Args:
+        path: ``.csv`` (optionally ``.gz``/``.bz2``/``.xz``/``.zip``) or ``.parquet`` file.
+        tz: time zone of naive timestamps (IANA name; ``ET``/``CT`` accepted).
+            Timestamps that carry a UTC offset ignore it.
+        time_shift: hours ADDED to every timestamp as written in the file, before it
+            is interpreted in ``tz`` (for naive stamps it corrects the wall clock). The
+            ES file in ``../shared/data`` is stamped ET + 5 h and needs ``-5``.
+        market: contract root (``NQ``, ``ES``, ...); None guesses it from the file
+            name's prefix, else NQ (said in ``notes``).
+        repair: fix what can be fixed and record each fix in ``notes`` instead of
+            raising :class:`UserError` at the first problem.
+
+    Returns:
+        :class:`Bars` indexed by US/Eastern bar-start timestamps (ns), with the bar
+        size inferred and ``notes`` describing columns, zone, shift, repairs, tick grid
+        and clock.
+
+    Raises:
+        UserError: naming file, row (``line N`` of the file), column, value and fix.
+    """
+    p = Path(path).expanduser()
+    file = str(path)
+    try:
+        shift = float(time_shift)
+    except (TypeError, ValueError):
+        raise UserError(f"time shift '{time_shift}' is not a number of hours.", fix="e.g. --time-shift -5") from None
+    if not math.isfinite(shift) or abs(shift) > 48:
+        raise UserError(f"time shift {time_shift} h is out of range.", fix="give hours between -48 and 48, e.g. --time-shift -5")
+    tz_name = resolve_tz(tz)
+    notes: list[str] = []
+    if market is None:
+        guessed = guess_market(p)
+        if guessed:
+            market_sym = guessed
+            notes.append(f"note [market] market {guessed} guessed from the file name; pass --market to override")
+        else:
+            market_sym = "NQ"
+            notes.append("note [market] market not given and not recognisable from the file name: assuming NQ; pass --market")
+    else:
+        market_sym = get_contract(market).symbol
+    contract = get_contract(market_sym)
+
+    _check_file(p)
+    parquet = _is_parquet(p)
+    ck = Checker(file=file, repair=repair, csv=not parquet)
+    if parquet:
+        df = _read_parquet(p)
+        pos, ts_spec, col_notes = _match_columns(list(df.columns), file)
+        lines = np.arange(1, len(df) + 1, dtype=np.int64)
+    else:
+        df, pos, ts_spec, lines, col_notes = _read_csv(p)
+    notes += col_notes
+    if len(df) == 0:
+        raise UserError("the file has a header but no bars.", file=file, fix="export the bars again: one line per bar after the header")
+    df = df.reset_index(drop=True)
+    ts, nonexistent, raw_ts, ts_notes = _parse_timestamps(df, ts_spec, tz_name, shift, ck, lines)
+    notes += ts_notes
+    work = pd.DataFrame(
+        {
+            "ts": ts,
+            "nonexistent": nonexistent,
+            **{r: df.iloc[:, pos[r]].to_numpy() for r in ("open", "high", "low", "close", "volume")},
+            "line": lines,
+        }
+    )
+    frame, kept_lines = validate_frame(work, raw_ts, ck)
+    notes += ck.notes
+    if len(frame) == 0:
+        raise UserError("no valid bars are left after the repairs.", file=file, fix="check the file: every row had a problem (see above)")
+    bar_minutes = infer_bar_minutes(frame.index, file)
+    grid = tick_grid_finding(frame, contract.symbol, contract.tick_size, where=lambda i: ck.where(kept_lines[i]))
+    if grid:
+        notes.append(grid)
+    notes += clock_findings(frame.index, frame["volume"].to_numpy(), bar_minutes, time_shift=shift, tz=tz_name)
+    return Bars(frame, market=contract.symbol, bar_minutes=bar_minutes, source=file, notes=notes)

@@ -1,0 +1,167 @@
+"""What a set of bars holds, as a dict (:func:`summarize`) and as text (:func:`format_summary`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from hybrid_trader.data.bars import Bars
+from hybrid_trader.data.validate import (
+    PRICES,
+    detect_rth_open,
+    fmt_minute,
+    off_grid_mask,
+    parse_repair_notes,
+    rth_open_by_period,
+)
+from hybrid_trader.errors import UserError
+from hybrid_trader.markets import get_contract
+
+ROW_NOTES_PRINTED = 10
+"""Row-by-row repair notes printed per kind (``--json`` has them all)."""
+
+
+def _ts(t: Any) -> str:
+    return t.strftime("%Y-%m-%d %H:%M %Z")
+
+
+def gap_stats(bars: Bars) -> dict[str, Any]:
+    """Missing bars inside sessions: count of gaps, missing bars, the largest gap.
+
+    Gaps between sessions (the daily break, weekends, holidays) are not counted.
+    """
+    n = len(bars)
+    out: dict[str, Any] = {"count": 0, "missing_bars": 0, "largest_minutes": 0, "largest_after": None, "largest_before": None}
+    if n < 2:
+        return out
+    ns = bars.frame.index.as_unit("ns").asi8
+    d_min = np.diff(ns) / 60e9
+    sid = bars.session_id
+    bm = max(1, int(bars.bar_minutes))
+    gap = (sid[1:] == sid[:-1]) & (d_min > bm + 1e-9)
+    if not gap.any():
+        return out
+    missing = np.maximum(np.round(d_min[gap] / bm).astype(np.int64) - 1, 1)
+    k = int(np.flatnonzero(gap)[np.argmax(d_min[gap])])
+    idx = bars.frame.index
+    out.update(
+        count=int(gap.sum()),
+        missing_bars=int(missing.sum()),
+        largest_minutes=float(d_min[k]) if d_min[k] % 1 else int(d_min[k]),
+        largest_after=_ts(idx[k]),
+        largest_before=_ts(idx[k + 1]),
+    )
+    return out
+
+
+def summarize(bars: Bars) -> dict[str, Any]:
+    """Rows, period, bar size, sessions, RTH open, gaps, repairs, tick grid and notes of ``bars``.
+
+    Keys: ``source, market, rows, first, last, bar_minutes, sessions, first_session,
+    last_session, rth_open, rth_open_score, rth_open_by_period, gaps, break_bars,
+    repairs, dropped_rows, repaired_rows, tick_grid, warnings, notes``.
+    Timestamps are US/Eastern strings (``"2023-11-19 18:00 EST"``).
+    """
+    idx = bars.frame.index
+    n = len(bars)
+    try:
+        contract = get_contract(bars.market)
+        tick = contract.tick_size
+    except UserError:
+        contract, tick = None, None
+    rth, score = detect_rth_open(idx, bars.volume, bars.bar_minutes) if n else (None, float("nan"))
+    minute = bars.minute_of_day
+    repairs = parse_repair_notes(bars.notes)
+    grid: dict[str, Any] = {"tick_size": tick, "off_grid_prices": None, "off_grid_fraction": None}
+    if tick and n:
+        off = off_grid_mask(bars.frame[list(PRICES)].to_numpy(np.float64), tick)
+        grid.update(off_grid_prices=int(off.sum()), off_grid_fraction=round(float(off.mean()), 4))
+    dates = bars.session_dates
+    return {
+        "source": bars.source,
+        "market": bars.market,
+        "rows": n,
+        "first": _ts(idx[0]) if n else None,
+        "last": _ts(idx[-1]) if n else None,
+        "bar_minutes": int(bars.bar_minutes),
+        "sessions": bars.n_sessions,
+        "first_session": str(dates[0]) if n else None,
+        "last_session": str(dates[-1]) if n else None,
+        "rth_open": fmt_minute(rth),
+        "rth_open_score": None if not np.isfinite(score) else round(score, 2),
+        "rth_open_by_period": rth_open_by_period(idx, bars.volume, bars.bar_minutes) if n else {},
+        "gaps": gap_stats(bars),
+        "break_bars": int(((minute >= 17 * 60) & (minute < 18 * 60)).sum()),
+        "repairs": repairs,
+        "dropped_rows": sum(r["rows"] for r in repairs if r["action"] == "dropped"),
+        "repaired_rows": sum(r["rows"] for r in repairs if r["action"] == "repaired"),
+        "tick_grid": grid,
+        "warnings": [s for s in bars.notes if s.startswith("warning")],
+        "notes": list(bars.notes),
+    }
+
+
+def format_summary(s: dict[str, Any]) -> str:
+    """The summary as aligned text for a terminal."""
+    lines = [f"bars: {s['source']}"]
+
+    def row(label: str, value: str) -> None:
+        lines.append(f"  {label:<14}{value}")
+
+    try:
+        c = get_contract(s["market"])
+        row("market", f"{c.symbol} ({c.name}, tick {c.tick_size:g})")
+    except UserError:
+        row("market", str(s["market"]))
+    row("rows", f"{s['rows']:,}")
+    row("period", f"{s['first']} to {s['last']} (America/New_York)")
+    row("bar size", f"{s['bar_minutes']} min")
+    row("sessions", f"{s['sessions']} Globex trading day{'s' if s['sessions'] != 1 else ''} ({s['first_session']} to {s['last_session']})")
+    rth = s["rth_open"]
+    by = s["rth_open_by_period"]
+    by_txt = f" [{', '.join(f'{k} {v}' for k, v in by.items())}]" if len(by) > 1 else ""
+    row("RTH open", (f"{rth} ET (volume surge, score {s['rth_open_score']})" if rth else "not detected") + by_txt)
+    g = s["gaps"]
+    if g["count"]:
+        row(
+            "gaps",
+            f"{g['count']} inside sessions, {g['missing_bars']} missing bar{'s' if g['missing_bars'] != 1 else ''}; "
+            f"largest {g['largest_minutes']} min ({g['largest_after']} -> {g['largest_before']})",
+        )
+    else:
+        row("gaps", "none inside sessions")
+    if s["break_bars"]:
+        row("break bars", f"{s['break_bars']} bars stamped in the 17:00-18:00 ET daily break")
+    if s["repairs"]:
+        for action, total in (("dropped", s["dropped_rows"]), ("repaired", s["repaired_rows"])):
+            kinds = [f"{r['kind']} {r['rows']}" for r in s["repairs"] if r["action"] == action]
+            if kinds:
+                row(action, f"{total} row{'s' if total != 1 else ''} ({', '.join(kinds)})")
+    else:
+        row("repairs", "none")
+    t = s["tick_grid"]
+    if t["off_grid_prices"]:
+        row("tick grid", f"{t['off_grid_prices']} prices ({100 * t['off_grid_fraction']:.1f}%) off the {t['tick_size']:g} grid")
+    elif t["tick_size"]:
+        row("tick grid", f"all prices on the {t['tick_size']:g} grid")
+    if s["notes"]:
+        lines.append("  notes:")
+        shown = 0
+        hidden = 0
+        for note in s["notes"]:
+            if note.startswith("  "):
+                if shown < ROW_NOTES_PRINTED:
+                    lines.append(f"    {note}")
+                    shown += 1
+                else:
+                    hidden += 1
+                continue
+            if hidden:
+                lines.append(f"      ... {hidden} more row notes (see --json)")
+                hidden = 0
+            shown = 0
+            lines.append(f"    {note}")
+        if hidden:
+            lines.append(f"      ... {hidden} more row notes (see --json)")
+    return "\n".join(lines)

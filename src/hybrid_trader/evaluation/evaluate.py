@@ -1,0 +1,162 @@
+"""``evaluate_run``: the trained agent and its baselines on the same later, unseen days.
+
+Strategies, all through the same environment, costs and rules:
+
+* ``agent``: the deterministic masked policy of the run;
+* ``flat``: never trades (the zero line every other result is read against);
+* ``random[k]``: random legal actions at the agent's own entry rate, one per seed;
+* ``momentum``: enter in the direction of the last 20 bars' move beyond 1 ATR.
+
+Results go to ``RUN_DIR/eval/<split>/`` (``save_results``) with ``metrics.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from hybrid_trader.errors import UserError
+
+
+@dataclass
+class EvaluationOutput:
+    """What ``evaluate_run`` produced."""
+
+    split: str
+    out_dir: Path
+    metrics: dict[str, dict]
+    """Metrics per strategy name (``random`` holds the mean over seeds)."""
+    random_seeds: dict[str, dict] = field(default_factory=dict)
+    """Mean and standard deviation of each metric over the random baseline's seeds."""
+    dates: tuple[str, str] | None = None
+    extra: dict = field(default_factory=dict)
+
+
+def load_policy(run_dir: Path, device: str = "cpu"):
+    """The run's final model (else newest checkpoint) and its normalisation statistics."""
+    from sb3_contrib import MaskablePPO
+
+    from hybrid_trader.training.runner import find_model
+
+    model_path, vec_path = find_model(run_dir)
+    model = MaskablePPO.load(model_path, device=device)
+    vec = None
+    if vec_path is not None:
+        with open(vec_path, "rb") as f:
+            vec = pickle.load(f)
+        vec.training = False
+    return model, vec, model_path
+
+
+def sessions_for(market: Any, split: str) -> range:
+    if split == "all":
+        return range(market.bars.n_sessions)
+    return market.sessions(split)
+
+
+def evaluate_run(
+    run_dir: Path,
+    *,
+    split: str = "test",
+    seeds: int = 3,
+    data_overrides: dict | None = None,
+    market: Any = None,
+    quiet: bool = False,
+) -> EvaluationOutput:
+    from hybrid_trader.config import merge_overrides
+    from hybrid_trader.evaluation.metrics import aggregate_seeds, compute_metrics
+    from hybrid_trader.evaluation.policies import AgentPolicy, FlatPolicy, MomentumPolicy, RandomPolicy
+    from hybrid_trader.evaluation.results import save_results
+    from hybrid_trader.evaluation.runner import entry_rate, evaluation_env, run_policy
+    from hybrid_trader.training.market import load_market
+    from hybrid_trader.training.runner import load_run_config
+
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise UserError(f"{run_dir}: no such run directory", fix="pass a directory made by 'hybrid-trader train'")
+    if seeds < 1:
+        raise UserError(f"--seeds {seeds}: need at least 1 seed for the random baseline")
+    config = load_run_config(run_dir)
+    if data_overrides:
+        config = merge_overrides(config, {f"data.{k}": v for k, v in data_overrides.items() if v is not None})
+    market = market or load_market(config.data, config.split)
+    sessions = sessions_for(market, split)
+    if len(sessions) == 0:
+        raise UserError(f"split '{split}' has no trading days in {market.bars.source}")
+    model, vec, model_path = load_policy(run_dir, config.ppo.device)
+    say = (lambda *a: None) if quiet else (lambda *a: print(*a, flush=True))
+    say(f"evaluating {model_path} on {split}: {len(sessions)} days "
+        f"({market.bars.session_dates[sessions.start]} to {market.bars.session_dates[sessions.stop - 1]})")
+
+    def env():
+        return evaluation_env(market, config.env, sessions)
+
+    agent_env = env()
+    agent = run_policy(AgentPolicy(model, vec), agent_env, record_decisions=50)
+    rate = entry_rate(agent, agent_env)
+    results = [agent, run_policy(FlatPolicy(), env())]
+    randoms = [run_policy(RandomPolicy(rate, seed=s), env()) for s in range(seeds)]
+    results += randoms
+    results.append(run_policy(MomentumPolicy(), env()))
+
+    metrics = {r.name: compute_metrics(r) for r in results}
+    random_stats = aggregate_seeds([metrics[r.name] for r in randoms])
+    metrics["random"] = {k: v.get("mean") if isinstance(v, dict) else v for k, v in random_stats.items()}
+
+    out_dir = run_dir / "eval" / split
+    prices = market.bars.frame["close"].iloc[
+        int(market.bars.session_bounds[sessions.start, 0]): int(market.bars.session_bounds[sessions.stop - 1, 1]) + 1]
+    save_results(results, prices, out_dir)
+    (out_dir / "metrics.json").write_text(json.dumps(_jsonable(metrics), indent=2))
+    (out_dir / "random_seeds.json").write_text(json.dumps(_jsonable(random_stats), indent=2))
+    dates = (str(market.bars.session_dates[sessions.start]), str(market.bars.session_dates[sessions.stop - 1]))
+    return EvaluationOutput(split, out_dir, metrics, random_stats, dates,
+                            {"entry_rate": rate, "agent_actions": agent.extra.get("actions")})
+
+
+HEADLINE = ["Net PnL [$]", "Return [%]", "Sharpe (ann.)", "Max drawdown [$]", "Win rate [%]", "Profit factor",
+            "Trades", "Avg trade [$]", "Exposure [%]", "PSR [%]", "Apex verdict"]
+
+
+def format_table(metrics: dict[str, dict], rows: list[str] | None = None, columns: list[str] | None = None) -> str:
+    """Metrics as a text table: labelled rows, one column per strategy."""
+    columns = columns or [c for c in ("agent", "flat", "random", "momentum") if c in metrics]
+    rows = rows or list(next(iter(metrics.values())).keys())
+    width = max(len(r) for r in rows) + 2
+    lines = [" " * width + "".join(f"{c:>14}" for c in columns)]
+    for r in rows:
+        cells = []
+        for c in columns:
+            v = metrics[c].get(r)
+            if isinstance(v, float):
+                cells.append(f"{v:>14,.2f}" if np.isfinite(v) else f"{str(v):>14}")
+            elif v is None:
+                cells.append(f"{'-':>14}")
+            else:
+                cells.append(f"{str(v):>14}")
+        lines.append(f"{r:<{width}}" + "".join(cells))
+    return "\n".join(lines)
+
+
+def _jsonable(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, (np.integer,)):
+        return int(obj)
+    if isinstance(obj, (np.floating, float)):
+        x = float(obj)
+        if np.isnan(x):
+            return None
+        if np.isinf(x):
+            return "inf" if x > 0 else "-inf"
+        return x
+    if hasattr(obj, "isoformat"):
+        return obj.isoformat()
+    return obj

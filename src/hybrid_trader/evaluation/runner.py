@@ -1,0 +1,72 @@
+"""Run policies over a split of later, unseen days and collect what they did.
+
+``run_policy`` walks one environment through every trading day of the split in
+order, carrying the account from day to day (as a prop-firm evaluation would), with
+``terminate_on_breach`` off so that the whole period is covered: after a breach the
+account is flat for good, and the breach day is reported.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+
+from hybrid_trader.env import EnvConfig, TradingEnv
+from hybrid_trader.evaluation.policies import Policy
+
+
+def evaluation_env(market: Any, env_config: EnvConfig, sessions: Sequence[int], **kwargs: Any) -> TradingEnv:
+    cfg = dataclasses.replace(env_config, episode_sessions=None, terminate_on_breach=False)
+    return TradingEnv(market.bars, market.features, cfg, sessions=list(sessions), **kwargs)
+
+
+def run_policy(policy: Policy, env: TradingEnv, *, record_decisions: int = 0) -> "StrategyResult":
+    """Trade ``policy`` through ``env`` from its first to its last day."""
+    obs, _ = env.reset(seed=0, options={"start": 0})
+    decisions: list[dict] = []
+    actions = np.zeros(env.n_actions, dtype=np.int64)
+    while True:
+        mask = env.action_masks()
+        action = policy(obs, mask, env)
+        actions[action] += 1
+        if record_decisions and len(decisions) < record_decisions and action != 0:
+            decisions.append({"index": env.current_index, "action": int(action)})
+        obs, _, terminated, truncated, info = env.step(action)
+        if terminated or truncated:
+            break
+    return collect_result(env, policy.name, extra={"actions": actions.tolist(), "decisions": decisions,
+                                                    "end_reason": info.get("end_reason"),
+                                                    "invalid_actions": env.invalid_actions})
+
+
+def collect_result(env: TradingEnv, name: str, extra: dict | None = None) -> "StrategyResult":
+    """A ``StrategyResult`` from the environment's history (visited bars only)."""
+    from hybrid_trader.evaluation.results import StrategyResult
+
+    visited = ~np.isnan(env.equity_history)
+    idx = env.bars.frame.index[visited]
+    equity = pd.Series(env.equity_history[visited], index=idx, name=name)
+    position = pd.Series(env.position_history[visited].astype(np.int64), index=idx, name=name)
+    trades = env.trade_log()
+    time_index = env.bars.frame.index
+    breach = time_index[env.breach_index] if env.breach_index >= 0 else None
+    target = time_index[env.target_index] if env.target_index >= 0 else None
+    return StrategyResult(
+        name=name,
+        trades=trades,
+        equity=equity,
+        position=position,
+        initial_balance=float(env.rules.account_size),
+        breach_time=breach,
+        target_hit_time=target,
+        extra=dict(extra or {}),
+    )
+
+
+def entry_rate(result: "StrategyResult", env: TradingEnv) -> float:
+    """Trades per bar where entry was possible, to set a random baseline's activity."""
+    bars = max(int(np.count_nonzero(result.position.to_numpy() == 0)), 1)
+    return min(len(result.trades) / bars, 1.0)

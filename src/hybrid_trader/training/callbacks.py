@@ -1,0 +1,224 @@
+"""Training callbacks: trading metrics, checkpoints with run status, validation, freezing.
+
+Each follows Stable-Baselines3's ``BaseCallback`` template: ``_on_step`` returns
+``True`` to continue training.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.logger import KVWriter
+
+
+class JsonlWriter(KVWriter):
+    """SB3 logger output writing one JSON object per dump to ``progress.jsonl``."""
+
+    def __init__(self, path: Path) -> None:
+        self.file = open(path, "a", encoding="utf-8")
+
+    def write(self, key_values: dict[str, Any], key_excluded: dict, step: int = 0) -> None:
+        row = {}
+        for key, value in key_values.items():
+            if hasattr(value, "item"):
+                value = value.item()
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                row[key] = value if (isinstance(value, int) or math.isfinite(value)) else None
+            elif isinstance(value, str):
+                row[key] = value
+        row.setdefault("time/total_timesteps", step)
+        self.file.write(json.dumps(row) + "\n")
+        self.file.flush()
+
+    def close(self) -> None:
+        self.file.close()
+
+
+def write_status(run_dir: Path, **fields: Any) -> dict:
+    """Update ``RUN_DIR/status.json`` (merged with what is there)."""
+    path = Path(run_dir) / "status.json"
+    status = json.loads(path.read_text()) if path.exists() else {}
+    status.update(fields)
+    status["updated"] = time.strftime("%Y-%m-%dT%H:%M:%S")
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(status, indent=2))
+    tmp.replace(path)
+    return status
+
+
+class TradingMetricsCallback(BaseCallback):
+    """Logs ``trading/*`` metrics from the episodes finished in each rollout."""
+
+    def __init__(self, window: int = 100) -> None:
+        super().__init__()
+        self.episodes: deque[dict] = deque(maxlen=window)
+        self.steps_in_env = 0.0
+        self.total_episodes = 0
+
+    def _on_step(self) -> bool:
+        for info, done in zip(self.locals["infos"], self.locals["dones"]):
+            if done and "trades" in info:
+                trades = info["trades"]
+                wins = sum(1 for t in trades if t["net_pnl"] > 0)
+                self.episodes.append(
+                    {
+                        "trades": len(trades),
+                        "wins": wins,
+                        "net_pnl": sum(t["net_pnl"] for t in trades),
+                        "breach": info.get("end_reason") == "BREACH",
+                        "bars": info.get("episode_bars", 0),
+                    }
+                )
+                self.total_episodes += 1
+        return True
+
+    def _on_rollout_end(self) -> None:
+        if not self.episodes:
+            return
+        eps = list(self.episodes)
+        trades = sum(e["trades"] for e in eps)
+        self.logger.record("trading/trades_per_episode", trades / len(eps))
+        self.logger.record("trading/win_rate_pct", 100.0 * sum(e["wins"] for e in eps) / trades if trades else 0.0)
+        self.logger.record("trading/net_pnl_per_episode", float(np.mean([e["net_pnl"] for e in eps])))
+        self.logger.record("trading/breach_rate_pct", 100.0 * float(np.mean([e["breach"] for e in eps])))
+        self.logger.record("trading/episodes", self.total_episodes)
+
+
+class CheckpointCallback(BaseCallback):
+    """Saves model + normalisation every ``every`` steps, keeps the newest ``keep``, updates status.json."""
+
+    def __init__(self, run_dir: Path, every: int, keep: int = 3) -> None:
+        super().__init__()
+        self.run_dir = Path(run_dir)
+        self.dir = self.run_dir / "checkpoints"
+        self.every = max(int(every), 1)
+        self.keep = keep
+        self._next = None
+
+    def _on_training_start(self) -> None:
+        self._next = (self.num_timesteps // self.every + 1) * self.every
+
+    def _on_step(self) -> bool:
+        if self.num_timesteps >= self._next:
+            self.save()
+            self._next += self.every
+        return True
+
+    def save(self) -> Path:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        stem = self.dir / f"step_{self.num_timesteps:09d}"
+        self.model.save(stem.with_suffix(".zip"))
+        vec = self.model.get_vec_normalize_env()
+        if vec is not None:
+            vec.save(str(stem) + "_vecnormalize.pkl")
+        write_status(self.run_dir, total_timesteps=int(self.num_timesteps),
+                     last_checkpoint=str(stem.with_suffix(".zip").relative_to(self.run_dir)))
+        zips = sorted(self.dir.glob("step_*.zip"))
+        for old in zips[: max(len(zips) - self.keep, 0)]:
+            old.unlink(missing_ok=True)
+            Path(str(old.with_suffix("")) + "_vecnormalize.pkl").unlink(missing_ok=True)
+        return stem.with_suffix(".zip")
+
+
+class ValidationCallback(BaseCallback):
+    """Every ``every`` steps: deterministic policy on recent train days and on validation days."""
+
+    def __init__(self, run_dir: Path, every: int, evaluate: Callable[[Any], dict]) -> None:
+        super().__init__()
+        self.path = Path(run_dir) / "validation.jsonl"
+        self.every = int(every)
+        self.evaluate = evaluate
+        self._next = None
+
+    def _on_training_start(self) -> None:
+        self._next = (self.num_timesteps // self.every + 1) * self.every if self.every > 0 else None
+
+    def _on_step(self) -> bool:
+        if self._next is not None and self.num_timesteps >= self._next:
+            self.run()
+            self._next += self.every
+        return True
+
+    def run(self) -> dict:
+        row = {"time/total_timesteps": int(self.num_timesteps), **self.evaluate(self.model)}
+        for key, value in row.items():
+            if key != "time/total_timesteps":
+                self.logger.record(key, value)
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(row) + "\n")
+        return row
+
+
+class FreezeBodyCallback(BaseCallback):
+    """Keeps the hidden layers frozen for the first ``steps`` steps after a phase transfer."""
+
+    def __init__(self, steps: int) -> None:
+        super().__init__()
+        self.steps = int(steps)
+        self.frozen = False
+
+    def _set(self, frozen: bool) -> None:
+        for p in self.model.policy.mlp_extractor.parameters():
+            p.requires_grad_(not frozen)
+        self.frozen = frozen
+        self.logger.record("train/body_frozen", int(frozen))
+
+    def _on_training_start(self) -> None:
+        if self.num_timesteps < self.steps:
+            self._set(True)
+
+    def _on_step(self) -> bool:
+        if self.frozen and self.num_timesteps >= self.steps:
+            self._set(False)
+        return True
+
+
+class EnvTimeCallback(BaseCallback):
+    """Measures the share of wall time spent inside ``VecEnv.step`` (for ``bench train``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.env_seconds = 0.0
+        self._wrapped = False
+
+    def _on_training_start(self) -> None:
+        if self._wrapped:
+            return
+        venv = self.training_env
+        original = venv.step_wait
+
+        def timed_step_wait():
+            t0 = time.perf_counter()
+            out = original()
+            self.env_seconds += time.perf_counter() - t0
+            return out
+
+        original_async = venv.step_async
+
+        def timed_step_async(actions):
+            t0 = time.perf_counter()
+            original_async(actions)
+            self.env_seconds += time.perf_counter() - t0
+
+        original_method = venv.env_method
+
+        def timed_env_method(*args, **kwargs):  # action_masks() is fetched this way every step
+            t0 = time.perf_counter()
+            out = original_method(*args, **kwargs)
+            self.env_seconds += time.perf_counter() - t0
+            return out
+
+        venv.step_wait = timed_step_wait  # type: ignore[method-assign]
+        venv.step_async = timed_step_async  # type: ignore[method-assign]
+        venv.env_method = timed_env_method  # type: ignore[method-assign]
+        self._wrapped = True
+
+    def _on_step(self) -> bool:
+        return True

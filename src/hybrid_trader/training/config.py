@@ -1,0 +1,154 @@
+"""The configuration of a training run: one dataclass per section, one field per knob.
+
+A YAML file holds any subset of these sections; everything else takes the defaults
+below. ``hybrid_trader.config`` validates it (unknown keys get a "did you mean"),
+and the resolved configuration is saved as ``RUN_DIR/config.yaml``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal, Optional
+
+from hybrid_trader.env.config import EnvConfig
+from hybrid_trader.errors import UserError
+
+
+@dataclass
+class DataConfig:
+    """Where the bars come from."""
+
+    path: Optional[str] = None
+    """Bars file (CSV or Parquet); null: the built-in synthetic market."""
+    tz: str = "America/New_York"
+    """Time zone of naive timestamps in the file."""
+    time_shift: float = 0.0
+    """Hours added to every timestamp (the ES sample file needs -5)."""
+    market: Optional[str] = None
+    """Contract root symbol; null: guessed from the file name (synthetic: NQ)."""
+    repair: bool = False
+    """Repair fixable data errors (each reported) instead of stopping."""
+    synthetic_days: int = 60
+    """Trading days of the built-in synthetic market."""
+    synthetic_edge: float = 0.3
+    """Strength of the synthetic market's planted edge (0: none, 0.1 subtle, 0.3 strong)."""
+    synthetic_seed: int = 0
+    """Seed of the built-in synthetic market."""
+
+
+@dataclass
+class SplitConfig:
+    """How trading days are split by time into train, validation and test."""
+
+    train: float = 0.70
+    """Share of trading days for training (the earliest)."""
+    val: float = 0.15
+    """Share of trading days for validation (after train)."""
+    test: float = 0.15
+    """Share of trading days for the final test (the latest)."""
+
+    def __post_init__(self) -> None:
+        total = self.train + self.val + self.test
+        if abs(total - 1.0) > 1e-6 or min(self.train, self.val, self.test) <= 0:
+            raise UserError(
+                f"split: train {self.train} + val {self.val} + test {self.test} = {total:g}",
+                fix="use three positive shares that add up to 1, e.g. 0.7, 0.15, 0.15",
+            )
+
+
+@dataclass
+class PPOConfig:
+    """MaskablePPO hyper-parameters (sb3-contrib)."""
+
+    total_timesteps: int = 200_000
+    """Environment steps to train for (all environments together)."""
+    n_envs: int = 4
+    """Parallel environments; each rollout step queries the policy once for all of them."""
+    vec_env: Literal["dummy", "subproc"] = "dummy"
+    """Where environments run: dummy (all in the main process; fastest for this ~20 us numpy env, measured) or subproc (one process each, SubprocVecEnv)."""
+    torch_threads: int = 1
+    """Torch CPU threads (1 is fastest for these small networks on a busy machine)."""
+    learning_rate: float = 3e-4
+    """Adam learning rate."""
+    n_steps: int = 1024
+    """Steps per environment per rollout."""
+    batch_size: int = 256
+    """Minibatch size."""
+    n_epochs: int = 10
+    """Passes over each rollout."""
+    gamma: float = 0.99
+    """Discount factor per bar."""
+    gae_lambda: float = 0.95
+    """GAE lambda."""
+    clip_range: float = 0.2
+    """PPO clipping of the probability ratio."""
+    ent_coef: float = 0.01
+    """Entropy bonus."""
+    vf_coef: float = 0.5
+    """Value loss weight."""
+    max_grad_norm: float = 0.5
+    """Gradient clipping."""
+    target_kl: Optional[float] = None
+    """Stop an update early past this KL divergence; null: never."""
+    net_arch: list[int] = field(default_factory=lambda: [128, 128])
+    """Hidden layer sizes of the policy and value networks."""
+    normalize_observations: bool = True
+    """Running mean/std normalisation of observations, fitted on the training split only."""
+    seed: int = 0
+    """Seed of the policy, the environments and the episode sampling."""
+    device: str = "cpu"
+    """Torch device (cpu, cuda, auto)."""
+
+    def __post_init__(self) -> None:
+        for name in ("total_timesteps", "n_envs", "n_steps", "batch_size", "n_epochs", "torch_threads"):
+            if getattr(self, name) < 1:
+                raise UserError(f"ppo.{name}: {getattr(self, name)!r} must be >= 1")
+        if self.batch_size > self.n_steps * self.n_envs:
+            raise UserError(
+                f"ppo.batch_size: {self.batch_size} is larger than a rollout ({self.n_steps} x {self.n_envs} envs)",
+                fix="lower ppo.batch_size or raise ppo.n_steps",
+            )
+
+
+@dataclass
+class TrainConfig:
+    """Run management: checkpoints, validation, transfer between phases."""
+
+    checkpoint_every: int = 50_000
+    """Save a checkpoint every this many steps (and at the end, and on Ctrl-C)."""
+    keep_checkpoints: int = 3
+    """Checkpoints kept on disk (the newest)."""
+    validate_every: int = 50_000
+    """Evaluate on the last training days and the validation split every this many steps; 0: never."""
+    validation_sessions: int = 10
+    """Trading days of each split used by periodic validation (the most recent ones)."""
+    freeze_body_steps: int = 0
+    """When initialised from an earlier phase: steps during which the hidden layers stay frozen."""
+    progress_bar: bool = True
+    """Show a progress bar."""
+
+
+@dataclass
+class RunConfig:
+    """Everything a training run needs."""
+
+    data: DataConfig = field(default_factory=DataConfig)
+    env: EnvConfig = field(default_factory=EnvConfig)
+    split: SplitConfig = field(default_factory=SplitConfig)
+    ppo: PPOConfig = field(default_factory=PPOConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Cross-section checks (the seed's frozen-policy run must be impossible)."""
+        fb, total = self.train.freeze_body_steps, self.ppo.total_timesteps
+        if fb < 0:
+            raise UserError(f"train.freeze_body_steps: {fb} must be >= 0")
+        if fb >= total:
+            raise UserError(
+                f"train.freeze_body_steps: {fb:,} is not shorter than the run (ppo.total_timesteps {total:,}): "
+                "the policy would never be trained",
+                fix=f"use a freeze shorter than the run, e.g. {total // 10:,} (10%), or 0",
+            )

@@ -1,0 +1,72 @@
+"""Bars, features and the time split of one run, loaded once and shared by every environment."""
+
+from __future__ import annotations
+
+import signal
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from hybrid_trader.data.bars import Bars
+from hybrid_trader.env import EnvConfig, TradingEnv
+from hybrid_trader.training.config import DataConfig, SplitConfig
+from hybrid_trader.training.splits import Split, time_split
+
+
+@dataclass(eq=False)
+class Market:
+    """What a run trades: the bars, their features (computed once) and the split by time."""
+
+    bars: Bars
+    features: object
+    split: Split
+
+    def sessions(self, part: str) -> range:
+        """Session indices of ``train``, ``val`` or ``test``."""
+        return self.split.part(part)
+
+    def describe(self) -> str:
+        return f"{self.bars.source}: {len(self.bars):,} bars, {self.bars.n_sessions} sessions; " + self.split.describe(
+            self.bars.session_dates
+        )
+
+
+def load_bars_from_config(data: DataConfig) -> Bars:
+    """The run's bars: the file in ``data.path`` or the built-in synthetic market."""
+    if data.path:
+        from hybrid_trader.data import load_bars
+
+        return load_bars(data.path, tz=data.tz, time_shift=data.time_shift, market=data.market, repair=data.repair)
+    from hybrid_trader.data.synthetic import generate_bars
+
+    return generate_bars(
+        days=data.synthetic_days, seed=data.synthetic_seed, edge=data.synthetic_edge, market=data.market or "NQ"
+    )
+
+
+def load_market(data: DataConfig, split: SplitConfig, bars: Bars | None = None) -> Market:
+    """Load (or take) the bars, compute their features once and split the sessions by time."""
+    from hybrid_trader.features import compute_features
+
+    bars = bars if bars is not None else load_bars_from_config(data)
+    features = compute_features(bars)
+    return Market(bars, features, time_split(bars.n_sessions, split.train, split.val, split.test))
+
+
+def env_factory(
+    market: Market, env_config: EnvConfig, sessions: Sequence[int], seed: int, *, ignore_sigint: bool = False,
+    wrap: Callable | None = None,
+) -> Callable[[], TradingEnv]:
+    """A picklable constructor of one environment on ``sessions`` (for DummyVecEnv/SubprocVecEnv).
+
+    In a worker process ``ignore_sigint`` leaves Ctrl-C to the main process, which saves
+    a checkpoint and then closes the workers itself.
+    """
+
+    def make() -> TradingEnv:
+        if ignore_sigint:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+        env = TradingEnv(market.bars, market.features, env_config, sessions=list(sessions))
+        env.reset(seed=seed)
+        return wrap(env) if wrap is not None else env
+
+    return make

@@ -1,0 +1,84 @@
+"""Start a phase from the previous one's network.
+
+* Phase 1 -> 2: every layer is copied; the action head keeps the rows of HOLD, BUY
+  and SELL, and the three new actions start *neutral*: zero weights and the mean of
+  the three learned biases, so that no input makes the policy prefer or avoid them.
+* Phase 2 -> 3: the first layer of the policy and value networks is widened with zero
+  weights for the new inputs (the 33 LLM features and the advice), so at step 0 the
+  phase 3 policy computes exactly the phase 2 distribution and value.
+
+Observation normalisation statistics are carried over the same way (new inputs start
+at mean 0, variance 1).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from stable_baselines3.common.vec_env import VecNormalize
+
+from hybrid_trader.errors import UserError
+
+
+def _first_linear(seq: torch.nn.Module) -> torch.nn.Linear:
+    for m in seq.modules():
+        if isinstance(m, torch.nn.Linear):
+            return m
+    raise ValueError("no Linear layer")
+
+
+@torch.no_grad()
+def transfer_weights(src_policy: torch.nn.Module, dst_policy: torch.nn.Module) -> list[str]:
+    """Copy ``src_policy`` into ``dst_policy`` (wider input and/or more actions). Returns what was adapted."""
+    src = src_policy.state_dict()
+    dst = dst_policy.state_dict()
+    notes: list[str] = []
+    first_keys = set()
+    for net in ("policy_net", "value_net"):
+        lin = _first_linear(getattr(dst_policy.mlp_extractor, net))
+        for name, p in dst_policy.named_parameters():
+            if p is lin.weight:
+                first_keys.add(name)
+    for key, target in dst.items():
+        if key not in src:
+            raise UserError(f"cannot initialise from the earlier run: its network has no '{key}'",
+                            fix="use --init with a run of the previous phase trained by this version")
+        source = src[key]
+        if source.shape == target.shape:
+            target.copy_(source)
+        elif key.startswith("action_net.") and source.shape[0] < target.shape[0] and source.shape[1:] == target.shape[1:]:
+            n_old = source.shape[0]
+            target[:n_old].copy_(source)
+            if key.endswith("weight"):
+                target[n_old:].zero_()
+            else:
+                target[n_old:].fill_(float(source.mean()))
+            notes.append(f"{key}: {n_old} -> {target.shape[0]} actions (new ones neutral)")
+        elif key in first_keys and source.shape[0] == target.shape[0] and source.shape[1] < target.shape[1]:
+            n_old = source.shape[1]
+            target[:, :n_old].copy_(source)
+            target[:, n_old:].zero_()
+            notes.append(f"{key}: {n_old} -> {target.shape[1]} inputs (new ones zero)")
+        else:
+            raise UserError(
+                f"cannot initialise from the earlier run: '{key}' has shape {tuple(source.shape)}, "
+                f"this run needs {tuple(target.shape)}",
+                fix="use the same ppo.net_arch as the run you initialise from",
+            )
+    dst_policy.load_state_dict(dst)
+    return notes
+
+
+def transfer_normalization(src: VecNormalize | None, dst: VecNormalize | None) -> None:
+    """Carry observation statistics over to a (possibly wider) VecNormalize."""
+    if src is None or dst is None:
+        return
+    n = src.obs_rms.mean.shape[0]
+    dst.obs_rms.mean[:n] = src.obs_rms.mean
+    dst.obs_rms.var[:n] = src.obs_rms.var
+    dst.obs_rms.mean[n:] = 0.0
+    dst.obs_rms.var[n:] = 1.0
+    dst.obs_rms.count = src.obs_rms.count
+    dst.clip_obs = src.clip_obs
+    dst.epsilon = src.epsilon
+    assert np.isfinite(dst.obs_rms.var).all()
