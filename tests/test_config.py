@@ -230,6 +230,21 @@ def test_load_yaml_config_reads_scientific_notation_as_float(tmp_path):
     assert cfg.ppo.learning_rate == pytest.approx(3e-4)
 
 
+def test_load_yaml_config_reads_only_true_and_false_as_booleans(tmp_path):
+    @dataclass
+    class Flags:
+        on: bool = False
+        country: str = "US"
+
+    p = tmp_path / "cfg.yaml"
+    p.write_text("on: true\ncountry: NO\n")
+    assert load_yaml_config(p, Flags) == Flags(on=True, country="NO")
+    p.write_text("on: yes\n")
+    with pytest.raises(ConfigError, match="expected bool") as info:
+        load_yaml_config(p, Flags)
+    assert "write true or false" in info.value.render()
+
+
 def test_load_yaml_config_gives_defaults_for_empty_file(tmp_path):
     p = tmp_path / "empty.yaml"
     p.write_text("# nothing\n")

@@ -22,8 +22,9 @@ machinery that turns YAML into those dataclasses and back:
 - :func:`check` is for ``__post_init__`` validation: the error it raises gets the file
   and the full key path added by :func:`from_dict`.
 
-YAML is read as YAML 1.2 reads numbers: ``1e6`` and ``3e-4`` are floats (PyYAML's
-YAML 1.1 default would read them as strings).
+YAML scalars are read as YAML 1.2 reads them: ``1e6`` and ``3e-4`` are floats (PyYAML's
+YAML 1.1 default would read them as strings) and only ``true``/``false`` are booleans
+(``yes``, ``no``, ``on``, ``off`` stay strings, so ``country: NO`` is the text "NO").
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ __all__ = [
     "field_docs",
     "from_dict",
     "load_yaml_config",
+    "markdown_table",
     "merge_overrides",
     "parse_overrides",
     "read_yaml",
@@ -402,24 +404,37 @@ def to_dict(obj: Any) -> Any:
 # YAML
 # ---------------------------------------------------------------------------------------
 class _Loader(yaml.SafeLoader):
-    """SafeLoader that reads numbers like YAML 1.2: ``1e6`` and ``3e-4`` are floats."""
+    """SafeLoader with YAML 1.2 scalars: ``1e6``/``3e-4`` are floats; only true/false are booleans."""
 
 
 class _Dumper(yaml.SafeDumper):
-    """SafeDumper that quotes every string :class:`_Loader` would read as a number."""
+    """SafeDumper that quotes every string :class:`_Loader` would read as another type."""
 
 
 _FLOAT_12 = re.compile(
-        r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
-        |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
-        |\.[0-9_]+(?:[eE][-+]?[0-9]+)?
-        |[-+]?\.(?:inf|Inf|INF)
-        |\.(?:nan|NaN|NAN))$""",
-        re.X,
+    r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+    |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
+    |\.[0-9_]+(?:[eE][-+]?[0-9]+)?
+    |[-+]?\.(?:inf|Inf|INF)
+    |\.(?:nan|NaN|NAN))$""",
+    re.X,
 )
+_BOOL_12 = re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$")
+_BOOL_TAG = "tag:yaml.org,2002:bool"
 for _cls in (_Loader, _Dumper):
-    _cls.yaml_implicit_resolvers = {k: list(v) for k, v in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+    _cls.yaml_implicit_resolvers = {
+        first: [(tag, rx) for tag, rx in resolvers if tag != _BOOL_TAG]
+        for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+    }
     _cls.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT_12, list("-+0123456789."))
+    _cls.add_implicit_resolver(_BOOL_TAG, _BOOL_12, list("tTfF"))
+
+
+def _bool_12(loader: yaml.SafeLoader, node: yaml.Node) -> bool:
+    return loader.construct_scalar(node).lower() == "true"
+
+
+_Loader.add_constructor(_BOOL_TAG, _bool_12)
 
 
 def _line_map(node: yaml.Node, prefix: str = "", out: dict[str, int] | None = None) -> dict[str, int]:
@@ -488,6 +503,8 @@ def _emit(obj: Any, indent: int, out: list[str], docs: bool) -> None:
             continue
         value = getattr(obj, f.name)
         doc = fdocs.get(f.name)
+        if indent == 0 and dataclasses.is_dataclass(value) and out and out[-1] != "":
+            out.append("")
         if doc:
             for line in doc.splitlines():
                 out.append(f"{pad}# {line}".rstrip())

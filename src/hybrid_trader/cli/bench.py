@@ -19,11 +19,33 @@ def register(sub: argparse._SubParsersAction) -> None:
     e.add_argument("--time-shift", type=float, default=0.0, help="hours added to every timestamp (the ES sample file needs -5)")
     e.add_argument("--seed", type=int, default=0)
     e.set_defaults(func=_bench_env)
+    register_llm(bsub)
     register_train(bsub)
 
 
 def _bench_env(args: argparse.Namespace) -> int:
     from hybrid_trader.bench.env_bench import run
+
+    return run(args)
+
+
+def register_llm(bsub: argparse._SubParsersAction) -> None:
+    from hybrid_trader.cli.llm import add_llm_config_options
+
+    m = bsub.add_parser("llm", help="LLM advisor decisions per second through submit/poll, and how long callers block")
+    add_llm_config_options(m)
+    m.add_argument("--batch", type=int, default=16, help="batch size = parallel environments (default 16)")
+    m.add_argument("--queries", type=int, default=None,
+                   help="model answers to time (default 128; 2000 for the mock back end)")
+    m.add_argument("--step-ms", type=float, default=1.0,
+                   help="simulated environment time per vectorised step [ms] (default 1)")
+    m.add_argument("--max-wait-ms", type=float, default=None, help="llm.batching.max_wait_ms (default: config's)")
+    m.add_argument("--seed", type=int, default=0)
+    m.set_defaults(func=_bench_llm)
+
+
+def _bench_llm(args: argparse.Namespace) -> int:
+    from hybrid_trader.bench.llm_bench import run
 
     return run(args)
 

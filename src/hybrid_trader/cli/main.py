@@ -19,9 +19,12 @@ from hybrid_trader.errors import UserError
 COMMAND_MODULES = [
     "hybrid_trader.cli.data",
     "hybrid_trader.cli.bench",
+    "hybrid_trader.cli.llm",
     "hybrid_trader.cli.train",
     "hybrid_trader.cli.evaluate",
     "hybrid_trader.cli.demo",
+    "hybrid_trader.cli.report",
+    "hybrid_trader.cli.diagnose",
 ]
 
 

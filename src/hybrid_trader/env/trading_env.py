@@ -31,6 +31,8 @@ WINDOW_DIM = WINDOW * N_BAR_FEATURES
 MIN_EPISODE_BARS = 10
 """Sessions whose trading window holds fewer bars are not used as episodes."""
 RECENT_TRADES = 10
+"""Trades in the recent win-rate feature."""
+RECENT_HISTORY = 100
 OBS_BOUND = 1e4
 """Observation space bounds (features are scaled to about [-10, 10])."""
 """Trades in the recent win-rate statistic."""
@@ -262,7 +264,8 @@ class TradingEnv(gym.Env):
         self._day = 0
         self._reset_account()
         self._begin_day()
-        return self._observe(), {}
+        obs = self._observe()
+        return obs, ({"advisor_account": self.account_snapshot()} if self.phase == 3 else {})
 
     def _reset_account(self) -> None:
         r = self.rules
@@ -285,8 +288,12 @@ class TradingEnv(gym.Env):
         self._mfe = 0.0
         self.trades: list[tuple] = []
         self.consecutive_losses = 0
-        self._recent: deque[int] = deque(maxlen=RECENT_TRADES)
+        self._recent: deque[int] = deque(maxlen=RECENT_HISTORY)
         self.veto_counts: dict[str, int] = {}
+        self.veto_steps = 0
+        self._last_exit_index = -1
+        self.decision_steps = 0
+        self._vetoed = False
         self.invalid_actions = 0
         self.equity_history[:] = np.nan
         self.position_history[:] = 0
@@ -294,6 +301,7 @@ class TradingEnv(gym.Env):
     def _begin_day(self) -> None:
         w = self._episode[self._day]
         self._t = w.first
+        self._day_first = w.first
         self._win_last = w.last
         self._last_entry = w.last_entry
         self._day_start_balance = self.balance
@@ -353,7 +361,10 @@ class TradingEnv(gym.Env):
         info: dict[str, Any] = {}
         if terminated or truncated:
             info = self.episode_info(end_reason)
-        return self._observe(), float(reward), terminated, truncated, info
+        obs = self._observe()
+        if self.phase == 3:
+            info["advisor_account"] = self.account_snapshot()
+        return obs, float(reward), terminated, truncated, info
 
     # ------------------------------------------------------------------ bar logic
     def _tighten_stop(self, level: float) -> None:
@@ -469,6 +480,7 @@ class TradingEnv(gym.Env):
         self._side = 0
         self._trail_on = False
         self._target = math.nan
+        self._last_exit_index = t
         if self.target_index < 0 and self.balance >= self.rules.account_size + self.rules.profit_target:
             self.target_index = t
 
@@ -499,6 +511,8 @@ class TradingEnv(gym.Env):
 
     def _update_mask(self) -> np.ndarray:
         m = self._mask
+        self._vetoed = False
+        self.decision_steps += 1
         m[:] = False
         m[0] = True
         side = self._side
@@ -513,6 +527,8 @@ class TradingEnv(gym.Env):
             m[3] = side * (self._stop - self._entry) < 0 and side * (c - self._entry) > 0
             m[4] = not self._trail_on and (self.risk_veto is None or self.risk_veto.allows_trail(self))
             m[5] = self._trail_on
+        if self._vetoed:
+            self.veto_steps += 1
         return m
 
     def _observe(self) -> np.ndarray:
@@ -546,7 +562,8 @@ class TradingEnv(gym.Env):
         upnl = (equity - self.balance) / allowance
         drawdown = (self.peak - equity) / allowance
         losses = min(self.consecutive_losses, 10) / 5.0
-        win_rate = (sum(self._recent) / len(self._recent)) if self._recent else 0.5
+        win_rate = self.recent_win_rate
+        win_rate = 0.5 if win_rate != win_rate else win_rate
         mae_mfe = min(self._mae / (self._mfe + 1e-9), 10.0) / 10.0 if self._side else 0.0
         return (upnl, drawdown, losses, win_rate, mae_mfe)
 
@@ -561,7 +578,38 @@ class TradingEnv(gym.Env):
 
     @property
     def recent_win_rate(self) -> float:
-        return (sum(self._recent) / len(self._recent)) if self._recent else math.nan
+        """Share of winners among the last 10 trades (NaN before the first)."""
+        recent = list(self._recent)[-RECENT_TRADES:]
+        return (sum(recent) / len(recent)) if recent else math.nan
+
+    def recent_trades(self) -> list[int]:
+        """Outcomes of the most recent trades (1 won, 0 lost), oldest first."""
+        return list(self._recent)
+
+    def bars_since_exit_today(self) -> int:
+        """Bars since the last exit in the current session (a large number when none today)."""
+        if self._last_exit_index < self._day_first:
+            return 1 << 30
+        return self._t - self._last_exit_index
+
+    def count_veto(self, code: str) -> None:
+        """Record that the risk veto blocked an otherwise legal action now (reason ``code``)."""
+        self.veto_counts[code] = self.veto_counts.get(code, 0) + 1
+        self._vetoed = True
+
+    def account_snapshot(self) -> dict[str, Any]:
+        """The account at the current bar, for the LLM advisor's context (plain values; None when undefined)."""
+        return {
+            "t": self._t,
+            "position": self._side,
+            "contracts": self.qty if self._side else 0,
+            "entry_price": self._entry if self._side else None,
+            "unrealized_pnl": self.equity() - self.balance,
+            "balance": self.balance,
+            "win_rate": self.recent_win_rate if self._recent else None,
+            "consecutive_losses": self.consecutive_losses,
+            "mask": self._mask.copy(),
+        }
 
     def drawdown_buffer(self) -> float:
         """Share of the trailing allowance still left above the threshold (1 = untouched)."""
@@ -572,10 +620,10 @@ class TradingEnv(gym.Env):
         """The trades so far with ET timestamps (built outside the hot loop)."""
         df = pd.DataFrame(self.trades, columns=list(TRADE_COLUMNS))
         idx = self.bars.frame.index
-        step = pd.Timedelta(minutes=self.bars.bar_minutes)
         if len(df):
             df.insert(0, "entry_time", idx[df["entry_index"].to_numpy()])
-            exit_time = idx[df["exit_index"].to_numpy()] + np.where(df["exit_at_close"].to_numpy(), step, pd.Timedelta(0))
+            at_close = df["exit_at_close"].to_numpy(dtype=bool)
+            exit_time = idx[df["exit_index"].to_numpy()] + pd.to_timedelta(np.where(at_close, self.bars.bar_minutes, 0), unit="m")
             df.insert(1, "exit_time", exit_time)
         else:
             df.insert(0, "entry_time", pd.Series([], dtype=f"datetime64[ns, {idx.tz}]"))
@@ -596,4 +644,7 @@ class TradingEnv(gym.Env):
             },
             "episode_bars": int(np.count_nonzero(~np.isnan(self.equity_history))),
             "invalid_actions": self.invalid_actions,
+            "veto_counts": dict(self.veto_counts),
+            "veto_steps": self.veto_steps,
+            "decision_steps": self.decision_steps,
         }

@@ -34,6 +34,8 @@ class EvaluationOutput:
     random_seeds: dict[str, dict] = field(default_factory=dict)
     """Mean and standard deviation of each metric over the random baseline's seeds."""
     dates: tuple[str, str] | None = None
+    per_seed: dict[str, dict] = field(default_factory=dict)
+    """Metrics of each random-baseline seed, by strategy name (``random (seed k)``)."""
     extra: dict = field(default_factory=dict)
 
 
@@ -69,7 +71,7 @@ def evaluate_run(
     quiet: bool = False,
 ) -> EvaluationOutput:
     from hybrid_trader.config import merge_overrides
-    from hybrid_trader.evaluation.metrics import aggregate_seeds, compute_metrics
+    from hybrid_trader.evaluation.results import metrics_table
     from hybrid_trader.evaluation.policies import AgentPolicy, FlatPolicy, MomentumPolicy, RandomPolicy
     from hybrid_trader.evaluation.results import save_results
     from hybrid_trader.evaluation.runner import entry_rate, evaluation_env, run_policy
@@ -104,19 +106,30 @@ def evaluate_run(
     results += randoms
     results.append(run_policy(MomentumPolicy(), env()))
 
-    metrics = {r.name: compute_metrics(r) for r in results}
-    random_stats = aggregate_seeds([metrics[r.name] for r in randoms])
-    metrics["random"] = {k: v.get("mean") if isinstance(v, dict) else v for k, v in random_stats.items()}
+    table = metrics_table(results)
+    random_stats = table["random"]
+    metrics = {name: m for name, m in table.items() if name != "random"}
+    metrics["random"] = {k: (v["mean"] if "mean" in v else _mode(v)) if isinstance(v, dict) else v
+                         for k, v in random_stats.items()}
 
     out_dir = run_dir / "eval" / split
     prices = market.bars.frame["close"].iloc[
         int(market.bars.session_bounds[sessions.start, 0]): int(market.bars.session_bounds[sessions.stop - 1, 1]) + 1]
-    save_results(results, prices, out_dir)
-    (out_dir / "metrics.json").write_text(json.dumps(_jsonable(metrics), indent=2))
-    (out_dir / "random_seeds.json").write_text(json.dumps(_jsonable(random_stats), indent=2))
+    save_results(results, prices, out_dir, metrics=table,
+                 info={"split": split, "run_dir": str(run_dir), "model": str(model_path), "seeds": seeds,
+                       "entry_rate": rate})
     dates = (str(market.bars.session_dates[sessions.start]), str(market.bars.session_dates[sessions.stop - 1]))
-    return EvaluationOutput(split, out_dir, metrics, random_stats, dates,
+    from hybrid_trader.evaluation.metrics import compute_metrics
+
+    per_seed = {r.name: compute_metrics(r) for r in randoms}
+    return EvaluationOutput(split, out_dir, metrics, random_stats, dates, per_seed,
                             {"entry_rate": rate, "agent_actions": agent.extra.get("actions")})
+
+
+def _mode(aggregated: dict) -> Any:
+    """Most frequent value of an aggregated text metric ({"counts": {...}})."""
+    counts = aggregated.get("counts") or {}
+    return max(counts, key=counts.get) if counts else None
 
 
 HEADLINE = ["Net PnL [$]", "Return [%]", "Sharpe (ann.)", "Max drawdown [$]", "Win rate [%]", "Profit factor",

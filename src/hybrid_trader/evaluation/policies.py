@@ -42,7 +42,9 @@ class RandomPolicy:
         self.entry_rate = float(entry_rate)
         self.manage_rate = float(manage_rate)
         self.rng = np.random.default_rng(seed)
-        self.name = f"random[{seed}]"
+        self.seed = seed
+        self.name = f"random (seed {seed})"
+        self.result_extra = {"group": "random", "seed": seed, "role": "baseline"}
 
     def __call__(self, obs, mask, env) -> int:
         if mask[1] and self.rng.random() < self.entry_rate:
@@ -85,6 +87,7 @@ class AgentPolicy:
         self.vec_normalize = vec_normalize
         self.name = name
         self.deterministic = deterministic
+        self.result_extra = {"role": "agent"}
 
     def normalize(self, obs: np.ndarray) -> np.ndarray:
         if self.vec_normalize is None:

@@ -37,9 +37,9 @@ def run_policy(policy: Policy, env: TradingEnv, *, record_decisions: int = 0) ->
         obs, _, terminated, truncated, info = env.step(action)
         if terminated or truncated:
             break
-    return collect_result(env, policy.name, extra={"actions": actions.tolist(), "decisions": decisions,
-                                                    "end_reason": info.get("end_reason"),
-                                                    "invalid_actions": env.invalid_actions})
+    extra = {"actions": actions.tolist(), "decisions": decisions, "end_reason": info.get("end_reason"),
+             "invalid_actions": env.invalid_actions, **getattr(policy, "result_extra", {})}
+    return collect_result(env, policy.name, extra=extra)
 
 
 def collect_result(env: TradingEnv, name: str, extra: dict | None = None) -> "StrategyResult":

@@ -85,7 +85,9 @@ class AdvisorContext:
     position: int = 0
     """-1 short, 0 flat, +1 long."""
     position_status: str = "FLAT"
-    """Position text, e.g. 'LONG 1 @ 16850.25' or 'FLAT'."""
+    """Position text: 'FLAT', 'LONG 2', 'SHORT 1' (short: tokens cost time)."""
+    entry_price: float = math.nan
+    """Entry price of the open position [points]; NaN when flat."""
     unrealized_pnl: float = 0.0
     """Open profit or loss [$]."""
     win_rate: float = math.nan
@@ -123,10 +125,7 @@ def position_text(account: AccountState) -> str:
     if account.position == 0:
         return "FLAT"
     side = "LONG" if account.position > 0 else "SHORT"
-    n = max(int(account.contracts), 1)
-    if math.isfinite(account.entry_price):
-        return f"{side} {n} @ {account.entry_price:.2f}"
-    return f"{side} {n}"
+    return f"{side} {max(int(account.contracts), 1)}"
 
 
 def _at(raw: Mapping[str, np.ndarray], key: str, t: int) -> float:
@@ -167,6 +166,7 @@ def context_from_market(bars: Any, features: Any, t: int, account: AccountState,
         trend=TREND_LABELS[score],
         position=int(np.sign(account.position)),
         position_status=position_text(account),
+        entry_price=float(account.entry_price) if account.position else math.nan,
         unrealized_pnl=float(account.unrealized_pnl),
         win_rate=float(account.win_rate),
         consecutive_losses=int(account.consecutive_losses),

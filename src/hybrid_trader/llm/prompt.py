@@ -46,12 +46,13 @@ TEMPLATE_FIELDS: dict[str, str] = {
     "trend": "strong uptrend, uptrend, sideways, downtrend, strong downtrend",
     "trend_score": "-2..+2",
     "position": "-1, 0, +1",
-    "position_status": "FLAT, LONG 1 @ 16850.25, ...",
+    "position_status": "FLAT, LONG 1, SHORT 2",
+    "entry_price": "entry price of the open position [points], n/a when flat",
     "unrealized_pnl": "open profit or loss [$]",
     "win_rate": "recent win rate [fraction; format with %], n/a before the first trade",
     "consecutive_losses": "losing trades in a row",
     "balance": "account balance [$]",
-    "legal_actions": "the legal action names, comma separated",
+    "legal_actions": "the legal action names, space separated",
     "actions": "all six action names, comma separated",
 }
 SYSTEM_FIELDS = ("market", "market_name", "actions")
@@ -94,7 +95,7 @@ def context_fields(ctx: AdvisorContext) -> dict[str, Any]:
     """The template values of a context."""
     ts = ctx.timestamp
     hhmm = ts.strftime("%H:%M") if ts is not None else "n/a"
-    legal = ", ".join(w for w, ok in zip(ACTION_WORDS, ctx.legal) if ok)
+    legal = " ".join(w for w, ok in zip(ACTION_WORDS, ctx.legal) if ok)
     return {
         "market": _Text(ctx.market),
         "market_name": _Text(_market_name(ctx.market)),
@@ -115,6 +116,7 @@ def context_fields(ctx: AdvisorContext) -> dict[str, Any]:
         "trend_score": ctx.trend_score,
         "position": ctx.position,
         "position_status": _Text(ctx.position_status),
+        "entry_price": _Num(ctx.entry_price),
         "unrealized_pnl": _Num(ctx.unrealized_pnl),
         "win_rate": _Num(ctx.win_rate),
         "consecutive_losses": ctx.consecutive_losses,
@@ -134,7 +136,7 @@ def content_free_fields(legal: np.ndarray | None = None) -> dict[str, Any]:
     out["position"] = _Text("n/a")
     out["consecutive_losses"] = _Text("n/a")
     mask = np.ones(len(ACTION_WORDS), bool) if legal is None else np.asarray(legal, bool)
-    out["legal_actions"] = _Text(", ".join(w for w, ok in zip(ACTION_WORDS, mask) if ok))
+    out["legal_actions"] = _Text(" ".join(w for w, ok in zip(ACTION_WORDS, mask) if ok))
     out["actions"] = _Text(", ".join(ACTION_WORDS))
     return out
 

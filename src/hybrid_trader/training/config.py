@@ -11,7 +11,9 @@ from dataclasses import dataclass, field
 from typing import Literal, Optional
 
 from hybrid_trader.env.config import EnvConfig
+from hybrid_trader.env.risk_veto import RiskConfig
 from hybrid_trader.errors import UserError
+from hybrid_trader.training.fusion import FusionConfig
 
 
 @dataclass
@@ -137,9 +139,19 @@ class RunConfig:
     split: SplitConfig = field(default_factory=SplitConfig)
     ppo: PPOConfig = field(default_factory=PPOConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    fusion: FusionConfig = field(default_factory=FusionConfig)
+    risk: RiskConfig = field(default_factory=RiskConfig)
+    llm: dict = field(default_factory=dict)
+    """Phase 3: options of the LLM advisor over its packaged defaults (hybrid_trader/configs/llm.yaml; docs/LLM.md)."""
 
     def __post_init__(self) -> None:
         self.validate()
+
+    def llm_config(self):
+        """The advisor's configuration: the packaged defaults with this run's ``llm`` options over them."""
+        from hybrid_trader.llm.config import load_llm_config
+
+        return load_llm_config(None, overrides=self.llm)
 
     def validate(self) -> None:
         """Cross-section checks (the seed's frozen-policy run must be impossible)."""
@@ -152,3 +164,5 @@ class RunConfig:
                 "the policy would never be trained",
                 fix=f"use a freeze shorter than the run, e.g. {total // 10:,} (10%), or 0",
             )
+        if self.env.phase == 3:
+            self.llm_config()  # unknown or invalid llm options fail here, before any training

@@ -54,7 +54,7 @@ def load_market(data: DataConfig, split: SplitConfig, bars: Bars | None = None) 
 
 def env_factory(
     market: Market, env_config: EnvConfig, sessions: Sequence[int], seed: int, *, ignore_sigint: bool = False,
-    wrap: Callable | None = None,
+    wrap: Callable | None = None, risk: object = None,
 ) -> Callable[[], TradingEnv]:
     """A picklable constructor of one environment on ``sessions`` (for DummyVecEnv/SubprocVecEnv).
 
@@ -65,8 +65,17 @@ def env_factory(
     def make() -> TradingEnv:
         if ignore_sigint:
             signal.signal(signal.SIGINT, signal.SIG_IGN)
-        env = TradingEnv(market.bars, market.features, env_config, sessions=list(sessions))
+        env = TradingEnv(market.bars, market.features, env_config, sessions=list(sessions), risk_veto=make_veto(risk))
         env.reset(seed=seed)
         return wrap(env) if wrap is not None else env
 
     return make
+
+
+def make_veto(risk: object):
+    """A RiskVeto for an enabled RiskConfig, else None."""
+    if risk is None or not getattr(risk, "enable_risk_veto", False):
+        return None
+    from hybrid_trader.env.risk_veto import RiskVeto
+
+    return RiskVeto(risk)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import pickle
 import signal
 import sys
 import time
@@ -64,12 +65,17 @@ def load_run_config(run_dir: Path) -> RunConfig:
 
 
 def build_vec_env(market: Market, config: RunConfig, sessions, n_envs: int, seed: int, *, normalize: bool,
-                  training: bool = True, wrap=None):
-    """Vectorised, monitored (and optionally normalised) environments over ``sessions``."""
+                  training: bool = True, wrap=None, advisor=None):
+    """Vectorised, monitored (and optionally normalised) environments over ``sessions``.
+
+    Phase 3 (``advisor`` given): the advisor wrapper appends the advice to each
+    observation, and only the 261 features are normalised.
+    """
     from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecMonitor, VecNormalize
 
     subproc = config.ppo.vec_env == "subproc" and n_envs > 1
-    fns = [env_factory(market, config.env, sessions, seed + i, ignore_sigint=subproc, wrap=wrap)
+    risk = config.risk if config.env.phase == 3 else None
+    fns = [env_factory(market, config.env, sessions, seed + i, ignore_sigint=subproc, wrap=wrap, risk=risk)
            for i in range(n_envs)]
     if subproc:
         method = "fork" if sys.platform.startswith("linux") else "spawn"
@@ -77,6 +83,13 @@ def build_vec_env(market: Market, config: RunConfig, sessions, n_envs: int, seed
     else:
         venv = DummyVecEnv(fns)
     venv = VecMonitor(venv)
+    if advisor is not None:
+        from hybrid_trader.training.advice_env import AdvisorVecEnv, PartialVecNormalize
+
+        venv = AdvisorVecEnv(venv, advisor, market, max_age=advisor.config.batching.max_age_steps)
+        if normalize:
+            venv = PartialVecNormalize(venv, norm_obs=True, norm_reward=False, clip_obs=10.0, training=training)
+        return venv
     if normalize:
         venv = VecNormalize(venv, norm_obs=True, norm_reward=False, clip_obs=10.0, training=training)
     return venv
@@ -166,8 +179,18 @@ def train_run(
     import torch
 
     torch.set_num_threads(ppo.torch_threads)
+    phase3 = config.env.phase == 3
+    advisor = None
+    if phase3:
+        from hybrid_trader.llm import build_advisor
+
+        llm_config = config.llm_config()
+        advisor = build_advisor(llm_config)
+        (run_dir / "llm.yaml").write_text(_yaml_dump(llm_config.to_dict()))
+        say(f"LLM advisor: {llm_config.backend} back end, {llm_config.mode} mode, query {llm_config.query.mode}, "
+            f"llm_weight {config.fusion.llm_weight}")
     venv = build_vec_env(market, config, market.sessions("train"), ppo.n_envs, ppo.seed,
-                         normalize=ppo.normalize_observations)
+                         normalize=ppo.normalize_observations, advisor=advisor)
     try:
         hyper = dict(
             learning_rate=ppo.learning_rate, n_steps=ppo.n_steps, batch_size=ppo.batch_size, n_epochs=ppo.n_epochs,
@@ -181,14 +204,22 @@ def train_run(
                 venv.obs_rms = saved.obs_rms
             say(f"resuming {run_dir} from {ckpt.name} at step {model.num_timesteps:,}")
         else:
-            model = MaskablePPO("MlpPolicy", venv, seed=ppo.seed, device=ppo.device, verbose=0,
-                                policy_kwargs={"net_arch": list(ppo.net_arch)}, **hyper)
+            policy: Any = "MlpPolicy"
+            policy_kwargs: dict[str, Any] = {"net_arch": list(ppo.net_arch)}
+            if phase3:
+                from hybrid_trader.training.policy import HybridMaskablePolicy
+
+                policy = HybridMaskablePolicy
+                policy_kwargs["llm_weight"] = config.fusion.llm_weight
+            model = MaskablePPO(policy, venv, seed=ppo.seed, device=ppo.device, verbose=0,
+                                policy_kwargs=policy_kwargs, **hyper)
             if init is not None:
                 src_path, src_vec = find_model(Path(init))
                 src = MaskablePPO.load(src_path, device=ppo.device)
                 notes = transfer_weights(src.policy, model.policy)
                 if src_vec is not None and isinstance(venv, VecNormalize):
-                    transfer_normalization(VecNormalize.load(str(src_vec), venv.venv), venv)
+                    with open(src_vec, "rb") as f:
+                        transfer_normalization(pickle.load(f), venv)
                 write_status(run_dir, init=str(init), init_notes=notes)
                 say(f"initialised from {init}: " + ("; ".join(notes) or "same shapes"))
 
@@ -198,6 +229,10 @@ def train_run(
 
         checkpoints = CheckpointCallback(run_dir, config.train.checkpoint_every, config.train.keep_checkpoints)
         callbacks = [TradingMetricsCallback(), checkpoints]
+        if phase3:
+            from hybrid_trader.training.hybrid_stats import HybridStatsCallback
+
+            callbacks.append(HybridStatsCallback(_find_wrapper(venv), config.llm_config()))
         if config.train.validate_every > 0 and len(market.sessions("val")):
             callbacks.append(ValidationCallback(run_dir, config.train.validate_every, make_validation_fn(market, config)))
         if init is not None and config.train.freeze_body_steps > 0:
@@ -238,6 +273,21 @@ def train_run(
         return status
     finally:
         venv.close()
+
+
+def _find_wrapper(venv):
+    """The AdvisorVecEnv inside a wrapper stack."""
+    from hybrid_trader.training.advice_env import AdvisorVecEnv
+
+    while not isinstance(venv, AdvisorVecEnv):
+        venv = venv.venv
+    return venv
+
+
+def _yaml_dump(data: dict) -> str:
+    import yaml
+
+    return "# Resolved LLM advisor configuration of this run.\n" + yaml.safe_dump(data, sort_keys=False)
 
 
 def _raise_interrupt(signum, frame):  # pragma: no cover - exercised through a subprocess test

@@ -115,11 +115,20 @@ class TransformersBackend(Backend):
         self._flat_ids = torch.tensor([i for ids in self.action_ids for i in ids], device=self.device)
         self._owner = np.array([a for a, ids in enumerate(self.action_ids) for _ in ids])
         self.sliding_window = getattr(self.model.config, "sliding_window", None)
-        newline = self.tokenizer("\n", add_special_tokens=False).input_ids
-        self.stop_ids = sorted({*newline[-1:], *(self._eos_ids())})
+        self._stop_ids: list[int] | None = None
         self._prefixes: dict[str, tuple] = {}
         self._lock = threading.Lock()
         self._chat_split: tuple[str, str] | None = None
+
+    @property
+    def stop_ids(self) -> list[int]:
+        """End-of-sequence ids and every token containing a newline (an answer is one line)."""
+        if self._stop_ids is None:
+            vocab = self.tokenizer.get_vocab()
+            ids = {i for t, i in vocab.items() if "\n" in t or "\u010a" in t or t == "<0x0A>"}
+            ids.update(self._eos_ids())
+            self._stop_ids = sorted(ids)
+        return self._stop_ids
 
     def _eos_ids(self) -> list[int]:
         eos = self.tokenizer.eos_token_id

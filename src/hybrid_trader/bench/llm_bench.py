@@ -1,0 +1,131 @@
+"""``hybrid-trader bench llm``: advisor decisions per second and how long its callers block.
+
+The loop plays a training loop's policy side: ``--batch`` environments step together;
+each vectorised step, every environment polls its latest advice and submits its new
+context (query policy ``always``, cache off, so every submit wants the model), then the
+loop sleeps ``--step-ms`` (the environments' own time). The worker thread batches the
+waiting queries (one per environment, newer replacing older) into one back-end call.
+
+Reported (JSON, last line):
+
+- ``decisions_per_s``: model answers delivered per second of wall time;
+- ``p99_blocking_ms``: 99th percentile of the time one ``poll`` + ``submit`` pair takes
+  in the caller's thread (what a training step pays);
+- ``mean_latency_ms``: mean time from submit to answer (queueing + batch);
+- and load time, batch sizes, abstention rate, label coverage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import time
+
+import numpy as np
+
+
+def bench_contexts(n: int, seed: int = 0) -> list:
+    """``n`` varied, plausible contexts (no data or features needed)."""
+    from hybrid_trader.llm.context import TREND_LABELS
+    from hybrid_trader.llm.prompt import sample_context
+
+    rng = np.random.default_rng(seed)
+    base = sample_context()
+    out = []
+    for i in range(n):
+        pos = int(rng.choice([-1, 0, 0, 1]))
+        score = int(rng.integers(-2, 3))
+        legal = np.array([True, pos == 0, pos == 0, pos != 0 and rng.random() < 0.5, pos != 0, False])
+        out.append(dataclasses.replace(
+            base,
+            timestamp=base.timestamp + np.timedelta64(int(i), "m").item(),
+            price=round(float(16850 + rng.normal(0, 40)) * 4) / 4,
+            adx=float(rng.uniform(10, 45)), rsi=float(rng.uniform(20, 80)),
+            vwap_distance=float(rng.normal(0, 0.002)), momentum=float(rng.normal(0, 15)),
+            trend_score=score, trend=TREND_LABELS[score], position=pos,
+            position_status="FLAT" if pos == 0 else ("LONG 1" if pos > 0 else "SHORT 1"),
+            unrealized_pnl=0.0 if pos == 0 else float(rng.normal(0, 400)),
+            win_rate=float(rng.uniform(0.3, 0.7)), consecutive_losses=int(rng.integers(0, 4)),
+            balance=float(50_000 + rng.normal(0, 800)), legal=legal,
+        ))
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    from hybrid_trader.cli.llm import llm_overrides
+    from hybrid_trader.llm import build_advisor, load_llm_config
+
+    over = llm_overrides(args)
+    batch = max(1, int(args.batch))
+    over["query"] = {"mode": "always"}
+    over["cache"] = {"enabled": False}
+    bat = {"max_batch": batch, "max_age_steps": 1_000_000, "max_pending": max(batch, 4096)}
+    if args.max_wait_ms is not None:
+        bat["max_wait_ms"] = args.max_wait_ms
+    over["batching"] = bat
+    cfg = load_llm_config(args.config, over)
+    queries = args.queries or (2000 if cfg.backend == "mock" else 128)
+
+    t0 = time.perf_counter()
+    advisor = build_advisor(cfg)
+    load_s = time.perf_counter() - t0
+    try:
+        pool = bench_contexts(max(4 * batch, 64), seed=args.seed)
+        # warm-up: prefix caches, first-call allocations (not timed, not counted)
+        t1 = time.perf_counter()
+        advisor.advise_now(pool[:batch])
+        warm_s = time.perf_counter() - t1
+        base_total = advisor.stats()["llm/total_queries"]
+
+        blocking: list[float] = []
+        step = 0
+        sleep = max(0.0, args.step_ms) / 1000.0
+        start = time.perf_counter()
+        deadline = start + 3600.0
+        while advisor.stats()["llm/total_queries"] - base_total < queries:
+            step += 1
+            for env in range(batch):
+                ctx = pool[(step * 7 + env) % len(pool)]
+                b0 = time.perf_counter()
+                advisor.poll(env, step)
+                advisor.submit(env, step, ctx)
+                blocking.append(time.perf_counter() - b0)
+            if sleep:
+                time.sleep(sleep)
+            if time.perf_counter() > deadline:
+                break
+        elapsed = time.perf_counter() - start
+        stats = advisor.stats()
+    finally:
+        advisor.close()
+    answered = stats["llm/total_queries"] - base_total
+    b = np.asarray(blocking) * 1000.0
+    result = {
+        "backend": cfg.backend,
+        "model": advisor.backend.describe(),
+        "mode": cfg.mode,
+        "batch": batch,
+        "queries": int(answered),
+        "decisions_per_s": round(answered / elapsed, 2),
+        "p99_blocking_ms": round(float(np.percentile(b, 99)), 4),
+        "p50_blocking_ms": round(float(np.percentile(b, 50)), 4),
+        "max_blocking_ms": round(float(b.max()), 3),
+        "mean_latency_ms": round(stats["llm/avg_latency_ms"], 1),
+        "p95_latency_ms": round(stats["llm/p95_latency_ms"], 1),
+        "batch_size_avg": round(stats["llm/batch_size_avg"], 2),
+        "abstain_rate": round(stats["llm/abstain_rate"], 4),
+        "coverage_avg": round(stats["llm/coverage_avg"], 4),
+        "confidence_avg": round(stats["confidence/llm_avg"], 4),
+        "elapsed_s": round(elapsed, 2),
+        "load_s": round(load_s, 2),
+        "warmup_s": round(warm_s, 2),
+        "step_ms": args.step_ms,
+        "cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+    }
+    print(f"{result['decisions_per_s']:.2f} decisions/s ({cfg.backend}, {cfg.mode}, batch {batch}, "
+          f"{int(answered)} answers in {elapsed:.1f} s); caller blocks p99 {result['p99_blocking_ms']:.3f} ms; "
+          f"mean latency {result['mean_latency_ms']:.0f} ms")
+    print(json.dumps(result))
+    return 0

@@ -1,0 +1,153 @@
+"""Phase 3: the LLM advisor fed from the policy side, batched across environments.
+
+``AdvisorVecEnv`` wraps the vectorised environments (in the main process, whether the
+environments run there or in subprocesses). After every step it
+
+1. turns each environment's account snapshot (``info["advisor_account"]``) and the
+   precomputed features of its bar into an ``AdvisorContext``;
+2. offers it to the advisor with ``submit`` (never blocks: the advisor's query policy
+   decides whether to ask, the cache may answer at once, otherwise a worker thread
+   batches the queries of all environments into one forward pass);
+3. polls each environment's latest ready advice (never blocks) and writes it, with its
+   age, into the 9 advice values appended to the observation.
+
+The policy reads those 9 values as the LLM prior (``HybridMaskablePolicy``), so the
+advice that shaped a sampled action is stored with it in the rollout buffer.
+
+``PartialVecNormalize`` normalises the 261 features and leaves the advice as it is
+(probabilities must stay probabilities for the prior).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from stable_baselines3.common.vec_env import VecEnvWrapper, VecNormalize
+
+from hybrid_trader.training.fusion import ADVICE_DIM, N_FEATURES
+
+
+class PartialVecNormalize(VecNormalize):
+    """VecNormalize that normalises only the first ``n_normalized`` observation values."""
+
+    def __init__(self, venv, n_normalized: int = N_FEATURES, **kwargs: Any) -> None:
+        self.n_normalized = int(n_normalized)
+        super().__init__(venv, **kwargs)
+
+    def _normalize_obs(self, obs: np.ndarray, obs_rms) -> np.ndarray:
+        out = np.array(obs, dtype=np.float32, copy=True)
+        n = self.n_normalized
+        out[..., :n] = np.clip((obs[..., :n] - obs_rms.mean[:n]) / np.sqrt(obs_rms.var[:n] + self.epsilon),
+                               -self.clip_obs, self.clip_obs)
+        return out
+
+    def _unnormalize_obs(self, obs: np.ndarray, obs_rms) -> np.ndarray:
+        out = np.array(obs, dtype=np.float32, copy=True)
+        n = self.n_normalized
+        out[..., :n] = obs[..., :n] * np.sqrt(obs_rms.var[:n] + self.epsilon) + obs_rms.mean[:n]
+        return out
+
+
+def account_from_snapshot(snap: dict) -> Any:
+    from hybrid_trader.llm.context import AccountState
+
+    return AccountState(
+        position=int(snap["position"]),
+        contracts=int(snap["contracts"]),
+        entry_price=math.nan if snap["entry_price"] is None else float(snap["entry_price"]),
+        unrealized_pnl=float(snap["unrealized_pnl"]),
+        balance=float(snap["balance"]),
+        win_rate=math.nan if snap["win_rate"] is None else float(snap["win_rate"]),
+        consecutive_losses=int(snap["consecutive_losses"]),
+    )
+
+
+def advice_block(advice: Any, max_age: int) -> np.ndarray:
+    """The 9 advice values of one observation (zeros when there is no usable advice)."""
+    out = np.zeros(ADVICE_DIM, dtype=np.float32)
+    if advice is None or advice.abstained:
+        return out
+    out[:6] = advice.probs
+    out[6] = advice.confidence
+    out[7] = min(advice.age_steps / max(max_age, 1), 1.0)
+    out[8] = 1.0
+    return out
+
+
+class AdvisorVecEnv(VecEnvWrapper):
+    """Appends the LLM's latest advice to each environment's observation; never waits for it."""
+
+    def __init__(self, venv, advisor: Any, market: Any, *, max_age: int) -> None:
+        base = venv.observation_space
+        if base.shape != (N_FEATURES,):
+            raise ValueError(f"AdvisorVecEnv needs the phase 3 observation ({N_FEATURES},), got {base.shape}")
+        low = np.concatenate([base.low, np.zeros(ADVICE_DIM, np.float32)])
+        high = np.concatenate([base.high, np.ones(ADVICE_DIM, np.float32)])
+        super().__init__(venv, observation_space=gym.spaces.Box(low, high, dtype=np.float32))
+        self.advisor = advisor
+        self.market = market
+        self.max_age = int(max_age)
+        self.steps = np.zeros(self.num_envs, dtype=np.int64)
+        """Steps taken by each environment since the start of training (the advisor's clock)."""
+        self.rl_confidence = np.full(self.num_envs, np.nan)
+        """RL-only confidence of each environment's last decision, set by the stats callback."""
+        self.last_advice: list[Any] = [None] * self.num_envs
+        self.submitted = 0
+        self.advised_steps = 0
+        self.age_sum = 0.0
+        self.total_steps = 0
+
+    # ------------------------------------------------------------------ VecEnv API
+    def reset(self):
+        obs = self.venv.reset()
+        self.advisor.reset()
+        infos = self.venv.unwrapped.reset_infos
+        return self._with_advice(obs, infos, np.ones(self.num_envs, dtype=bool))
+
+    def step_wait(self):
+        obs, rewards, dones, infos = self.venv.step_wait()
+        self.steps += 1
+        reset_infos = self.venv.unwrapped.reset_infos
+        snaps = [reset_infos[i] if dones[i] else infos[i] for i in range(self.num_envs)]
+        for i in np.flatnonzero(dones):
+            terminal = infos[i].get("terminal_observation")
+            if terminal is not None and terminal.shape == (N_FEATURES,):
+                # The value bootstrap of a truncated episode sees the advice that was in force.
+                infos[i]["terminal_observation"] = np.concatenate(
+                    [terminal, advice_block(self.last_advice[i], self.max_age)]).astype(np.float32)
+        return self._with_advice(obs, snaps, dones), rewards, dones, infos
+
+    def _with_advice(self, obs: np.ndarray, infos, new_episode: np.ndarray) -> np.ndarray:
+        from hybrid_trader.llm.context import context_from_market
+
+        out = np.zeros((self.num_envs, N_FEATURES + ADVICE_DIM), dtype=np.float32)
+        out[:, :N_FEATURES] = obs
+        bars, features = self.market.bars, self.market.features
+        for i in range(self.num_envs):
+            snap = infos[i].get("advisor_account") if infos[i] else None
+            if new_episode[i]:
+                self.advisor.reset(i)
+            if snap is None:
+                continue
+            step = int(self.steps[i])
+            ctx = context_from_market(bars, features, snap["t"], account_from_snapshot(snap), snap["mask"])
+            conf = self.rl_confidence[i]
+            if self.advisor.submit(i, step, ctx, rl_confidence=None if np.isnan(conf) else float(conf)):
+                self.submitted += 1
+            advice = self.advisor.poll(i, step)
+            self.last_advice[i] = advice
+            out[i, N_FEATURES:] = advice_block(advice, self.max_age)
+            self.total_steps += 1
+            if out[i, -1] > 0:
+                self.advised_steps += 1
+                self.age_sum += advice.age_steps
+        return out
+
+    def close(self) -> None:
+        try:
+            self.advisor.close()
+        finally:
+            self.venv.close()

@@ -1,0 +1,129 @@
+"""Phase 3 monitoring: statistics that prove the LLM takes part in training.
+
+Measured on the training rollouts themselves (never on a side channel) and logged to
+TensorBoard and ``progress.jsonl`` at the end of each rollout, under the seed's names
+plus a few more:
+
+==============================  =============================================================
+key                             meaning
+==============================  =============================================================
+``llm/total_queries``           queries the advisor answered or is answering (cumulative)
+``llm/avg_latency_ms``          mean submit-to-answer latency
+``llm/error_rate``              share of queries that errored or timed out [%]
+``llm/query_rate_pct``          share of decision steps that requested advice [%]
+``llm/configured_query_rate_pct`` the rate the query policy's interval alone implies [%]
+``llm/advised_pct``             share of decision steps whose observation carried fresh advice [%]
+``llm/advice_age_mean_steps``   mean age of the advice used [steps]
+``llm/max_advice_age_steps``    the configured limit on that age [steps]
+``llm/abstain_rate_pct``        share of answers that abstained [%]
+``confidence/rl_avg``           mean probability of the RL-only best action (masked)
+``confidence/llm_avg``          mean confidence of the advice used
+``fusion/agreement_pct``        RL-only best action == LLM's action, over advised steps [%]
+``fusion/override_pct``         executed action != RL-only best action, over all steps [%]
+``fusion/risk_veto_pct``        decision steps at which the risk veto blocked an action [%]
+``fusion/veto_<CODE>``          veto counts by reason code (cumulative)
+==============================  =============================================================
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch as th
+from stable_baselines3.common.callbacks import BaseCallback
+
+
+class HybridStatsCallback(BaseCallback):
+    """Aggregates advice, fusion and veto statistics over each rollout."""
+
+    def __init__(self, advice_env: Any, llm_config: Any) -> None:
+        super().__init__()
+        self.advice_env = advice_env
+        self.llm_config = llm_config
+        self.veto_counts: dict[str, int] = {}
+        self._reset()
+
+    def _reset(self) -> None:
+        self.n = 0
+        self.advised = 0
+        self.agree = 0
+        self.override = 0
+        self.rl_conf_sum = 0.0
+        self.llm_conf_sum = 0.0
+        self.age_sum = 0.0
+        self.submitted0 = self.advice_env.submitted
+        self.steps0 = self.advice_env.total_steps
+        self.veto_steps = 0
+        self.decision_steps = 0
+
+    def _on_rollout_start(self) -> None:
+        self._reset()
+
+    def _on_step(self) -> bool:
+        policy = self.model.policy
+        rl_logits = policy.last_rl_logits
+        if rl_logits is None:
+            return True
+        masks = self.locals.get("action_masks")
+        logits = rl_logits.cpu().numpy().astype(np.float64)
+        if masks is not None:
+            logits = np.where(np.asarray(masks, dtype=bool).reshape(logits.shape), logits, -np.inf)
+        logits -= logits.max(axis=1, keepdims=True)
+        probs = np.exp(logits)
+        probs /= probs.sum(axis=1, keepdims=True)
+        rl_best = probs.argmax(axis=1)
+        rl_conf = probs.max(axis=1)
+        self.advice_env.rl_confidence[:] = rl_conf
+        actions = np.asarray(self.locals["actions"]).reshape(-1)
+        obs = self.locals.get("obs_tensor")
+        advice = obs[:, -9:].cpu().numpy() if isinstance(obs, th.Tensor) else None
+        self.n += len(actions)
+        self.rl_conf_sum += float(rl_conf.sum())
+        self.override += int((actions != rl_best).sum())
+        if advice is not None:
+            present = advice[:, 8] > 0.5
+            if present.any():
+                llm_best = advice[present, :6].argmax(axis=1)
+                self.advised += int(present.sum())
+                self.agree += int((llm_best == rl_best[present]).sum())
+                self.llm_conf_sum += float(advice[present, 6].sum())
+                self.age_sum += float(advice[present, 7].sum()) * self.llm_config.batching.max_age_steps
+        for info, done in zip(self.locals["infos"], self.locals["dones"]):
+            if done and "veto_steps" in info:
+                self.veto_steps += info["veto_steps"]
+                self.decision_steps += info["decision_steps"]
+                for code, count in info.get("veto_counts", {}).items():
+                    self.veto_counts[code] = self.veto_counts.get(code, 0) + count
+        return True
+
+    def _on_rollout_end(self) -> None:
+        rec = self.logger.record
+        stats = self.advice_env.advisor.stats()
+        for key in ("llm/total_queries", "llm/avg_latency_ms", "llm/p95_latency_ms", "llm/error_rate",
+                    "llm/timeouts", "llm/errors", "llm/parse_failures", "llm/cache_hits", "llm/dropped",
+                    "llm/label_coverage"):
+            if key in stats:
+                rec(key, stats[key])
+        answered = stats.get("llm/answered", 0) or 0
+        if "llm/abstained" in stats and answered:
+            rec("llm/abstain_rate_pct", 100.0 * stats["llm/abstained"] / answered)
+        steps = self.advice_env.total_steps - self.steps0
+        if steps:
+            rec("llm/query_rate_pct", 100.0 * (self.advice_env.submitted - self.submitted0) / steps)
+        q = self.llm_config.query
+        rec("llm/configured_query_rate_pct", 100.0 if q.mode == "always" else
+            (0.0 if q.mode == "never" else 100.0 / max(q.interval, 1)))
+        rec("llm/max_advice_age_steps", self.llm_config.batching.max_age_steps)
+        if self.n:
+            rec("llm/advised_pct", 100.0 * self.advised / self.n)
+            rec("confidence/rl_avg", self.rl_conf_sum / self.n)
+            rec("fusion/override_pct", 100.0 * self.override / self.n)
+        if self.advised:
+            rec("confidence/llm_avg", self.llm_conf_sum / self.advised)
+            rec("fusion/agreement_pct", 100.0 * self.agree / self.advised)
+            rec("llm/advice_age_mean_steps", self.age_sum / self.advised)
+        if self.decision_steps:
+            rec("fusion/risk_veto_pct", 100.0 * self.veto_steps / self.decision_steps)
+        for code, count in self.veto_counts.items():
+            rec(f"fusion/veto_{code}", count)

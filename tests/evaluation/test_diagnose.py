@@ -1,0 +1,217 @@
+"""Diagnosis of run directories (hybrid_trader.evaluation.diagnose and `hybrid-trader diagnose`).
+
+Each run directory below is healthy except for the one failure it is built to show.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from hybrid_trader.cli import main as cli_main
+from hybrid_trader.errors import UserError
+from hybrid_trader.evaluation.diagnose import CODES, Thresholds, diagnose, diagnose_run
+from tests.evaluation.fakes import write_run
+
+
+def codes(run_dir) -> list[str]:
+    return [f.code for f in diagnose_run(run_dir)]
+
+
+def run_cli(monkeypatch, *argv: str) -> int:
+    """``hybrid-trader diagnose ...`` through the real entry point, with only this command registered."""
+    monkeypatch.setattr(cli_main, "COMMAND_MODULES", ["hybrid_trader.cli.diagnose"])
+    return cli_main.main(["diagnose", *argv])
+
+
+def test_healthy_run_has_no_findings_and_exit_code_0(tmp_path, monkeypatch, capsys):
+    rd = write_run(tmp_path / "run")
+    dx = diagnose(rd)
+    assert dx.findings == [] and dx.healthy
+    assert {"policy change", "value function", "episode length", "trading rate", "train/validation gap",
+            "final checkpoint"} <= set(dx.checked)
+    assert run_cli(monkeypatch, str(rd)) == 0
+    assert "Healthy" in capsys.readouterr().out
+
+
+def test_healthy_phase3_run_has_no_findings(tmp_path):
+    rd = write_run(tmp_path / "run", phase=3)
+    dx = diagnose(rd)
+    assert dx.findings == []
+    assert {"LLM query rate", "LLM confidence", "LLM agreement", "LLM advice age"} <= set(dx.checked)
+
+
+SINGLE_FAILURES = {
+    # code: keyword arguments of write_run that produce exactly that failure
+    "POLICY_NOT_CHANGING": dict(override={"train/approx_kl": 1.24e-10, "train/clip_fraction": 0.0,
+                                          "train/policy_gradient_loss": -6.62e-10}),
+    "WEAK_VALUE_FUNCTION": dict(override={"train/explained_variance": 0.05}),
+    "SHORT_EPISODES": dict(override={"rollout/ep_len_mean": 19.9, "trading/trades_per_episode": 1.0}),
+    "NEVER_TRADES": dict(override={"trading/trades_per_episode": 0.0, "trading/win_rate_pct": None}),
+    "OVERTRADING": dict(override={"trading/trades_per_episode": 80.0}),  # 80 per 380 bars = 21 per 100 bars
+    "TRAIN_VAL_GAP": dict(validation=[{"time/total_timesteps": k * 16384, "train/net_pnl_per_day": 300.0,
+                                       "val/net_pnl_per_day": -40.0, "train/sharpe": 3.2, "val/sharpe": -0.4}
+                                      for k in range(1, 5)]),
+    "NO_FINAL_CHECKPOINT": dict(model=False, status={"state": "interrupted", "total_timesteps": 40_960,
+                                                     "target_timesteps": 81_920}),
+    "LLM_QUERY_RATE_LOW": dict(phase=3, override={"llm/query_rate_pct": 0.45}),
+    "LLM_CONFIDENCE_NEAR_ZERO": dict(phase=3, override={"confidence/llm_avg": 0.000232}),
+    "LLM_AGREEMENT_FROM_ABSTENTION": dict(phase=3, override={"fusion/agreement_pct": 99.9,
+                                                             "llm/abstain_rate_pct": 85.0}),
+    "LLM_ADVICE_STALE": dict(phase=3, override={"llm/advice_age_mean_steps": 8.0}),  # limit 10: > 0.5 * 10
+}
+
+
+@pytest.mark.parametrize("code", sorted(SINGLE_FAILURES))
+def test_run_built_to_show_one_failure_gets_exactly_that_finding(tmp_path, monkeypatch, capsys, code):
+    rd = write_run(tmp_path / "run", **SINGLE_FAILURES[code])
+    findings = diagnose_run(rd)
+    assert [f.code for f in findings] == [code]
+    f = findings[0]
+    assert f.evidence and f.fix and f.message and f.severity in ("error", "warning")
+    assert code in CODES
+    assert run_cli(monkeypatch, str(rd)) == 1
+    out = capsys.readouterr().out
+    assert code in out and "evidence:" in out and "fix:" in out
+
+
+def test_policy_not_changing_names_the_freeze_schedule_longer_than_the_run(tmp_path):
+    # The seed run: adapter_warmup_steps 100,000 with 81,920 steps trained.
+    rd = write_run(tmp_path / "run", updates=20, n_steps=4096,
+                   override={"train/approx_kl": 1.24e-10, "train/clip_fraction": 0.0},
+                   config="env:\n  phase: 3\nphase3:\n  adapter_warmup_steps: 100000\n  freeze_phase2_initially: true\n")
+    (f,) = diagnose_run(rd)
+    assert f.code == "POLICY_NOT_CHANGING"
+    assert f.evidence["config phase3.adapter_warmup_steps"] == 100_000
+    assert f.evidence["steps trained"] == 81_920
+    assert f.evidence["approx_kl (max)"] == pytest.approx(1.24e-10)
+    assert "phase3.adapter_warmup_steps" in f.fix and "8,192" in f.fix
+
+
+def test_seed_report_run_shows_all_its_failures(tmp_path):
+    # Numbers of 002_e41f1f8c1f19f629.txt: frozen policy, EV 0.192, 19.9-bar episodes, 0.45 % queries against
+    # 20 % configured, LLM confidence 0.023 %, agreement 99.9 %, train/val reward 1.79 / 0.244.
+    rd = write_run(tmp_path / "run", phase=3, override={
+        "train/approx_kl": 1.24e-10, "train/clip_fraction": 0.0, "train/policy_gradient_loss": -6.62e-10,
+        "train/explained_variance": 0.192, "rollout/ep_len_mean": 19.9, "trading/trades_per_episode": 1.0,
+        "trading/win_rate_pct": 66.7, "llm/query_rate_pct": 0.45, "llm/configured_query_rate_pct": 20.0,
+        "confidence/llm_avg": 0.000232, "fusion/agreement_pct": 99.9, "llm/abstain_rate_pct": None,
+    }, validation=[{"time/total_timesteps": 81_920, "train/net_pnl_per_day": 179.0, "val/net_pnl_per_day": 24.4,
+                    "train/sharpe": 1.79, "val/sharpe": 0.244}])
+    assert set(codes(rd)) == {"POLICY_NOT_CHANGING", "WEAK_VALUE_FUNCTION", "SHORT_EPISODES", "LLM_QUERY_RATE_LOW",
+                              "LLM_CONFIDENCE_NEAR_ZERO", "LLM_AGREEMENT_FROM_ABSTENTION", "TRAIN_VAL_GAP"}
+    severities = [f.severity for f in diagnose_run(rd)]
+    assert severities == sorted(severities, key=lambda s: s != "error"), "errors come first"
+
+
+def test_finished_run_whose_model_file_is_gone_has_no_final_checkpoint(tmp_path):
+    rd = write_run(tmp_path / "run")
+    (rd / "model.zip").unlink()
+    (f,) = diagnose_run(rd)
+    assert f.code == "NO_FINAL_CHECKPOINT" and f.evidence["final_model_exists"] is False
+
+
+def test_interrupted_run_fix_says_how_to_resume(tmp_path):
+    rd = write_run(tmp_path / "run", model=False, status={"state": "running", "final_model": None})
+    (f,) = diagnose_run(rd)
+    assert "--resume" in f.fix and "checkpoints/step_000040960.zip" in f.fix
+    assert "killed" in f.message
+
+
+def test_never_trades_is_found_in_evaluation_metrics_too(tmp_path):
+    rd = write_run(tmp_path / "run")
+    (rd / "eval" / "test").mkdir(parents=True)
+    (rd / "eval" / "test" / "metrics.json").write_text(json.dumps({"agent": {"Trades": 0, "Days": 20},
+                                                                    "momentum": {"Trades": 50, "Days": 20}}))
+    (f,) = diagnose_run(rd)
+    assert f.code == "NEVER_TRADES" and f.evidence["trades in evaluation (test)"] == 0
+
+
+def test_overtrading_is_found_in_evaluation_metrics(tmp_path):
+    rd = write_run(tmp_path / "run")
+    (rd / "eval" / "val").mkdir(parents=True)
+    (rd / "eval" / "val" / "metrics.json").write_text(json.dumps(
+        {"agent": {"Trades": 1000, "Days": 10, "Costs [$]": 8400.0, "Gross PnL [$]": 1200.0}}))
+    (f,) = diagnose_run(rd)
+    assert f.code == "OVERTRADING" and f.evidence["trades per day (val)"] == 100.0
+
+
+def test_missing_keys_are_skipped_not_failed(tmp_path):
+    rd = write_run(tmp_path / "run", override={"train/explained_variance": None, "rollout/ep_len_mean": None})
+    dx = diagnose(rd)
+    assert dx.findings == []
+    assert any("value function" in s for s in dx.skipped) and any("episode length" in s for s in dx.skipped)
+
+
+def test_too_few_updates_skips_the_training_checks(tmp_path):
+    rd = write_run(tmp_path / "run", updates=2, override={"train/approx_kl": 0.0})
+    dx = diagnose(rd)
+    assert dx.findings == [] and any("only 2 PPO updates" in s for s in dx.skipped)
+
+
+def test_recent_window_ignores_early_frozen_updates(tmp_path):
+    rd = write_run(tmp_path / "run", updates=30)
+    lines = (rd / "progress.jsonl").read_text().splitlines()
+    early = [json.dumps(dict(json.loads(x), **{"train/approx_kl": 0.0, "train/clip_fraction": 0.0}))
+             for x in lines[:20]]
+    (rd / "progress.jsonl").write_text("\n".join(early + lines[20:]) + "\n")
+    assert codes(rd) == []  # the last 10 updates move
+    late = [json.dumps(dict(json.loads(x), **{"train/approx_kl": 0.0, "train/clip_fraction": 0.0}))
+            for x in lines[20:]]
+    (rd / "progress.jsonl").write_text("\n".join(lines[:20] + late) + "\n")
+    assert codes(rd) == ["POLICY_NOT_CHANGING"]  # the policy stopped moving at the end
+    assert [f.code for f in diagnose_run(rd, Thresholds(recent_updates=30))] == []  # a wider window sees it move
+
+
+def test_truncated_last_log_line_is_skipped_with_a_note(tmp_path):
+    rd = write_run(tmp_path / "run")
+    with (rd / "progress.jsonl").open("a") as fh:
+        fh.write('{"time/total_timesteps": 9999, "train/appr')
+    dx = diagnose(rd)
+    assert dx.findings == [] and any("incomplete" in n for n in dx.notes)
+
+
+def test_broken_middle_log_line_is_a_user_error_with_exit_code_2(tmp_path, monkeypatch, capsys):
+    rd = write_run(tmp_path / "run")
+    lines = (rd / "progress.jsonl").read_text().splitlines()
+    lines[3] = "{oops"
+    (rd / "progress.jsonl").write_text("\n".join(lines) + "\n")
+    with pytest.raises(UserError, match="row 4"):
+        diagnose(rd)
+    assert run_cli(monkeypatch, str(rd)) == 2
+    assert "progress.jsonl" in capsys.readouterr().err
+
+
+def test_missing_or_non_run_directory_exits_2(tmp_path, monkeypatch, capsys):
+    assert run_cli(monkeypatch, str(tmp_path / "nope")) == 2
+    assert "run directory not found" in capsys.readouterr().err
+    (tmp_path / "empty").mkdir()
+    assert run_cli(monkeypatch, str(tmp_path / "empty")) == 2
+    assert "not a run directory" in capsys.readouterr().err
+    rd = write_run(tmp_path / "run")
+    (rd / "status.json").write_text("{not json")
+    assert run_cli(monkeypatch, str(rd)) == 2
+
+
+def test_run_without_training_log_is_reported(tmp_path):
+    rd = write_run(tmp_path / "run")
+    (rd / "progress.jsonl").unlink()
+    assert codes(rd) == ["NO_TRAINING_LOG"]
+
+
+def test_json_output_is_one_object_on_the_last_line(tmp_path, monkeypatch, capsys):
+    rd = write_run(tmp_path / "run", override={"train/explained_variance": 0.05})
+    assert run_cli(monkeypatch, str(rd), "--json") == 1
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    data = json.loads(last)
+    assert data["healthy"] is False
+    assert data["findings"][0]["code"] == "WEAK_VALUE_FUNCTION"
+    assert data["findings"][0]["evidence"]["threshold"] == 0.2
+
+
+def test_thresholds_are_documented():
+    from hybrid_trader.config import field_docs
+
+    docs = field_docs(Thresholds)
+    assert set(docs) == set(Thresholds.__dataclass_fields__)
