@@ -484,7 +484,27 @@ def load_yaml_config(path: str | Path, cls: type[T]) -> T:
     return from_dict(cls, data, source=str(path), lines=lines)
 
 
+def _yaml_double_quoted(text: str) -> str:
+    """A YAML double-quoted scalar with every non-printable or non-ASCII character escaped."""
+    out = []
+    for ch in text:
+        code = ord(ch)
+        if ch in ('"', "\\"):
+            out.append("\\" + ch)
+        elif 32 <= code < 127:
+            out.append(ch)
+        elif code <= 0xFFFF:
+            out.append(f"\\u{code:04x}")
+        else:
+            out.append(f"\\U{code:08x}")
+    return '"' + "".join(out) + '"'
+
+
 def _scalar_yaml(value: Any) -> str:
+    if isinstance(value, str) and (value != value.strip() or not value.isprintable() or not value.isascii()):
+        # PyYAML writes some of these (e.g. a no-break space) as plain scalars that read back
+        # differently; a JSON string is a valid YAML double-quoted scalar that round-trips.
+        return _yaml_double_quoted(value)
     text = yaml.dump(value, Dumper=_Dumper, default_flow_style=True, width=10_000, allow_unicode=True, sort_keys=False)
     text = text.strip()
     if text.endswith("\n..."):

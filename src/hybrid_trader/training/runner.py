@@ -129,6 +129,42 @@ def _finite(x: Any) -> float | None:
     return x if np.isfinite(x) else None
 
 
+def make_model(config: RunConfig, venv, init: Path | None = None):
+    """A new MaskablePPO for ``config`` on ``venv``, initialised from the run ``init`` if given.
+
+    Returns ``(model, notes)`` where ``notes`` says which layers were adapted.
+    """
+    from sb3_contrib import MaskablePPO
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    from hybrid_trader.training.transfer import transfer_normalization, transfer_weights
+
+    ppo = config.ppo
+    hyper = dict(
+        learning_rate=ppo.learning_rate, n_steps=ppo.n_steps, batch_size=ppo.batch_size, n_epochs=ppo.n_epochs,
+        gamma=ppo.gamma, gae_lambda=ppo.gae_lambda, clip_range=ppo.clip_range, ent_coef=ppo.ent_coef,
+        vf_coef=ppo.vf_coef, max_grad_norm=ppo.max_grad_norm, target_kl=ppo.target_kl,
+    )
+    policy: Any = "MlpPolicy"
+    policy_kwargs: dict[str, Any] = {"net_arch": list(ppo.net_arch)}
+    if config.env.phase == 3:
+        from hybrid_trader.training.policy import HybridMaskablePolicy
+
+        policy = HybridMaskablePolicy
+        policy_kwargs["llm_weight"] = config.fusion.llm_weight
+    model = MaskablePPO(policy, venv, seed=ppo.seed, device=ppo.device, verbose=0, policy_kwargs=policy_kwargs,
+                        **hyper)
+    notes: list[str] = []
+    if init is not None:
+        src_path, src_vec = find_model(Path(init))
+        src = MaskablePPO.load(src_path, device=ppo.device)
+        notes = transfer_weights(src.policy, model.policy)
+        if src_vec is not None and isinstance(venv, VecNormalize):
+            with open(src_vec, "rb") as f:
+                transfer_normalization(pickle.load(f), venv)
+    return model, notes
+
+
 def train_run(
     config: RunConfig,
     run_dir: Path,
@@ -148,8 +184,6 @@ def train_run(
     from hybrid_trader.training.callbacks import (
         CheckpointCallback, FreezeBodyCallback, JsonlWriter, TradingMetricsCallback, ValidationCallback, write_status,
     )
-    from hybrid_trader.training.transfer import transfer_normalization, transfer_weights
-
     run_dir = Path(run_dir)
     say = (lambda *a: None) if quiet else (lambda *a: print(*a, flush=True))
     config.validate()
@@ -192,11 +226,6 @@ def train_run(
     venv = build_vec_env(market, config, market.sessions("train"), ppo.n_envs, ppo.seed,
                          normalize=ppo.normalize_observations, advisor=advisor)
     try:
-        hyper = dict(
-            learning_rate=ppo.learning_rate, n_steps=ppo.n_steps, batch_size=ppo.batch_size, n_epochs=ppo.n_epochs,
-            gamma=ppo.gamma, gae_lambda=ppo.gae_lambda, clip_range=ppo.clip_range, ent_coef=ppo.ent_coef,
-            vf_coef=ppo.vf_coef, max_grad_norm=ppo.max_grad_norm, target_kl=ppo.target_kl,
-        )
         if resume:
             model = MaskablePPO.load(ckpt, env=venv, device=ppo.device)
             if vec_path is not None and isinstance(venv, VecNormalize):
@@ -204,22 +233,8 @@ def train_run(
                 venv.obs_rms = saved.obs_rms
             say(f"resuming {run_dir} from {ckpt.name} at step {model.num_timesteps:,}")
         else:
-            policy: Any = "MlpPolicy"
-            policy_kwargs: dict[str, Any] = {"net_arch": list(ppo.net_arch)}
-            if phase3:
-                from hybrid_trader.training.policy import HybridMaskablePolicy
-
-                policy = HybridMaskablePolicy
-                policy_kwargs["llm_weight"] = config.fusion.llm_weight
-            model = MaskablePPO(policy, venv, seed=ppo.seed, device=ppo.device, verbose=0,
-                                policy_kwargs=policy_kwargs, **hyper)
+            model, notes = make_model(config, venv, init)
             if init is not None:
-                src_path, src_vec = find_model(Path(init))
-                src = MaskablePPO.load(src_path, device=ppo.device)
-                notes = transfer_weights(src.policy, model.policy)
-                if src_vec is not None and isinstance(venv, VecNormalize):
-                    with open(src_vec, "rb") as f:
-                        transfer_normalization(pickle.load(f), venv)
                 write_status(run_dir, init=str(init), init_notes=notes)
                 say(f"initialised from {init}: " + ("; ".join(notes) or "same shapes"))
 

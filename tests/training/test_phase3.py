@@ -1,0 +1,176 @@
+"""Phase 3: the hybrid agent is correct by construction.
+
+* it starts as exactly the phase 2 policy;
+* PPO stays on-policy: the stored log-probabilities are those of the fused distribution;
+* the training rollouts themselves produce the LLM statistics;
+* Ctrl-C leaves a checkpoint and no thread or process behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch as th
+
+from hybrid_trader.config import merge_overrides
+from hybrid_trader.llm import build_advisor
+from hybrid_trader.training.config import RunConfig
+from hybrid_trader.training.fusion import ADVICE_PRESENT, PHASE3_OBS_DIM
+from hybrid_trader.training.market import load_market
+from hybrid_trader.training.runner import build_vec_env, make_model, train_run
+
+TINY = {"data.synthetic_days": 12, "data.synthetic_edge": 0.3, "ppo.n_steps": 128, "ppo.batch_size": 128,
+        "ppo.n_envs": 2, "ppo.n_epochs": 2, "train.validate_every": 0, "train.progress_bar": False,
+        "train.checkpoint_every": 1_000_000}
+MOCK = {"backend": "mock", "query": {"mode": "always"}}
+
+
+def cfg(phase: int, steps: int = 256, **extra) -> RunConfig:
+    return merge_overrides(RunConfig(), {**TINY, "env.phase": phase, "ppo.total_timesteps": steps,
+                                         "llm": MOCK, **extra})
+
+
+@pytest.fixture(scope="module")
+def market():
+    c = cfg(1)
+    return load_market(c.data, c.split)
+
+
+@pytest.fixture(scope="module")
+def phase2_run(tmp_path_factory, market):
+    root = tmp_path_factory.mktemp("runs")
+    train_run(cfg(1, 512), root / "p1", market=market, quiet=True)
+    train_run(cfg(2, 512), root / "p2", init=root / "p1", market=market, quiet=True)
+    return root / "p2"
+
+
+def test_phase3_starts_as_exactly_the_phase2_policy_when_initialised(market, phase2_run):
+    from sb3_contrib import MaskablePPO
+
+    p2 = MaskablePPO.load(phase2_run / "model.zip")
+    with open(phase2_run / "vecnormalize.pkl", "rb") as f:
+        import pickle
+
+        vec2 = pickle.load(f)
+    config = cfg(3)
+    advisor = build_advisor(config.llm_config())
+    venv = build_vec_env(market, config, market.sessions("train"), 2, 0, normalize=True, advisor=advisor)
+    try:
+        model, notes = make_model(config, venv, init=phase2_run)
+        assert any("inputs (new ones zero)" in n for n in notes)
+        venv.training = False  # keep the carried-over statistics fixed while walking
+        obs = venv.reset()
+        masks = np.stack(venv.env_method("action_masks"))
+        for _ in range(30):  # walk into varied states, with advice present
+            obs, *_ = venv.step(np.zeros(2, dtype=int))
+            masks = np.stack(venv.env_method("action_masks"))
+        raw = venv.get_original_obs()
+        assert raw.shape == (2, PHASE3_OBS_DIM)
+        # Without advice, the phase 3 distribution equals the phase 2 one on the same 228 values.
+        raw_no_advice = raw.copy()
+        raw_no_advice[:, ADVICE_PRESENT] = 0.0
+        obs3 = venv.normalize_obs(raw_no_advice)
+        obs2 = vec2.normalize_obs(raw[:, :228])
+        with th.no_grad():
+            d3 = model.policy.get_distribution(th.as_tensor(obs3), action_masks=masks).distribution.probs
+            d2 = p2.policy.get_distribution(th.as_tensor(obs2), action_masks=masks).distribution.probs
+            v3 = model.policy.predict_values(th.as_tensor(obs3))
+            v2 = p2.policy.predict_values(th.as_tensor(obs2))
+        np.testing.assert_allclose(d3.numpy(), d2.numpy(), atol=1e-6)
+        np.testing.assert_allclose(v3.numpy(), v2.numpy(), atol=1e-5)
+    finally:
+        venv.close()
+
+
+def test_stored_log_probs_equal_recomputed_ones_when_advice_shapes_the_policy(market, phase2_run):
+    from stable_baselines3.common.callbacks import CallbackList
+    from stable_baselines3.common.utils import obs_as_tensor
+
+    config = cfg(3)
+    advisor = build_advisor(config.llm_config())
+    venv = build_vec_env(market, config, market.sessions("train"), 2, 0, normalize=True, advisor=advisor)
+    try:
+        model, _ = make_model(config, venv, init=phase2_run)
+        model._setup_learn(256, callback=None)
+        callback = CallbackList([])
+        callback.init_callback(model)
+        assert model.collect_rollouts(venv, callback, model.rollout_buffer, 128, use_masking=True)
+        buf = model.rollout_buffer
+        obs = buf.observations.reshape(-1, PHASE3_OBS_DIM)
+        advised = obs[:, ADVICE_PRESENT] > 0.5
+        assert advised.mean() > 0.5, "the mock advisor (query always) should advise most steps"
+        actions = th.as_tensor(buf.actions.reshape(-1))
+        masks = buf.action_masks.reshape(len(actions), -1)
+        with th.no_grad():
+            _, log_prob, _ = model.policy.evaluate_actions(obs_as_tensor(obs, "cpu"), actions, action_masks=masks)
+            np.testing.assert_allclose(log_prob.numpy(), buf.log_probs.reshape(-1), atol=1e-5)
+            # The prior is really inside the distribution: without it the log-probabilities differ.
+            model.policy.llm_weight = 0.0
+            _, rl_only, _ = model.policy.evaluate_actions(obs_as_tensor(obs, "cpu"), actions, action_masks=masks)
+        assert np.abs(rl_only.numpy() - buf.log_probs.reshape(-1))[advised].max() > 1e-3
+    finally:
+        venv.close()
+
+
+def test_phase3_training_logs_llm_statistics_from_its_rollouts(tmp_path, market, phase2_run):
+    config = cfg(3, 512, llm={"backend": "mock", "query": {"mode": "selective", "interval": 5, "cooldown": 2}})
+    train_run(config, tmp_path / "p3", init=phase2_run, market=market, quiet=True)
+    rows = [json.loads(line) for line in (tmp_path / "p3" / "progress.jsonl").read_text().splitlines()]
+    rollout_rows = [r for r in rows if "llm/query_rate_pct" in r]
+    assert rollout_rows, "no rollout logged LLM statistics"
+    last = rollout_rows[-1]
+    assert last["llm/total_queries"] > 0
+    assert 5.0 < last["llm/query_rate_pct"] <= 100.0
+    assert last["llm/configured_query_rate_pct"] == pytest.approx(20.0)
+    assert last["confidence/llm_avg"] > 0.1
+    assert 0.0 < last["confidence/rl_avg"] <= 1.0
+    assert 0.0 < last["fusion/agreement_pct"] <= 100.0
+    assert last["fusion/override_pct"] >= 0.0
+    assert 0.0 <= last["llm/advice_age_mean_steps"] <= last["llm/max_advice_age_steps"]
+    assert "fusion/override_pct" in last and "llm/advised_pct" in last
+    assert (tmp_path / "p3" / "llm.yaml").exists()
+
+
+def test_sigint_during_phase3_training_saves_checkpoint_and_leaves_nothing_behind(tmp_path, phase2_run):
+    psutil = pytest.importorskip("psutil")
+    out = tmp_path / "p3"
+    cmd = [sys.executable, "-m", "hybrid_trader.cli.main", "train", "--phase", "3", "--init", str(phase2_run),
+           "--llm", "mock", "--out", str(out), "--timesteps", "5000000", "--quiet",
+           "--set", "data.synthetic_days=12", "--set", "ppo.n_steps=128", "--set", "ppo.batch_size=128",
+           "--set", "ppo.n_envs=2", "--set", "ppo.vec_env=subproc", "--set", "train.validate_every=0"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        deadline = time.time() + 240
+        while time.time() < deadline:
+            progress = out / "progress.jsonl"
+            if progress.exists() and progress.read_text().count("\n") >= 2:
+                break
+            if proc.poll() is not None:
+                pytest.fail(f"training exited early: {proc.communicate()}")
+            time.sleep(0.5)
+        else:
+            pytest.fail("training never logged a rollout")
+        children = psutil.Process(proc.pid).children(recursive=True)
+        assert children, "subproc environments should be running"
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, stderr
+    assert "terminate called" not in stderr and "Traceback" not in stderr, stderr
+    status = json.loads((out / "status.json").read_text())
+    assert status["state"] == "interrupted"
+    assert (out / status["last_checkpoint"]).exists()
+    time.sleep(1.0)
+    alive = [c for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
+    assert not alive, f"processes left behind: {alive}"
