@@ -120,10 +120,16 @@ def test_stored_log_probs_equal_recomputed_ones_when_advice_shapes_the_policy(ma
         venv.close()
 
 
-def test_phase3_training_logs_llm_statistics_from_its_rollouts(tmp_path, market, phase2_run):
+@pytest.fixture(scope="module")
+def phase3_run(tmp_path_factory, market, phase2_run):
     config = cfg(3, 512, llm={"backend": "mock", "query": {"mode": "selective", "interval": 5, "cooldown": 2}})
-    train_run(config, tmp_path / "p3", init=phase2_run, market=market, quiet=True)
-    rows = [json.loads(line) for line in (tmp_path / "p3" / "progress.jsonl").read_text().splitlines()]
+    out = tmp_path_factory.mktemp("p3") / "p3"
+    train_run(config, out, init=phase2_run, market=market, quiet=True)
+    return out
+
+
+def test_phase3_training_logs_llm_statistics_from_its_rollouts(phase3_run):
+    rows = [json.loads(line) for line in (phase3_run / "progress.jsonl").read_text().splitlines()]
     rollout_rows = [r for r in rows if "llm/query_rate_pct" in r]
     assert rollout_rows, "no rollout logged LLM statistics"
     last = rollout_rows[-1]
@@ -136,7 +142,35 @@ def test_phase3_training_logs_llm_statistics_from_its_rollouts(tmp_path, market,
     assert last["fusion/override_pct"] >= 0.0
     assert 0.0 <= last["llm/advice_age_mean_steps"] <= last["llm/max_advice_age_steps"]
     assert "fusion/override_pct" in last and "llm/advised_pct" in last
-    assert (tmp_path / "p3" / "llm.yaml").exists()
+    assert (phase3_run / "llm.yaml").exists()
+
+
+def test_evaluate_phase3_reports_llm_statistics_samples_and_ablation(phase3_run):
+    from hybrid_trader.evaluation.evaluate import evaluate_run
+    from hybrid_trader.evaluation.report import write_report
+
+    out = evaluate_run(phase3_run, split="test", seeds=2, quiet=True)
+    llm = out.extra["llm"]
+    assert llm["LLM queries"] > 0 and llm["Advised decisions [%]"] > 0
+    assert set(out.extra["ablation"]) == {"hybrid (RL + LLM)", "RL only (llm_weight 0)"}
+    ablation = json.loads((phase3_run / "eval" / "ablation.json").read_text())
+    assert ablation["hybrid (RL + LLM)"]["Trades"] == out.metrics["agent"]["Trades"]
+    results = json.loads((out.out_dir / "results.json").read_text())
+    agent = next(s for s in results["strategies"] if s["role"] == "agent")
+    assert agent["extra"]["sample_decisions"], "sample decisions with the advice are recorded"
+    assert {"rl_action", "llm_action", "executed", "rule"} <= set(agent["extra"]["sample_decisions"][0])
+    html = write_report(phase3_run).read_text()
+    assert "Ablation" in html and "LLM" in html and "Sample decisions" in html
+
+
+def test_evaluate_phase3_with_seed_rules_when_strategy_rules(phase3_run):
+    from hybrid_trader.evaluation.evaluate import evaluate_run
+
+    out = evaluate_run(phase3_run, split="test", seeds=1, quiet=True, strategy="rules", ablation=False)
+    used = out.extra["llm"]["Fusion rules used"]
+    assert set(used) <= {"AGREEMENT", "RL_HIGH_CONFIDENCE", "LLM_HIGH_CONFIDENCE", "CONFIDENCE_WEIGHTED",
+                         "UNCERTAINTY_HOLD", "RL_ONLY"}
+    assert sum(used.values()) > 0
 
 
 def test_sigint_during_phase3_training_saves_checkpoint_and_leaves_nothing_behind(tmp_path, phase2_run):

@@ -22,6 +22,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--split", choices=("train", "val", "test", "all"), default="test",
                    help="which days (default test; 'all' for every day of --data)")
     p.add_argument("--seeds", type=int, default=3, help="seeds of the random baseline (default 3)")
+    p.add_argument("--llm", choices=("mock", "transformers", "openai", "llama_cpp"),
+                   help="phase 3: advisor back end for this evaluation (default: the run's)")
+    p.add_argument("--strategy", choices=("prior", "rules"),
+                   help="phase 3: decide with the trained fused distribution (prior) or seed 001's rules")
+    p.add_argument("--no-ablation", action="store_true", help="phase 3: skip the RL-only ablation run")
     p.add_argument("--json", action="store_true", help="print one JSON object with everything as the last line")
     p.set_defaults(func=run)
 
@@ -31,9 +36,17 @@ def run(args: argparse.Namespace) -> int:
 
     overrides = {"path": args.data, "tz": args.tz, "time_shift": args.time_shift} if args.data else None
     out = evaluate_run(Path(args.run_dir), split=args.split, seeds=args.seeds, data_overrides=overrides,
-                       quiet=args.json)
+                       quiet=args.json, llm_overrides={"backend": args.llm} if args.llm else None,
+                       strategy=args.strategy, ablation=not args.no_ablation)
     if not args.json:
         print(format_table(out.metrics, HEADLINE))
+        if out.extra.get("llm"):
+            print("\nLLM and fusion:")
+            for key, value in out.extra["llm"].items():
+                print(f"  {key:<28} {value:.2f}" if isinstance(value, float) else f"  {key:<28} {value}")
+        if out.extra.get("ablation"):
+            print("\nAblation (same bars, split and seeds):")
+            print(format_table(out.extra["ablation"], HEADLINE, columns=list(out.extra["ablation"])))
         print(f"results: {out.out_dir}   (report: hybrid-trader report {args.run_dir})")
     else:
         print(json.dumps(_jsonable({"split": out.split, "dates": out.dates, "metrics": out.metrics,

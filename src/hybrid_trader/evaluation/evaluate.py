@@ -12,6 +12,7 @@ Results go to ``RUN_DIR/eval/<split>/`` (``save_results``) with ``metrics.json``
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import pickle
 from dataclasses import dataclass, field
@@ -69,10 +70,16 @@ def evaluate_run(
     data_overrides: dict | None = None,
     market: Any = None,
     quiet: bool = False,
+    llm_overrides: dict | None = None,
+    strategy: str | None = None,
+    ablation: bool = True,
 ) -> EvaluationOutput:
     from hybrid_trader.config import merge_overrides
     from hybrid_trader.evaluation.results import metrics_table
-    from hybrid_trader.evaluation.policies import AgentPolicy, FlatPolicy, MomentumPolicy, RandomPolicy
+    from hybrid_trader.evaluation.metrics import compute_metrics
+    from hybrid_trader.evaluation.policies import (
+        AgentPolicy, FlatPolicy, HybridAgentPolicy, MomentumPolicy, RandomPolicy,
+    )
     from hybrid_trader.evaluation.results import save_results
     from hybrid_trader.evaluation.runner import entry_rate, evaluation_env, run_policy
     from hybrid_trader.training.market import load_market
@@ -98,8 +105,40 @@ def evaluate_run(
     def env():
         return evaluation_env(market, config.env, sessions)
 
-    agent_env = env()
-    agent = run_policy(AgentPolicy(model, vec), agent_env, record_decisions=50)
+    phase3 = config.env.phase == 3
+    advisor = None
+    ablation_metrics = None
+    if phase3:
+        from hybrid_trader.llm import build_advisor
+        from hybrid_trader.training.market import make_veto
+
+        llm_config = config.llm_config()
+        if llm_overrides:
+            from hybrid_trader.llm.config import load_llm_config
+
+            llm_config = load_llm_config(None, overrides={**config.llm, **llm_overrides})
+        fusion = dataclasses.replace(config.fusion, strategy=strategy) if strategy else config.fusion
+        advisor = build_advisor(llm_config)
+        say(f"LLM advisor: {llm_config.backend} ({llm_config.mode} mode), fusion {fusion.strategy}, "
+            f"llm_weight {fusion.llm_weight}")
+        agent_env = evaluation_env(market, config.env, sessions, risk_veto=make_veto(config.risk))
+        try:
+            agent = run_policy(HybridAgentPolicy(model, vec, advisor, market, fusion), agent_env)
+            agent.extra.setdefault("llm", {}).update(
+                {k: v for k, v in advisor.stats().items() if k in ("llm/avg_latency_ms", "llm/p95_latency_ms",
+                                                                  "llm/error_rate", "llm/label_coverage",
+                                                                  "llm/cache_hits")})
+            if ablation:
+                rl_only = run_policy(HybridAgentPolicy(model, vec, advisor, market, fusion, use_llm=False,
+                                                       name="RL only"),
+                                     evaluation_env(market, config.env, sessions, risk_veto=make_veto(config.risk)))
+                ablation_metrics = {"hybrid (RL + LLM)": compute_metrics(agent),
+                                    "RL only (llm_weight 0)": compute_metrics(rl_only)}
+        finally:
+            advisor.close()
+    else:
+        agent_env = env()
+        agent = run_policy(AgentPolicy(model, vec), agent_env, record_decisions=50)
     rate = entry_rate(agent, agent_env)
     results = [agent, run_policy(FlatPolicy(), env())]
     randoms = [run_policy(RandomPolicy(rate, seed=s), env()) for s in range(seeds)]
@@ -115,15 +154,19 @@ def evaluate_run(
     out_dir = run_dir / "eval" / split
     prices = market.bars.frame["close"].iloc[
         int(market.bars.session_bounds[sessions.start, 0]): int(market.bars.session_bounds[sessions.stop - 1, 1]) + 1]
+    if ablation_metrics is not None:
+        (run_dir / "eval").mkdir(parents=True, exist_ok=True)
+        (run_dir / "eval" / "ablation.json").write_text(json.dumps(_jsonable(ablation_metrics), indent=2))
     save_results(results, prices, out_dir, metrics=table,
                  info={"split": split, "run_dir": str(run_dir), "model": str(model_path), "seeds": seeds,
                        "entry_rate": rate})
     dates = (str(market.bars.session_dates[sessions.start]), str(market.bars.session_dates[sessions.stop - 1]))
-    from hybrid_trader.evaluation.metrics import compute_metrics
-
     per_seed = {r.name: compute_metrics(r) for r in randoms}
-    return EvaluationOutput(split, out_dir, metrics, random_stats, dates, per_seed,
-                            {"entry_rate": rate, "agent_actions": agent.extra.get("actions")})
+    extra = {"entry_rate": rate, "agent_actions": agent.extra.get("actions")}
+    if phase3:
+        extra["llm"] = agent.extra.get("llm")
+        extra["ablation"] = ablation_metrics
+    return EvaluationOutput(split, out_dir, metrics, random_stats, dates, per_seed, extra)
 
 
 def _mode(aggregated: dict) -> Any:
@@ -141,17 +184,18 @@ def format_table(metrics: dict[str, dict], rows: list[str] | None = None, column
     columns = columns or [c for c in ("agent", "flat", "random", "momentum") if c in metrics]
     rows = rows or list(next(iter(metrics.values())).keys())
     width = max(len(r) for r in rows) + 2
-    lines = [" " * width + "".join(f"{c:>14}" for c in columns)]
+    cw = max([14] + [len(c) + 2 for c in columns])
+    lines = [" " * width + "".join(f"{c:>{cw}}" for c in columns)]
     for r in rows:
         cells = []
         for c in columns:
             v = metrics[c].get(r)
             if isinstance(v, float):
-                cells.append(f"{v:>14,.2f}" if np.isfinite(v) else f"{str(v):>14}")
+                cells.append(f"{v:>{cw},.2f}" if np.isfinite(v) else f"{str(v):>{cw}}")
             elif v is None:
-                cells.append(f"{'-':>14}")
+                cells.append(f"{'-':>{cw}}")
             else:
-                cells.append(f"{str(v):>14}")
+                cells.append(f"{str(v):>{cw}}")
         lines.append(f"{r:<{width}}" + "".join(cells))
     return "\n".join(lines)
 
