@@ -191,7 +191,7 @@ class LlamaCppConfig:
     n_ctx: int = 1024
     """Context window [tokens]."""
     n_threads: Optional[int] = None
-    """CPU threads; None: llama.cpp's default."""
+    """CPU threads; None: all CPUs (os.cpu_count())."""
     n_gpu_layers: int = 0
     """Layers offloaded to a GPU (-1: all)."""
 

@@ -40,7 +40,7 @@ class DataConfig:
 
 @dataclass
 class SplitConfig:
-    """How trading days are split by time into train, validation and test."""
+    """How trading days are split by time into train, validation and test (or walk-forward folds)."""
 
     train: float = 0.70
     """Share of trading days for training (the earliest)."""
@@ -48,8 +48,17 @@ class SplitConfig:
     """Share of trading days for validation (after train)."""
     test: float = 0.15
     """Share of trading days for the final test (the latest)."""
+    folds: int = 0
+    """Walk-forward: 0 = one split by the shares above; N = N successive folds whose test windows tile the last days."""
+    fold: int = 0
+    """Walk-forward: which fold this run trains and is evaluated on (0 = the oldest)."""
+    anchored: bool = False
+    """Walk-forward: every training window starts at the first day (and grows) instead of rolling."""
 
     def __post_init__(self) -> None:
+        if self.folds < 0 or (self.folds and not 0 <= self.fold < self.folds):
+            raise UserError(f"split.fold {self.fold} is not one of split.folds {self.folds}",
+                            fix=f"use a fold from 0 to {max(self.folds - 1, 0)}")
         total = self.train + self.val + self.test
         if abs(total - 1.0) > 1e-6 or min(self.train, self.val, self.test) <= 0:
             raise UserError(
@@ -72,9 +81,9 @@ class PPOConfig:
     """Torch CPU threads (1 is fastest for these small networks on a busy machine)."""
     learning_rate: float = 3e-4
     """Adam learning rate."""
-    n_steps: int = 1024
+    n_steps: int = 2048
     """Steps per environment per rollout."""
-    batch_size: int = 256
+    batch_size: int = 512
     """Minibatch size."""
     n_epochs: int = 10
     """Passes over each rollout."""

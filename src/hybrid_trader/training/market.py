@@ -49,7 +49,25 @@ def load_market(data: DataConfig, split: SplitConfig, bars: Bars | None = None) 
 
     bars = bars if bars is not None else load_bars_from_config(data)
     features = compute_features(bars)
-    return Market(bars, features, time_split(bars.n_sessions, split.train, split.val, split.test))
+    return Market(bars, features, make_split(bars.n_sessions, split))
+
+
+def make_split(n_sessions: int, split: SplitConfig) -> Split:
+    """The run's split: by shares, or fold ``split.fold`` of ``split.folds`` walk-forward folds.
+
+    Walk-forward folds keep the shares' proportions: each fold's test window holds
+    ``test / folds`` of the days (at least one), validation likewise, and training the
+    ``train`` share of what one fold spans.
+    """
+    if not split.folds:
+        return time_split(n_sessions, split.train, split.val, split.test)
+    from hybrid_trader.training.splits import walk_forward
+
+    test = max(1, int(n_sessions * split.test / split.folds))
+    val = max(1, int(n_sessions * split.val / split.folds)) if split.val > 0 else 0
+    train = max(1, n_sessions - split.folds * test - val) if split.anchored else \
+        max(1, int(round((test + val) * split.train / (split.val + split.test))))
+    return walk_forward(n_sessions, split.folds, train, test, val, anchored=split.anchored)[split.fold]
 
 
 def env_factory(

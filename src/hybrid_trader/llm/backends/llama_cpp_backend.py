@@ -10,6 +10,7 @@ sequence at a time here, so a batch is a loop; generation uses ``create_completi
 
 from __future__ import annotations
 
+import os
 import threading
 from pathlib import Path
 from typing import Sequence
@@ -68,7 +69,7 @@ class LlamaCppBackend(Backend):
             path = gemma_gguf_path(config.transformers.cache_dir)
         self.model_path = path
         try:
-            self.llm = llama_cpp.Llama(model_path=str(path), n_ctx=c.n_ctx, n_threads=c.n_threads,
+            self.llm = llama_cpp.Llama(model_path=str(path), n_ctx=c.n_ctx, n_threads=c.n_threads or os.cpu_count(),
                                        n_gpu_layers=c.n_gpu_layers, logits_all=False, verbose=False)
         except (ValueError, RuntimeError, OSError) as err:
             raise UserError(f"llama.cpp cannot load the model: {err}", file=str(path),

@@ -280,4 +280,4 @@ class TransformersBackend(Backend):
         return texts
 
     def close(self) -> None:
-        self._prefixes.clear()
+        """Nothing to release early: the model and its small prefix caches go with the object."""

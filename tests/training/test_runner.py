@@ -1,0 +1,132 @@
+"""The training runner: run directory, interruption and resume, phase transfer, config errors."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from stable_baselines3.common.callbacks import BaseCallback
+
+from hybrid_trader.cli.main import main
+from hybrid_trader.config import load_yaml_config, merge_overrides
+from hybrid_trader.errors import UserError
+from hybrid_trader.training.config import RunConfig
+from hybrid_trader.training.market import load_market
+from hybrid_trader.training.runner import train_run
+
+TINY = {"data.synthetic_days": 12, "ppo.n_steps": 128, "ppo.batch_size": 128, "ppo.n_envs": 2,
+        "ppo.n_epochs": 2, "train.validate_every": 256, "train.validation_sessions": 2,
+        "train.progress_bar": False, "train.checkpoint_every": 256}
+
+
+def cfg(phase: int = 1, steps: int = 512, **extra) -> RunConfig:
+    return merge_overrides(RunConfig(), {**TINY, "env.phase": phase, "ppo.total_timesteps": steps, **extra})
+
+
+@pytest.fixture(scope="module")
+def market():
+    c = cfg()
+    return load_market(c.data, c.split)
+
+
+class InterruptAt(BaseCallback):
+    def __init__(self, steps: int) -> None:
+        super().__init__()
+        self.steps = steps
+
+    def _on_step(self) -> bool:
+        if self.num_timesteps >= self.steps:
+            raise KeyboardInterrupt
+        return True
+
+
+def test_run_directory_holds_everything_when_training_finishes(tmp_path, market):
+    status = train_run(cfg(), tmp_path / "run", market=market, quiet=True)
+    run = tmp_path / "run"
+    for name in ("config.yaml", "split.json", "model.zip", "vecnormalize.pkl", "progress.jsonl", "status.json",
+                 "validation.jsonl"):
+        assert (run / name).exists(), name
+    assert any((run / "tb").iterdir())
+    assert status["state"] == "finished" and status["total_timesteps"] >= 512 and status["steps_per_second"] > 0
+    assert load_yaml_config(run / "config.yaml", RunConfig) == cfg()
+    rows = [json.loads(r) for r in (run / "progress.jsonl").read_text().splitlines()]
+    keys = set().union(*rows)
+    assert {"train/approx_kl", "train/clip_fraction", "train/explained_variance", "rollout/ep_len_mean",
+            "trading/trades_per_episode", "trading/net_pnl_per_episode", "time/fps"} <= keys
+    val = json.loads((run / "validation.jsonl").read_text().splitlines()[0])
+    assert {"train/net_pnl_per_day", "val/net_pnl_per_day"} <= set(val)
+    split = json.loads((run / "split.json").read_text())
+    assert split["train"][1] <= split["val"][0] and split["val"][1] <= split["test"][0]
+
+
+def test_resume_continues_steps_and_optimizer_when_interrupted(tmp_path, market):
+    from sb3_contrib import MaskablePPO
+
+    run = tmp_path / "run"
+    with pytest.raises(KeyboardInterrupt):
+        train_run(cfg(steps=1024), run, market=market, quiet=True, extra_callbacks=[InterruptAt(512)])
+    status = json.loads((run / "status.json").read_text())
+    assert status["state"] == "interrupted" and status["total_timesteps"] >= 512
+    ckpt = run / status["last_checkpoint"]
+    assert ckpt.exists()
+    saved = MaskablePPO.load(ckpt)
+    assert saved.num_timesteps == status["total_timesteps"]
+    assert saved.policy.optimizer.state_dict()["state"], "the optimizer's moments are in the checkpoint"
+
+    status = train_run(cfg(steps=1024), run, resume=True, market=market, quiet=True)
+    assert status["state"] == "finished" and status["total_timesteps"] >= 1024
+    steps = [json.loads(r).get("time/total_timesteps") for r in (run / "progress.jsonl").read_text().splitlines()]
+    steps = [s for s in steps if s is not None]
+    assert steps == sorted(steps) and steps[-1] >= 1024
+
+
+def test_phase2_keeps_phase1_actions_and_starts_new_ones_neutral(tmp_path, market):
+    from sb3_contrib import MaskablePPO
+
+    train_run(cfg(1), tmp_path / "p1", market=market, quiet=True)
+    train_run(cfg(2, steps=1, **{"ppo.learning_rate": 1e-12}), tmp_path / "p2", init=tmp_path / "p1",
+              market=market, quiet=True)
+    p1 = MaskablePPO.load(tmp_path / "p1" / "model.zip").policy
+    p2 = MaskablePPO.load(tmp_path / "p2" / "checkpoints" / sorted(
+        (tmp_path / "p2" / "checkpoints").glob("*.zip"))[0].name).policy
+    w1, w2 = p1.action_net.weight.detach().numpy(), p2.action_net.weight.detach().numpy()
+    np.testing.assert_allclose(w2[:3], w1[:3], atol=1e-6)
+    np.testing.assert_allclose(w2[3:], 0.0, atol=1e-6)
+    b1, b2 = p1.action_net.bias.detach().numpy(), p2.action_net.bias.detach().numpy()
+    np.testing.assert_allclose(b2[3:], b1.mean(), atol=1e-6)
+    status = json.loads((tmp_path / "p2" / "status.json").read_text())
+    assert any("new ones neutral" in n for n in status["init_notes"])
+
+
+def test_freeze_schedule_longer_than_run_is_a_config_error_when_loaded(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("ppo:\n  total_timesteps: 81920\ntrain:\n  freeze_body_steps: 100000\n")
+    with pytest.raises(UserError, match="never be trained"):
+        load_yaml_config(path, RunConfig)
+    with pytest.raises(UserError, match="never be trained"):
+        merge_overrides(RunConfig(), {"train.freeze_body_steps": 300_000})
+
+
+def test_unknown_config_key_suggests_the_right_one_when_misspelt(tmp_path, capsys):
+    path = tmp_path / "c.yaml"
+    path.write_text("ppo:\n  learning_rat: 0.001\n")
+    assert main(["train", "--config", str(path), "--out", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    assert "learning_rat" in err and "Did you mean 'learning_rate'" in err and "Traceback" not in err
+
+
+def test_phase2_without_init_is_refused_with_the_fix(tmp_path, capsys):
+    assert main(["train", "--phase", "2", "--out", str(tmp_path / "r")]) == 2
+    assert "--init" in capsys.readouterr().err
+
+
+def test_walk_forward_fold_sets_the_split_when_configured(market):
+    from hybrid_trader.training.market import make_split
+
+    folds = [make_split(60, cfg(**{"split.folds": 3, "split.fold": k}).split) for k in range(3)]
+    assert folds[-1].test.stop == 60
+    for a, b in zip(folds, folds[1:]):
+        assert a.test.stop == b.test.start  # test windows tile time
+    for f in folds:
+        assert f.train.stop <= f.val.start and f.val.stop <= f.test.start
