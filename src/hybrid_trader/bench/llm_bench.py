@@ -54,6 +54,9 @@ def bench_contexts(n: int, seed: int = 0) -> list:
 
 
 def run(args: argparse.Namespace) -> int:
+    from hybrid_trader.llm.backends.transformers_backend import prefer_passive_openmp
+
+    passive = prefer_passive_openmp()  # before torch is imported (see its docstring)
     from hybrid_trader.cli.llm import llm_overrides
     from hybrid_trader.llm import build_advisor, load_llm_config
 
@@ -122,6 +125,7 @@ def run(args: argparse.Namespace) -> int:
         "load_s": round(load_s, 2),
         "warmup_s": round(warm_s, 2),
         "step_ms": args.step_ms,
+        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "default") + (" (set by bench)" if passive else ""),
         "cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
     }
     print(f"{result['decisions_per_s']:.2f} decisions/s ({cfg.backend}, {cfg.mode}, batch {batch}, "

@@ -93,6 +93,9 @@ def _load_market(args: argparse.Namespace):
 
 
 def _ask(args: argparse.Namespace) -> int:
+    from hybrid_trader.llm.backends.transformers_backend import prefer_passive_openmp
+
+    prefer_passive_openmp()
     import numpy as np
 
     from hybrid_trader.llm import AccountState, build_advisor, context_from_market, load_llm_config

@@ -41,6 +41,24 @@ log = logging.getLogger(__name__)
 _INSTALL_FIX = "install the LLM extra: pip install -e '.[llm]'"
 
 
+def prefer_passive_openmp() -> bool:
+    """Set ``OMP_WAIT_POLICY=PASSIVE`` if torch is not imported yet and the user chose nothing.
+
+    The advisor's worker thread runs the model while the caller's thread keeps stepping
+    environments; with OpenMP's default spin-waiting, the model's threads burn the cores
+    the caller needs (and vice versa), and a batch took 3-6x longer on a busy 2-core
+    machine. Passive waiting frees them. Only effective before torch is imported, so the
+    command-line entry points call it first. Returns True when it set the variable.
+    """
+    import os
+    import sys
+
+    if "torch" in sys.modules or "OMP_WAIT_POLICY" in os.environ:
+        return False
+    os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
+    return True
+
+
 def surface_forms(word: str, case_variants: bool) -> list[str]:
     """Ways the model may start writing an action name: with/without a leading space, cases."""
     forms = [word]
@@ -174,6 +192,24 @@ class TransformersBackend(Backend):
         self._prefixes[text] = entry
         return entry
 
+    @staticmethod
+    def _batch_view(cache, batch: int):
+        """A cache for ``batch`` rows that shares the prefix tensors (expanded views, no copies).
+
+        Cache layers never modify their tensors in place (``update`` concatenates into new
+        ones), so the stored prefix cache stays intact for the next batch.
+        """
+        view = copy.copy(cache)
+        layers = []
+        for layer in cache.layers:
+            new = copy.copy(layer)
+            if getattr(layer, "keys", None) is not None and layer.keys.numel():
+                new.keys = layer.keys.expand(batch, *layer.keys.shape[1:])
+                new.values = layer.values.expand(batch, *layer.values.shape[1:])
+            layers.append(new)
+        view.layers = layers
+        return view
+
     # --------------------------------------------------------------- forward
     def _forward_last(self, prefix: str, suffixes: list[str], past_out: bool = False):
         """Logits of the last position of each row (B, V) and, if asked, the cache and masks for generation."""
@@ -194,9 +230,7 @@ class TransformersBackend(Backend):
                 ids[i, L - len(s):] = torch.tensor(s)
                 mask[i, P + L - len(s):] = 1
             pos = (mask.cumsum(-1) - 1).clamp(min=0)[:, P:]
-            cache = copy.deepcopy(p_cache)
-            if B > 1:
-                cache.batch_repeat_interleave(B)
+            cache = self._batch_view(p_cache, B)
             kwargs = dict(input_ids=ids.to(self.device), attention_mask=mask.to(self.device),
                           position_ids=pos.to(self.device), past_key_values=cache, use_cache=True)
         else:  # whole sequences, left padded
