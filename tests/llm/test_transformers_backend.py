@@ -125,3 +125,35 @@ def test_missing_model_directory_when_configured_raises_user_error(tmp_path):
     cfg = load_llm_config(overrides={"transformers": {"model": str(tmp_path / "Phi-3-mini")}})
     with pytest.raises(UserError, match="model not found"):
         TransformersBackend(cfg, PromptBuilder(cfg))
+
+
+GEMMA_CHAT = ("{{ bos_token }}{% for m in messages %}<start_of_turn>{{ 'model' if m['role'] == 'assistant' else 'user' }}\n"
+              "{{ m['content'] }}<end_of_turn>\n{% endfor %}{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}")
+
+
+def test_chat_template_when_enabled_wraps_prefix_and_query_in_the_chat(backend):
+    tok = backend.tokenizer
+    cfg = backend.config
+    saved = tok.chat_template
+    tok.chat_template = GEMMA_CHAT
+    cfg.prompt.chat_template = True
+    try:
+        q = backend.prompts.query(make_context())
+        head, tail = backend._texts(q)
+        body = q.suffix.rsplit("\n", 1)[0]
+        chat = [{"role": "system", "content": q.prefix.rstrip()}, {"role": "user", "content": body}]
+        assert head + tail == tok.apply_chat_template(chat, tokenize=False, add_generation_prompt=True) + "Answer:"
+        assert body not in head and tail.endswith("<start_of_turn>model\nAnswer:")
+        mass = backend.score([q])[0]
+        assert np.all(np.isfinite(mass)) and mass.sum() <= 1.0 + 1e-6
+    finally:
+        tok.chat_template = saved
+        cfg.prompt.chat_template = False
+
+
+def test_chat_template_when_model_has_none_is_a_user_error(backend):
+    from hybrid_trader.llm.backends.transformers_backend import TransformersBackend
+
+    cfg = load_llm_config(overrides={"prompt": {"chat_template": True}})
+    with pytest.raises(UserError, match="no chat template"):
+        TransformersBackend(cfg, PromptBuilder(cfg))

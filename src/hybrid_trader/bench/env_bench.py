@@ -28,7 +28,7 @@ def run(args: argparse.Namespace) -> int:
     t1 = time.perf_counter()
     features = compute_features(bars)
     t2 = time.perf_counter()
-    env = TradingEnv(bars, features, EnvConfig(phase=args.phase, market=bars.market, episode_sessions=5))
+    env = TradingEnv(bars, features, EnvConfig(phase=args.phase, episode_sessions=5))
     rng = np.random.default_rng(args.seed)
     # Pre-draw random numbers so that the loop times the environment, not the generator.
     draws = rng.integers(0, 1 << 30, size=args.steps)

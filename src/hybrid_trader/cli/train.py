@@ -85,8 +85,6 @@ def resolve_config(args: argparse.Namespace) -> Any:
         overrides["train.progress_bar"] = False
     overrides.update(parse_overrides(getattr(args, "overrides", []) or []))
     config = merge_overrides(config, overrides) if overrides else config
-    if config.env.market is None and config.data.market is not None:
-        config = merge_overrides(config, {"env.market": config.data.market})
     config.validate()
     return config
 

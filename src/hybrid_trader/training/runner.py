@@ -36,7 +36,12 @@ from hybrid_trader.training.market import Market, env_factory, load_market
 def default_run_dir(config: RunConfig, root: str | Path = "runs") -> Path:
     """``runs/p<phase>-<market>-<data>-s<seed>-<time>``: a run is named by what it is."""
     data = Path(config.data.path).stem if config.data.path else f"synthetic-e{config.data.synthetic_edge:g}"
-    market = config.env.market or config.data.market or "NQ"
+    market = config.env.market or config.data.market
+    if market is None and config.data.path:
+        from hybrid_trader.data.loader import guess_market
+
+        market = guess_market(Path(config.data.path))
+    market = market or "NQ"
     stamp = time.strftime("%Y%m%d-%H%M%S")
     return Path(root) / f"p{config.env.phase}-{market}-{data}-s{config.ppo.seed}-{stamp}"
 

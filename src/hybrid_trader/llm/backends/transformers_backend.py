@@ -119,10 +119,14 @@ class TransformersBackend(Backend):
         try:
             self.device = torch.device(t.device)
             self.tokenizer = AutoTokenizer.from_pretrained(str(self.model_dir), local_files_only=True)
+            if config.prompt.chat_template and not getattr(self.tokenizer, "chat_template", None):
+                raise UserError("llm.prompt.chat_template is true but the model has no chat template",
+                                file=str(self.model_dir),
+                                fix="set prompt.chat_template: false (base models such as Gemma 3 270M)")
             self.model = AutoModelForCausalLM.from_pretrained(
                 str(self.model_dir), dtype=dtypes[t.dtype], local_files_only=True
             ).to(self.device)
-        except (OSError, ValueError, RuntimeError) as err:
+        except (OSError, ValueError, RuntimeError, AssertionError) as err:  # AssertionError: no CUDA build
             raise UserError(f"cannot load the model: {err}", file=str(self.model_dir),
                             fix="check llm.transformers.model/device; delete the cached folder to convert again") from None
         self.model.eval()
