@@ -130,3 +130,33 @@ def test_walk_forward_fold_sets_the_split_when_configured(market):
         assert a.test.stop == b.test.start  # test windows tile time
     for f in folds:
         assert f.train.stop <= f.val.start and f.val.stop <= f.test.start
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory, market):
+    run = tmp_path_factory.mktemp("finished") / "run"
+    train_run(cfg(), run, market=market, quiet=True)
+    return run
+
+
+def test_evaluate_json_last_line_holds_everything_when_asked(finished_run, capsys):
+    assert main(["evaluate", str(finished_run), "--seeds", "2", "--json"]) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    data = json.loads(last)
+    assert data["split"] == "test"
+    assert {"agent", "flat", "random", "momentum"} <= set(data["metrics"])
+    assert "Net PnL [$]" in data["metrics"]["agent"] and "PSR [%]" in data["metrics"]["agent"]
+    assert set(data["random_seeds"]["Net PnL [$]"]) >= {"mean", "std"}
+
+
+def test_evaluate_then_report_and_diagnose_from_the_command_line(finished_run, capsys):
+    assert main(["evaluate", str(finished_run), "--seeds", "1"]) == 0
+    assert main(["report", str(finished_run)]) == 0
+    assert (finished_run / "eval" / "test" / "report.html").exists()
+    assert main(["diagnose", str(finished_run)]) in (0, 1)
+    assert "Traceback" not in capsys.readouterr().err
+
+
+def test_evaluate_missing_run_is_a_clear_error(tmp_path, capsys):
+    assert main(["evaluate", str(tmp_path / "nope")]) == 2
+    assert "no such run directory" in capsys.readouterr().err

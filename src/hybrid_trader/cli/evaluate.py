@@ -32,7 +32,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from hybrid_trader.evaluation.evaluate import HEADLINE, _jsonable, evaluate_run, format_table
+    from hybrid_trader.evaluation.evaluate import HEADLINE, evaluate_run, format_table
+    from hybrid_trader.evaluation.metrics import jsonable
 
     overrides = {"path": args.data, "tz": args.tz, "time_shift": args.time_shift} if args.data else None
     out = evaluate_run(Path(args.run_dir), split=args.split, seeds=args.seeds, data_overrides=overrides,
@@ -49,6 +50,6 @@ def run(args: argparse.Namespace) -> int:
             print(format_table(out.extra["ablation"], HEADLINE, columns=list(out.extra["ablation"])))
         print(f"results: {out.out_dir}   (report: hybrid-trader report {args.run_dir})")
     else:
-        print(json.dumps(_jsonable({"split": out.split, "dates": out.dates, "metrics": out.metrics,
+        print(json.dumps(jsonable({"split": out.split, "dates": out.dates, "metrics": out.metrics,
                                     "random_seeds": out.random_seeds, "out_dir": str(out.out_dir), **out.extra})))
     return 0

@@ -133,15 +133,17 @@ def _ask(args: argparse.Namespace) -> int:
         advisor.close()
     if advice.raw is not None:
         print(f"answer: {advice.raw.strip()!r}")
-    if advice.abstained and advice.abstain_reason in (LLM_PARSE_FAILURE, LLM_ILLEGAL_ACTION):
-        what = "names no action" if advice.abstain_reason == LLM_PARSE_FAILURE else "names an action that is not legal"
-        raise UserError(f"the model's answer {what} ({advice.abstain_reason}): {advice.raw!r}",
+    if advice.abstained and advice.abstain_reason == LLM_PARSE_FAILURE:
+        raise UserError(f"the model's answer names no action ({LLM_PARSE_FAILURE}): {advice.raw!r}",
                         fix="use scoring mode (drop --generate), a stronger model, or adjust llm.prompt")
     for a, word in enumerate(ACTION_WORDS):
         if ctx.legal[a]:
             bar = "#" * int(round(float(advice.probs[a]) * 40))
             print(f"  {word:<14} {float(advice.probs[a]):6.3f} {bar}")
-    if advice.abstained:
+    if advice.abstained and advice.abstain_reason == LLM_ILLEGAL_ACTION:
+        print(f"abstained: {LLM_ILLEGAL_ACTION} (the answer names an action that is not legal now; "
+              "add {legal_actions} to the template to show the model what is allowed)")
+    elif advice.abstained:
         print(f"abstained: {advice.abstain_reason} (coverage of the legal action names {advice.coverage:.3f}; "
               f"below llm.scoring.min_coverage the advisor has no opinion)")
     else:

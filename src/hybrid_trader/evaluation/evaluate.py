@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from hybrid_trader.errors import UserError
+from hybrid_trader.evaluation.metrics import jsonable
 
 
 @dataclass
@@ -156,7 +157,7 @@ def evaluate_run(
         int(market.bars.session_bounds[sessions.start, 0]): int(market.bars.session_bounds[sessions.stop - 1, 1]) + 1]
     if ablation_metrics is not None:
         (run_dir / "eval").mkdir(parents=True, exist_ok=True)
-        (run_dir / "eval" / "ablation.json").write_text(json.dumps(_jsonable(ablation_metrics), indent=2))
+        (run_dir / "eval" / "ablation.json").write_text(json.dumps(jsonable(ablation_metrics), indent=2))
     save_results(results, prices, out_dir, metrics=table,
                  info={"split": split, "run_dir": str(run_dir), "model": str(model_path), "seeds": seeds,
                        "entry_rate": rate})
@@ -198,22 +199,3 @@ def format_table(metrics: dict[str, dict], rows: list[str] | None = None, column
                 cells.append(f"{str(v):>{cw}}")
         lines.append(f"{r:<{width}}" + "".join(cells))
     return "\n".join(lines)
-
-
-def _jsonable(obj: Any) -> Any:
-    if isinstance(obj, dict):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_jsonable(v) for v in obj]
-    if isinstance(obj, (np.integer,)):
-        return int(obj)
-    if isinstance(obj, (np.floating, float)):
-        x = float(obj)
-        if np.isnan(x):
-            return None
-        if np.isinf(x):
-            return "inf" if x > 0 else "-inf"
-        return x
-    if hasattr(obj, "isoformat"):
-        return obj.isoformat()
-    return obj
