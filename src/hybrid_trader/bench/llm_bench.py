@@ -12,7 +12,10 @@ Reported (JSON, last line):
 - ``p99_blocking_ms``: 99th percentile of the time one ``poll`` + ``submit`` pair takes
   in the caller's thread (what a training step pays);
 - ``mean_latency_ms``: mean time from submit to answer (queueing + batch);
-- and load time, batch sizes, abstention rate, label coverage.
+- ``decisions_per_cpu_s``: answers per CPU-second the process used (all threads): a
+  figure that does not depend on what else runs on the machine; an idle machine with
+  ``cpus`` cores can give at most ``cpus`` CPU-seconds per second;
+- and load time, batch sizes, abstention rate, label coverage, the 1-minute load average.
 """
 
 from __future__ import annotations
@@ -53,6 +56,12 @@ def bench_contexts(n: int, seed: int = 0) -> list:
     return out
 
 
+def _cpu_seconds() -> float:
+    """CPU time of this process, all threads (user + system) [s]."""
+    t = os.times()
+    return t.user + t.system
+
+
 def run(args: argparse.Namespace) -> int:
     from hybrid_trader.llm.backends.transformers_backend import prefer_passive_openmp
 
@@ -84,6 +93,7 @@ def run(args: argparse.Namespace) -> int:
 
         blocking: list[float] = []
         step = 0
+        cpu0 = _cpu_seconds()
         sleep = max(0.0, args.step_ms) / 1000.0
         start = time.perf_counter()
         deadline = start + 3600.0
@@ -100,6 +110,7 @@ def run(args: argparse.Namespace) -> int:
             if time.perf_counter() > deadline:
                 break
         elapsed = time.perf_counter() - start
+        cpu_s = _cpu_seconds() - cpu0
         stats = advisor.stats()
     finally:
         advisor.close()
@@ -122,6 +133,9 @@ def run(args: argparse.Namespace) -> int:
         "coverage_avg": round(stats["llm/coverage_avg"], 4),
         "confidence_avg": round(stats["confidence/llm_avg"], 4),
         "elapsed_s": round(elapsed, 2),
+        "process_cpu_s": round(cpu_s, 2),
+        "decisions_per_cpu_s": round(answered / cpu_s, 3) if cpu_s > 0 else None,
+        "loadavg_1min": round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None,
         "load_s": round(load_s, 2),
         "warmup_s": round(warm_s, 2),
         "step_ms": args.step_ms,

@@ -228,7 +228,6 @@ class PromptBuilder:
                     f"llm.prompt.examples[{i}].context has unknown field '{unknown[0]}'", file=source,
                     fix=f"use fields of the template: {', '.join(TEMPLATE_FIELDS)}.{did_you_mean(unknown[0], TEMPLATE_FIELDS)}",
                 )
-        self._examples = [self._render_example(ex, i) for i, ex in enumerate(p.examples)]
         self._prefixes: dict[str, str] = {}
         # render once now so that bad format specs fail at start, not in the worker thread
         self.suffix(sample_context())
@@ -236,8 +235,10 @@ class PromptBuilder:
         self.prefix("NQ")
 
     # ---------------------------------------------------------------- rendering
-    def _render_example(self, ex: Any, i: int) -> str:
+    def _render_example(self, ex: Any, i: int, market: str) -> str:
         values = content_free_fields()
+        values["market"] = _Text(market)  # an example without its own market speaks of the prompt's market
+        values["market_name"] = _Text(_market_name(market))
         for k, v in ex.context.items():
             values[k] = _Num(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and k not in (
                 "trend_score", "position", "consecutive_losses") else (_Text(v) if isinstance(v, str) else v)
@@ -254,7 +255,8 @@ class PromptBuilder:
         system = system.strip("\n")
         if self.chain_of_thought:
             system = f"{system}\n{COT_INSTRUCTION}" if system else COT_INSTRUCTION
-        parts = [s for s in [system, *self._examples] if s]
+        examples = [self._render_example(ex, i, market) for i, ex in enumerate(self.config.prompt.examples)]
+        parts = [s for s in [system, *examples] if s]
         text = self.separator.join(parts) + self.separator if parts else ""
         self._prefixes[market] = text
         return text
