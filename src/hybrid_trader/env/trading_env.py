@@ -63,6 +63,27 @@ def session_minute(minute_of_day: np.ndarray | int) -> np.ndarray | int:
 
 
 @dataclass(frozen=True)
+class AccountSnapshot:
+    """The account at one bar, as the LLM advisor's context needs it (immutable, so never deep-copied)."""
+
+    t: int
+    position: int
+    contracts: int
+    entry_price: float | None
+    unrealized_pnl: float
+    balance: float
+    win_rate: float | None
+    consecutive_losses: int
+    mask: tuple
+
+    def __deepcopy__(self, memo: dict) -> "AccountSnapshot":
+        return self  # VecEnvs deep-copy infos every step; an immutable snapshot needs no copy
+
+    def __getitem__(self, key: str) -> Any:
+        return getattr(self, key)
+
+
+@dataclass(frozen=True)
 class EpisodeWindow:
     """Bar indices of one session's trading window."""
 
@@ -597,19 +618,19 @@ class TradingEnv(gym.Env):
         self.veto_counts[code] = self.veto_counts.get(code, 0) + 1
         self._vetoed = True
 
-    def account_snapshot(self) -> dict[str, Any]:
-        """The account at the current bar, for the LLM advisor's context (plain values; None when undefined)."""
-        return {
-            "t": self._t,
-            "position": self._side,
-            "contracts": self.qty if self._side else 0,
-            "entry_price": self._entry if self._side else None,
-            "unrealized_pnl": self.equity() - self.balance,
-            "balance": self.balance,
-            "win_rate": self.recent_win_rate if self._recent else None,
-            "consecutive_losses": self.consecutive_losses,
-            "mask": self._mask.copy(),
-        }
+    def account_snapshot(self) -> AccountSnapshot:
+        """The account at the current bar, for the LLM advisor's context (None when undefined)."""
+        return AccountSnapshot(
+            t=self._t,
+            position=self._side,
+            contracts=self.qty if self._side else 0,
+            entry_price=self._entry if self._side else None,
+            unrealized_pnl=self.equity() - self.balance,
+            balance=self.balance,
+            win_rate=self.recent_win_rate if self._recent else None,
+            consecutive_losses=self.consecutive_losses,
+            mask=tuple(bool(x) for x in self._mask),
+        )
 
     def drawdown_buffer(self) -> float:
         """Share of the trailing allowance still left above the threshold (1 = untouched)."""

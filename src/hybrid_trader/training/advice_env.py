@@ -65,6 +65,18 @@ def account_from_snapshot(snap: dict) -> Any:
     )
 
 
+class _PolicyView:
+    """What the advisor's query policy reads of a context (position and account), cheaply."""
+
+    __slots__ = ("position", "balance", "win_rate", "consecutive_losses")
+
+    def __init__(self, account: Any) -> None:
+        self.position = int(np.sign(account.position))
+        self.balance = account.balance
+        self.win_rate = account.win_rate
+        self.consecutive_losses = account.consecutive_losses
+
+
 def advice_block(advice: Any, max_age: int) -> np.ndarray:
     """The 9 advice values of one observation (zeros when there is no usable advice)."""
     out = np.zeros(ADVICE_DIM, dtype=np.float32)
@@ -133,10 +145,15 @@ class AdvisorVecEnv(VecEnvWrapper):
             if snap is None:
                 continue
             step = int(self.steps[i])
-            ctx = context_from_market(bars, features, snap["t"], account_from_snapshot(snap), snap["mask"])
             conf = self.rl_confidence[i]
-            if self.advisor.submit(i, step, ctx, rl_confidence=None if np.isnan(conf) else float(conf)):
-                self.submitted += 1
+            conf = None if np.isnan(conf) else float(conf)
+            # The query policy only needs the account; the full context (prompt fields) is
+            # built only when a query is due.
+            account = account_from_snapshot(snap)
+            if self.advisor.should_query(i, step, _PolicyView(account), conf):
+                ctx = context_from_market(bars, features, snap["t"], account, snap["mask"])
+                if self.advisor.submit(i, step, ctx, rl_confidence=conf, force=True):
+                    self.submitted += 1
             advice = self.advisor.poll(i, step)
             self.last_advice[i] = advice
             out[i, N_FEATURES:] = advice_block(advice, self.max_age)

@@ -220,5 +220,11 @@ class EnvTimeCallback(BaseCallback):
         venv.env_method = timed_env_method  # type: ignore[method-assign]
         self._wrapped = True
 
+    def _on_training_end(self) -> None:
+        # Remove the timing wrappers (instance attributes) so that the VecEnv pickles again.
+        for name in ("step_wait", "step_async", "env_method"):
+            self.training_env.__dict__.pop(name, None)
+        self._wrapped = False
+
     def _on_step(self) -> bool:
         return True

@@ -10,7 +10,9 @@ key                             meaning
 ``llm/total_queries``           queries the advisor answered or is answering (cumulative)
 ``llm/avg_latency_ms``          mean submit-to-answer latency
 ``llm/error_rate``              share of queries that errored or timed out [%]
-``llm/query_rate_pct``          share of decision steps that requested advice [%]
+``llm/query_rate_pct``          queries answered (cache hits included) per decision step [%]
+``llm/request_rate_pct``        share of decision steps that requested advice [%] (requests a busy
+                                model cannot take are replaced by newer ones, see ``llm/dropped``)
 ``llm/configured_query_rate_pct`` the rate the query policy's interval alone implies [%]
 ``llm/advised_pct``             share of decision steps whose observation carried fresh advice [%]
 ``llm/advice_age_mean_steps``   mean age of the advice used [steps]
@@ -42,6 +44,7 @@ class HybridStatsCallback(BaseCallback):
         self.advice_env = advice_env
         self.llm_config = llm_config
         self.veto_counts: dict[str, int] = {}
+        self.queries0 = 0.0
         self._reset()
 
     def _reset(self) -> None:
@@ -105,12 +108,16 @@ class HybridStatsCallback(BaseCallback):
                     "llm/label_coverage"):
             if key in stats:
                 rec(key, stats[key])
-        answered = stats.get("llm/answered", 0) or 0
-        if "llm/abstained" in stats and answered:
-            rec("llm/abstain_rate_pct", 100.0 * stats["llm/abstained"] / answered)
+        if "llm/abstain_rate" in stats:
+            rec("llm/abstain_rate_pct", 100.0 * float(stats["llm/abstain_rate"] or 0.0))
         steps = self.advice_env.total_steps - self.steps0
+        queries = float(stats.get("llm/total_queries", 0.0) or 0.0) + float(stats.get("llm/cache_hits", 0.0) or 0.0)
         if steps:
-            rec("llm/query_rate_pct", 100.0 * (self.advice_env.submitted - self.submitted0) / steps)
+            # Queries the model actually answered (cache hits included), not requests that were
+            # replaced or dropped while it was busy: the seed's 0.5% failure must show here.
+            rec("llm/query_rate_pct", 100.0 * (queries - self.queries0) / steps)
+            rec("llm/request_rate_pct", 100.0 * (self.advice_env.submitted - self.submitted0) / steps)
+        self.queries0 = queries
         q = self.llm_config.query
         rec("llm/configured_query_rate_pct", 100.0 if q.mode == "always" else
             (0.0 if q.mode == "never" else 100.0 / max(q.interval, 1)))

@@ -221,9 +221,11 @@ class TransformersBackend(Backend):
         s_ids = [self.tokenizer(s, add_special_tokens=False).input_ids for s in suffixes]
         p_ids = self._encode_prefix(prefix)
         B, L, P = len(s_ids), max(len(s) for s in s_ids), len(p_ids)
+        # The prefix cache is used unless the prefix alone overflows a sliding-window layer's cache
+        # (those keep only the last window - 1 tokens). Past the window, attention follows the
+        # model's own sliding-window rule, as in transformers' generate().
         use_cache = self.config.transformers.prefix_cache and not (
-            self.sliding_window and P + L + (self.config.generation.max_new_tokens if past_out else 0)
-            >= self.sliding_window
+            self.sliding_window and P >= self.sliding_window - 1
         )
         if use_cache:
             p_ids, p_cache = self._prefix(prefix)
