@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
-EXTRAS ?= llm,dev
+EXTRAS ?= llm,llama,dev
 
 .PHONY: install demo test test-slow test-all bench clean help
 

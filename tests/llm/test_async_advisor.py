@@ -248,7 +248,7 @@ def test_stats_when_read_have_seed_tensorboard_names_and_numbers():
         assert all(isinstance(v, float) for v in s.values())
         assert s["llm/total_queries"] == 1 and s["llm/answered"] == 1
         assert s["confidence/llm_avg"] == pytest.approx(0.6 / 0.8, rel=1e-3)  # BUY's share of the legal mass
-        assert s["llm/coverage_avg"] == pytest.approx(0.8)
+        assert s["llm/label_coverage"] == pytest.approx(0.8)
         assert s["llm/advice_age_avg_steps"] == 0.0 and s["llm/poll_hit_rate"] > 0
     finally:
         adv.close()

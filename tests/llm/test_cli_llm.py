@@ -81,14 +81,18 @@ def test_ask_when_answer_is_malformed_is_one_user_error(capsys, monkeypatch):
     assert code == 2 and "names no action" in err and "LLM_PARSE_FAILURE" in err and "I cannot help" in err
 
 
-def test_bench_llm_when_mock_prints_the_speed_json_last(capsys):
-    code, out, err = run(capsys, "bench", "llm", "--backend", "mock", "--batch", "8", "--queries", "400")
+def test_bench_llm_when_mock_is_slow_prints_speed_json_and_callers_do_not_wait(capsys, tmp_path):
+    cfg = tmp_path / "slow.yaml"
+    cfg.write_text("mock:\n  latency_ms: 40\n")  # every batch takes 40 ms
+    code, out, err = run(capsys, "bench", "llm", "--backend", "mock", "--config", str(cfg), "--batch", "8",
+                         "--queries", "64", "--step-ms", "2")
     assert code == 0, err
     result = json.loads(out.strip().splitlines()[-1])
-    for key in ("decisions_per_s", "p99_blocking_ms", "mean_latency_ms"):
+    for key in ("decisions_per_s", "p99_blocking_ms", "mean_latency_ms", "decisions_per_cpu_s"):
         assert result[key] >= 0
-    assert result["queries"] >= 400 and result["batch"] == 8
-    assert result["p99_blocking_ms"] < 5.0  # submit + poll never wait for the model
+    assert result["queries"] >= 64 and result["batch"] == 8
+    assert result["mean_latency_ms"] >= 40  # the answers did take the model's time...
+    assert result["p99_blocking_ms"] < 20  # ...but submit + poll never waited for it
 
 
 @pytest.mark.llm

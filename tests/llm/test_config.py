@@ -84,3 +84,15 @@ def test_from_dict_when_round_tripped_gives_the_same_config():
 def test_chain_of_thought_when_tokens_too_few_is_a_config_error():
     with pytest.raises(UserError, match="max_new_tokens"):
         load_llm_config(overrides={"mode": "generate", "prompt": {"chain_of_thought": True}})
+
+
+def test_dataclass_defaults_when_built_directly_use_the_packaged_prompt():
+    from hybrid_trader.llm import build_advisor
+    from hybrid_trader.llm.prompt import sample_context
+
+    assert dataclasses.asdict(LLMConfig().prompt) == dataclasses.asdict(load_llm_config().prompt)
+    adv = build_advisor(LLMConfig(backend="mock"))
+    try:
+        assert not adv.advise_now([sample_context()])[0].abstained
+    finally:
+        adv.close()

@@ -98,7 +98,7 @@ def test_advisor_when_run_async_on_gemma_answers_with_ages(backend):
         assert all(a.backend == "transformers" for a in advices)
         assert np.all(advices[2].probs[[1, 2, 5]] == 0)
         s = adv.stats()
-        assert s["llm/total_queries"] == 4 and s["llm/batches"] == 1 and s["llm/coverage_avg"] > 0
+        assert s["llm/total_queries"] == 4 and s["llm/batches"] == 1 and s["llm/label_coverage"] > 0
     finally:
         adv.close()  # joins the worker; the shared back end only drops its prefix cache
 

@@ -130,7 +130,7 @@ def run(args: argparse.Namespace) -> int:
         "p95_latency_ms": round(stats["llm/p95_latency_ms"], 1),
         "batch_size_avg": round(stats["llm/batch_size_avg"], 2),
         "abstain_rate": round(stats["llm/abstain_rate"], 4),
-        "coverage_avg": round(stats["llm/coverage_avg"], 4),
+        "label_coverage": round(stats["llm/label_coverage"], 4),
         "confidence_avg": round(stats["confidence/llm_avg"], 4),
         "elapsed_s": round(elapsed, 2),
         "process_cpu_s": round(cpu_s, 2),

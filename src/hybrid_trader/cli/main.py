@@ -10,7 +10,12 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
+
+# OpenMP threads that spin while waiting steal the CPU from the other threads of this
+# process (training, the LLM worker); set before torch is imported.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 from typing import Sequence
 
 from hybrid_trader import __version__

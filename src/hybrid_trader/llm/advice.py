@@ -29,9 +29,7 @@ LLM_ILLEGAL_ACTION = "LLM_ILLEGAL_ACTION"
 """Generation mode: the written answer names an action that is not legal now."""
 LLM_LOW_COVERAGE = "LLM_LOW_COVERAGE"
 """Scoring mode: the legal action names got less probability than ``scoring.min_coverage``."""
-LLM_CLOSED = "LLM_CLOSED"
-"""The advisor was closed before the query was answered."""
-ABSTAIN_CODES = (LLM_TIMEOUT, LLM_ERROR, LLM_PARSE_FAILURE, LLM_ILLEGAL_ACTION, LLM_LOW_COVERAGE, LLM_CLOSED)
+ABSTAIN_CODES = (LLM_TIMEOUT, LLM_ERROR, LLM_PARSE_FAILURE, LLM_ILLEGAL_ACTION, LLM_LOW_COVERAGE)
 
 
 def uniform_over(legal: np.ndarray) -> np.ndarray:
@@ -60,7 +58,7 @@ class Advice:
     abstained: bool = False
     """True when the advisor has no opinion (see ``abstain_reason``)."""
     abstain_reason: str | None = None
-    """LLM_TIMEOUT, LLM_ERROR, LLM_PARSE_FAILURE, LLM_ILLEGAL_ACTION, LLM_LOW_COVERAGE or LLM_CLOSED."""
+    """LLM_TIMEOUT, LLM_ERROR, LLM_PARSE_FAILURE, LLM_ILLEGAL_ACTION, or LLM_LOW_COVERAGE."""
     latency_ms: float = 0.0
     """Time from submit (or the start of a synchronous call) to the answer [ms]."""
     backend: str = ""

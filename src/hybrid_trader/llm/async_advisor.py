@@ -39,7 +39,6 @@ import numpy as np
 
 from hybrid_trader.errors import UserError
 from hybrid_trader.llm.advice import (
-    LLM_CLOSED,
     LLM_ERROR,
     LLM_PARSE_FAILURE,
     LLM_TIMEOUT,
@@ -235,6 +234,9 @@ class Advisor:
             except Exception:  # noqa: BLE001 - the worker must survive anything
                 log.exception("LLM advisor worker: unexpected error; the batch abstains")
                 for item in batch:
+                    current = self._results.get(item.env_index)
+                    if current is not None and current.step >= item.step:
+                        continue  # already answered before the failure
                     adv = abstention(item.context.legal, LLM_ERROR, backend=self.backend.name, step=item.step)
                     self._stats.on_result(adv, scored=False)
                     self._deliver(item.env_index, adv, item.epoch)

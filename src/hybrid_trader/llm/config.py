@@ -7,7 +7,9 @@ dataclasses below, rejecting unknown keys with a did-you-mean hint.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import functools
 import typing
 from dataclasses import dataclass, field
 from importlib import resources
@@ -34,17 +36,32 @@ class FewShotExample:
     """Context fields of the example (any field of the template; missing ones are n/a)."""
 
 
+@functools.lru_cache(maxsize=1)
+def _packaged_prompt() -> dict:
+    """The ``prompt`` section of the packaged llm.yaml (the one source of the default prompt)."""
+    try:
+        data = yaml.safe_load(default_config_path().read_text(encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError):  # pragma: no cover - broken installation
+        return {}
+    return dict(data.get("prompt") or {})
+
+
+def _prompt_default(key: str, fallback: Any) -> Any:
+    return copy.deepcopy(_packaged_prompt().get(key, fallback))
+
+
 @dataclass
 class PromptConfig:
     """The prompt: a shared prefix (system text + examples) and a short per-query part."""
 
-    system: str = ""
+    system: str = field(default_factory=lambda: _prompt_default("system", ""))
     """System text at the start of the shared prefix; may use {market}, {market_name}, {actions}."""
-    context_template: str = ""
+    context_template: str = field(default_factory=lambda: _prompt_default("context_template", ""))
     """Per-query text, Python format syntax over the AdvisorContext fields (see docs/LLM.md)."""
     answer_prefix: str = "Answer:"
     """Text after the context that the model continues with an action name."""
-    examples: list = field(default_factory=list)
+    examples: list = field(default_factory=lambda: [
+        FewShotExample(**e) if isinstance(e, Mapping) else e for e in _prompt_default("examples", [])])
     """Few-shot examples (answer + context fields) rendered with the template into the prefix."""
     example_separator: str = "\n\n"
     """Text between the system text, the examples and the query."""
@@ -218,6 +235,10 @@ class LLMConfig:
     """build_advisor() checks that the model loads / the server answers, raising a UserError if not."""
     journal: Optional[str] = None
     """SQLite file recording every query and answer; None: no journal."""
+    process: bool = False
+    """Run the model (transformers, llama_cpp) in a child process so it never competes with training for the GIL (phase 3 training turns it on)."""
+    process_threads: int = 1
+    """Torch threads of that child process."""
     prompt: PromptConfig = field(default_factory=PromptConfig)
     """The prompt."""
     scoring: ScoringConfig = field(default_factory=ScoringConfig)

@@ -12,7 +12,6 @@ from collections import Counter, deque
 import numpy as np
 
 from hybrid_trader.llm.advice import (
-    LLM_CLOSED,
     LLM_ERROR,
     LLM_ILLEGAL_ACTION,
     LLM_LOW_COVERAGE,
@@ -41,7 +40,7 @@ STAT_NAMES: dict[str, str] = {
     "llm/parse_failures": "LLM_PARSE_FAILURE abstentions [count]",
     "llm/illegal_actions": "LLM_ILLEGAL_ACTION abstentions [count]",
     "llm/low_coverage": "LLM_LOW_COVERAGE abstentions [count]",
-    "llm/coverage_avg": "mean probability mass of the legal action names (scoring) [0-1]",
+    "llm/label_coverage": "mean probability mass of the legal action names (scoring) [0-1]",
     "llm/dropped": "queued queries discarded before answering: superseded, queue full, closed, reset [count]",
     "llm/expired": "ready advice poll() refused as older than batching.max_age_steps [count]",
     "llm/pending": "queries waiting for the worker now [count]",
@@ -128,7 +127,7 @@ class AdvisorStats:
                 self.answered += 1
                 self.confidence_sum += advice.confidence
                 self.confidence_n += 1
-            if scored and advice.abstain_reason not in (LLM_ERROR, LLM_TIMEOUT, LLM_CLOSED):
+            if scored and advice.abstain_reason not in (LLM_ERROR, LLM_TIMEOUT):
                 self.coverage_sum += advice.coverage
                 self.coverage_n += 1
 
@@ -159,7 +158,7 @@ class AdvisorStats:
                 "llm/parse_failures": float(self.abstained[LLM_PARSE_FAILURE]),
                 "llm/illegal_actions": float(self.abstained[LLM_ILLEGAL_ACTION]),
                 "llm/low_coverage": float(self.abstained[LLM_LOW_COVERAGE]),
-                "llm/coverage_avg": self.coverage_sum / self.coverage_n if self.coverage_n else 0.0,
+                "llm/label_coverage": self.coverage_sum / self.coverage_n if self.coverage_n else 0.0,
                 "llm/dropped": float(self.dropped),
                 "llm/expired": float(self.expired),
                 "llm/pending": float(self.pending),

@@ -160,7 +160,11 @@ class RunConfig:
         """The advisor's configuration: the packaged defaults with this run's ``llm`` options over them."""
         from hybrid_trader.llm.config import load_llm_config
 
-        return load_llm_config(None, overrides=self.llm)
+        config = load_llm_config(None, overrides=self.llm)
+        if "process" not in self.llm and config.backend in ("transformers", "llama_cpp"):
+            # In training, a model in the training process slows every step (GIL, CPU threads).
+            config = config.replace(process=True)
+        return config
 
     def validate(self) -> None:
         """Cross-section checks (the seed's frozen-policy run must be impossible)."""

@@ -18,6 +18,10 @@ def make_backend(config: LLMConfig, prompts: PromptBuilder | None = None) -> Bac
     """The back end named by ``config.backend`` (a UserError when it cannot be made)."""
     prompts = prompts or PromptBuilder(config)
     name = config.backend
+    if getattr(config, "process", False) and name in ("transformers", "llama_cpp"):
+        from hybrid_trader.llm.backends.process_backend import ProcessBackend
+
+        return ProcessBackend(config, threads=config.process_threads)
     if name == "mock":
         from hybrid_trader.llm.backends.mock import MockBackend
 
