@@ -30,7 +30,7 @@ test: install
 	$(BIN)/python -m pytest -q -m "not slow"
 
 test-slow: install
-	$(BIN)/python -m pytest -q -m slow
+	$(BIN)/python -m pytest -q -m slow || [ $$? -eq 5 ]  # exit 5: no test is marked slow at the moment
 
 test-all: install
 	$(BIN)/python -m pytest -q
