@@ -19,15 +19,16 @@ from hybrid_trader.env.actions import ACTION_NAMES, Action, n_actions
 from hybrid_trader.env.config import EnvConfig, parse_hhmm
 from hybrid_trader.env.rules import PropFirmRules, get_rules
 from hybrid_trader.errors import UserError
+from hybrid_trader.features.names import BAR_FEATURE_NAMES, BASE_FEATURE_NAMES, LLM_FEATURE_NAMES, WINDOW
 from hybrid_trader.markets import ContractSpec, get_contract
 
 SESSION_OPEN_MINUTE = 18 * 60
 """Globex sessions open at 18:00 ET."""
-BASE_DIM = 228
-LLM_DIM = 33
-WINDOW = 20
-N_BAR_FEATURES = 11
-WINDOW_DIM = WINDOW * N_BAR_FEATURES
+BASE_DIM = len(BASE_FEATURE_NAMES)
+"""228: the 20-bar window, the position features and the flags (phases 1-2)."""
+LLM_DIM = len(LLM_FEATURE_NAMES)
+"""33: added in phase 3."""
+WINDOW_DIM = WINDOW * len(BAR_FEATURE_NAMES)
 MIN_EPISODE_BARS = 10
 """Sessions whose trading window holds fewer bars are not used as episodes."""
 RECENT_TRADES = 10

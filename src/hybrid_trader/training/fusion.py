@@ -22,8 +22,9 @@ from typing import Literal
 import numpy as np
 
 from hybrid_trader.env.actions import Action
+from hybrid_trader.features.names import FEATURE_NAMES
 
-N_FEATURES = 261
+N_FEATURES = len(FEATURE_NAMES)
 ADVICE_PROBS = slice(N_FEATURES, N_FEATURES + 6)
 """LLM probabilities of the six actions (zero on illegal ones)."""
 ADVICE_CONFIDENCE = N_FEATURES + 6

@@ -15,7 +15,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import pickle
@@ -312,12 +311,3 @@ def _yaml_dump(data: dict) -> str:
 
 def _raise_interrupt(signum, frame):  # pragma: no cover - exercised through a subprocess test
     raise KeyboardInterrupt
-
-
-def with_overrides(config: RunConfig, **fields: Any) -> RunConfig:
-    """A copy of ``config`` with dotted-path overrides, e.g. ``ppo__seed=1``."""
-    out = config
-    for key, value in fields.items():
-        section, name = key.split("__")
-        out = dataclasses.replace(out, **{section: dataclasses.replace(getattr(out, section), **{name: value})})
-    return out
