@@ -23,9 +23,10 @@ def test_default_prompt_when_rendered_has_every_seed_field():
     q = pb.query(make_context())
     assert q.text == q.prefix + q.suffix
     body = q.suffix
-    for piece in ("NQ", "10:31", "16850", "strong uptrend", "ADX 27", "RSI 61", "VWAP +0.1%", "mom +12",
+    for piece in ("10:31", "16850", "strong uptrend", "RSI 61", "mom +12",
                   "FLAT", "pnl +0", "win 55%", "losses 0", "bal 50000"):
         assert piece in body, piece
+    assert "NQ futures" in q.prefix  # the market is named once, in the cached system text
     assert body.endswith("\nAnswer:")
     assert "BUY | 0.75" in q.prefix  # few-shot examples live in the cached prefix, not in every query
 
@@ -39,8 +40,8 @@ def test_prefix_when_contexts_differ_is_shared_and_suffix_is_not():
 
 def test_missing_values_when_rendered_print_na_whatever_the_format():
     pb = builder()
-    text = pb.suffix(make_context(rsi=math.nan, win_rate=math.nan, adx=math.nan))
-    assert "RSI n/a" in text and "win n/a" in text and "ADX n/a" in text
+    text = pb.suffix(make_context(rsi=math.nan, win_rate=math.nan, momentum=math.nan))
+    assert "RSI n/a" in text and "win n/a" in text and "mom n/a" in text
 
 
 def test_unknown_template_field_when_building_raises_user_error_with_suggestion():

@@ -1,4 +1,12 @@
-"""``hybrid-trader bench train``: training throughput and the environment's share of it."""
+"""``hybrid-trader bench train``: training throughput and the environment's share of it.
+
+With ``--phase 3`` it answers the phase 3 question: how much longer does training take
+with the LLM advisor inside the loop? It trains a short phase 1 and phase 2 (the
+starting point), then times, from that same phase 2 run, a phase 2 continuation and a
+phase 3 run of ``--steps`` each (``--repeats`` times, alternating), and reports
+``phase3_over_phase2``: the ratio of their median ``model.learn`` wall times (model loading and the advisor's start-up are reported apart,
+as ``advisor_start_seconds``), with the share of decisions the LLM actually answered.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +15,27 @@ import json
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+def _last_record(run_dir: Path, key: str) -> Any:
+    """The last value of ``key`` in a run's progress.jsonl (None when never logged)."""
+    value = None
+    path = run_dir / "progress.jsonl"
+    if path.exists():
+        for line in path.read_text().splitlines():
+            rec = json.loads(line)
+            if key in rec:
+                value = rec[key]
+    return value
+
+
+def _sum_records(run_dir: Path, key: str) -> float:
+    path = run_dir / "progress.jsonl"
+    return sum(float(json.loads(line).get(key, 0.0) or 0.0) for line in path.read_text().splitlines()) \
+        if path.exists() else 0.0
 
 
 def run(args: argparse.Namespace) -> int:
@@ -16,9 +45,12 @@ def run(args: argparse.Namespace) -> int:
     from hybrid_trader.training.market import load_market
     from hybrid_trader.training.runner import train_run
 
-    overrides = {"env.phase": args.phase, "ppo.n_envs": args.n_envs, "ppo.vec_env": args.vec_env, "ppo.total_timesteps": args.steps,
-                 "ppo.seed": args.seed, "train.validate_every": 0, "train.checkpoint_every": 10 ** 9,
-                 "train.progress_bar": False}
+    phase = int(args.phase)
+    overrides = {"env.phase": phase, "ppo.n_envs": args.n_envs, "ppo.vec_env": args.vec_env,
+                 "ppo.total_timesteps": args.steps, "ppo.seed": args.seed, "train.validate_every": 0,
+                 "train.checkpoint_every": 10 ** 9, "train.progress_bar": False}
+    if phase == 3:
+        overrides["llm"] = {"backend": getattr(args, "llm", None) or "mock"}
     if args.data:
         overrides["data.path"] = args.data
         if args.tz:
@@ -27,31 +59,82 @@ def run(args: argparse.Namespace) -> int:
             overrides["data.time_shift"] = args.time_shift
     config = merge_overrides(RunConfig(), overrides)
     market = load_market(config.data, config.split)
-    timer = EnvTimeCallback()
+    extra: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as tmp:
+        tmp_dir = Path(tmp)
         init = None
-        if args.phase == 2:
-            p1 = merge_overrides(config, {"env.phase": 1, "ppo.total_timesteps": config.ppo.n_steps * args.n_envs})
-            train_run(p1, Path(tmp) / "p1", market=market, quiet=True)
-            init = Path(tmp) / "p1"
-        start = time.perf_counter()
-        status = train_run(config, Path(tmp) / "run", market=market, init=init, extra_callbacks=[timer], quiet=True)
-        wall = time.perf_counter() - start
+        short = config.ppo.n_steps * args.n_envs
+        if phase >= 2:
+            p1 = merge_overrides(config, {"env.phase": 1, "ppo.total_timesteps": short})
+            train_run(p1, tmp_dir / "p1", market=market, quiet=True)
+            init = tmp_dir / "p1"
+        if phase == 3:
+            p2 = merge_overrides(config, {"env.phase": 2, "ppo.total_timesteps": short})
+            train_run(p2, tmp_dir / "p2", market=market, init=init, quiet=True)
+            init = tmp_dir / "p2"
+        repeats = max(int(getattr(args, "repeats", 1) or 1), 1) if phase == 3 else 1
+        p2_times: list[float] = []
+        p3_times: list[float] = []
+        for r in range(repeats):
+            if phase == 3:
+                # the same length of phase 2 from the same starting point, for the ratio; runs
+                # alternate so that a slow spell of a shared machine hits both alike
+                same = merge_overrides(config, {"env.phase": 2})
+                s2 = train_run(same, tmp_dir / f"p2-same-{r}", market=market, init=init, quiet=True)
+                p2_times.append(float(s2["wall_seconds"]))
+            timer = EnvTimeCallback()
+            start = time.perf_counter()
+            run_dir = tmp_dir / f"run-{r}"
+            status = train_run(config, run_dir, market=market, init=init, extra_callbacks=[timer], quiet=True)
+            wall = time.perf_counter() - start
+            p3_times.append(float(status["wall_seconds"]))
+        if phase == 3:
+            extra["repeats"] = repeats
+            extra["phase2_learn_seconds"] = round(float(np.median(p2_times)), 2)
+            extra["phase3_learn_seconds"] = round(float(np.median(p3_times)), 2)
+            extra["phase2_runs_seconds"] = p2_times
+            extra["phase3_runs_seconds"] = p3_times
+            extra["phase3_over_phase2"] = round(extra["phase3_learn_seconds"] / max(extra["phase2_learn_seconds"], 1e-9), 3)
+            extra["advisor_start_seconds"] = round(wall - status["wall_seconds"], 1)
+            extra["llm_backend"] = config.llm.get("backend")
+            for key in ("llm/total_queries", "llm/avg_latency_ms", "llm/label_coverage", "llm/error_rate"):
+                extra[key] = _last_record(run_dir, key)
+            steps_logged = max(status["total_timesteps"], 1)
+            # query rate over the whole run: answered queries (cache hits included) per decision
+            answered = float(extra["llm/total_queries"] or 0) + float(_last_record(run_dir, "llm/cache_hits") or 0)
+            extra["llm_query_rate_pct"] = round(100.0 * answered / steps_logged, 3)
+            extra["llm_request_rate_pct"] = round(
+                _sum_records(run_dir, "llm/request_rate_pct") / max(_count_rollouts(run_dir), 1), 2)
     steps = status["total_timesteps"]
+    learn = status["wall_seconds"] or wall
     result = {
-        "train_steps_per_s": round(steps / wall, 1),
-        "env_time_share_pct": round(100 * timer.env_seconds / wall, 1),
+        "train_steps_per_s": round(steps / learn, 1),
+        "env_time_share_pct": round(100 * timer.env_seconds / learn, 1),
         "env_seconds": round(timer.env_seconds, 2),
         "wall_seconds": round(wall, 2),
+        "learn_seconds": learn,
         "steps": steps,
-        "phase": args.phase,
+        "phase": phase,
         "n_envs": args.n_envs,
         "vec_env": args.vec_env,
         "n_steps": config.ppo.n_steps,
         "n_epochs": config.ppo.n_epochs,
         "batch_size": config.ppo.batch_size,
         "data": args.data or "synthetic",
+        **extra,
     }
     print(f"{result['train_steps_per_s']:,.0f} training steps/s; environment {result['env_time_share_pct']}% of wall time")
+    if phase == 3:
+        print(f"phase 3 ({result['llm_backend']}) took {result['phase3_over_phase2']:.2f}x the time of phase 2 "
+              f"({result['phase3_learn_seconds']} s vs {result['phase2_learn_seconds']} s for {steps:,} steps, "
+              f"median of {result['repeats']}); "
+              f"the LLM answered {result['llm_query_rate_pct']}% of decisions")
     print(json.dumps(result))
     return 0
+
+
+def _count_rollouts(run_dir: Path) -> int:
+    path = run_dir / "progress.jsonl"
+    if not path.exists():
+        return 0
+    return sum(1 for line in path.read_text().splitlines() if "llm/request_rate_pct" in json.loads(line))

@@ -51,8 +51,14 @@ def _bench_llm(args: argparse.Namespace) -> int:
 
 
 def register_train(bsub: argparse._SubParsersAction) -> None:
-    t = bsub.add_parser("train", help="training steps per second and the share of time spent in the environment")
-    t.add_argument("--phase", type=int, choices=(1, 2), default=1, help="phase (default 1)")
+    t = bsub.add_parser("train", help="training steps per second and the share of time spent in the environment; "
+                        "--phase 3: the time phase 3 takes against phase 2")
+    t.add_argument("--phase", type=int, choices=(1, 2, 3), default=1,
+                   help="phase (default 1); 3 also times phase 2 from the same start and reports phase3_over_phase2")
+    t.add_argument("--llm", choices=("mock", "transformers", "openai", "llama_cpp"), default="mock",
+                   help="phase 3: LLM advisor back end (default mock)")
+    t.add_argument("--repeats", type=int, default=1,
+                   help="phase 3: timed phase 2 / phase 3 pairs, alternating; medians are compared (default 1)")
     t.add_argument("--n-envs", type=int, default=1, help="parallel environments (default 1)")
     t.add_argument("--vec-env", choices=("dummy", "subproc"), default="dummy",
                    help="environments in the main process (dummy) or one subprocess each (subproc)")

@@ -148,22 +148,31 @@ class Advisor:
         None when there is none yet, or when it is older than ``batching.max_age_steps``
         (stale: counted once in ``llm/expired`` and discarded). Never blocks.
         """
+        advice, age = self.latest(env_index, step)
+        return None if advice is None else replace(advice, age_steps=age)
+
+    def latest(self, env_index: int, step: int) -> tuple[Advice | None, int]:
+        """``poll`` without the copy: the stored advice (its ``age_steps`` not updated) and its age.
+
+        For hot loops (the phase 3 wrapper polls every environment every step); counted
+        in the statistics exactly as ``poll``.
+        """
         advice = self._results.get(env_index)
         if advice is None:
             self._stats.on_poll(None)
-            return None
+            return None, 0
         age = int(step) - advice.step
         if age < 0:
             self._stats.on_poll(None)
-            return None
+            return None, 0
         if age > self.config.batching.max_age_steps:
             with self._results_lock:
                 if self._results.get(env_index) is advice:
                     del self._results[env_index]
             self._stats.on_poll(None, expired=True)
-            return None
+            return None, 0
         self._stats.on_poll(age)
-        return replace(advice, age_steps=age)
+        return advice, age
 
     def reset(self, env_index: int | None = None) -> None:
         """Forget an environment's query history, queued query and advice (new episode); None: all."""

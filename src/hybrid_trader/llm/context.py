@@ -44,6 +44,8 @@ class AccountState:
 
 def normalise_mask(mask: Any) -> np.ndarray:
     """Legal-action mask of length 6 (a phase-1 mask of length 3 is padded with False)."""
+    if isinstance(mask, np.ndarray) and mask.dtype == np.bool_ and mask.shape == (N_ACTIONS,):
+        return mask  # already normal (the common case, checked cheaply)
     m = np.asarray(mask, dtype=bool).ravel()
     if m.size > N_ACTIONS or m.size == 0:
         raise ValueError(f"legal-action mask must have 1-{N_ACTIONS} entries, got {m.size}")
@@ -110,7 +112,7 @@ class AdvisorContext:
 
 def trend_score(close: float, sma20: float, sma50: float, adx: float) -> int:
     """-2..+2: sign from SMA20 vs SMA50 with the close on the same side of SMA50; 2 if ADX >= 25."""
-    if not all(np.isfinite([close, sma20, sma50])):
+    if not (math.isfinite(close) and math.isfinite(sma20) and math.isfinite(sma50)):
         return 0
     if sma20 > sma50 and close > sma50:
         sign = 1
@@ -118,7 +120,7 @@ def trend_score(close: float, sma20: float, sma50: float, adx: float) -> int:
         sign = -1
     else:
         return 0
-    return sign * (2 if np.isfinite(adx) and adx >= STRONG_ADX else 1)
+    return sign * (2 if math.isfinite(adx) and adx >= STRONG_ADX else 1)
 
 
 def position_text(account: AccountState) -> str:
@@ -149,7 +151,8 @@ def context_from_market(bars: Any, features: Any, t: int, account: AccountState,
     sma20 = _at(raw, "sma20", t)
     sma50 = _at(raw, "sma50", t)
     score = trend_score(price, sma20, sma50, adx)
-    ts = bars.frame.index[t].to_pydatetime()
+    times = getattr(bars, "py_times", None)
+    ts = times[t] if times is not None else bars.frame.index[t].to_pydatetime()
     return AdvisorContext(
         market=str(bars.market),
         timestamp=ts,

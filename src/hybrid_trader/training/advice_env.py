@@ -70,21 +70,28 @@ class _PolicyView:
 
     __slots__ = ("position", "balance", "win_rate", "consecutive_losses")
 
-    def __init__(self, account: Any) -> None:
-        self.position = int(np.sign(account.position))
-        self.balance = account.balance
-        self.win_rate = account.win_rate
-        self.consecutive_losses = account.consecutive_losses
+    def __init__(self, snap: dict) -> None:
+        position = int(snap["position"])
+        self.position = (position > 0) - (position < 0)
+        self.balance = float(snap["balance"])
+        win_rate = snap["win_rate"]
+        self.win_rate = math.nan if win_rate is None else float(win_rate)
+        self.consecutive_losses = int(snap["consecutive_losses"])
 
 
-def advice_block(advice: Any, max_age: int) -> np.ndarray:
-    """The 9 advice values of one observation (zeros when there is no usable advice)."""
-    out = np.zeros(ADVICE_DIM, dtype=np.float32)
+def advice_block(advice: Any, max_age: int, age: int | None = None, out: np.ndarray | None = None) -> np.ndarray:
+    """The 9 advice values of one observation (zeros when there is no usable advice).
+
+    ``age`` overrides ``advice.age_steps``; ``out`` (9 values) is filled in place.
+    """
+    if out is None:
+        out = np.zeros(ADVICE_DIM, dtype=np.float32)
     if advice is None or advice.abstained:
+        out[:] = 0.0
         return out
     out[:6] = advice.probs
     out[6] = advice.confidence
-    out[7] = min(advice.age_steps / max(max_age, 1), 1.0)
+    out[7] = min((advice.age_steps if age is None else age) / max(max_age, 1), 1.0)
     out[8] = 1.0
     return out
 
@@ -107,6 +114,8 @@ class AdvisorVecEnv(VecEnvWrapper):
         self.rl_confidence = np.full(self.num_envs, np.nan)
         """RL-only confidence of each environment's last decision, set by the stats callback."""
         self.last_advice: list[Any] = [None] * self.num_envs
+        self.last_age = np.zeros(self.num_envs, dtype=np.int64)
+        """Age in steps of each environment's last advice (when it was read)."""
         self.submitted = 0
         self.advised_steps = 0
         self.age_sum = 0.0
@@ -129,7 +138,8 @@ class AdvisorVecEnv(VecEnvWrapper):
             if terminal is not None and terminal.shape == (N_FEATURES,):
                 # The value bootstrap of a truncated episode sees the advice that was in force.
                 infos[i]["terminal_observation"] = np.concatenate(
-                    [terminal, advice_block(self.last_advice[i], self.max_age)]).astype(np.float32)
+                    [terminal, advice_block(self.last_advice[i], self.max_age, int(self.last_age[i]))]
+                ).astype(np.float32)
         return self._with_advice(obs, snaps, dones), rewards, dones, infos
 
     def _with_advice(self, obs: np.ndarray, infos, new_episode: np.ndarray) -> np.ndarray:
@@ -149,18 +159,18 @@ class AdvisorVecEnv(VecEnvWrapper):
             conf = None if np.isnan(conf) else float(conf)
             # The query policy only needs the account; the full context (prompt fields) is
             # built only when a query is due.
-            account = account_from_snapshot(snap)
-            if self.advisor.should_query(i, step, _PolicyView(account), conf):
-                ctx = context_from_market(bars, features, snap["t"], account, snap["mask"])
+            if self.advisor.should_query(i, step, _PolicyView(snap), conf):
+                ctx = context_from_market(bars, features, snap["t"], account_from_snapshot(snap), snap["mask"])
                 if self.advisor.submit(i, step, ctx, rl_confidence=conf, force=True):
                     self.submitted += 1
-            advice = self.advisor.poll(i, step)
+            advice, age = self.advisor.latest(i, step)
             self.last_advice[i] = advice
-            out[i, N_FEATURES:] = advice_block(advice, self.max_age)
+            self.last_age[i] = age
+            advice_block(advice, self.max_age, age, out[i, N_FEATURES:])
             self.total_steps += 1
             if out[i, -1] > 0:
                 self.advised_steps += 1
-                self.age_sum += advice.age_steps
+                self.age_sum += age
         return out
 
     def close(self) -> None:

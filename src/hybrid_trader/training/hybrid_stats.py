@@ -59,39 +59,34 @@ class HybridStatsCallback(BaseCallback):
         self.steps0 = self.advice_env.total_steps
         self.veto_steps = 0
         self.decision_steps = 0
+        # per step: RL-only best action, its probability, executed action, advice block;
+        # reduced once at the end of the rollout (per-step numpy calls cost training time)
+        self._rl_best: list[np.ndarray] = []
+        self._rl_conf: list[np.ndarray] = []
+        self._actions: list[np.ndarray] = []
+        self._advice: list[np.ndarray] = []
 
     def _on_rollout_start(self) -> None:
         self._reset()
 
     def _on_step(self) -> bool:
-        policy = self.model.policy
-        rl_logits = policy.last_rl_logits
+        rl_logits = self.model.policy.last_rl_logits
         if rl_logits is None:
             return True
         masks = self.locals.get("action_masks")
         logits = rl_logits.cpu().numpy().astype(np.float64)
         if masks is not None:
             logits = np.where(np.asarray(masks, dtype=bool).reshape(logits.shape), logits, -np.inf)
-        logits -= logits.max(axis=1, keepdims=True)
-        probs = np.exp(logits)
-        probs /= probs.sum(axis=1, keepdims=True)
-        rl_best = probs.argmax(axis=1)
-        rl_conf = probs.max(axis=1)
-        self.advice_env.rl_confidence[:] = rl_conf
-        actions = np.asarray(self.locals["actions"]).reshape(-1)
+        rl_best = logits.argmax(axis=1)
+        # probability of the best action = 1 / sum(exp(logits - max))
+        rl_conf = 1.0 / np.exp(logits - logits[np.arange(len(rl_best)), rl_best][:, None]).sum(axis=1)
+        self.advice_env.rl_confidence[:] = rl_conf  # read by the query policy's uncertainty trigger
+        self._rl_best.append(rl_best)
+        self._rl_conf.append(rl_conf)
+        self._actions.append(np.asarray(self.locals["actions"]).reshape(-1))
         obs = self.locals.get("obs_tensor")
-        advice = obs[:, -9:].cpu().numpy() if isinstance(obs, th.Tensor) else None
-        self.n += len(actions)
-        self.rl_conf_sum += float(rl_conf.sum())
-        self.override += int((actions != rl_best).sum())
-        if advice is not None:
-            present = advice[:, 8] > 0.5
-            if present.any():
-                llm_best = advice[present, :6].argmax(axis=1)
-                self.advised += int(present.sum())
-                self.agree += int((llm_best == rl_best[present]).sum())
-                self.llm_conf_sum += float(advice[present, 6].sum())
-                self.age_sum += float(advice[present, 7].sum()) * self.llm_config.batching.max_age_steps
+        if isinstance(obs, th.Tensor):
+            self._advice.append(obs[:, -9:].cpu().numpy())
         for info, done in zip(self.locals["infos"], self.locals["dones"]):
             if done and "veto_steps" in info:
                 self.veto_steps += info["veto_steps"]
@@ -100,7 +95,28 @@ class HybridStatsCallback(BaseCallback):
                     self.veto_counts[code] = self.veto_counts.get(code, 0) + count
         return True
 
+    def _reduce(self) -> None:
+        """Turn the rollout's per-step records into the counts the logs report."""
+        if not self._rl_best:
+            return
+        rl_best = np.concatenate(self._rl_best)
+        rl_conf = np.concatenate(self._rl_conf)
+        actions = np.concatenate(self._actions)
+        self.n = len(actions)
+        self.rl_conf_sum = float(rl_conf.sum())
+        self.override = int((actions != rl_best).sum())
+        if len(self._advice) == len(self._rl_best):
+            advice = np.concatenate(self._advice)
+            present = advice[:, 8] > 0.5
+            if present.any():
+                llm_best = advice[present, :6].argmax(axis=1)
+                self.advised = int(present.sum())
+                self.agree = int((llm_best == rl_best[present]).sum())
+                self.llm_conf_sum = float(advice[present, 6].sum())
+                self.age_sum = float(advice[present, 7].sum()) * self.llm_config.batching.max_age_steps
+
     def _on_rollout_end(self) -> None:
+        self._reduce()
         rec = self.logger.record
         stats = self.advice_env.advisor.stats()
         for key in ("llm/total_queries", "llm/avg_latency_ms", "llm/p95_latency_ms", "llm/error_rate",

@@ -1,0 +1,20 @@
+"""``hybrid-trader bench train``: the phase 3 comparison runs and reports what it measured."""
+
+from __future__ import annotations
+
+import json
+
+from hybrid_trader.cli.main import main
+
+
+def test_bench_train_when_phase_3_reports_ratio_against_phase_2_and_llm_share(capsys):
+    code = main(["bench", "train", "--phase", "3", "--llm", "mock", "--steps", "256", "--n-envs", "1"])
+    assert code == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    result = json.loads(lines[-1])
+    assert result["phase"] == 3 and result["llm_backend"] == "mock"
+    assert result["phase2_learn_seconds"] > 0 and result["phase3_learn_seconds"] > 0
+    assert result["phase3_over_phase2"] == round(result["phase3_learn_seconds"] / result["phase2_learn_seconds"], 3)
+    # the mock answers at once: the LLM took part in the timed phase 3 rollouts
+    assert result["llm/total_queries"] > 0 and result["llm_query_rate_pct"] > 0
+    assert "took" in lines[-2] and "x the time of phase 2" in lines[-2]
