@@ -90,7 +90,7 @@ def test_single_query_when_batch_not_full_runs_after_max_wait():
 
 def test_newer_submit_when_older_still_queued_supersedes_it():
     backend = FakeBackend(delay=0.3)
-    adv = advisor_with(backend, batching={"max_batch": 1, "max_wait_ms": 0.0})
+    adv = advisor_with(backend, batching={"max_batch": 1, "max_wait_ms": 0.0, "refresh_steps": 1})
     try:
         adv.submit(99, 1, make_context())  # occupies the worker
         assert backend.started.wait(5)
@@ -98,6 +98,26 @@ def test_newer_submit_when_older_still_queued_supersedes_it():
         adv.submit(0, 2, make_context(rsi=40.0))  # replaces step 1's query, still queued
         advice = wait_for(lambda: adv.poll(0, 2))
         assert advice.step == 2
+        assert adv.stats()["llm/dropped"] == 1
+    finally:
+        adv.close()
+
+
+def test_submit_when_queued_query_younger_than_refresh_steps_keeps_it():
+    backend = FakeBackend(delay=0.3)
+    adv = advisor_with(backend, batching={"max_batch": 1, "max_wait_ms": 0.0, "refresh_steps": 4})
+    try:
+        adv.submit(99, 1, make_context())  # occupies the worker
+        assert backend.started.wait(5)
+        assert adv.submit(0, 10, make_context())
+        # 1-3 steps later the waiting query is kept: no new context is needed
+        assert not adv.should_query(0, 13, make_context())
+        assert not adv.submit(0, 13, make_context(rsi=40.0))
+        # 4 steps later it is old enough to be replaced by the fresher one
+        assert adv.should_query(0, 14, make_context())
+        assert adv.submit(0, 14, make_context(rsi=40.0))
+        advice = wait_for(lambda: adv.poll(0, 14))
+        assert advice.step == 14
         assert adv.stats()["llm/dropped"] == 1
     finally:
         adv.close()

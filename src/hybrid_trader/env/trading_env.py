@@ -630,7 +630,7 @@ class TradingEnv(gym.Env):
             balance=self.balance,
             win_rate=self.recent_win_rate if self._recent else None,
             consecutive_losses=self.consecutive_losses,
-            mask=tuple(bool(x) for x in self._mask),
+            mask=tuple(self._mask.tolist()),
         )
 
     def drawdown_buffer(self) -> float:

@@ -150,7 +150,7 @@ class HybridAgentPolicy:
         finally:
             policy.llm_weight = saved
         rl = policy.last_rl_logits[0].numpy().astype(np.float64)
-        prior = policy.last_prior[0].numpy().astype(np.float64)
+        prior = np.zeros_like(rl) if policy.last_prior is None else policy.last_prior[0].numpy().astype(np.float64)
         return rl, prior
 
     def _current_advice(self):

@@ -15,7 +15,9 @@ Training loop (main process, policy side)::
 ``submit`` applies the query policy (:mod:`query_policy`) and the cache (:mod:`cache`)
 *inside*, in the caller's thread, in microseconds; a query that needs the model goes to
 a queue holding at most one query per environment (a newer submit supersedes an older
-one still waiting). One worker thread takes up to ``batching.max_batch`` queries (waiting
+one still waiting; while the model is busy with a batch, only once the waiting one is
+``batching.refresh_steps`` old: a busy model would otherwise make the caller build a
+context every step that nobody reads). One worker thread takes up to ``batching.max_batch`` queries (waiting
 at most ``batching.max_wait_ms`` after the oldest arrived) and answers them with one
 back-end call. Results land in a per-environment slot; ``poll`` reads it and tells its
 age in steps; advice older than ``batching.max_age_steps`` is refused (expired).
@@ -95,6 +97,8 @@ class Advisor:
         self._calibration: dict[str, np.ndarray] = {}
         self._closed = False
         self._closing = False
+        self._busy = False
+        """The worker is answering a batch (set and read without a lock: a plain flag)."""
         self._thread: threading.Thread | None = None
         self._errors_logged = 0
         # a per-instance callable (partials compare by identity), holding only a weak reference
@@ -108,12 +112,14 @@ class Advisor:
 
         Applies the query policy (skip when not due), then the cache (a hit becomes the
         environment's result at once), else queues the query for the worker, replacing a
-        query of the same environment still waiting. ``force`` bypasses the policy.
+        query of the same environment still waiting (while the model is busy, not due before
+        that one is ``batching.refresh_steps`` old). ``force`` bypasses the policy and that wait.
         Returns True when advice was requested (cache hit or queued).
         """
         if self._closed or self._closing:
             return False
-        trigger = "forced" if force else self.policy.decide(env_index, step, context, rl_confidence)
+        trigger = "forced" if force else (
+            None if self._waiting(env_index, step) else self.policy.decide(env_index, step, context, rl_confidence))
         self._stats.on_submit(trigger is not None)
         if trigger is None:
             return False
@@ -195,8 +201,26 @@ class Advisor:
 
     def should_query(self, env_index: int, step: int, context: AdvisorContext,
                      rl_confidence: float | None = None) -> bool:
-        """Whether ``submit`` would ask for advice now (the policy alone, no side effects)."""
+        """Whether ``submit`` would ask for advice now (no side effects).
+
+        False while the environment's previous query still waits for the model and is
+        younger than ``batching.refresh_steps``; otherwise the query policy decides.
+        """
+        if self._waiting(env_index, step):
+            return False
         return self.policy.decide(env_index, step, context, rl_confidence) is not None
+
+    def _waiting(self, env_index: int, step: int) -> bool:
+        """The model is busy with a batch, and this environment's query waits and is too young to replace.
+
+        While the worker gathers a batch, a newer context always replaces the waiting one
+        (fresh contexts make fresh advice); while it waits for the model, the waiting one
+        is renewed only every ``refresh_steps``.
+        """
+        if not self._busy:
+            return False
+        item = self._pending.get(env_index)  # a dict read: atomic, no lock needed
+        return item is not None and 0 <= step - item.step < self.config.batching.refresh_steps
 
     def _deliver(self, env_index: int, advice: Advice, epoch: int) -> bool:
         with self._results_lock:
@@ -238,6 +262,7 @@ class Advisor:
                 while self._pending and len(batch) < cfg.max_batch:
                     batch.append(self._pending.popitem(last=False)[1])
                 self._stats.pending = len(self._pending)
+            self._busy = True
             try:
                 self._run_batch(batch)
             except Exception:  # noqa: BLE001 - the worker must survive anything
@@ -249,6 +274,8 @@ class Advisor:
                     adv = abstention(item.context.legal, LLM_ERROR, backend=self.backend.name, step=item.step)
                     self._stats.on_result(adv, scored=False)
                     self._deliver(item.env_index, adv, item.epoch)
+            finally:
+                self._busy = False
 
     def _run_batch(self, batch: list[_Pending]) -> None:
         timeout = self.config.batching.timeout_s

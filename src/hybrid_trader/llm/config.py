@@ -149,6 +149,8 @@ class AsyncConfig:
     """After the first query arrives, wait at most this long for more before running a batch [ms]."""
     max_age_steps: int = 10
     """poll() no longer returns advice older than this many steps of its environment (stale) [steps]."""
+    refresh_steps: int = 4
+    """While the model is busy, a waiting query is replaced by a newer one of its environment only once it is this many steps old (1: every step; contexts a busy model never reads cost training time) [steps]."""
     timeout_s: float = 30.0
     """A query not answered within this long after submit counts as LLM_TIMEOUT and abstains [s]."""
     max_pending: int = 4096
@@ -323,6 +325,8 @@ class LLMConfig:
             raise bad("batching.max_wait_ms", b.max_wait_ms, "use 0 or more milliseconds")
         if b.max_age_steps < 0:
             raise bad("batching.max_age_steps", b.max_age_steps, "use 0 or more steps")
+        if b.refresh_steps < 1:
+            raise bad("batching.refresh_steps", b.refresh_steps, "use 1 or more steps")
         if b.timeout_s <= 0:
             raise bad("batching.timeout_s", b.timeout_s, "use a positive number of seconds")
         if b.max_pending < 1:

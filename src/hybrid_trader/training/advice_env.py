@@ -148,27 +148,32 @@ class AdvisorVecEnv(VecEnvWrapper):
         out = np.zeros((self.num_envs, N_FEATURES + ADVICE_DIM), dtype=np.float32)
         out[:, :N_FEATURES] = obs
         bars, features = self.market.bars, self.market.features
+        advisor = self.advisor
+        # Python scalars once per step: indexing numpy arrays per environment costs more
+        steps = self.steps.tolist()
+        confs = self.rl_confidence.tolist()
+        new = np.asarray(new_episode, dtype=bool).tolist()
         for i in range(self.num_envs):
             snap = infos[i].get("advisor_account") if infos[i] else None
-            if new_episode[i]:
-                self.advisor.reset(i)
+            if new[i]:
+                advisor.reset(i)
             if snap is None:
                 continue
-            step = int(self.steps[i])
-            conf = self.rl_confidence[i]
-            conf = None if np.isnan(conf) else float(conf)
+            step = steps[i]
+            conf = confs[i]
+            conf = None if conf != conf else conf  # NaN: no RL confidence yet
             # The query policy only needs the account; the full context (prompt fields) is
             # built only when a query is due.
-            if self.advisor.should_query(i, step, _PolicyView(snap), conf):
+            if advisor.should_query(i, step, _PolicyView(snap), conf):
                 ctx = context_from_market(bars, features, snap["t"], account_from_snapshot(snap), snap["mask"])
-                if self.advisor.submit(i, step, ctx, rl_confidence=conf, force=True):
+                if advisor.submit(i, step, ctx, rl_confidence=conf, force=True):
                     self.submitted += 1
-            advice, age = self.advisor.latest(i, step)
+            advice, age = advisor.latest(i, step)
             self.last_advice[i] = advice
             self.last_age[i] = age
-            advice_block(advice, self.max_age, age, out[i, N_FEATURES:])
             self.total_steps += 1
-            if out[i, -1] > 0:
+            if advice is not None and not advice.abstained:
+                advice_block(advice, self.max_age, age, out[i, N_FEATURES:])
                 self.advised_steps += 1
                 self.age_sum += age
         return out

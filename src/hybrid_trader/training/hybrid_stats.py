@@ -59,54 +59,61 @@ class HybridStatsCallback(BaseCallback):
         self.steps0 = self.advice_env.total_steps
         self.veto_steps = 0
         self.decision_steps = 0
-        # per step: RL-only best action, its probability, executed action, advice block;
-        # reduced once at the end of the rollout (per-step numpy calls cost training time)
-        self._rl_best: list[np.ndarray] = []
-        self._rl_conf: list[np.ndarray] = []
+        # per step: RL-only logits, masks, executed actions, advice block; reduced once at
+        # the end of the rollout (per-step array work costs training time)
+        self._rl_logits: list[th.Tensor] = []
+        self._masks: list[np.ndarray] = []
         self._actions: list[np.ndarray] = []
-        self._advice: list[np.ndarray] = []
+        self._advice: list[th.Tensor] = []
 
     def _on_rollout_start(self) -> None:
         self._reset()
+
+    @property
+    def _needs_rl_confidence(self) -> bool:
+        """Whether the advisor's query policy reads the RL confidence (its uncertainty trigger)."""
+        q = self.llm_config.query
+        return q.mode == "selective" and "uncertainty" in q.triggers
 
     def _on_step(self) -> bool:
         rl_logits = self.model.policy.last_rl_logits
         if rl_logits is None:
             return True
         masks = self.locals.get("action_masks")
-        logits = rl_logits.cpu().numpy().astype(np.float64)
-        if masks is not None:
-            logits = np.where(np.asarray(masks, dtype=bool).reshape(logits.shape), logits, -np.inf)
-        rl_best = logits.argmax(axis=1)
-        # probability of the best action = 1 / sum(exp(logits - max))
-        rl_conf = 1.0 / np.exp(logits - logits[np.arange(len(rl_best)), rl_best][:, None]).sum(axis=1)
-        self.advice_env.rl_confidence[:] = rl_conf  # read by the query policy's uncertainty trigger
-        self._rl_best.append(rl_best)
-        self._rl_conf.append(rl_conf)
-        self._actions.append(np.asarray(self.locals["actions"]).reshape(-1))
+        masks = None if masks is None else np.asarray(masks, dtype=bool).reshape(rl_logits.shape)
+        if self._needs_rl_confidence:
+            self.advice_env.rl_confidence[:] = _best_probability(rl_logits.cpu().numpy(), masks)[1]
+        self._rl_logits.append(rl_logits)
+        self._masks.append(masks)
+        self._actions.append(self.locals["actions"])
         obs = self.locals.get("obs_tensor")
         if isinstance(obs, th.Tensor):
-            self._advice.append(obs[:, -9:].cpu().numpy())
-        for info, done in zip(self.locals["infos"], self.locals["dones"]):
-            if done and "veto_steps" in info:
-                self.veto_steps += info["veto_steps"]
-                self.decision_steps += info["decision_steps"]
-                for code, count in info.get("veto_counts", {}).items():
-                    self.veto_counts[code] = self.veto_counts.get(code, 0) + count
+            self._advice.append(obs[:, -9:])
+        dones = self.locals["dones"]
+        if dones.any():
+            infos = self.locals["infos"]
+            for i in np.flatnonzero(dones):
+                info = infos[i]
+                if "veto_steps" in info:
+                    self.veto_steps += info["veto_steps"]
+                    self.decision_steps += info["decision_steps"]
+                    for code, count in info.get("veto_counts", {}).items():
+                        self.veto_counts[code] = self.veto_counts.get(code, 0) + count
         return True
 
     def _reduce(self) -> None:
         """Turn the rollout's per-step records into the counts the logs report."""
-        if not self._rl_best:
+        if not self._rl_logits:
             return
-        rl_best = np.concatenate(self._rl_best)
-        rl_conf = np.concatenate(self._rl_conf)
-        actions = np.concatenate(self._actions)
+        logits = th.cat(self._rl_logits).cpu().numpy()
+        masks = None if any(m is None for m in self._masks) else np.concatenate(self._masks)
+        rl_best, rl_conf = _best_probability(logits, masks)
+        actions = np.concatenate([np.asarray(a).reshape(-1) for a in self._actions])
         self.n = len(actions)
         self.rl_conf_sum = float(rl_conf.sum())
         self.override = int((actions != rl_best).sum())
-        if len(self._advice) == len(self._rl_best):
-            advice = np.concatenate(self._advice)
+        if len(self._advice) == len(self._rl_logits):
+            advice = th.cat(self._advice).cpu().numpy()
             present = advice[:, 8] > 0.5
             if present.any():
                 llm_best = advice[present, :6].argmax(axis=1)
@@ -150,3 +157,11 @@ class HybridStatsCallback(BaseCallback):
             rec("fusion/risk_veto_pct", 100.0 * self.veto_steps / self.decision_steps)
         for code, count in self.veto_counts.items():
             rec(f"fusion/veto_{code}", count)
+
+
+def _best_probability(logits: np.ndarray, masks: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """Best legal action of each row and its probability under softmax(logits) over the legal actions."""
+    if masks is not None:
+        logits = np.where(masks, logits, -np.inf)
+    # probability of the best action = 1 / sum(exp(logits - max))
+    return logits.argmax(axis=1), 1.0 / np.exp(logits - logits.max(axis=1, keepdims=True)).sum(axis=1)

@@ -6,7 +6,8 @@ so vetoed and illegal actions have probability zero. Because the advice is part 
 observation stored in the rollout buffer, PPO's update recomputes exactly the
 distribution the action was sampled from: the stored log-probabilities are exact.
 
-For monitoring, the last forward pass keeps ``last_rl_logits`` and ``last_prior``.
+For monitoring, the last forward pass keeps ``last_rl_logits`` and ``last_prior`` (None
+when no observation of the batch carried advice).
 """
 
 from __future__ import annotations
@@ -38,21 +39,21 @@ class HybridMaskablePolicy(MaskableActorCriticPolicy):
     def prior_from_obs(obs: th.Tensor) -> th.Tensor:
         """``log p_llm`` (zero where no advice is present) from observations ``(n, d)``."""
         advice = obs[..., -ADVICE_DIM:]
-        probs = advice[..., :6].clamp(min=PROB_FLOOR, max=1.0)
-        present = (advice[..., 8:9] > 0.5).to(obs.dtype)
-        return present * th.log(probs)
+        return th.where(advice[..., 8:9] > 0.5, advice[..., :6].clamp(min=PROB_FLOOR, max=1.0).log(), 0.0)
 
     def extract_features(self, obs, features_extractor=None):  # type: ignore[override]
         # Every distribution path (forward, evaluate_actions, get_distribution) extracts
         # features from the observation and then builds the distribution from the latent:
-        # keep the observation's prior for that second step.
-        self._prior = self.prior_from_obs(obs.float())
+        # keep the observation's prior for that second step. Rows without advice have a
+        # zero prior; when no row has advice (most steps with a slow model) there is none.
+        obs = obs.float()
+        self._prior = self.prior_from_obs(obs) if bool((obs[..., -1] > 0.5).any()) else None
         return super().extract_features(obs, features_extractor)
 
     def _get_action_dist_from_latent(self, latent_pi: th.Tensor):
         rl_logits = self.action_net(latent_pi)
-        prior = self._prior if self._prior is not None else th.zeros_like(rl_logits)
+        prior = self._prior
         self.last_rl_logits = rl_logits.detach()
-        self.last_prior = prior.detach()
-        logits = rl_logits + self.llm_weight * prior if self.llm_weight else rl_logits
+        self.last_prior = None if prior is None else prior.detach()
+        logits = rl_logits + self.llm_weight * prior if (self.llm_weight and prior is not None) else rl_logits
         return self.action_dist.proba_distribution(action_logits=logits)
