@@ -358,3 +358,10 @@ def test_describe_fields_flattens_nested_sections():
     assert "| `ppo.n_steps` | int | `2048` | Rollout length per environment [steps]. |" in markdown_table(RunSection)
     assert rows["seed"].default == 0
     assert describe_fields(Required)[0].default is dataclasses.MISSING
+
+
+def test_save_config_round_trips_when_list_items_hold_yaml_line_breaks(tmp_path):
+    # found by hypothesis: PyYAML reads U+0085 (NEL) in a plain flow item back as a space
+    cfg = RunSection(tags=("\x85", "a\u2028b", "plain"), llm=LLMSection(model="gemma"))
+    p = save_config(cfg, tmp_path / "c.yaml")
+    assert load_yaml_config(p, RunSection) == cfg

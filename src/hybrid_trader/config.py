@@ -501,6 +501,10 @@ def _yaml_double_quoted(text: str) -> str:
 
 
 def _scalar_yaml(value: Any) -> str:
+    if isinstance(value, (list, tuple)):  # flow list: each item quoted as it needs
+        return "[" + ", ".join(_scalar_yaml(v) for v in value) + "]"
+    if isinstance(value, dict) and all(isinstance(k, str) for k in value):
+        return "{" + ", ".join(f"{_scalar_yaml(k)}: {_scalar_yaml(v)}" for k, v in value.items()) + "}"
     if isinstance(value, str) and (value != value.strip() or not value.isprintable() or not value.isascii()):
         # PyYAML writes some of these (e.g. a no-break space) as plain scalars that read back
         # differently; a JSON string is a valid YAML double-quoted scalar that round-trips.

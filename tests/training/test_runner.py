@@ -160,3 +160,53 @@ def test_evaluate_then_report_and_diagnose_from_the_command_line(finished_run, c
 def test_evaluate_missing_run_is_a_clear_error(tmp_path, capsys):
     assert main(["evaluate", str(tmp_path / "nope")]) == 2
     assert "no such run directory" in capsys.readouterr().err
+
+
+class SignalAt(BaseCallback):
+    """Sends this process a real SIGINT once training reaches ``steps``."""
+
+    def __init__(self, steps: int) -> None:
+        super().__init__()
+        self.steps = steps
+        self.sent_at: int | None = None
+
+    def _on_step(self) -> bool:
+        if self.sent_at is None and self.num_timesteps >= self.steps:
+            import os
+            import signal
+
+            self.sent_at = self.num_timesteps
+            os.kill(os.getpid(), signal.SIGINT)
+        return True
+
+
+def test_sigint_when_training_stops_at_next_step_with_checkpoint_and_restores_handler(tmp_path, market):
+    import signal
+
+    before = signal.getsignal(signal.SIGINT)
+    sender = SignalAt(200)
+    with pytest.raises(KeyboardInterrupt):
+        train_run(cfg(steps=100_000), tmp_path / "run", market=market, quiet=True, extra_callbacks=[sender])
+    status = json.loads((tmp_path / "run" / "status.json").read_text())
+    assert status["state"] == "interrupted"
+    # the signal only set a flag: training ended within one vectorised step of it (2 environments)
+    assert sender.sent_at <= status["total_timesteps"] <= sender.sent_at + 2
+    assert (tmp_path / "run" / status["last_checkpoint"]).exists()
+    assert signal.getsignal(signal.SIGINT) is before
+
+
+def test_stop_on_signal_when_signalled_twice_raises_at_once():
+    import os
+    import signal
+
+    from hybrid_trader.training.callbacks import StopOnSignal
+
+    stop = StopOnSignal().install()
+    try:
+        assert stop._on_step()
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert stop.requested == "SIGTERM" and not stop._on_step()
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+    finally:
+        stop.restore()

@@ -228,3 +228,47 @@ class EnvTimeCallback(BaseCallback):
 
     def _on_step(self) -> bool:
         return True
+
+
+class StopOnSignal(BaseCallback):
+    """Ends training cleanly at the next environment step after Ctrl-C (SIGINT) or SIGTERM.
+
+    The first signal only sets a flag; ``_on_step`` then returns False, SB3 finishes the
+    step and ``learn`` returns, and the caller saves a checkpoint. Nothing is raised in
+    the middle of a step, so no lock (advisor queue, statistics) is left held and no
+    thread or subprocess is abandoned mid-call. A second signal raises KeyboardInterrupt
+    at once, for a run that does not reach its next step. Install with :meth:`install`
+    (main thread only) and undo with :meth:`restore`.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.requested: str | None = None
+        """The name of the signal that asked to stop, or None."""
+        self._previous: dict[int, Any] = {}
+
+    def install(self) -> "StopOnSignal":
+        import signal
+        import threading
+
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def restore(self) -> None:
+        import signal
+
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous.clear()
+
+    def _handle(self, signum: int, frame: Any) -> None:  # pragma: no cover - exercised through a subprocess test
+        import signal
+
+        if self.requested is not None:
+            raise KeyboardInterrupt
+        self.requested = signal.Signals(signum).name
+
+    def _on_step(self) -> bool:
+        return self.requested is None

@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import os
 import pickle
-import signal
 import sys
 import time
 from pathlib import Path
@@ -186,7 +185,8 @@ def train_run(
     from stable_baselines3.common.vec_env import VecNormalize
 
     from hybrid_trader.training.callbacks import (
-        CheckpointCallback, FreezeBodyCallback, JsonlWriter, TradingMetricsCallback, ValidationCallback, write_status,
+        CheckpointCallback, FreezeBodyCallback, JsonlWriter, StopOnSignal, TradingMetricsCallback, ValidationCallback,
+        write_status,
     )
     run_dir = Path(run_dir)
     say = (lambda *a: None) if quiet else (lambda *a: print(*a, flush=True))
@@ -261,12 +261,14 @@ def train_run(
         remaining = max(ppo.total_timesteps - model.num_timesteps, 0)
         write_status(run_dir, state="running", phase=config.env.phase, target_timesteps=ppo.total_timesteps,
                      total_timesteps=int(model.num_timesteps), final_model=None, pid=os.getpid())
-        previous_term = signal.signal(signal.SIGTERM, _raise_interrupt)
+        stop = StopOnSignal().install()  # Ctrl-C / SIGTERM end the run at the next step, cleanly
         started = time.perf_counter()
         start_steps = model.num_timesteps
         try:
-            model.learn(total_timesteps=remaining, callback=CallbackList(callbacks), log_interval=1,
+            model.learn(total_timesteps=remaining, callback=CallbackList([stop, *callbacks]), log_interval=1,
                         reset_num_timesteps=not resume, progress_bar=config.train.progress_bar and not quiet)
+            if stop.requested is not None:
+                raise KeyboardInterrupt
         except KeyboardInterrupt:
             checkpoints.model = model  # in case training stopped before the callback was initialised
             path = checkpoints.save()
@@ -275,7 +277,7 @@ def train_run(
             say(f"\ninterrupted at step {model.num_timesteps:,}: checkpoint {path}; continue with --resume")
             raise
         finally:
-            signal.signal(signal.SIGTERM, previous_term)
+            stop.restore()
         elapsed = time.perf_counter() - started
         logger.dump(model.num_timesteps)
         checkpoints.save()
@@ -308,6 +310,3 @@ def _yaml_dump(data: dict) -> str:
 
     return "# Resolved LLM advisor configuration of this run.\n" + yaml.safe_dump(data, sort_keys=False)
 
-
-def _raise_interrupt(signum, frame):  # pragma: no cover - exercised through a subprocess test
-    raise KeyboardInterrupt
