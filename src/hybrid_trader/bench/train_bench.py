@@ -32,10 +32,12 @@ def _last_record(run_dir: Path, key: str) -> Any:
     return value
 
 
-def _sum_records(run_dir: Path, key: str) -> float:
+def _mean_record(run_dir: Path, key: str) -> float | None:
+    """The mean of ``key`` over the rows of a run's progress.jsonl that logged it (None when none did)."""
     path = run_dir / "progress.jsonl"
-    return sum(float(json.loads(line).get(key, 0.0) or 0.0) for line in path.read_text().splitlines()) \
-        if path.exists() else 0.0
+    values = [float(rec[key]) for rec in map(json.loads, path.read_text().splitlines()) if rec.get(key) is not None] \
+        if path.exists() else []
+    return sum(values) / len(values) if values else None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -103,8 +105,7 @@ def run(args: argparse.Namespace) -> int:
             # query rate over the whole run: answered queries (cache hits included) per decision
             answered = float(extra["llm/total_queries"] or 0) + float(_last_record(run_dir, "llm/cache_hits") or 0)
             extra["llm_query_rate_pct"] = round(100.0 * answered / steps_logged, 3)
-            extra["llm_request_rate_pct"] = round(
-                _sum_records(run_dir, "llm/request_rate_pct") / max(_count_rollouts(run_dir), 1), 2)
+            extra["llm_request_rate_pct"] = round(_mean_record(run_dir, "llm/request_rate_pct") or 0.0, 2)
     steps = status["total_timesteps"]
     learn = status["wall_seconds"] or wall
     result = {
@@ -132,9 +133,3 @@ def run(args: argparse.Namespace) -> int:
     print(json.dumps(result))
     return 0
 
-
-def _count_rollouts(run_dir: Path) -> int:
-    path = run_dir / "progress.jsonl"
-    if not path.exists():
-        return 0
-    return sum(1 for line in path.read_text().splitlines() if "llm/request_rate_pct" in json.loads(line))
