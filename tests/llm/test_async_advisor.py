@@ -88,12 +88,18 @@ def test_single_query_when_batch_not_full_runs_after_max_wait():
         adv.close()
 
 
-def test_newer_submit_when_older_still_queued_supersedes_it():
+def busy_advisor(refresh_steps: int) -> Advisor:
+    """An advisor whose worker is busy with environment 99's query for 0.3 s."""
     backend = FakeBackend(delay=0.3)
-    adv = advisor_with(backend, batching={"max_batch": 1, "max_wait_ms": 0.0, "refresh_steps": 1})
+    adv = advisor_with(backend, batching={"max_batch": 1, "max_wait_ms": 0.0, "refresh_steps": refresh_steps})
+    adv.submit(99, 1, make_context())  # occupies the worker
+    assert backend.started.wait(5)
+    return adv
+
+
+def test_newer_submit_when_older_still_queued_supersedes_it():
+    adv = busy_advisor(refresh_steps=1)
     try:
-        adv.submit(99, 1, make_context())  # occupies the worker
-        assert backend.started.wait(5)
         adv.submit(0, 1, make_context())
         adv.submit(0, 2, make_context(rsi=40.0))  # replaces step 1's query, still queued
         advice = wait_for(lambda: adv.poll(0, 2))
@@ -104,11 +110,8 @@ def test_newer_submit_when_older_still_queued_supersedes_it():
 
 
 def test_submit_when_queued_query_younger_than_refresh_steps_keeps_it():
-    backend = FakeBackend(delay=0.3)
-    adv = advisor_with(backend, batching={"max_batch": 1, "max_wait_ms": 0.0, "refresh_steps": 4})
+    adv = busy_advisor(refresh_steps=4)
     try:
-        adv.submit(99, 1, make_context())  # occupies the worker
-        assert backend.started.wait(5)
         assert adv.submit(0, 10, make_context())
         # 1-3 steps later the waiting query is kept: no new context is needed
         assert not adv.should_query(0, 13, make_context())

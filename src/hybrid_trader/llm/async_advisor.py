@@ -203,8 +203,8 @@ class Advisor:
                      rl_confidence: float | None = None) -> bool:
         """Whether ``submit`` would ask for advice now (no side effects).
 
-        False while the environment's previous query still waits for the model and is
-        younger than ``batching.refresh_steps``; otherwise the query policy decides.
+        False while the model is busy and the environment's previous query still waits and
+        is younger than ``batching.refresh_steps``; otherwise the query policy decides.
         """
         if self._waiting(env_index, step):
             return False
