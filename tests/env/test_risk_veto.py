@@ -102,3 +102,19 @@ def test_veto_steps_counted_in_episode_info_when_veto_blocks():
         done = term or trunc
     assert info["veto_steps"] > 0 and info["veto_counts"][VETO_DRAWDOWN_BUFFER] == info["veto_steps"]
     assert info["decision_steps"] >= info["veto_steps"]
+
+
+def test_win_rate_when_trades_close_counts_the_last_ten_and_the_snapshot_says_none_before_the_first():
+    rows = flat_session(n=120)
+    for i, r in enumerate(rows):
+        if r[0] >= "2024-01-03 09:31":
+            rows[i] = (r[0], 100.0, 100.0, 90.0, 100.0)
+    env = make_env(rows, RiskConfig(max_consecutive_losses=99, min_win_rate=0.0))
+    assert env.recent_win_rate != env.recent_win_rate  # NaN before any trade
+    assert env.account_snapshot().win_rate is None
+    assert env.risk_features()[3] == 0.5
+    env._recent.extend([1] * 10)  # ten winners long ago ...
+    lose_trades(env, 4)  # ... then four losers: the last ten hold six winners
+    assert env.recent_win_rate == pytest.approx(0.6)
+    assert env.account_snapshot().win_rate == pytest.approx(0.6)
+    assert env.risk_features()[3] == pytest.approx(0.6)

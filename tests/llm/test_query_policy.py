@@ -56,6 +56,21 @@ def test_state_change_when_position_or_balance_moves_queries():
     assert p.decide(0, 1, make_context(**IN_POSITION, win_rate=math.nan)) == "state_change"
 
 
+def test_state_change_when_given_account_snapshots_reads_a_missing_win_rate_as_nan():
+    from hybrid_trader.env.trading_env import AccountSnapshot
+
+    def snap(win_rate, balance=50_000.0):
+        return AccountSnapshot(t=10, position=0, contracts=0, entry_price=None, unrealized_pnl=0.0, balance=balance,
+                               win_rate=win_rate, consecutive_losses=0, mask=(True, True, True))
+
+    p = QueryPolicy(QueryPolicyConfig(triggers=["state_change"], cooldown=1, interval=100))
+    p.mark(0, 0, snap(None))
+    assert p.decide(0, 1, snap(None)) is None  # no trade yet, on both sides: no change
+    assert p.decide(0, 1, snap(1.0)) == "state_change"  # first trade closed
+    p.mark(0, 1, snap(0.5))
+    assert p.decide(0, 2, snap(None)) == "state_change"
+
+
 def test_cooldown_when_every_trigger_fires_still_spaces_queries():
     p = QueryPolicy(QueryPolicyConfig(cooldown=4, interval=1))
     assert due_steps(p, range(0, 13), ctx_at=lambda s: make_context(), conf=0.1) == [0, 4, 8, 12]

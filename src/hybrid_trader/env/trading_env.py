@@ -68,20 +68,21 @@ class AccountSnapshot:
     """The account at one bar, as the LLM advisor's context needs it (immutable, so never deep-copied)."""
 
     t: int
+    """Index of the bar whose close the agent looks at."""
     position: int
+    """Side of the open position: 1 long, -1 short, 0 flat."""
     contracts: int
     entry_price: float | None
     unrealized_pnl: float
     balance: float
     win_rate: float | None
+    """Winning share of the last 10 trades (None before the first)."""
     consecutive_losses: int
     mask: tuple
+    """Legal actions (bools, in action order)."""
 
     def __deepcopy__(self, memo: dict) -> "AccountSnapshot":
         return self  # VecEnvs deep-copy infos every step; an immutable snapshot needs no copy
-
-    def __getitem__(self, key: str) -> Any:
-        return getattr(self, key)
 
 
 @dataclass(frozen=True)
@@ -311,6 +312,7 @@ class TradingEnv(gym.Env):
         self.trades: list[tuple] = []
         self.consecutive_losses = 0
         self._recent: deque[int] = deque(maxlen=RECENT_HISTORY)
+        self._recent_win_rate = math.nan  # over the last RECENT_TRADES, kept at each exit (read every step)
         self.veto_counts: dict[str, int] = {}
         self.veto_steps = 0
         self._last_exit_index = -1
@@ -498,6 +500,8 @@ class TradingEnv(gym.Env):
         )
         win = net > 0
         self._recent.append(1 if win else 0)
+        recent = list(self._recent)[-RECENT_TRADES:]
+        self._recent_win_rate = sum(recent) / len(recent)
         self.consecutive_losses = 0 if win else self.consecutive_losses + 1
         self._side = 0
         self._trail_on = False
@@ -584,7 +588,7 @@ class TradingEnv(gym.Env):
         upnl = (equity - self.balance) / allowance
         drawdown = (self.peak - equity) / allowance
         losses = min(self.consecutive_losses, 10) / 5.0
-        win_rate = self.recent_win_rate
+        win_rate = self._recent_win_rate
         win_rate = 0.5 if win_rate != win_rate else win_rate
         mae_mfe = min(self._mae / (self._mfe + 1e-9), 10.0) / 10.0 if self._side else 0.0
         return (upnl, drawdown, losses, win_rate, mae_mfe)
@@ -601,8 +605,7 @@ class TradingEnv(gym.Env):
     @property
     def recent_win_rate(self) -> float:
         """Share of winners among the last 10 trades (NaN before the first)."""
-        recent = list(self._recent)[-RECENT_TRADES:]
-        return (sum(recent) / len(recent)) if recent else math.nan
+        return self._recent_win_rate
 
     def recent_trades(self) -> list[int]:
         """Outcomes of the most recent trades (1 won, 0 lost), oldest first."""
@@ -628,7 +631,7 @@ class TradingEnv(gym.Env):
             entry_price=self._entry if self._side else None,
             unrealized_pnl=self.equity() - self.balance,
             balance=self.balance,
-            win_rate=self.recent_win_rate if self._recent else None,
+            win_rate=None if self._recent_win_rate != self._recent_win_rate else self._recent_win_rate,
             consecutive_losses=self.consecutive_losses,
             mask=tuple(self._mask.tolist()),
         )

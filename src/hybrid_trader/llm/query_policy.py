@@ -10,6 +10,11 @@ previous query of that environment was less than ``cooldown`` steps ago:
 - ``state_change``: position, consecutive losses, balance (by ``balance_change`` $) or
   win rate (by ``win_rate_change``) changed since the previous query.
 
+The policy reads four values of what it is given (an ``AdvisorContext``, or the
+environment's ``AccountSnapshot`` so that no prompt context is built for a step that
+will not query): ``position`` (sign), ``balance``, ``win_rate`` (NaN or None before the
+first trade) and ``consecutive_losses``.
+
 The first submit of an environment (or after :meth:`QueryPolicy.reset`) always queries.
 ``mode: always`` queries every submit (no cooldown); ``mode: never`` never does.
 With the defaults (interval 5, cooldown 2) the query rate is 20-50% of steps, far from
@@ -71,14 +76,14 @@ class QueryPolicy:
             return True
         if abs(ctx.balance - last.balance) >= c.balance_change:
             return True
-        a, b = ctx.win_rate, last.win_rate
+        a, b = _win_rate(ctx), last.win_rate
         if math.isnan(a) != math.isnan(b):
             return True
         return not math.isnan(a) and abs(a - b) >= c.win_rate_change
 
     def mark(self, env_index: int, step: int, ctx: AdvisorContext) -> None:
         """Record that environment ``env_index`` queried at ``step`` with context ``ctx``."""
-        self._last[env_index] = _EnvState(step, ctx.position, ctx.balance, ctx.win_rate, ctx.consecutive_losses)
+        self._last[env_index] = _EnvState(step, ctx.position, ctx.balance, _win_rate(ctx), ctx.consecutive_losses)
 
     def reset(self, env_index: int | None = None) -> None:
         """Forget one environment's history (a new episode), or all of them."""
@@ -86,3 +91,9 @@ class QueryPolicy:
             self._last.clear()
         else:
             self._last.pop(env_index, None)
+
+
+def _win_rate(ctx: AdvisorContext) -> float:
+    """The context's win rate, NaN when there is none yet (an ``AccountSnapshot`` says None)."""
+    rate = ctx.win_rate
+    return math.nan if rate is None else rate

@@ -51,32 +51,19 @@ class PartialVecNormalize(VecNormalize):
         return out
 
 
-def account_from_snapshot(snap: dict) -> Any:
+def account_from_snapshot(snap: Any) -> Any:
+    """The advisor's ``AccountState`` from an environment's ``AccountSnapshot``."""
     from hybrid_trader.llm.context import AccountState
 
     return AccountState(
-        position=int(snap["position"]),
-        contracts=int(snap["contracts"]),
-        entry_price=math.nan if snap["entry_price"] is None else float(snap["entry_price"]),
-        unrealized_pnl=float(snap["unrealized_pnl"]),
-        balance=float(snap["balance"]),
-        win_rate=math.nan if snap["win_rate"] is None else float(snap["win_rate"]),
-        consecutive_losses=int(snap["consecutive_losses"]),
+        position=int(snap.position),
+        contracts=int(snap.contracts),
+        entry_price=math.nan if snap.entry_price is None else float(snap.entry_price),
+        unrealized_pnl=float(snap.unrealized_pnl),
+        balance=float(snap.balance),
+        win_rate=math.nan if snap.win_rate is None else float(snap.win_rate),
+        consecutive_losses=int(snap.consecutive_losses),
     )
-
-
-class _PolicyView:
-    """What the advisor's query policy reads of a context (position and account), cheaply."""
-
-    __slots__ = ("position", "balance", "win_rate", "consecutive_losses")
-
-    def __init__(self, snap: dict) -> None:
-        position = int(snap["position"])
-        self.position = (position > 0) - (position < 0)
-        self.balance = float(snap["balance"])
-        win_rate = snap["win_rate"]
-        self.win_rate = math.nan if win_rate is None else float(win_rate)
-        self.consecutive_losses = int(snap["consecutive_losses"])
 
 
 def advice_block(advice: Any, max_age: int, age: int | None = None, out: np.ndarray | None = None) -> np.ndarray:
@@ -162,10 +149,10 @@ class AdvisorVecEnv(VecEnvWrapper):
             step = steps[i]
             conf = confs[i]
             conf = None if conf != conf else conf  # NaN: no RL confidence yet
-            # The query policy only needs the account; the full context (prompt fields) is
-            # built only when a query is due.
-            if advisor.should_query(i, step, _PolicyView(snap), conf):
-                ctx = context_from_market(bars, features, snap["t"], account_from_snapshot(snap), snap["mask"])
+            # The query policy reads the snapshot itself (position sign, balance, win rate,
+            # losses); the full context (prompt fields) is built only when a query is due.
+            if advisor.should_query(i, step, snap, conf):
+                ctx = context_from_market(bars, features, snap.t, account_from_snapshot(snap), snap.mask)
                 if advisor.submit(i, step, ctx, rl_confidence=conf, force=True):
                     self.submitted += 1
             advice, age = advisor.latest(i, step)

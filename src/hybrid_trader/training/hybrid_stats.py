@@ -80,9 +80,8 @@ class HybridStatsCallback(BaseCallback):
         if rl_logits is None:
             return True
         masks = self.locals.get("action_masks")
-        masks = None if masks is None else np.asarray(masks, dtype=bool).reshape(rl_logits.shape)
         if self._needs_rl_confidence:
-            self.advice_env.rl_confidence[:] = _best_probability(rl_logits.cpu().numpy(), masks)[1]
+            self.advice_env.rl_confidence[:] = _best_probability(rl_logits.cpu().numpy(), _as_masks(masks, rl_logits))[1]
         self._rl_logits.append(rl_logits)
         self._masks.append(masks)
         self._actions.append(self.locals["actions"])
@@ -106,7 +105,8 @@ class HybridStatsCallback(BaseCallback):
         if not self._rl_logits:
             return
         logits = th.cat(self._rl_logits).cpu().numpy()
-        masks = None if any(m is None for m in self._masks) else np.concatenate(self._masks)
+        masks = None if any(m is None for m in self._masks) else \
+            np.concatenate([_as_masks(m, t) for m, t in zip(self._masks, self._rl_logits)])
         rl_best, rl_conf = _best_probability(logits, masks)
         actions = np.concatenate([np.asarray(a).reshape(-1) for a in self._actions])
         self.n = len(actions)
@@ -157,6 +157,11 @@ class HybridStatsCallback(BaseCallback):
             rec("fusion/risk_veto_pct", 100.0 * self.veto_steps / self.decision_steps)
         for code, count in self.veto_counts.items():
             rec(f"fusion/veto_{code}", count)
+
+
+def _as_masks(masks: Any, logits: th.Tensor) -> np.ndarray | None:
+    """One rollout step's action masks as a bool array shaped like its logits (None: no masks)."""
+    return None if masks is None else np.asarray(masks, dtype=bool).reshape(logits.shape)
 
 
 def _best_probability(logits: np.ndarray, masks: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:

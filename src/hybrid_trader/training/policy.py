@@ -47,13 +47,15 @@ class HybridMaskablePolicy(MaskableActorCriticPolicy):
         # keep the observation's prior for that second step. Rows without advice have a
         # zero prior; when no row has advice (most steps with a slow model) there is none.
         obs = obs.float()
-        self._prior = self.prior_from_obs(obs) if bool((obs[..., -1] > 0.5).any()) else None
+        prior = self.prior_from_obs(obs) if bool((obs[..., -1] > 0.5).any()) else None
+        # plain attributes, set past nn.Module.__setattr__ (its checks cost on every forward)
+        object.__setattr__(self, "_prior", prior)
         return super().extract_features(obs, features_extractor)
 
     def _get_action_dist_from_latent(self, latent_pi: th.Tensor):
         rl_logits = self.action_net(latent_pi)
         prior = self._prior
-        self.last_rl_logits = rl_logits.detach()
-        self.last_prior = None if prior is None else prior.detach()
+        object.__setattr__(self, "last_rl_logits", rl_logits.detach())
+        object.__setattr__(self, "last_prior", None if prior is None else prior.detach())
         logits = rl_logits + self.llm_weight * prior if (self.llm_weight and prior is not None) else rl_logits
         return self.action_dist.proba_distribution(action_logits=logits)
