@@ -126,6 +126,23 @@ def test_submit_when_queued_query_younger_than_refresh_steps_keeps_it():
         adv.close()
 
 
+def test_waiting_query_when_the_model_answers_slower_than_max_age_is_not_renewed():
+    adv = busy_advisor(refresh_steps=4)  # environment 99's query, submitted at step 1
+    try:
+        adv.poll(99, 30)  # the caller took 29 steps while the model answered ...
+        wait_for(lambda: adv.stats()["llm/answer_lag_steps"] > 0)
+        assert adv.stats()["llm/answer_lag_steps"] == 29  # ... more than max_age_steps (10)
+        adv.submit(98, 31, make_context())  # the model is busy again
+        wait_for(lambda: adv._busy)
+        assert adv.submit(0, 32, make_context())
+        # old enough to renew (refresh_steps 4), but any answer would arrive stale: kept
+        assert not adv.should_query(0, 40, make_context())
+        assert not adv.submit(0, 40, make_context(rsi=40.0))
+        assert wait_for(lambda: adv.poll(0, 40)).step == 32
+    finally:
+        adv.close()
+
+
 def test_advice_when_older_than_max_age_expires_and_is_counted_once():
     adv = advisor_with(FakeBackend(), batching={"max_age_steps": 3})
     try:

@@ -45,6 +45,22 @@ def test_rl_uncertainty_when_below_threshold_queries():
     assert p.decide(0, 1, make_context(**IN_POSITION), rl_confidence=None) is None
 
 
+def test_rl_uncertainty_when_given_a_function_calls_it_only_when_that_trigger_is_checked():
+    p = QueryPolicy(QueryPolicyConfig(triggers=["uncertainty"], uncertainty_threshold=0.6, cooldown=2, interval=100))
+    calls = []
+
+    def confidence():
+        calls.append(1)
+        return 0.4
+
+    p.mark(0, 0, make_context(**IN_POSITION))
+    assert p.decide(0, 1, make_context(**IN_POSITION), rl_confidence=confidence) is None  # cooldown: not checked
+    assert calls == []
+    assert p.decide(0, 2, make_context(**IN_POSITION), rl_confidence=confidence) == "uncertainty"
+    assert calls == [1]
+    assert p.decide(0, 2, make_context(**IN_POSITION), rl_confidence=lambda: None) is None
+
+
 def test_state_change_when_position_or_balance_moves_queries():
     p = QueryPolicy(QueryPolicyConfig(triggers=["state_change"], cooldown=1, interval=100, balance_change=100))
     base = make_context(**IN_POSITION)

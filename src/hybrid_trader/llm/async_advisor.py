@@ -16,7 +16,8 @@ Training loop (main process, policy side)::
 *inside*, in the caller's thread, in microseconds; a query that needs the model goes to
 a queue holding at most one query per environment (a newer submit supersedes an older
 one still waiting; while the model is busy with a batch, only once the waiting one is
-``batching.refresh_steps`` old: a busy model would otherwise make the caller build a
+``batching.refresh_steps`` old, and not at all while the model answers more slowly than
+``batching.max_age_steps`` steps: a busy model would otherwise make the caller build a
 context every step that nobody reads). One worker thread takes up to ``batching.max_batch`` queries (waiting
 at most ``batching.max_wait_ms`` after the oldest arrived) and answers them with one
 back-end call. Results land in a per-environment slot; ``poll`` reads it and tells its
@@ -55,7 +56,7 @@ from hybrid_trader.llm.config import LLMConfig
 from hybrid_trader.llm.context import AdvisorContext
 from hybrid_trader.llm.parsing import ParseError, parse_answer
 from hybrid_trader.llm.prompt import PromptBuilder, RenderedQuery
-from hybrid_trader.llm.query_policy import QueryPolicy
+from hybrid_trader.llm.query_policy import QueryPolicy, RLConfidence
 from hybrid_trader.llm.stats import AdvisorStats
 
 log = logging.getLogger(__name__)
@@ -99,6 +100,10 @@ class Advisor:
         self._closing = False
         self._busy = False
         """The worker is answering a batch (set and read without a lock: a plain flag)."""
+        self._clock: dict[int, int] = {}
+        """The latest step each environment polled or submitted at (the callers' clock)."""
+        self._answer_lag = 0
+        """Steps the callers took while the model answered the last batch (its latency in steps)."""
         self._thread: threading.Thread | None = None
         self._errors_logged = 0
         # a per-instance callable (partials compare by identity), holding only a weak reference
@@ -106,7 +111,7 @@ class Advisor:
         atexit.register(self._atexit_cb)
 
     # =================================================================== async API
-    def submit(self, env_index: int, step: int, context: AdvisorContext, *, rl_confidence: float | None = None,
+    def submit(self, env_index: int, step: int, context: AdvisorContext, *, rl_confidence: RLConfidence = None,
                force: bool = False) -> bool:
         """Offer environment ``env_index``'s context at ``step``; never blocks.
 
@@ -123,6 +128,7 @@ class Advisor:
         self._stats.on_submit(trigger is not None)
         if trigger is None:
             return False
+        self._clock[env_index] = int(step)
         self.policy.mark(env_index, step, context)
         hit = self.cache.get(context)
         if hit is not None:
@@ -163,6 +169,7 @@ class Advisor:
         For hot loops (the phase 3 wrapper polls every environment every step); counted
         in the statistics exactly as ``poll``.
         """
+        self._clock[env_index] = step
         advice = self._results.get(env_index)
         if advice is None:
             self._stats.on_poll(None)
@@ -200,7 +207,7 @@ class Advisor:
             self._stats.on_dropped(dropped)
 
     def should_query(self, env_index: int, step: int, context: AdvisorContext,
-                     rl_confidence: float | None = None) -> bool:
+                     rl_confidence: RLConfidence = None) -> bool:
         """Whether ``submit`` would ask for advice now (no side effects).
 
         False while the model is busy and the environment's previous query still waits and
@@ -220,7 +227,12 @@ class Advisor:
         if not self._busy:
             return False
         item = self._pending.get(env_index)  # a dict read: atomic, no lock needed
-        return item is not None and 0 <= step - item.step < self.config.batching.refresh_steps
+        if item is None or step < item.step:
+            return False
+        b = self.config.batching
+        # A model slower than max_age_steps delivers stale advice however fresh the query it
+        # picks up: renewing the waiting one would only cost the caller a context per step.
+        return step - item.step < b.refresh_steps or self._answer_lag > b.max_age_steps
 
     def _deliver(self, env_index: int, advice: Advice, epoch: int) -> bool:
         with self._results_lock:
@@ -291,8 +303,12 @@ class Advisor:
             return
         queries = [self.prompts.query(item.context) for item in live]
         self._stats.on_batch(len(live))
+        clock = self._clock
+        picked_at = [(item.env_index, clock.get(item.env_index, item.step)) for item in live]
         advices = self._answer(queries, raise_errors=False)
         done = time.perf_counter()
+        self._answer_lag = max(clock.get(env, at) - at for env, at in picked_at)
+        self._stats.answer_lag_steps = self._answer_lag
         for item, q, adv in zip(live, queries, advices):
             latency = (done - item.submitted) * 1000.0
             if latency > timeout * 1000.0 and not adv.abstained:

@@ -4,7 +4,8 @@ Per environment, a query is due when **any** configured trigger fires, unless th
 previous query of that environment was less than ``cooldown`` steps ago:
 
 - ``uncertainty``: the RL policy's probability of its chosen action < ``uncertainty_threshold``
-  (only when the caller passes ``rl_confidence``);
+  (only when the caller passes ``rl_confidence``: a number, or a function returning one,
+  called only when this trigger is checked, so that a hot loop computes it only then);
 - ``flat``: no open position (an entry decision);
 - ``interval``: ``interval`` steps or more since the previous query;
 - ``state_change``: position, consecutive losses, balance (by ``balance_change`` $) or
@@ -25,9 +26,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Callable, Union
 
 from hybrid_trader.llm.config import QueryPolicyConfig
 from hybrid_trader.llm.context import AdvisorContext
+
+RLConfidence = Union[float, Callable[[], Union[float, None]], None]
+"""The RL policy's probability of its chosen action: a number, a function computing it (None: unknown), or None."""
 
 
 @dataclass
@@ -46,7 +51,8 @@ class QueryPolicy:
         self.config = config
         self._last: dict[int, _EnvState] = {}
 
-    def decide(self, env_index: int, step: int, ctx: AdvisorContext, rl_confidence: float | None = None) -> str | None:
+    def decide(self, env_index: int, step: int, ctx: AdvisorContext,
+               rl_confidence: RLConfidence = None) -> str | None:
         """The trigger that makes a query due now ('first', 'always', a trigger name), or None."""
         c = self.config
         if c.mode == "never":
@@ -62,8 +68,10 @@ class QueryPolicy:
         triggers = c.triggers
         if "state_change" in triggers and self._changed(last, ctx):
             return "state_change"
-        if "uncertainty" in triggers and rl_confidence is not None and rl_confidence < c.uncertainty_threshold:
-            return "uncertainty"
+        if "uncertainty" in triggers and rl_confidence is not None:
+            conf = rl_confidence() if callable(rl_confidence) else rl_confidence
+            if conf is not None and conf < c.uncertainty_threshold:
+                return "uncertainty"
         if "flat" in triggers and ctx.position == 0:
             return "flat"
         if "interval" in triggers and since >= c.interval:

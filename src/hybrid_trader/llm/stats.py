@@ -47,6 +47,7 @@ STAT_NAMES: dict[str, str] = {
     "llm/batches": "forward passes / batch calls [count]",
     "llm/batch_size_avg": "mean queries per batch [count]",
     "llm/advice_age_avg_steps": "mean age of the advice poll() returned [steps]",
+    "llm/answer_lag_steps": "steps the callers took while the model answered the last batch [steps]",
     "llm/poll_hit_rate": "poll() calls that returned advice [fraction]",
 }
 
@@ -68,6 +69,7 @@ class AdvisorStats:
         self.dropped = 0
         self.expired = 0
         self.batches = 0
+        self.answer_lag_steps = 0
         self.batch_items = 0
         self.latency_sum = 0.0
         self._latencies: deque[float] = deque(maxlen=window)
@@ -166,5 +168,6 @@ class AdvisorStats:
                 "llm/batch_size_avg": self.batch_items / self.batches if self.batches else 0.0,
                 "llm/advice_age_avg_steps": self.age_sum / self.poll_hits if self.poll_hits else 0.0,
                 "llm/poll_hit_rate": self.poll_hits / self.polls if self.polls else 0.0,
+                "llm/answer_lag_steps": float(self.answer_lag_steps),
             }
         return out

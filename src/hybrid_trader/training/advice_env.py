@@ -20,6 +20,7 @@ advice that shaped a sampled action is stored with it in the rollout buffer.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -98,8 +99,11 @@ class AdvisorVecEnv(VecEnvWrapper):
         self.max_age = int(max_age)
         self.steps = np.zeros(self.num_envs, dtype=np.int64)
         """Steps taken by each environment since the start of training (the advisor's clock)."""
-        self.rl_confidence = np.full(self.num_envs, np.nan)
-        """RL-only confidence of each environment's last decision, set by the stats callback."""
+        self.rl_logits: list[list[float]] | None = None
+        """RL-only logits of each environment's last decision, set by the stats callback
+        (only when the query policy reads the RL confidence)."""
+        self.rl_masks: list[list[bool]] | None = None
+        """Legal actions of those decisions (None: all legal)."""
         self.last_advice: list[Any] = [None] * self.num_envs
         self.last_age = np.zeros(self.num_envs, dtype=np.int64)
         """Age in steps of each environment's last advice (when it was read)."""
@@ -138,7 +142,7 @@ class AdvisorVecEnv(VecEnvWrapper):
         advisor = self.advisor
         # Python scalars once per step: indexing numpy arrays per environment costs more
         steps = self.steps.tolist()
-        confs = self.rl_confidence.tolist()
+        with_confidence = self.rl_logits is not None
         new = np.asarray(new_episode, dtype=bool).tolist()
         for i in range(self.num_envs):
             snap = infos[i].get("advisor_account") if infos[i] else None
@@ -147,13 +151,13 @@ class AdvisorVecEnv(VecEnvWrapper):
             if snap is None:
                 continue
             step = steps[i]
-            conf = confs[i]
-            conf = None if conf != conf else conf  # NaN: no RL confidence yet
             # The query policy reads the snapshot itself (position sign, balance, win rate,
-            # losses); the full context (prompt fields) is built only when a query is due.
+            # losses) and the RL confidence only when its uncertainty trigger is checked; the
+            # full context (prompt fields) is built only when a query is due.
+            conf = functools.partial(self.rl_confidence, i) if with_confidence else None
             if advisor.should_query(i, step, snap, conf):
                 ctx = context_from_market(bars, features, snap.t, account_from_snapshot(snap), snap.mask)
-                if advisor.submit(i, step, ctx, rl_confidence=conf, force=True):
+                if advisor.submit(i, step, ctx, force=True):
                     self.submitted += 1
             advice, age = advisor.latest(i, step)
             self.last_advice[i] = advice
@@ -164,6 +168,16 @@ class AdvisorVecEnv(VecEnvWrapper):
                 self.advised_steps += 1
                 self.age_sum += age
         return out
+
+    def rl_confidence(self, env_index: int) -> float | None:
+        """RL-only probability of the best legal action at environment ``env_index``'s last decision."""
+        if self.rl_logits is None:
+            return None
+        row = self.rl_logits[env_index]
+        if self.rl_masks is not None:
+            row = [x for x, legal in zip(row, self.rl_masks[env_index]) if legal]
+        top = max(row)
+        return 1.0 / sum(math.exp(x - top) for x in row)
 
     def close(self) -> None:
         try:

@@ -81,7 +81,9 @@ class HybridStatsCallback(BaseCallback):
             return True
         masks = self.locals.get("action_masks")
         if self._needs_rl_confidence:
-            self.advice_env.rl_confidence[:] = _best_probability(rl_logits.cpu().numpy(), _as_masks(masks, rl_logits))[1]
+            # the advisor computes an environment's confidence from these only when it asks
+            self.advice_env.rl_logits = rl_logits.tolist()
+            self.advice_env.rl_masks = None if masks is None else _as_masks(masks, rl_logits).tolist()
         self._rl_logits.append(rl_logits)
         self._masks.append(masks)
         self._actions.append(self.locals["actions"])
