@@ -105,6 +105,17 @@ def test_seed_report_run_shows_all_its_failures(tmp_path):
     assert severities == sorted(severities, key=lambda s: s != "error"), "errors come first"
 
 
+def test_advice_stale_when_the_model_answers_slower_than_max_age_even_with_no_advice_used(tmp_path):
+    # Gemma on a CPU: answers arrive hundreds of steps late, so no advice is ever fresh enough to be read
+    rd = write_run(tmp_path / "run", phase=3, override={"llm/advice_age_mean_steps": None, "llm/answer_lag_steps": 240.0})
+    (f,) = diagnose_run(rd)
+    assert f.code == "LLM_ADVICE_STALE" and "expire unread" in f.message
+    assert f.evidence["model answer lag (mean) [steps]"] == pytest.approx(240.0)
+    assert "max_age_steps" in f.fix
+    fast = write_run(tmp_path / "fast", phase=3, override={"llm/answer_lag_steps": 3.0})
+    assert diagnose_run(fast) == []
+
+
 def test_finished_run_whose_model_file_is_gone_has_no_final_checkpoint(tmp_path):
     rd = write_run(tmp_path / "run")
     (rd / "model.zip").unlink()

@@ -620,9 +620,10 @@ def _check_llm(recent: list[dict], status: dict | None, th: Thresholds, dx: Diag
     else:
         dx.skipped.append("LLM agreement: fusion/agreement_pct not logged")
 
-    if age:
+    lag = _values(recent, "llm/answer_lag_steps")
+    if age or lag:
         dx.checked.append("LLM advice age")
-        ev = {"advice age (mean) [steps]": _mean(age)}
+        ev = {"advice age (mean) [steps]": _mean(age)} if age else {}
         if max_age and _mean(max_age) > 0:
             limit = th.max_advice_age_ratio * _mean(max_age)
             ev["configured max age [steps]"] = _mean(max_age)
@@ -630,12 +631,19 @@ def _check_llm(recent: list[dict], status: dict | None, th: Thresholds, dx: Diag
         else:
             limit = th.max_advice_age_steps
             ev["threshold [steps]"] = limit
-        if _mean(age) > limit:
+        # a model slower than the maximum age: its answers expire before they are read
+        too_slow = bool(lag) and _mean(lag) > (_mean(max_age) if max_age and _mean(max_age) > 0 else limit)
+        if lag:
+            ev["model answer lag (mean) [steps]"] = _mean(lag)
+        if (age and _mean(age) > limit) or too_slow:
             dx.findings.append(Finding(
-                "LLM_ADVICE_STALE", "warning", "LLM advice arrives many steps after it was asked for",
+                "LLM_ADVICE_STALE", "warning",
+                "LLM advice arrives many steps after it was asked for" + (
+                    ": the model answers more slowly than the maximum age, so most answers expire unread"
+                    if too_slow else ""),
                 ev,
-                "make answers faster: batch more queries, use scoring mode or fewer max_new_tokens, a smaller model "
-                "or a faster server; or query less often",
+                "make answers faster: batch more queries, use scoring mode or fewer max_new_tokens, a smaller model, "
+                "a GPU or a faster server; or fewer environments; or allow older advice (llm.batching.max_age_steps)",
             ))
     else:
         dx.skipped.append("LLM advice age: llm/advice_age_mean_steps not logged")

@@ -17,6 +17,7 @@ key                             meaning
 ``llm/advised_pct``             share of decision steps whose observation carried fresh advice [%]
 ``llm/advice_age_mean_steps``   mean age of the advice used [steps]
 ``llm/max_advice_age_steps``    the configured limit on that age [steps]
+``llm/answer_lag_steps``        steps taken while the model answered its last batch [steps]
 ``llm/abstain_rate_pct``        share of answers that abstained [%]
 ``confidence/rl_avg``           mean probability of the RL-only best action (masked)
 ``confidence/llm_avg``          mean confidence of the advice used
@@ -130,7 +131,7 @@ class HybridStatsCallback(BaseCallback):
         stats = self.advice_env.advisor.stats()
         for key in ("llm/total_queries", "llm/avg_latency_ms", "llm/p95_latency_ms", "llm/error_rate",
                     "llm/timeouts", "llm/errors", "llm/parse_failures", "llm/cache_hits", "llm/dropped",
-                    "llm/label_coverage"):
+                    "llm/label_coverage", "llm/answer_lag_steps"):
             if key in stats:
                 rec(key, stats[key])
         if "llm/abstain_rate" in stats:
