@@ -116,6 +116,14 @@ def test_advice_stale_when_the_model_answers_slower_than_max_age_even_with_no_ad
     assert diagnose_run(fast) == []
 
 
+def test_query_rate_low_when_the_model_is_too_slow_names_the_model_as_the_bottleneck(tmp_path):
+    rd = write_run(tmp_path / "run", phase=3, override={"llm/query_rate_pct": 0.22, "llm/answer_lag_steps": 900.0})
+    low = {f.code: f for f in diagnose_run(rd)}["LLM_QUERY_RATE_LOW"]
+    assert "model is the bottleneck" in low.fix and low.evidence["model answer lag (mean) [steps]"] == 900.0
+    rd = write_run(tmp_path / "policy", phase=3, override={"llm/query_rate_pct": 0.22})
+    assert "query interval" in {f.code: f for f in diagnose_run(rd)}["LLM_QUERY_RATE_LOW"].fix
+
+
 def test_finished_run_whose_model_file_is_gone_has_no_final_checkpoint(tmp_path):
     rd = write_run(tmp_path / "run")
     (rd / "model.zip").unlink()

@@ -575,9 +575,16 @@ def _check_llm(recent: list[dict], status: dict | None, th: Thresholds, dx: Diag
             ev["threshold [%]"] = th.min_query_rate_pct
             query_low = _mean(q) < th.min_query_rate_pct
         if query_low:
+            lag = _values(recent, "llm/answer_lag_steps")
+            slow_model = bool(lag) and _mean(lag) > (_mean(max_age) if max_age else th.max_advice_age_steps)
+            if slow_model:
+                ev["model answer lag (mean) [steps]"] = _mean(lag)
             dx.findings.append(Finding(
                 "LLM_QUERY_RATE_LOW", "error", "the LLM is asked far less often than intended, so it cannot help",
                 ev,
+                "the model is the bottleneck: it answers a batch while training takes hundreds of steps; use a GPU "
+                "(llm.transformers.device: cuda), a served model (--llm openai), or fewer environments"
+                if slow_model else
                 "lower the query interval and cooldown, lower the RL-confidence threshold that triggers a query, and "
                 "check that queries are not dropped (timeouts, a full queue)",
             ))
