@@ -90,7 +90,7 @@ class HybridStatsCallback(BaseCallback):
         self._actions.append(self.locals["actions"])
         obs = self.locals.get("obs_tensor")
         if isinstance(obs, th.Tensor):
-            self._advice.append(obs[:, -9:])
+            self._advice.append(obs)  # sliced to the advice block at the end of the rollout
         dones = self.locals["dones"]
         if dones.any():
             infos = self.locals["infos"]
@@ -116,7 +116,7 @@ class HybridStatsCallback(BaseCallback):
         self.rl_conf_sum = float(rl_conf.sum())
         self.override = int((actions != rl_best).sum())
         if len(self._advice) == len(self._rl_logits):
-            advice = th.cat(self._advice).cpu().numpy()
+            advice = th.cat([obs[:, -9:] for obs in self._advice]).cpu().numpy()
             present = advice[:, 8] > 0.5
             if present.any():
                 llm_best = advice[present, :6].argmax(axis=1)
