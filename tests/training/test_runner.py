@@ -60,6 +60,19 @@ def test_run_directory_holds_everything_when_training_finishes(tmp_path, market)
     assert split["train"][1] <= split["val"][0] and split["val"][1] <= split["test"][0]
 
 
+@pytest.mark.parametrize("validate", [False, True])
+def test_distribution_checks_follow_the_config_when_training(tmp_path, market, validate):
+    import torch
+
+    before = torch.distributions.Distribution._validate_args
+    try:
+        train_run(cfg(steps=256, **{"ppo.validate_distributions": validate, "train.validate_every": 0}),
+                  tmp_path / "run", market=market, quiet=True)
+        assert torch.distributions.Distribution._validate_args is validate
+    finally:
+        torch.distributions.Distribution.set_default_validate_args(before)
+
+
 def test_resume_continues_steps_and_optimizer_when_interrupted(tmp_path, market):
     from sb3_contrib import MaskablePPO
 

@@ -79,6 +79,8 @@ class PPOConfig:
     """Where environments run: dummy (all in the main process; fastest for this ~20 us numpy env, measured) or subproc (one process each, SubprocVecEnv)."""
     torch_threads: int = 1
     """Torch CPU threads (1 is fastest for these small networks on a busy machine)."""
+    validate_distributions: bool = False
+    """torch.distributions argument checks, process-wide (a third of each policy step; true for debugging)."""
     learning_rate: float = 3e-4
     """Adam learning rate."""
     n_steps: int = 2048

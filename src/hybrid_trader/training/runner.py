@@ -217,6 +217,10 @@ def train_run(
     import torch
 
     torch.set_num_threads(ppo.torch_threads)
+    # Checking every action distribution's arguments costs about a third of a policy step
+    # (measured: training ~10% faster without); the network's outputs are finite by
+    # construction and masked logits are handled by MaskableCategorical.
+    torch.distributions.Distribution.set_default_validate_args(ppo.validate_distributions)
     phase3 = config.env.phase == 3
     advisor = None
     if phase3:
