@@ -88,6 +88,20 @@ def test_single_query_when_batch_not_full_runs_after_max_wait():
         adv.close()
 
 
+def test_batch_when_every_expected_env_has_a_query_runs_without_waiting_for_more():
+    backend = FakeBackend()
+    adv = advisor_with(backend, batching={"max_batch": 16, "max_wait_ms": 10_000.0})
+    adv.expect_envs(2)  # at most 2 queries can wait: a batch of 2 is complete
+    try:
+        t0 = time.perf_counter()
+        adv.submit(0, 1, make_context())
+        adv.submit(1, 1, make_context())
+        wait_for(lambda: adv.poll(0, 1) and adv.poll(1, 1))
+        assert time.perf_counter() - t0 < 5.0 and backend.batches == [2]
+    finally:
+        adv.close()
+
+
 def busy_advisor(refresh_steps: int) -> Advisor:
     """An advisor whose worker is busy with environment 99's query for 0.3 s."""
     backend = FakeBackend(delay=0.3)
@@ -126,19 +140,37 @@ def test_submit_when_queued_query_younger_than_refresh_steps_keeps_it():
         adv.close()
 
 
+def slow_batch(adv: Advisor, env: int, step: int, lag: int) -> int:
+    """One batch for ``env`` queried at ``step``, answered while the caller takes ``lag`` steps; the step after."""
+    done = adv.stats()["llm/total_queries"] + 1
+    adv.submit(env, step, make_context())
+    wait_for(lambda: adv._busy)
+    adv.poll(env, step + lag)
+    wait_for(lambda: adv.stats()["llm/total_queries"] >= done)
+    return step + lag + 1
+
+
+def renews_while_busy(adv: Advisor, step: int) -> bool:
+    """Whether environment 0's waiting query, old enough to renew, is renewed while the model is busy."""
+    adv.submit(98, step, make_context())
+    wait_for(lambda: adv._busy)
+    assert adv.submit(0, step + 1, make_context())
+    renewed = adv.should_query(0, step + 9, make_context())  # 8 steps old: past refresh_steps (4)
+    assert adv.submit(0, step + 9, make_context(rsi=40.0)) == renewed
+    assert wait_for(lambda: adv.poll(0, step + 9)).step == (step + 9 if renewed else step + 1)
+    return renewed
+
+
 def test_waiting_query_when_the_model_answers_slower_than_max_age_is_not_renewed():
-    adv = busy_advisor(refresh_steps=4)  # environment 99's query, submitted at step 1
+    adv = advisor_with(FakeBackend(delay=0.2), batching={"max_batch": 1, "max_wait_ms": 0.0, "refresh_steps": 4})
     try:
-        adv.poll(99, 30)  # the caller took 29 steps while the model answered ...
-        wait_for(lambda: adv.stats()["llm/answer_lag_steps"] > 0)
-        assert adv.stats()["llm/answer_lag_steps"] == 29  # ... more than max_age_steps (10)
-        adv.submit(98, 31, make_context())  # the model is busy again
-        wait_for(lambda: adv._busy)
-        assert adv.submit(0, 32, make_context())
-        # old enough to renew (refresh_steps 4), but any answer would arrive stale: kept
-        assert not adv.should_query(0, 40, make_context())
-        assert not adv.submit(0, 40, make_context(rsi=40.0))
-        assert wait_for(lambda: adv.poll(0, 40)).step == 32
+        step = slow_batch(adv, 99, 1, lag=29)  # more than max_age_steps (10) ...
+        assert adv.stats()["llm/answer_lag_steps"] == 29
+        assert renews_while_busy(adv, step + 1), "one slow batch (a first call, a hiccup) changes nothing"
+        step = step + 20
+        for _ in range(3):  # ... three batches in a row: any answer would arrive stale
+            step = slow_batch(adv, 99, step, lag=29)
+        assert not renews_while_busy(adv, step + 1)
     finally:
         adv.close()
 

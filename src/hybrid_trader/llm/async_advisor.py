@@ -17,7 +17,7 @@ Training loop (main process, policy side)::
 a queue holding at most one query per environment (a newer submit supersedes an older
 one still waiting; while the model is busy with a batch, only once the waiting one is
 ``batching.refresh_steps`` old, and not at all while the model answers more slowly than
-``batching.max_age_steps`` steps: a busy model would otherwise make the caller build a
+``batching.max_age_steps`` steps, three batches in a row: a busy model would otherwise make the caller build a
 context every step that nobody reads). One worker thread takes up to ``batching.max_batch`` queries (waiting
 at most ``batching.max_wait_ms`` after the oldest arrived) and answers them with one
 back-end call. Results land in a per-environment slot; ``poll`` reads it and tells its
@@ -34,7 +34,7 @@ import logging
 import threading
 import time
 import weakref
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from dataclasses import dataclass, replace
 from typing import Sequence
 
@@ -60,6 +60,9 @@ from hybrid_trader.llm.query_policy import QueryPolicy, RLConfidence
 from hybrid_trader.llm.stats import AdvisorStats
 
 log = logging.getLogger(__name__)
+
+SLOW_MODEL_BATCHES = 3
+"""Consecutive batches answered in more than ``batching.max_age_steps`` that stop the renewal of waiting queries."""
 
 
 @dataclass
@@ -102,8 +105,12 @@ class Advisor:
         """The worker is answering a batch (set and read without a lock: a plain flag)."""
         self._clock: dict[int, int] = {}
         """The latest step each environment polled or submitted at (the callers' clock)."""
-        self._answer_lag = 0
-        """Steps the callers took while the model answered the last batch (its latency in steps)."""
+        self._n_envs = 0
+        """How many environments submit (0: unknown), see ``expect_envs``."""
+        self._answer_lags: deque[int] = deque(maxlen=SLOW_MODEL_BATCHES)
+        """Steps the callers took while the model answered each of the last batches (latency in steps)."""
+        self._slow_model = False
+        """Each of those batches took longer than ``max_age_steps``: renewing waiting queries cannot help."""
         self._thread: threading.Thread | None = None
         self._errors_logged = 0
         # a per-instance callable (partials compare by identity), holding only a weak reference
@@ -153,6 +160,11 @@ class Advisor:
         if self._thread is None:
             self._start_worker()
         return True
+
+    def expect_envs(self, n_envs: int) -> None:
+        """Say how many environments submit (indices 0..n-1): a batch is then complete once each
+        has a query waiting, instead of waiting ``batching.max_wait_ms`` for queries that cannot come."""
+        self._n_envs = max(int(n_envs), 0)
 
     def poll(self, env_index: int, step: int) -> Advice | None:
         """Latest ready advice of environment ``env_index`` with ``age_steps = step - advice.step``.
@@ -232,7 +244,7 @@ class Advisor:
         b = self.config.batching
         # A model slower than max_age_steps delivers stale advice however fresh the query it
         # picks up: renewing the waiting one would only cost the caller a context per step.
-        return step - item.step < b.refresh_steps or self._answer_lag > b.max_age_steps
+        return step - item.step < b.refresh_steps or self._slow_model
 
     def _deliver(self, env_index: int, advice: Advice, epoch: int) -> bool:
         with self._results_lock:
@@ -263,7 +275,9 @@ class Advisor:
                     return
                 oldest = next(iter(self._pending.values())).submitted
                 deadline = oldest + max_wait
-                while len(self._pending) < cfg.max_batch and not self._closing:
+                # complete once every environment has a query waiting: no more can come
+                full = min(cfg.max_batch, self._n_envs) if self._n_envs else cfg.max_batch
+                while len(self._pending) < full and not self._closing:
                     remaining = deadline - time.perf_counter()
                     if remaining <= 0:
                         break
@@ -307,8 +321,12 @@ class Advisor:
         picked_at = [(item.env_index, clock.get(item.env_index, item.step)) for item in live]
         advices = self._answer(queries, raise_errors=False)
         done = time.perf_counter()
-        self._answer_lag = max(clock.get(env, at) - at for env, at in picked_at)
-        self._stats.answer_lag_steps = self._answer_lag
+        lag = max(clock.get(env, at) - at for env, at in picked_at)
+        self._answer_lags.append(lag)
+        self._stats.answer_lag_steps = lag
+        # persistently slow, not one slow batch (a first call that also calibrates, a hiccup)
+        self._slow_model = (len(self._answer_lags) == SLOW_MODEL_BATCHES
+                            and min(self._answer_lags) > self.config.batching.max_age_steps)
         for item, q, adv in zip(live, queries, advices):
             latency = (done - item.submitted) * 1000.0
             if latency > timeout * 1000.0 and not adv.abstained:

@@ -150,7 +150,7 @@ class AsyncConfig:
     max_age_steps: int = 10
     """poll() no longer returns advice older than this many steps of its environment (stale) [steps]."""
     refresh_steps: int = 4
-    """While the model is busy, a waiting query is replaced by a newer one of its environment only once it is this many steps old, and never while the model answers in more than max_age_steps (1: every step; contexts a busy model never reads cost training time) [steps]."""
+    """While the model is busy, a waiting query is replaced by a newer one of its environment only once it is this many steps old, and never while the model answers in more than max_age_steps, three batches in a row (1: every step; contexts a busy model never reads cost training time) [steps]."""
     timeout_s: float = 30.0
     """A query not answered within this long after submit counts as LLM_TIMEOUT and abstains [s]."""
     max_pending: int = 4096

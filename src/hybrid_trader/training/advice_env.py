@@ -95,6 +95,7 @@ class AdvisorVecEnv(VecEnvWrapper):
         high = np.concatenate([base.high, np.ones(ADVICE_DIM, np.float32)])
         super().__init__(venv, observation_space=gym.spaces.Box(low, high, dtype=np.float32))
         self.advisor = advisor
+        advisor.expect_envs(self.num_envs)
         self.market = market
         self.max_age = int(max_age)
         self.steps = np.zeros(self.num_envs, dtype=np.int64)
