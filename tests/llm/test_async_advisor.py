@@ -170,7 +170,10 @@ def test_waiting_query_when_the_model_answers_slower_than_max_age_is_not_renewed
         step = step + 20
         for _ in range(3):  # ... three batches in a row: any answer would arrive stale
             step = slow_batch(adv, 99, step, lag=29)
-        assert not renews_while_busy(adv, step + 1)
+        queries = adv.stats()["llm/total_queries"]
+        adv.submit(97, step, make_context())  # a batch while the callers pause (a PPO update) ...
+        wait_for(lambda: adv.stats()["llm/total_queries"] > queries)
+        assert not renews_while_busy(adv, step + 1)  # ... says nothing about the model's speed
     finally:
         adv.close()
 

@@ -319,14 +319,16 @@ class Advisor:
         self._stats.on_batch(len(live))
         clock = self._clock
         picked_at = [(item.env_index, clock.get(item.env_index, item.step)) for item in live]
+        polls = self._stats.polls
         advices = self._answer(queries, raise_errors=False)
         done = time.perf_counter()
-        lag = max(clock.get(env, at) - at for env, at in picked_at)
-        self._answer_lags.append(lag)
-        self._stats.answer_lag_steps = lag
-        # persistently slow, not one slow batch (a first call that also calibrates, a hiccup)
-        self._slow_model = (len(self._answer_lags) == SLOW_MODEL_BATCHES
-                            and min(self._answer_lags) > self.config.batching.max_age_steps)
+        if self._stats.polls != polls:  # the callers stepped meanwhile (not paused, e.g. in a PPO update)
+            lag = max(clock.get(env, at) - at for env, at in picked_at)
+            self._answer_lags.append(lag)
+            self._stats.answer_lag_steps = lag
+            # persistently slow, not one slow batch (a first call that also calibrates, a hiccup)
+            self._slow_model = (len(self._answer_lags) == SLOW_MODEL_BATCHES
+                                and min(self._answer_lags) > self.config.batching.max_age_steps)
         for item, q, adv in zip(live, queries, advices):
             latency = (done - item.submitted) * 1000.0
             if latency > timeout * 1000.0 and not adv.abstained:
