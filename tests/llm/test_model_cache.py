@@ -5,7 +5,13 @@ from __future__ import annotations
 import pytest
 
 from hybrid_trader.errors import UserError
-from hybrid_trader.llm.model_cache import GEMMA_ALIAS, cache_root, is_model_dir, resolve_model_dir
+from hybrid_trader.llm.model_cache import (
+    GEMMA_ALIAS,
+    cache_root,
+    is_model_dir,
+    quiet_load_progress,
+    resolve_model_dir,
+)
 
 from tests.llm import require
 
@@ -48,3 +54,17 @@ def test_packaged_gemma_when_resolved_is_a_converted_model_directory():
     path = resolve_model_dir(GEMMA_ALIAS)
     assert is_model_dir(path) and (path / ".hybrid_trader_complete").is_file()
     assert resolve_model_dir(GEMMA_ALIAS) == path  # second call: straight from the cache
+
+
+@pytest.mark.parametrize("enabled_before", [True, False])
+def test_load_progress_when_quieted_is_off_inside_and_restored_after(enabled_before):
+    require("transformers", "transformers")
+    from transformers.utils import logging as hf_logging
+
+    (hf_logging.enable_progress_bar if enabled_before else hf_logging.disable_progress_bar)()
+    try:
+        with quiet_load_progress():
+            assert not hf_logging.is_progress_bar_enabled()
+        assert hf_logging.is_progress_bar_enabled() is enabled_before
+    finally:
+        hf_logging.enable_progress_bar()

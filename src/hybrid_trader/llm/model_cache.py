@@ -77,6 +77,27 @@ def gemma_gguf_path(cache_dir: str | os.PathLike | None = None) -> Path:
                             fix=f"check free disk space in {target.parent}, or reinstall: {_INSTALL_FIX}") from None
 
 
+@contextlib.contextmanager
+def quiet_load_progress() -> Iterator[None]:
+    """Hide transformers' "Loading weights" bar (v5 draws one per load) for a few-second load.
+
+    The bar would be printed once per advisor start, e.g. five times in ``bench train``.
+    The one-off GGUF conversion (about a minute) keeps its progress output.
+    """
+    try:
+        from transformers.utils import logging as hf_logging
+    except ImportError:
+        yield
+        return
+    was_enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            hf_logging.enable_progress_bar()
+
+
 def is_model_dir(path: Path) -> bool:
     return (path / "config.json").is_file()
 

@@ -33,7 +33,7 @@ from hybrid_trader.errors import UserError
 from hybrid_trader.llm.advice import ACTION_WORDS
 from hybrid_trader.llm.backends.base import Backend, BackendError
 from hybrid_trader.llm.config import LLMConfig
-from hybrid_trader.llm.model_cache import resolve_model_dir
+from hybrid_trader.llm.model_cache import quiet_load_progress, resolve_model_dir
 from hybrid_trader.llm.prompt import PromptBuilder, RenderedQuery
 
 log = logging.getLogger(__name__)
@@ -123,9 +123,10 @@ class TransformersBackend(Backend):
                 raise UserError("llm.prompt.chat_template is true but the model has no chat template",
                                 file=str(self.model_dir),
                                 fix="set prompt.chat_template: false (base models such as Gemma 3 270M)")
-            self.model = AutoModelForCausalLM.from_pretrained(
-                str(self.model_dir), dtype=dtypes[t.dtype], local_files_only=True
-            ).to(self.device)
+            with quiet_load_progress():
+                self.model = AutoModelForCausalLM.from_pretrained(
+                    str(self.model_dir), dtype=dtypes[t.dtype], local_files_only=True
+                ).to(self.device)
         except (OSError, ValueError, RuntimeError, AssertionError) as err:  # AssertionError: no CUDA build
             raise UserError(f"cannot load the model: {err}", file=str(self.model_dir),
                             fix="check llm.transformers.model/device; delete the cached folder to convert again") from None
