@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from hybrid_trader.env import Action, EnvConfig, TradingEnv
@@ -111,7 +113,7 @@ def test_win_rate_when_trades_close_counts_the_last_ten_and_the_snapshot_says_no
             rows[i] = (r[0], 100.0, 100.0, 90.0, 100.0)
     env = make_env(rows, RiskConfig(max_consecutive_losses=99, min_win_rate=0.0))
     assert env.recent_win_rate != env.recent_win_rate  # NaN before any trade
-    assert env.account_snapshot().win_rate is None
+    assert math.isnan(env.account_snapshot().win_rate)
     assert env.risk_features()[3] == 0.5
     env._recent.extend([1] * 10)  # ten winners long ago ...
     lose_trades(env, 4)  # ... then four losers: the last ten hold six winners

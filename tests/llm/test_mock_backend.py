@@ -7,7 +7,7 @@ import time
 import numpy as np
 import pytest
 
-from hybrid_trader.env.actions import Action
+from hybrid_trader.actions import Action
 from hybrid_trader.llm import build_advisor
 from hybrid_trader.llm.backends.mock import MockBackend
 from hybrid_trader.llm.config import MockConfig

@@ -16,7 +16,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import numpy as np
 import pytest
 
-from hybrid_trader.env.actions import Action
+from hybrid_trader.actions import Action
 from hybrid_trader.errors import UserError
 from hybrid_trader.llm import build_advisor, load_llm_config
 from hybrid_trader.llm.advice import LLM_ERROR, LLM_TIMEOUT

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hybrid_trader.env.actions import Action
+from hybrid_trader.actions import Action
 from hybrid_trader.llm.advice import ACTION_WORDS
 from hybrid_trader.llm.parsing import ParseError, parse_answer
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 from hybrid_trader.llm.config import QueryPolicyConfig
+from hybrid_trader.account_state import AccountState
 from hybrid_trader.llm.query_policy import QueryPolicy
 
 from tests.llm import LONG_MASK, make_context
@@ -72,19 +73,17 @@ def test_state_change_when_position_or_balance_moves_queries():
     assert p.decide(0, 1, make_context(**IN_POSITION, win_rate=math.nan)) == "state_change"
 
 
-def test_state_change_when_given_account_snapshots_reads_a_missing_win_rate_as_nan():
-    from hybrid_trader.env.trading_env import AccountSnapshot
-
+def test_state_change_when_given_account_states_reads_a_missing_win_rate_as_nan():
     def snap(win_rate, balance=50_000.0):
-        return AccountSnapshot(t=10, position=0, contracts=0, entry_price=None, unrealized_pnl=0.0, balance=balance,
-                               win_rate=win_rate, consecutive_losses=0, mask=(True, True, True))
+        return AccountState(t=10, position=0, contracts=0, entry_price=math.nan, unrealized_pnl=0.0, balance=balance,
+                            win_rate=win_rate, consecutive_losses=0, mask=(True, True, True))
 
     p = QueryPolicy(QueryPolicyConfig(triggers=["state_change"], cooldown=1, interval=100))
-    p.mark(0, 0, snap(None))
-    assert p.decide(0, 1, snap(None)) is None  # no trade yet, on both sides: no change
+    p.mark(0, 0, snap(math.nan))
+    assert p.decide(0, 1, snap(math.nan)) is None  # no trade yet, on both sides: no change
     assert p.decide(0, 1, snap(1.0)) == "state_change"  # first trade closed
     p.mark(0, 1, snap(0.5))
-    assert p.decide(0, 2, snap(None)) == "state_change"
+    assert p.decide(0, 2, snap(math.nan)) == "state_change"
 
 
 def test_cooldown_when_every_trigger_fires_still_spaces_queries():

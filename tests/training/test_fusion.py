@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hybrid_trader.env.actions import Action
+from hybrid_trader.actions import Action
 from hybrid_trader.training.fusion import (
     RULE_AGREEMENT, RULE_LLM_OVERRIDE, RULE_RL_ONLY, RULE_RL_OVERRIDE, RULE_UNCERTAIN_HOLD, RULE_WEIGHTED,
     FusionConfig, advice_prior, fuse_rules,

@@ -1,6 +1,6 @@
 """The trading environment: contracts, prop-firm rules, fills, masks, rewards."""
 
-from hybrid_trader.env.actions import ACTION_NAMES, Action, n_actions
+from hybrid_trader.actions import ACTION_NAMES, Action, n_actions
 from hybrid_trader.env.config import EnvConfig
 from hybrid_trader.env.rules import RULE_PRESETS, PropFirmRules, get_rules
 from hybrid_trader.env.trading_env import TradingEnv

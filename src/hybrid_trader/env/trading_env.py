@@ -15,7 +15,8 @@ import numpy as np
 import pandas as pd
 
 from hybrid_trader.data.bars import Bars
-from hybrid_trader.env.actions import ACTION_NAMES, Action, n_actions
+from hybrid_trader.account_state import AccountState
+from hybrid_trader.actions import ACTION_NAMES, Action, n_actions
 from hybrid_trader.env.config import EnvConfig, parse_hhmm
 from hybrid_trader.env.rules import PropFirmRules, get_rules
 from hybrid_trader.errors import UserError
@@ -61,28 +62,6 @@ TRADE_COLUMNS = (
 def session_minute(minute_of_day: np.ndarray | int) -> np.ndarray | int:
     """Minutes since the Globex session open (18:00 ET) for a minute of the ET day."""
     return (minute_of_day - SESSION_OPEN_MINUTE) % 1440
-
-
-@dataclass(frozen=True)
-class AccountSnapshot:
-    """The account at one bar, as the LLM advisor's context needs it (immutable, so never deep-copied)."""
-
-    t: int
-    """Index of the bar whose close the agent looks at."""
-    position: int
-    """Side of the open position: 1 long, -1 short, 0 flat."""
-    contracts: int
-    entry_price: float | None
-    unrealized_pnl: float
-    balance: float
-    win_rate: float | None
-    """Winning share of the last 10 trades (None before the first)."""
-    consecutive_losses: int
-    mask: tuple
-    """Legal actions (bools, in action order)."""
-
-    def __deepcopy__(self, memo: dict) -> "AccountSnapshot":
-        return self  # VecEnvs deep-copy infos every step; an immutable snapshot needs no copy
 
 
 @dataclass(frozen=True)
@@ -622,16 +601,16 @@ class TradingEnv(gym.Env):
         self.veto_counts[code] = self.veto_counts.get(code, 0) + 1
         self._vetoed = True
 
-    def account_snapshot(self) -> AccountSnapshot:
-        """The account at the current bar, for the LLM advisor's context (None when undefined)."""
-        return AccountSnapshot(
+    def account_snapshot(self) -> AccountState:
+        """The account at the current bar (NaN where undefined), for the risk veto and the advisor."""
+        return AccountState(
             t=self._t,
             position=self._side,
             contracts=self.qty if self._side else 0,
-            entry_price=self._entry if self._side else None,
+            entry_price=self._entry if self._side else math.nan,
             unrealized_pnl=self.equity() - self.balance,
             balance=self.balance,
-            win_rate=None if self._recent_win_rate != self._recent_win_rate else self._recent_win_rate,
+            win_rate=self._recent_win_rate,
             consecutive_losses=self.consecutive_losses,
             mask=tuple(self._mask.tolist()),
         )

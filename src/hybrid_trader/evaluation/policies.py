@@ -12,7 +12,7 @@ from typing import Any, Callable, Protocol
 
 import numpy as np
 
-from hybrid_trader.env.actions import Action
+from hybrid_trader.actions import Action
 
 
 class Policy(Protocol):
@@ -162,7 +162,6 @@ class HybridAgentPolicy:
 
     def __call__(self, obs, mask, env) -> int:
         from hybrid_trader.llm.context import context_from_market
-        from hybrid_trader.training.advice_env import account_from_snapshot
         from hybrid_trader.training.fusion import fuse_rules
 
         rl, prior = self._forward(obs, mask)
@@ -171,7 +170,7 @@ class HybridAgentPolicy:
         ctx = None
         if self.use_llm and self.advisor is not None:
             ctx = context_from_market(self.market.bars, self.market.features, env.current_index,
-                                      account_from_snapshot(env.account_snapshot()), mask)
+                                      env.account_snapshot(), mask)
             if self.advisor.should_query(0, self.step, ctx, float(rl_probs[rl_best])):
                 self.advisor.policy.mark(0, self.step, ctx)
                 self.advice = self.advisor.advise_now([ctx], use_cache=True, env_index=0, step=self.step)[0]
@@ -238,6 +237,6 @@ def _softmax_masked(logits: np.ndarray, mask: np.ndarray) -> np.ndarray:
 
 
 def _name(action: int) -> str:
-    from hybrid_trader.env.actions import ACTION_NAMES
+    from hybrid_trader.actions import ACTION_NAMES
 
     return ACTION_NAMES[int(action)]

@@ -1,6 +1,6 @@
 """The advisor's answer: :class:`Advice`, the action vocabulary and the abstention codes.
 
-Probabilities always have 6 entries in :class:`~hybrid_trader.env.actions.Action` order and
+Probabilities always have 6 entries in :class:`~hybrid_trader.actions.Action` order and
 are zero on illegal actions. An **abstained** advice carries a *uniform distribution over
 the legal actions* (so ``log p_llm`` is the same for every legal action and a logit prior
 ``w * log p_llm(a)`` changes nothing), ``confidence`` 0, ``action`` HOLD and a greppable
@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from hybrid_trader.env.actions import N_ACTIONS, Action
+from hybrid_trader.actions import N_ACTIONS, Action
 
 # The LLM's words for the actions (seed 001), in Action order.
 ACTION_WORDS: tuple[str, ...] = ("HOLD", "BUY", "SELL", "MOVE_TO_BE", "ENABLE_TRAIL", "DISABLE_TRAIL")

@@ -15,31 +15,12 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from hybrid_trader.env.actions import N_ACTIONS
+from hybrid_trader.account_state import AccountState
+from hybrid_trader.actions import N_ACTIONS
 
 TREND_LABELS = {2: "strong uptrend", 1: "uptrend", 0: "sideways", -1: "downtrend", -2: "strong downtrend"}
 STRONG_ADX = 25.0
 """ADX at or above which an aligned trend is called strong."""
-
-
-@dataclass
-class AccountState:
-    """The trading account as the environment sees it at the decision bar."""
-
-    position: int = 0
-    """-1 short, 0 flat, +1 long."""
-    contracts: int = 0
-    """Contracts held (0 when flat)."""
-    entry_price: float = math.nan
-    """Average entry price of the open position [points]; NaN when flat."""
-    unrealized_pnl: float = 0.0
-    """Open profit or loss of the position at the bar's close [$]."""
-    balance: float = 50_000.0
-    """Account balance, realised [$]."""
-    win_rate: float = math.nan
-    """Share of winning trades among the recent ones [0-1]; NaN before the first trade."""
-    consecutive_losses: int = 0
-    """Losing trades in a row, most recent first."""
 
 
 def normalise_mask(mask: Any) -> np.ndarray:

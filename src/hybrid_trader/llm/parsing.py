@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from hybrid_trader.env.actions import Action
+from hybrid_trader.actions import Action
 
 SYNONYMS: dict[int, tuple[str, ...]] = {
     Action.HOLD: ("HOLD", "WAIT", "FLAT", "STAY", "STAND ASIDE", "NO TRADE", "NEUTRAL", "DO NOTHING", "PASS", "SKIP"),

@@ -12,7 +12,7 @@ previous query of that environment was less than ``cooldown`` steps ago:
   win rate (by ``win_rate_change``) changed since the previous query.
 
 The policy reads four values of what it is given (an ``AdvisorContext``, or the
-environment's ``AccountSnapshot`` so that no prompt context is built for a step that
+environment's ``AccountState`` so that no prompt context is built for a step that
 will not query): ``position`` (sign), ``balance``, ``win_rate`` (NaN or None before the
 first trade) and ``consecutive_losses``.
 
@@ -102,6 +102,5 @@ class QueryPolicy:
 
 
 def _win_rate(ctx: AdvisorContext) -> float:
-    """The context's win rate, NaN when there is none yet (an ``AccountSnapshot`` says None)."""
-    rate = ctx.win_rate
-    return math.nan if rate is None else rate
+    """The context's win rate, NaN when there is none yet."""
+    return ctx.win_rate

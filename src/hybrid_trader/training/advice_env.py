@@ -52,21 +52,6 @@ class PartialVecNormalize(VecNormalize):
         return out
 
 
-def account_from_snapshot(snap: Any) -> Any:
-    """The advisor's ``AccountState`` from an environment's ``AccountSnapshot``."""
-    from hybrid_trader.llm.context import AccountState
-
-    return AccountState(
-        position=int(snap.position),
-        contracts=int(snap.contracts),
-        entry_price=math.nan if snap.entry_price is None else float(snap.entry_price),
-        unrealized_pnl=float(snap.unrealized_pnl),
-        balance=float(snap.balance),
-        win_rate=math.nan if snap.win_rate is None else float(snap.win_rate),
-        consecutive_losses=int(snap.consecutive_losses),
-    )
-
-
 def advice_block(advice: Any, max_age: int, age: int | None = None, out: np.ndarray | None = None) -> np.ndarray:
     """The 9 advice values of one observation (zeros when there is no usable advice).
 
@@ -157,7 +142,7 @@ class AdvisorVecEnv(VecEnvWrapper):
             # full context (prompt fields) is built only when a query is due.
             conf = functools.partial(self.rl_confidence, i) if with_confidence else None
             if advisor.should_query(i, step, snap, conf):
-                ctx = context_from_market(bars, features, snap.t, account_from_snapshot(snap), snap.mask)
+                ctx = context_from_market(bars, features, snap.t, snap, snap.mask)
                 if advisor.submit(i, step, ctx, force=True):
                     self.submitted += 1
             advice, age = advisor.latest(i, step)

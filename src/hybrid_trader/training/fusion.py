@@ -21,7 +21,7 @@ from typing import Literal
 
 import numpy as np
 
-from hybrid_trader.env.actions import Action
+from hybrid_trader.actions import Action
 from hybrid_trader.features.names import FEATURE_NAMES
 
 N_FEATURES = len(FEATURE_NAMES)

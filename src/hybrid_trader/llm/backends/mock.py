@@ -20,7 +20,7 @@ from typing import Sequence
 
 import numpy as np
 
-from hybrid_trader.env.actions import Action
+from hybrid_trader.actions import Action
 from hybrid_trader.llm.advice import ACTION_WORDS
 from hybrid_trader.llm.backends.base import Backend
 from hybrid_trader.llm.config import MockConfig
