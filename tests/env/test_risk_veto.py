@@ -115,7 +115,7 @@ def test_win_rate_when_trades_close_counts_the_last_ten_and_the_snapshot_says_no
     assert env.recent_win_rate != env.recent_win_rate  # NaN before any trade
     assert math.isnan(env.account_snapshot().win_rate)
     assert env.risk_features()[3] == 0.5
-    env._recent.extend([1] * 10)  # ten winners long ago ...
+    env.account.recent.extend([1] * 10)  # ten winners long ago ...
     lose_trades(env, 4)  # ... then four losers: the last ten hold six winners
     assert env.recent_win_rate == pytest.approx(0.6)
     assert env.account_snapshot().win_rate == pytest.approx(0.6)
