@@ -134,6 +134,8 @@ class PropFirmAccount:
         self.breached = False
         self.day_locked = False
         self.passed = False
+        self.can_enter = True
+        """New entries allowed by the rules (not breached, not locked for the day)."""
         self.breach_index = -1
         self.target_index = -1
         self.day_start_balance = self.balance
@@ -145,11 +147,6 @@ class PropFirmAccount:
         """Share of winners among the last ``RECENT_TRADES`` trades (NaN before the first)."""
         self.last_exit_index = -1
 
-    @property
-    def can_enter(self) -> bool:
-        """New entries allowed by the rules (not breached, not locked for the day)."""
-        return not self.breached and not self.day_locked
-
     def _enter(self, t: int, code: str, status: AccountStatus) -> None:
         self.status = status
         self.events.append(AccountEvent(t, code, status))
@@ -160,6 +157,7 @@ class PropFirmAccount:
         self.day_start_balance = self.balance
         if self.day_locked:
             self.day_locked = False
+            self.can_enter = not self.breached
             if not self.breached:
                 self._enter(t, NEW_DAY, AccountStatus.PASSED if self.passed else AccountStatus.ACTIVE)
 
@@ -214,6 +212,7 @@ class PropFirmAccount:
 
     def breach(self, t: int) -> None:
         self.breached = True
+        self.can_enter = False
         self.breach_index = t
         self._enter(t, BREACH_TRAILING_DRAWDOWN, AccountStatus.BREACHED)
 
@@ -221,6 +220,7 @@ class PropFirmAccount:
         if not self.day_locked:
             self._enter(t, DAILY_LOSS_LIMIT, AccountStatus.LOCKED_FOR_DAY)
         self.day_locked = True
+        self.can_enter = False
 
     def end_day(self) -> None:
         """End of a session: the EOD trailing threshold moves from the closing balance."""

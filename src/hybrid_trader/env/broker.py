@@ -132,6 +132,12 @@ class Broker:
         self.mfe = 0.0
         """Largest favourable excursion of the open position [points]."""
         self.trades: list[Trade] = []
+        self.exit_reason = ""
+        """Reason of the exit found by the last :meth:`scan_bar` ("" when none)."""
+        self.bar_fav = 0.0
+        """Favourable price of the last scanned bar that counts for the account."""
+        self.bar_worst = 0.0
+        """Adverse price of the last scanned bar that counts for the account."""
 
     # ------------------------------------------------------------------ orders
     def open(self, t: int, side: int, bar_open: float, atr: float) -> None:
@@ -168,12 +174,13 @@ class Broker:
             self.stop = level
 
     # ------------------------------------------------------------------ one bar
-    def scan_bar(self, o: float, h: float, lo: float) -> tuple[float, str, float, float]:
-        """Check stop and target against one bar of an open position.
+    def scan_bar(self, o: float, h: float, lo: float) -> float:
+        """Check stop and target against one bar of an open position; returns the exit fill (NaN: still open).
 
-        Returns ``(exit_price, reason, fav, worst)``: the exit fill (NaN: still open) and
-        reason, and the bar's favourable and adverse prices that count for the account
-        (an exit caps them at the fill). Updates MAE/MFE and, while open, the trail.
+        Also sets ``exit_reason`` and the bar's favourable and adverse prices that count
+        for the account, ``bar_fav`` and ``bar_worst`` (an exit caps them at the fill);
+        updates MAE/MFE and, while open, the trail. (Attributes, not a returned tuple:
+        nothing is allocated per bar.)
         """
         side, entry, stop, target = self.side, self.entry, self.stop, self.target
         fav = h if side > 0 else lo
@@ -199,7 +206,10 @@ class Broker:
         elif self.trail_on:
             self.best = fav if side * (fav - self.best) > 0 else self.best
             self.tighten_stop(self.best - side * self.trail_dist)
-        return exit_price, reason, fav, worst
+        self.exit_reason = reason
+        self.bar_fav = fav
+        self.bar_worst = worst
+        return exit_price
 
     def stop_reason(self) -> str:
         if self.trail_on:

@@ -368,12 +368,12 @@ class TradingEnv(gym.Env):
         if side:
             balance_pre = account.balance
             entry = broker.entry
-            exit_price, reason, fav, worst = broker.scan_bar(o, self._high[t], self._low[t])
+            exit_price = broker.scan_bar(o, self._high[t], self._low[t])
             dpp = broker.dollars_per_point
-            peak_eq = balance_pre + side * (fav - entry) * dpp
-            trough_eq = balance_pre + side * (worst - entry) * dpp
+            peak_eq = balance_pre + side * (broker.bar_fav - entry) * dpp
+            trough_eq = balance_pre + side * (broker.bar_worst - entry) * dpp
             if exit_price == exit_price:
-                self._close_position(t, exit_price, reason, False)
+                self._close_position(t, exit_price, broker.exit_reason, False)
         else:
             peak_eq = trough_eq = account.balance
         event = account.apply_bar(t, peak_eq, trough_eq)
@@ -435,7 +435,7 @@ class TradingEnv(gym.Env):
         side = b.side
         veto = self.risk_veto
         if side == 0:
-            if self._t <= self._last_entry and self.account.can_enter:
+            if self._t <= self._last_entry and self.account.can_enter:  # a plain bool: read every step
                 allowed = True
                 if veto is not None:
                     code = veto.entry_veto(self.account_snapshot(), self.account)
@@ -467,7 +467,8 @@ class TradingEnv(gym.Env):
 
     def _observe(self) -> np.ndarray:
         mask = self._update_mask()
-        return self.observer.build(self._t, self.broker, mask, self.n_actions > 3, self.account, self.equity())
+        equity = self.equity() if self.phase == 3 else 0.0  # only the phase 3 risk features need it
+        return self.observer.build(self._t, self.broker, mask, self.n_actions > 3, self.account, equity)
 
     def risk_features(self) -> tuple[float, float, float, float, float]:
         """The 5 risk-context features (scaled to about [-1, 1])."""
