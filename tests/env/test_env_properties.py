@@ -98,7 +98,7 @@ def test_rewards_sum_to_equity_change_when_no_breach(market):
     _, rewards, info = run_episode(env, seed=3)
     assert info["end_reason"] == "DATA_END"
     assert rewards.sum() * env.reward_scale == pytest.approx(env.balance - env.rules.account_size, abs=1e-6)
-    assert sum(t["net_pnl"] for t in info["trades"]) == pytest.approx(env.balance - env.rules.account_size)
+    assert sum(t.net_pnl for t in info["trades"]) == pytest.approx(env.balance - env.rules.account_size)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -120,22 +120,22 @@ def test_random_legal_actions_never_reach_an_illegal_state(market, picks, seed, 
         assert legal[0] == 0  # HOLD is always legal
         action = int(legal[picks[k % len(picks)] % len(legal)])
         k += 1
-        held = (env._entry_index, env._stop) if env.position and not env._trail_on else None
+        held = (env.broker.entry_index, env.broker.stop) if env.position and not env.broker.trail_on else None
         _, reward, term, trunc, info = env.step(action)
         assert math.isfinite(reward)
         side = env.position
         if side != 0:
             # A position always has a finite stop...
-            assert math.isfinite(env._stop)
-            if action == 0 and held is not None and held[0] == env._entry_index and not env._trail_on:
+            assert math.isfinite(env.broker.stop)
+            if action == 0 and held is not None and held[0] == env.broker.entry_index and not env.broker.trail_on:
                 # ...which a bar that left the position open did not cross...
                 t = env.current_index
                 adverse = env.bars.low[t] if side > 0 else env.bars.high[t]
                 assert side * (adverse - held[1]) > 0
             # ...and which only ever moves in the position's favour.
-            if env._entry_index == last_entry_index and last_stop is not None:
-                assert side * (env._stop - last_stop) >= -1e-9
-            last_entry_index, last_stop = env._entry_index, env._stop
+            if env.broker.entry_index == last_entry_index and last_stop is not None:
+                assert side * (env.broker.stop - last_stop) >= -1e-9
+            last_entry_index, last_stop = env.broker.entry_index, env.broker.stop
         assert side in (-1, 0, 1)
         assert env.invalid_actions == 0
         if env.breached:
@@ -143,13 +143,13 @@ def test_random_legal_actions_never_reach_an_illegal_state(market, picks, seed, 
         if term or trunc:
             break
     trades = info["trades"]
-    assert all(t["contracts"] == 1 for t in trades)
+    assert all(t.contracts == 1 for t in trades)
     if env.breach_index >= 0:
-        assert all(t["entry_index"] <= env.breach_index for t in trades)
+        assert all(t.entry_index <= env.breach_index for t in trades)
         assert env.position == 0
         after = env.position_history[env.breach_index + 1 :]
         assert not after.any()
     # Trades never overlap and each exits after it enters.
     for a, b in zip(trades, trades[1:]):
-        assert a["exit_index"] <= b["entry_index"]
-    assert all(t["exit_index"] >= t["entry_index"] for t in trades)
+        assert a.exit_index <= b.entry_index
+    assert all(t.exit_index >= t.entry_index for t in trades)

@@ -115,8 +115,28 @@ def test_win_rate_when_trades_close_counts_the_last_ten_and_the_snapshot_says_no
     assert env.recent_win_rate != env.recent_win_rate  # NaN before any trade
     assert math.isnan(env.account_snapshot().win_rate)
     assert env.risk_features()[3] == 0.5
-    env._recent.extend([1] * 10)  # ten winners long ago ...
+    env.account.recent.extend([1] * 10)  # ten winners long ago ...
     lose_trades(env, 4)  # ... then four losers: the last ten hold six winners
     assert env.recent_win_rate == pytest.approx(0.6)
     assert env.account_snapshot().win_rate == pytest.approx(0.6)
     assert env.risk_features()[3] == pytest.approx(0.6)
+
+
+def test_veto_returns_codes_from_snapshot_and_account_when_given_no_env():
+    from hybrid_trader.account_state import AccountState
+    from hybrid_trader.env.account import PropFirmAccount
+    from hybrid_trader.env.rules import get_rules
+
+    account = PropFirmAccount(get_rules("apex-legacy", "50K"))  # threshold 47,500, allowance 2,500
+    veto = RiskVeto(RiskConfig(dd_buffer_threshold=0.2, max_consecutive_losses=2, cooldown_bars=30))
+    thin = AccountState(balance=48_000.0, unrealized_pnl=-100.0, t=5)  # buffer (47,900 - 47,500) / 2,500 = 0.16
+    assert veto.entry_veto(thin, account) == VETO_DRAWDOWN_BUFFER
+    assert veto.trail_veto(thin, account) == VETO_DRAWDOWN_BUFFER
+    account.begin_day(0)
+    for i in (1, 2):
+        account.settle(i, -10.0, -10.0)
+    streak = AccountState(balance=account.balance, consecutive_losses=2, t=10)
+    assert veto.entry_veto(streak, account) == VETO_CONSECUTIVE_LOSSES
+    later = AccountState(balance=account.balance, consecutive_losses=2, t=40)  # cooldown over
+    assert veto.entry_veto(later, account) is None
+    assert veto.trail_veto(later, account) is None

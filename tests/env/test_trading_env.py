@@ -128,9 +128,9 @@ def test_breach_terminates_when_intrabar_low_crosses_threshold():
     assert terminated and not truncated
     assert info["end_reason"] == "BREACH"
     trade = info["trades"][0]
-    assert trade["exit_reason"] == EXIT_BREACH
+    assert trade.exit_reason == EXIT_BREACH
     # Liquidated where equity met the threshold: 100.25 - 498/20 = 75.35, one tick worse.
-    assert trade["exit_price"] == pytest.approx(75.10)
+    assert trade.exit_price == pytest.approx(75.10)
     assert env.balance == pytest.approx(49_998 + (75.10 - 100.25) * 20 - 2)
     assert reward < -5.0  # the loss plus the breach penalty
 
@@ -165,7 +165,7 @@ def test_masks_when_flat_in_position_and_trailing():
     env.step(Action.HOLD)  # 09:32 closes at 102: beyond entry -> break-even is legal
     assert env.action_masks().tolist() == [True, False, False, True, True, False]
     env.step(Action.MOVE_SL_TO_BE)
-    assert env._stop == pytest.approx(100.25)
+    assert env.broker.stop == pytest.approx(100.25)
     assert env.action_masks().tolist() == [True, False, False, False, True, False]
     env.step(Action.ENABLE_TRAIL)
     assert env.action_masks().tolist() == [True, False, False, False, False, True]
@@ -198,7 +198,7 @@ def test_trail_stop_exits_when_price_falls_back():
     env.step(Action.BUY)  # fills at 09:31's open
     env.step(Action.HOLD)  # now looking at 09:32, which closes at 110
     env.step(Action.ENABLE_TRAIL)  # trail 4 points from 110 -> stop 106; 09:33's high 112 -> 108
-    assert env._stop == pytest.approx(108.0)
+    assert env.broker.stop == pytest.approx(108.0)
     env.step(Action.HOLD)  # 09:34 falls to 100: out at 108 - 0.25
     trade = env.trade_log().iloc[0]
     assert trade.exit_reason == EXIT_TRAIL

@@ -215,3 +215,9 @@ def test_metrics_refuse_naive_timestamps():
     idx = pd.DatetimeIndex([pd.Timestamp(b[0]) for b in GOLDEN_BARS])
     with pytest.raises(ValueError, match="tz-aware"):
         StrategyResult("x", empty_trades(), pd.Series(1.0, index=idx), pd.Series(0, index=idx), 1.0)
+
+
+def test_apex_verdict_is_the_accounts_when_result_carries_account_state():
+    r = golden_result(breach_time=t("2024-01-03 10:00"))
+    r.extra["account"] = {"status": "BREACHED", "verdict": "passed", "events": []}
+    assert compute_metrics(r)["Apex verdict"] == "passed"  # read, not recomputed from the times

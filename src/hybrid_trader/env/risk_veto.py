@@ -24,7 +24,9 @@ thin. HOLD, MOVE_SL_TO_BE and DISABLE_TRAIL are never vetoed: risk can always be
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+
+from hybrid_trader.account_state import AccountState
+from hybrid_trader.env.account import PropFirmAccount
 
 VETO_CONSECUTIVE_LOSSES = "VETO_CONSECUTIVE_LOSSES"
 VETO_DRAWDOWN_BUFFER = "VETO_DRAWDOWN_BUFFER"
@@ -51,33 +53,33 @@ class RiskConfig:
 
 
 class RiskVeto:
-    """Decides, from the account state the agent can see, which risk-adding actions are blocked."""
+    """Decides, from the account state the agent can see, which risk-adding actions are blocked.
+
+    It reads an :class:`~hybrid_trader.account_state.AccountState` snapshot and the
+    account's threshold and recent trades (read-only queries of
+    :class:`~hybrid_trader.env.account.PropFirmAccount`), and returns reason codes; the
+    environment masks the actions and counts the codes.
+    """
 
     def __init__(self, config: RiskConfig | None = None) -> None:
         self.config = config or RiskConfig()
 
-    def entry_veto(self, env: Any) -> str | None:
+    def entry_veto(self, state: AccountState, account: PropFirmAccount) -> str | None:
         """The reason code that blocks a new entry now, or None."""
         c = self.config
-        if env.drawdown_buffer() < c.dd_buffer_threshold:
+        if account.drawdown_buffer(state.balance + state.unrealized_pnl) < c.dd_buffer_threshold:
             return VETO_DRAWDOWN_BUFFER
-        if env.bars_since_exit_today() >= c.cooldown_bars:
+        if account.bars_since_exit_today(state.t) >= c.cooldown_bars:
             return None
-        if env.consecutive_losses >= c.max_consecutive_losses:
+        if state.consecutive_losses >= c.max_consecutive_losses:
             return VETO_CONSECUTIVE_LOSSES
-        recent = env.recent_trades()
+        recent = account.recent_outcomes()
         if len(recent) >= c.win_rate_window and sum(recent[-c.win_rate_window:]) / c.win_rate_window < c.min_win_rate:
             return VETO_LOW_WIN_RATE
         return None
 
-    def allows_entry(self, env: Any) -> bool:
-        code = self.entry_veto(env)
-        if code is not None:
-            env.count_veto(code)
-        return code is None
-
-    def allows_trail(self, env: Any) -> bool:
-        if env.drawdown_buffer() < self.config.dd_buffer_threshold:
-            env.count_veto(VETO_DRAWDOWN_BUFFER)
-            return False
-        return True
+    def trail_veto(self, state: AccountState, account: PropFirmAccount) -> str | None:
+        """The reason code that blocks enabling the trailing stop now, or None."""
+        if account.drawdown_buffer(state.balance + state.unrealized_pnl) < self.config.dd_buffer_threshold:
+            return VETO_DRAWDOWN_BUFFER
+        return None

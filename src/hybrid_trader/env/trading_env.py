@@ -1,12 +1,13 @@
 """The trading environment: one futures contract, minute bars, prop-firm rules.
 
-``TradingEnv`` is a Gymnasium environment. Its docstring is its manual.
+``TradingEnv`` is a Gymnasium environment over three parts: the broker (``broker.py``),
+the prop-firm account (``account.py``) and the observation builder (``observation.py``).
+Its docstring is its manual.
 """
 
 from __future__ import annotations
 
 import math
-from collections import deque
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -14,49 +15,55 @@ import gymnasium as gym
 import numpy as np
 import pandas as pd
 
-from hybrid_trader.data.bars import Bars
 from hybrid_trader.account_state import AccountState
 from hybrid_trader.actions import ACTION_NAMES, Action, n_actions
+from hybrid_trader.data.bars import Bars
+from hybrid_trader.env.account import (
+    RECENT_HISTORY,
+    RECENT_TRADES,
+    RULE_BREACH,
+    RULE_DAILY_LOSS,
+    PropFirmAccount,
+    liquidation_price,
+)
+from hybrid_trader.env.broker import (
+    EXIT_BREACH,
+    EXIT_BREAKEVEN,
+    EXIT_DAILY_LOSS,
+    EXIT_SESSION_END,
+    EXIT_STOP,
+    EXIT_TARGET,
+    EXIT_TRAIL,
+    TRADE_LOG_COLUMNS,
+    Broker,
+    Trade,
+    trades_frame,
+)
 from hybrid_trader.env.config import EnvConfig, parse_hhmm
+from hybrid_trader.env.observation import BASE_DIM, LLM_DIM, WINDOW_DIM, ObservationBuilder
+from hybrid_trader.env.risk_veto import RiskVeto
 from hybrid_trader.env.rules import PropFirmRules, get_rules
 from hybrid_trader.errors import UserError
-from hybrid_trader.features.names import BAR_FEATURE_NAMES, BASE_FEATURE_NAMES, LLM_FEATURE_NAMES, WINDOW
+from hybrid_trader.features.names import WINDOW
 from hybrid_trader.markets import ContractSpec, get_contract
+
+__all__ = [
+    "BASE_DIM", "END_BREACH", "END_DATA", "END_EPISODE", "EXIT_BREACH", "EXIT_BREAKEVEN", "EXIT_DAILY_LOSS",
+    "EXIT_SESSION_END", "EXIT_STOP", "EXIT_TARGET", "EXIT_TRAIL", "LLM_DIM", "RECENT_HISTORY", "RECENT_TRADES",
+    "TRADE_LOG_COLUMNS", "WINDOW_DIM", "EpisodeWindow", "Trade", "TradingEnv", "session_minute",
+]
 
 SESSION_OPEN_MINUTE = 18 * 60
 """Globex sessions open at 18:00 ET."""
-BASE_DIM = len(BASE_FEATURE_NAMES)
-"""228: the 20-bar window, the position features and the flags (phases 1-2)."""
-LLM_DIM = len(LLM_FEATURE_NAMES)
-"""33: added in phase 3."""
-WINDOW_DIM = WINDOW * len(BAR_FEATURE_NAMES)
 MIN_EPISODE_BARS = 10
 """Sessions whose trading window holds fewer bars are not used as episodes."""
-RECENT_TRADES = 10
-"""Trades in the recent win-rate feature."""
-RECENT_HISTORY = 100
 OBS_BOUND = 1e4
 """Observation space bounds (features are scaled to about [-10, 10])."""
-"""Trades in the recent win-rate statistic."""
-
-# Exit reason codes, greppable in trade logs and reports.
-EXIT_STOP = "STOP"
-EXIT_TARGET = "TARGET"
-EXIT_TRAIL = "TRAIL_STOP"
-EXIT_BREAKEVEN = "BREAKEVEN_STOP"
-EXIT_SESSION_END = "SESSION_END"
-EXIT_BREACH = "BREACH_LIQUIDATION"
-EXIT_DAILY_LOSS = "DAILY_LOSS_LIMIT"
 
 # Episode end reasons.
 END_BREACH = "BREACH"
 END_EPISODE = "EPISODE_END"
 END_DATA = "DATA_END"
-
-TRADE_COLUMNS = (
-    "entry_index", "exit_index", "side", "contracts", "entry_price", "exit_price",
-    "gross_pnl", "costs", "net_pnl", "bars_held", "exit_reason", "exit_at_close",
-)
 
 
 def session_minute(minute_of_day: np.ndarray | int) -> np.ndarray | int:
@@ -133,11 +140,19 @@ class TradingEnv(gym.Env):
     ``terminate_on_breach``); ``truncated`` at the end of the episode's last
     session or of the data. At the end ``info`` holds ``trades`` (the trade log, one
     dict per trade), ``end_reason`` (``BREACH``, ``EPISODE_END``, ``DATA_END``) and
-    ``account`` (balance, threshold, peak, breach and target bar indices).
+    ``account`` (balance, threshold, peak, breach and target bar indices, the account's
+    final ``status`` and ``verdict`` and its ``events``: bar, reason code, state).
 
     The prop-firm threshold is evaluated conservatively within a bar: the peak uses
     the bar's favourable extreme and the breach check its adverse extreme.
+
+    **Parts.** The env is a Gymnasium adapter over :class:`~hybrid_trader.env.broker.Broker`
+    (fills, stops, costs, trades), :class:`~hybrid_trader.env.account.PropFirmAccount`
+    (the rules and the account's states) and
+    :class:`~hybrid_trader.env.observation.ObservationBuilder` (the layout above);
+    the optional :class:`~hybrid_trader.env.risk_veto.RiskVeto` masks risk-adding actions.
     """
+
 
     metadata = {"render_modes": []}
 
@@ -148,11 +163,12 @@ class TradingEnv(gym.Env):
         config: EnvConfig | None = None,
         *,
         sessions: Sequence[int] | None = None,
-        risk_veto: Any = None,
+        risk_veto: RiskVeto | None = None,
     ) -> None:
         super().__init__()
         self.config = cfg = config or EnvConfig()
         if features is None:
+            # compute_features loads TA-Lib; an env built on precomputed features must not pay for it.
             from hybrid_trader.features import compute_features
 
             features = compute_features(bars)
@@ -163,22 +179,22 @@ class TradingEnv(gym.Env):
         self.phase = cfg.phase
         self.contract: ContractSpec = get_contract(cfg.market or bars.market)
         self.rules: PropFirmRules = get_rules(cfg.rules, cfg.account, **cfg.rules_overrides)
-        minis = cfg.contracts / 10 if self.contract.is_micro else cfg.contracts
-        if minis > self.rules.max_contracts:
-            raise UserError(
-                f"env.contracts: {cfg.contracts} {self.contract.symbol} exceeds the {self.rules.name} limit "
-                f"of {self.rules.max_contracts} mini contracts",
-                fix=f"trade at most {self.rules.max_contracts * (10 if self.contract.is_micro else 1)} contracts",
-            )
+        self.account = PropFirmAccount(self.rules)
+        self.account.check_contracts(cfg.contracts, self.contract)
         self.risk_veto = risk_veto
 
         # Costs and scales.
         self.point_value = self.contract.point_value
         self.qty = cfg.contracts
-        self.dollars_per_point = self.point_value * cfg.contracts
         commission = self.contract.commission_per_side if cfg.commission_per_side is None else cfg.commission_per_side
-        self.commission = float(commission) * cfg.contracts
-        self.slip = float(cfg.slippage_ticks) * self.contract.tick_size
+        self.broker = Broker(
+            contracts=cfg.contracts, point_value=self.point_value, commission_per_side=float(commission),
+            slippage_points=float(cfg.slippage_ticks) * self.contract.tick_size,
+            stop_atr=cfg.stop_atr, target_atr=cfg.target_atr, trail_atr=cfg.trail_atr,
+        )
+        self.dollars_per_point = self.broker.dollars_per_point
+        self.commission = self.broker.commission
+        self.slip = self.broker.slip
         atr = np.asarray(features.atr, dtype=np.float64)
         if cfg.reward_scale is None:
             median_atr = float(np.median(atr[features.warmup:])) if len(atr) > features.warmup else float(np.median(atr))
@@ -186,14 +202,12 @@ class TradingEnv(gym.Env):
         else:
             self.reward_scale = float(cfg.reward_scale)
 
-        # Hot-loop data as Python lists (fast scalar indexing) and the window view.
+        # Hot-loop data as Python lists (fast scalar indexing).
         self._open = bars.open.tolist()
         self._high = bars.high.tolist()
         self._low = bars.low.tolist()
         self._close = bars.close.tolist()
         self._atr = atr.tolist()
-        self._windows = features.windows
-        self._llm_market = features.llm_market
 
         # Trading windows per session.
         self._windows_by_session = self._build_windows(sessions)
@@ -204,23 +218,25 @@ class TradingEnv(gym.Env):
                 fix="check the data's time zone (--tz, --time-shift) or widen env.trade_start/trade_end",
             )
         self.n_actions = n_actions(cfg.phase)
-        self.obs_dim = BASE_DIM + (LLM_DIM if cfg.phase == 3 else 0)
+        self.observer = ObservationBuilder(cfg.phase, features.windows, features.llm_market, self._atr, self._close,
+                                           self.rules.trailing_drawdown)
+        self.obs_dim = self.observer.dim
         self.action_space = gym.spaces.Discrete(self.n_actions)
         self.observation_space = gym.spaces.Box(-OBS_BOUND, OBS_BOUND, shape=(self.obs_dim,), dtype=np.float32)
-        self._obs = np.zeros(self.obs_dim, dtype=np.float32)
         self._mask = np.zeros(self.n_actions, dtype=bool)
         n = len(bars)
         self.equity_history = np.full(n, np.nan)
         self.position_history = np.zeros(n, dtype=np.int8)
         self._episode: list[EpisodeWindow] = []
         self._t = -1
+        self._day = 0
 
     # ------------------------------------------------------------------ set-up
     def _build_windows(self, sessions: Sequence[int] | None) -> list[EpisodeWindow]:
         cfg = self.config
         start = session_minute(parse_hhmm(cfg.trade_start, "trade_start"))
         end = session_minute(parse_hhmm(cfg.trade_end, "trade_end")) or 1440
-        flat_by = session_minute(parse_hhmm(self.rules.flat_by, "flat_by")) or 1440
+        flat_by = session_minute(self.account.flat_by_minute()) or 1440
         end = min(end, flat_by)
         last_entry = session_minute(parse_hhmm(cfg.last_entry, "last_entry")) or 1440
         sm = session_minute(self.bars.minute_of_day.astype(np.int64))
@@ -264,51 +280,24 @@ class TradingEnv(gym.Env):
                 start = int(self.np_random.integers(0, len(wins) - k + 1))
             self._episode = wins[start : start + k]
         self._day = 0
-        self._reset_account()
+        self.account.reset()
+        self.broker.reset()
+        self.veto_counts: dict[str, int] = {}
+        self.veto_steps = 0
+        self.decision_steps = 0
+        self.invalid_actions = 0
+        self.equity_history[:] = np.nan
+        self.position_history[:] = 0
         self._begin_day()
         obs = self._observe()
         return obs, ({"advisor_account": self.account_snapshot()} if self.phase == 3 else {})
 
-    def _reset_account(self) -> None:
-        r = self.rules
-        self.balance = float(r.account_size)
-        self.peak = self.balance
-        self.threshold = r.initial_threshold
-        self.breached = False
-        self.breach_index = -1
-        self.target_index = -1
-        self._side = 0
-        self._entry = 0.0
-        self._raw_entry = 0.0
-        self._stop = 0.0
-        self._target = math.nan
-        self._trail_on = False
-        self._trail_dist = 0.0
-        self._best = 0.0
-        self._entry_index = -1
-        self._mae = 0.0
-        self._mfe = 0.0
-        self.trades: list[tuple] = []
-        self.consecutive_losses = 0
-        self._recent: deque[int] = deque(maxlen=RECENT_HISTORY)
-        self._recent_win_rate = math.nan  # over the last RECENT_TRADES, kept at each exit (read every step)
-        self.veto_counts: dict[str, int] = {}
-        self.veto_steps = 0
-        self._last_exit_index = -1
-        self.decision_steps = 0
-        self._vetoed = False
-        self.invalid_actions = 0
-        self.equity_history[:] = np.nan
-        self.position_history[:] = 0
-
     def _begin_day(self) -> None:
         w = self._episode[self._day]
         self._t = w.first
-        self._day_first = w.first
         self._win_last = w.last
         self._last_entry = w.last_entry
-        self._day_start_balance = self.balance
-        self._day_locked = False
+        self.account.begin_day(w.first)
         self._record(self._t)
 
     def step(self, action):
@@ -319,6 +308,7 @@ class TradingEnv(gym.Env):
             # A masked action is executed as HOLD and counted (MaskablePPO never samples one).
             self.invalid_actions += 1
             a = 0
+        broker = self.broker
         equity_before = self.equity()
         t = self._t
         pending = 0
@@ -327,15 +317,11 @@ class TradingEnv(gym.Env):
         elif a == Action.SELL:
             pending = -1
         elif a == Action.MOVE_SL_TO_BE:
-            self._stop = self._entry
+            broker.move_stop_to_breakeven()
         elif a == Action.ENABLE_TRAIL:
-            self._trail_on = True
-            self._trail_dist = self.config.trail_atr * self._atr[t]
-            c = self._close[t]
-            self._best = c
-            self._tighten_stop(c - self._side * self._trail_dist)
+            broker.enable_trail(self._close[t], self._atr[t])
         elif a == Action.DISABLE_TRAIL:
-            self._trail_on = False
+            broker.disable_trail()
 
         t += 1
         self._t = t
@@ -370,145 +356,70 @@ class TradingEnv(gym.Env):
         return obs, float(reward), terminated, truncated, info
 
     # ------------------------------------------------------------------ bar logic
-    def _tighten_stop(self, level: float) -> None:
-        if self._side > 0:
-            if level > self._stop:
-                self._stop = level
-        elif level < self._stop:
-            self._stop = level
-
     def _process_bar(self, t: int, pending: int) -> bool:
         """Fill a pending entry at bar t's open, then run stops, targets and the rules. Returns breach."""
-        o, h, lo = self._open[t], self._high[t], self._low[t]
-        cfg = self.config
-        balance_pre = self.balance
+        broker = self.broker
+        account = self.account
+        o = self._open[t]
         if pending:
-            atr = self._atr[t - 1]
-            self._raw_entry = o
-            self._entry = o + pending * self.slip
-            self._side = pending
-            self._stop = self._entry - pending * cfg.stop_atr * atr
-            self._target = self._entry + pending * cfg.target_atr * atr if cfg.target_atr > 0 else math.nan
-            self._trail_on = False
-            self._entry_index = t
-            self._mae = 0.0
-            self._mfe = 0.0
-            self.balance -= self.commission
-            balance_pre = self.balance
-
-        side = self._side
-        exit_price = math.nan
+            broker.open(t, pending, o, self._atr[t - 1])
+            account.pay(broker.commission)
+        side = broker.side
         if side:
-            entry, stop, target = self._entry, self._stop, self._target
-            fav = h if side > 0 else lo
-            adv = lo if side > 0 else h
-            # Adverse and favourable excursions [points].
-            self._mae = max(self._mae, side * (entry - adv))
-            self._mfe = max(self._mfe, side * (fav - entry))
-            if side * (o - stop) <= 0:  # opened through the stop
-                exit_price, reason = o - side * self.slip, self._stop_reason()
-            elif target == target and side * (o - target) >= 0:  # opened through the target
-                exit_price, reason = o, EXIT_TARGET
-            elif side * (adv - stop) <= 0:  # stop first when both are touched
-                exit_price, reason = stop - side * self.slip, self._stop_reason()
-            elif target == target and side * (fav - target) >= 0:
-                exit_price, reason = target, EXIT_TARGET
-            # The prop-firm threshold: peak first (favourable extreme), then the adverse one.
-            worst = adv
+            balance_pre = account.balance
+            entry = broker.entry
+            exit_price = broker.scan_bar(o, self._high[t], self._low[t])
+            dpp = broker.dollars_per_point
+            peak_eq = balance_pre + side * (broker.bar_fav - entry) * dpp
+            trough_eq = balance_pre + side * (broker.bar_worst - entry) * dpp
             if exit_price == exit_price:
-                if reason == EXIT_TARGET:
-                    fav = exit_price  # out at the target: nothing better counts
-                else:
-                    worst = exit_price  # out at the stop: nothing worse counts
-            peak_eq = balance_pre + side * (fav - entry) * self.dollars_per_point
-            trough_eq = balance_pre + side * (worst - entry) * self.dollars_per_point
-            if exit_price == exit_price:
-                self._close_position(t, exit_price, reason, at_close=False)
-            elif self._trail_on:
-                self._best = fav if side * (fav - self._best) > 0 else self._best
-                self._tighten_stop(self._best - side * self._trail_dist)
+                self._close_position(t, exit_price, broker.exit_reason, False)
         else:
-            peak_eq = trough_eq = self.balance
-        return self._apply_rules(t, peak_eq, trough_eq)
-
-    def _stop_reason(self) -> str:
-        if self._trail_on:
-            return EXIT_TRAIL
-        if self._stop == self._entry:
-            return EXIT_BREAKEVEN
-        return EXIT_STOP
-
-    def _apply_rules(self, t: int, peak_eq: float, trough_eq: float) -> bool:
-        r = self.rules
-        if self.breached:
+            peak_eq = trough_eq = account.balance
+        event = account.apply_bar(t, peak_eq, trough_eq)
+        if not event:
             return False
-        peak_eq = max(peak_eq, self.balance)
-        if r.trail_mode == "intraday" and peak_eq > self.peak:
-            self.peak = peak_eq
-            self.threshold = min(max(self.threshold, peak_eq - r.trailing_drawdown), r.threshold_cap)
-        if trough_eq <= self.threshold or self.balance <= self.threshold:
-            if self._side:
-                # Liquidated where equity met the threshold (or the bar's open if it gapped through).
-                level = self._entry + (self.threshold - self.balance) / (self.dollars_per_point * self._side)
-                o = self._open[t]
-                price = o if self._side * (o - level) < 0 else level
-                self._close_position(t, price - self._side * self.slip, EXIT_BREACH, at_close=False)
-            self.breached = True
-            self.breach_index = t
+        if event == RULE_BREACH:
+            if broker.side:
+                self._liquidate(t, account.breach_limit(), EXIT_BREACH)
+            account.breach(t)
             return True
-        if r.daily_loss_limit is not None and trough_eq - self._day_start_balance <= -r.daily_loss_limit:
-            if self._side:
-                level = self._entry + (self._day_start_balance - r.daily_loss_limit - self.balance) / (
-                    self.dollars_per_point * self._side
-                )
-                o = self._open[t]
-                price = o if self._side * (o - level) < 0 else level
-                self._close_position(t, price - self._side * self.slip, EXIT_DAILY_LOSS, at_close=False)
-            self._day_locked = True
+        if event == RULE_DAILY_LOSS:
+            if broker.side:
+                self._liquidate(t, account.daily_loss_limit_equity(), EXIT_DAILY_LOSS)
+            account.lock_for_day(t)
         return False
 
-    def _close_position(self, t: int, price: float, reason: str, *, at_close: bool) -> None:
-        side = self._side
-        raw_exit = price + side * self.slip if reason not in (EXIT_TARGET,) else price
-        gross = side * (raw_exit - self._raw_entry) * self.dollars_per_point
-        net = side * (price - self._entry) * self.dollars_per_point - 2 * self.commission
-        self.balance += side * (price - self._entry) * self.dollars_per_point - self.commission
-        self.trades.append(
-            (self._entry_index, t, side, self.qty, self._entry, price, gross, gross - net, net,
-             t - self._entry_index + 1, reason, at_close)
-        )
-        win = net > 0
-        self._recent.append(1 if win else 0)
-        recent = list(self._recent)[-RECENT_TRADES:]
-        self._recent_win_rate = sum(recent) / len(recent)
-        self.consecutive_losses = 0 if win else self.consecutive_losses + 1
-        self._side = 0
-        self._trail_on = False
-        self._target = math.nan
-        self._last_exit_index = t
-        if self.target_index < 0 and self.balance >= self.rules.account_size + self.rules.profit_target:
-            self.target_index = t
+    def _liquidate(self, t: int, limit_equity: float, reason: str) -> None:
+        """Close where equity met ``limit_equity`` (or at the bar's open if it gapped through)."""
+        b = self.broker
+        price = liquidation_price(limit_equity, self.account.balance, b.entry, b.side, b.dollars_per_point,
+                                  self._open[t])
+        self._close_position(t, price - b.side * b.slip, reason, False)
+
+    def _close_position(self, t: int, price: float, reason: str, at_close: bool) -> None:
+        trade, balance_change = self.broker.close(t, price, reason, at_close=at_close)
+        self.account.settle(t, balance_change, trade.net_pnl)
 
     def _end_day(self) -> None:
         """Close at the last bar of the day's window; EOD trailing moves here."""
         t = self._win_last
-        if self._side:
-            self._close_position(t, self._close[t] - self._side * self.slip, EXIT_SESSION_END, at_close=True)
-        r = self.rules
-        if r.trail_mode == "eod" and not self.breached and self.balance > self.peak:
-            self.peak = self.balance
-            self.threshold = min(max(self.threshold, self.balance - r.trailing_drawdown), r.threshold_cap)
+        b = self.broker
+        if b.side:
+            self._close_position(t, self._close[t] - b.side * b.slip, EXIT_SESSION_END, True)
+        self.account.end_day()
 
     # ------------------------------------------------------------------ state
     def equity(self) -> float:
         """Balance plus open profit at the current bar's close [$]."""
-        if self._side:
-            return self.balance + self._side * (self._close[self._t] - self._entry) * self.dollars_per_point
-        return self.balance
+        b = self.broker
+        if b.side:
+            return self.account.balance + b.side * (self._close[self._t] - b.entry) * b.dollars_per_point
+        return self.account.balance
 
     def _record(self, t: int) -> None:
         self.equity_history[t] = self.equity()
-        self.position_history[t] = self._side * self.qty
+        self.position_history[t] = self.broker.side * self.qty
 
     def action_masks(self) -> np.ndarray:
         """Legal actions in the current state (bool array, HOLD always legal)."""
@@ -516,62 +427,54 @@ class TradingEnv(gym.Env):
 
     def _update_mask(self) -> np.ndarray:
         m = self._mask
-        self._vetoed = False
+        vetoed = False
         self.decision_steps += 1
         m[:] = False
         m[0] = True
-        side = self._side
+        b = self.broker
+        side = b.side
+        veto = self.risk_veto
         if side == 0:
-            if self._t <= self._last_entry and not self.breached and not self._day_locked:
+            if self._t <= self._last_entry and self.account.can_enter:  # a plain bool: read every step
                 allowed = True
-                if self.risk_veto is not None:
-                    allowed = self.risk_veto.allows_entry(self)
+                if veto is not None:
+                    code = veto.entry_veto(self.account_snapshot(), self.account)
+                    if code is not None:
+                        self._count_veto(code)
+                        allowed = False
+                        vetoed = True
                 m[1] = m[2] = allowed
         elif self.n_actions > 3:
             c = self._close[self._t]
-            m[3] = side * (self._stop - self._entry) < 0 and side * (c - self._entry) > 0
-            m[4] = not self._trail_on and (self.risk_veto is None or self.risk_veto.allows_trail(self))
-            m[5] = self._trail_on
-        if self._vetoed:
+            m[3] = side * (b.stop - b.entry) < 0 and side * (c - b.entry) > 0
+            if b.trail_on:
+                m[5] = True
+            elif veto is None:
+                m[4] = True
+            else:
+                code = veto.trail_veto(self.account_snapshot(), self.account)
+                if code is None:
+                    m[4] = True
+                else:
+                    self._count_veto(code)
+                    vetoed = True
+        if vetoed:
             self.veto_steps += 1
         return m
 
+    def _count_veto(self, code: str) -> None:
+        self.veto_counts[code] = self.veto_counts.get(code, 0) + 1
+
     def _observe(self) -> np.ndarray:
-        t = self._t
-        obs = self._obs
-        obs[:WINDOW_DIM] = self._windows[t - (WINDOW - 1)]
-        side = self._side
-        if side:
-            atr = self._atr[t]
-            c = self._close[t]
-            obs[220] = side
-            obs[221] = side * (c - self._entry) / atr
-            obs[222] = side * (c - self._stop) / atr
-            obs[223] = side * (self._target - c) / atr if self._target == self._target else 0.0
-            obs[224] = (t - self._entry_index + 1) / 60.0
-        else:
-            obs[220:225] = 0.0
         mask = self._update_mask()
-        obs[225] = mask[1]
-        obs[226] = mask[3:].any() if self.n_actions > 3 else 0.0
-        obs[227] = side != 0
-        if self.phase == 3:
-            obs[228:256] = self._llm_market[t]
-            obs[256:261] = self.risk_features()
-        return obs.copy()
+        equity = self.equity() if self.phase == 3 else 0.0  # only the phase 3 risk features need it
+        return self.observer.build(self._t, self.broker, mask, self.n_actions > 3, self.account, equity)
 
     def risk_features(self) -> tuple[float, float, float, float, float]:
         """The 5 risk-context features (scaled to about [-1, 1])."""
-        allowance = self.rules.trailing_drawdown
-        equity = self.equity()
-        upnl = (equity - self.balance) / allowance
-        drawdown = (self.peak - equity) / allowance
-        losses = min(self.consecutive_losses, 10) / 5.0
-        win_rate = self._recent_win_rate
-        win_rate = 0.5 if win_rate != win_rate else win_rate
-        mae_mfe = min(self._mae / (self._mfe + 1e-9), 10.0) / 10.0 if self._side else 0.0
-        return (upnl, drawdown, losses, win_rate, mae_mfe)
+        return self.observer.risk_features(self.broker, self.account, self.equity())
 
+    # ------------------------------------------------------------------ read-only views
     @property
     def current_index(self) -> int:
         """Index of the bar whose close the agent is looking at."""
@@ -579,73 +482,87 @@ class TradingEnv(gym.Env):
 
     @property
     def position(self) -> int:
-        return self._side
+        return self.broker.side
+
+    @property
+    def balance(self) -> float:
+        """Realised account balance [$]."""
+        return self.account.balance
+
+    @property
+    def threshold(self) -> float:
+        """The prop-firm trailing threshold [$]."""
+        return self.account.threshold
+
+    @property
+    def peak(self) -> float:
+        return self.account.peak
+
+    @property
+    def breached(self) -> bool:
+        return self.account.breached
+
+    @property
+    def breach_index(self) -> int:
+        return self.account.breach_index
+
+    @property
+    def target_index(self) -> int:
+        return self.account.target_index
+
+    @property
+    def consecutive_losses(self) -> int:
+        return self.account.consecutive_losses
+
+    @property
+    def trades(self) -> list[Trade]:
+        """The closed trades of the episode so far."""
+        return self.broker.trades
 
     @property
     def recent_win_rate(self) -> float:
         """Share of winners among the last 10 trades (NaN before the first)."""
-        return self._recent_win_rate
+        return self.account.recent_win_rate
 
     def recent_trades(self) -> list[int]:
         """Outcomes of the most recent trades (1 won, 0 lost), oldest first."""
-        return list(self._recent)
+        return self.account.recent_outcomes()
 
     def bars_since_exit_today(self) -> int:
         """Bars since the last exit in the current session (a large number when none today)."""
-        if self._last_exit_index < self._day_first:
-            return 1 << 30
-        return self._t - self._last_exit_index
-
-    def count_veto(self, code: str) -> None:
-        """Record that the risk veto blocked an otherwise legal action now (reason ``code``)."""
-        self.veto_counts[code] = self.veto_counts.get(code, 0) + 1
-        self._vetoed = True
+        return self.account.bars_since_exit_today(self._t)
 
     def account_snapshot(self) -> AccountState:
         """The account at the current bar (NaN where undefined), for the risk veto and the advisor."""
+        b = self.broker
+        acc = self.account
+        side = b.side
         return AccountState(
             t=self._t,
-            position=self._side,
-            contracts=self.qty if self._side else 0,
-            entry_price=self._entry if self._side else math.nan,
-            unrealized_pnl=self.equity() - self.balance,
-            balance=self.balance,
-            win_rate=self._recent_win_rate,
-            consecutive_losses=self.consecutive_losses,
+            position=side,
+            contracts=self.qty if side else 0,
+            entry_price=b.entry if side else math.nan,  # the one NaN object: equal snapshots compare equal
+            unrealized_pnl=self.equity() - acc.balance,
+            balance=acc.balance,
+            win_rate=acc.recent_win_rate,
+            consecutive_losses=acc.consecutive_losses,
             mask=tuple(self._mask.tolist()),
         )
 
     def drawdown_buffer(self) -> float:
         """Share of the trailing allowance still left above the threshold (1 = untouched)."""
-        return (self.equity() - self.threshold) / self.rules.trailing_drawdown
+        return self.account.drawdown_buffer(self.equity())
 
     # ------------------------------------------------------------------ reporting
     def trade_log(self) -> pd.DataFrame:
-        """The trades so far with ET timestamps (built outside the hot loop)."""
-        df = pd.DataFrame(self.trades, columns=list(TRADE_COLUMNS))
-        idx = self.bars.frame.index
-        if len(df):
-            df.insert(0, "entry_time", idx[df["entry_index"].to_numpy()])
-            at_close = df["exit_at_close"].to_numpy(dtype=bool)
-            exit_time = idx[df["exit_index"].to_numpy()] + pd.to_timedelta(np.where(at_close, self.bars.bar_minutes, 0), unit="m")
-            df.insert(1, "exit_time", exit_time)
-        else:
-            df.insert(0, "entry_time", pd.Series([], dtype=f"datetime64[ns, {idx.tz}]"))
-            df.insert(1, "exit_time", pd.Series([], dtype=f"datetime64[ns, {idx.tz}]"))
-        return df
+        """The trades so far with ET timestamps (built outside the hot loop; columns ``TRADE_LOG_COLUMNS``)."""
+        return trades_frame(self.broker.trades, self.bars.frame.index, self.bars.bar_minutes)
 
     def episode_info(self, end_reason: str | None) -> dict[str, Any]:
         return {
             "end_reason": end_reason,
-            "trades": [dict(zip(TRADE_COLUMNS, tr)) for tr in self.trades],
-            "account": {
-                "balance": self.balance,
-                "threshold": self.threshold,
-                "peak": self.peak,
-                "breach_index": self.breach_index,
-                "target_index": self.target_index,
-                "sessions": self._day + 1,
-            },
+            "trades": list(self.broker.trades),
+            "account": self.account.summary(self._day + 1),
             "episode_bars": int(np.count_nonzero(~np.isnan(self.equity_history))),
             "invalid_actions": self.invalid_actions,
             "veto_counts": dict(self.veto_counts),

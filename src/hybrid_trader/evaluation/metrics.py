@@ -28,6 +28,8 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from hybrid_trader.env.account import apex_verdict as account_verdict
+
 if TYPE_CHECKING:  # pragma: no cover
     from hybrid_trader.evaluation.results import StrategyResult
 
@@ -152,14 +154,22 @@ def probabilistic_sharpe_ratio(returns: Sequence[float] | np.ndarray, sr_benchma
 # The metrics
 # ---------------------------------------------------------------------------------------
 def apex_verdict(breach_time: pd.Timestamp | None, target_hit_time: pd.Timestamp | None) -> str:
-    """``"passed"`` when the target was reached before any breach, ``"breached"``, else ``"neither"``."""
+    """``"passed"`` when the target was reached before any breach, ``"breached"``, else ``"neither"``.
+
+    The rule is the account's (:func:`hybrid_trader.env.account.apex_verdict`), applied to times.
+    """
     breach = None if breach_time is None or pd.isna(breach_time) else pd.Timestamp(breach_time)
     target = None if target_hit_time is None or pd.isna(target_hit_time) else pd.Timestamp(target_hit_time)
-    if target is not None and (breach is None or target <= breach):
-        return "passed"
-    if breach is not None:
-        return "breached"
-    return "neither"
+    return account_verdict(breach, target)
+
+
+def result_verdict(result: "StrategyResult") -> str:
+    """The verdict of a result: the account's own (``extra["account"]["verdict"]``, written by the
+    environment), else, for results without it (made by hand or saved before), from its times."""
+    account = result.extra.get("account") if isinstance(result.extra, Mapping) else None
+    if isinstance(account, Mapping) and account.get("verdict") in ("passed", "breached", "neither"):
+        return str(account["verdict"])
+    return apex_verdict(result.breach_time, result.target_hit_time)
 
 
 def compute_metrics(result: "StrategyResult", *, trading_days_per_year: int = TRADING_DAYS_PER_YEAR) -> dict[str, Any]:
@@ -236,7 +246,7 @@ def compute_metrics(result: "StrategyResult", *, trading_days_per_year: int = TR
         "Best day [$]": float(days.max()) if len(days) else float("nan"),
         "Worst day [$]": float(days.min()) if len(days) else float("nan"),
         "Days": int(len(days)),
-        "Apex verdict": apex_verdict(result.breach_time, result.target_hit_time),
+        "Apex verdict": result_verdict(result),
         "Breach day": trading_date_of(result.breach_time),
         "Target day": trading_date_of(result.target_hit_time),
     }

@@ -39,6 +39,7 @@ from typing import Any, Mapping, NamedTuple, Sequence
 import numpy as np
 import pandas as pd
 
+from hybrid_trader.env.broker import TRADE_COLUMNS  # the columns derive from the one Trade record
 from hybrid_trader.errors import UserError
 from hybrid_trader.evaluation.metrics import (
     EASTERN,
@@ -49,10 +50,6 @@ from hybrid_trader.evaluation.metrics import (
 )
 
 FORMAT = "hybrid_trader.eval_results/1"
-TRADE_COLUMNS: tuple[str, ...] = (
-    "entry_time", "exit_time", "side", "contracts", "entry_price", "exit_price",
-    "gross_pnl", "costs", "net_pnl", "bars_held", "exit_reason",
-)
 _TIME_COLUMNS = ("entry_time", "exit_time")
 _INT_COLUMNS = ("side", "contracts", "bars_held")
 _FLOAT_COLUMNS = ("entry_price", "exit_price", "gross_pnl", "costs", "net_pnl")

@@ -43,7 +43,11 @@ def run_policy(policy: Policy, env: TradingEnv, *, record_decisions: int = 0) ->
 
 
 def collect_result(env: TradingEnv, name: str, extra: dict | None = None) -> "StrategyResult":
-    """A ``StrategyResult`` from the environment's history (visited bars only)."""
+    """A ``StrategyResult`` from the environment's history (visited bars only).
+
+    ``extra["account"]`` carries the account's final ``status``, its ``verdict`` (which the
+    metrics report as is) and its ``events`` (time, reason code, state entered).
+    """
     from hybrid_trader.evaluation.results import StrategyResult
 
     visited = ~np.isnan(env.equity_history)
@@ -54,6 +58,12 @@ def collect_result(env: TradingEnv, name: str, extra: dict | None = None) -> "St
     time_index = env.bars.frame.index
     breach = time_index[env.breach_index] if env.breach_index >= 0 else None
     target = time_index[env.target_index] if env.target_index >= 0 else None
+    account = env.account
+    final_account = {
+        "status": account.status.value,
+        "verdict": account.verdict(),
+        "events": [{"time": time_index[e.index], "code": e.code, "status": e.status.value} for e in account.events],
+    }
     return StrategyResult(
         name=name,
         trades=trades,
@@ -62,7 +72,7 @@ def collect_result(env: TradingEnv, name: str, extra: dict | None = None) -> "St
         initial_balance=float(env.rules.account_size),
         breach_time=breach,
         target_hit_time=target,
-        extra=dict(extra or {}),
+        extra={**(extra or {}), "account": final_account},
     )
 
 

@@ -66,12 +66,12 @@ class TradingMetricsCallback(BaseCallback):
         for info, done in zip(self.locals["infos"], self.locals["dones"]):
             if done and "trades" in info:
                 trades = info["trades"]
-                wins = sum(1 for t in trades if t["net_pnl"] > 0)
+                wins = sum(1 for t in trades if t.net_pnl > 0)
                 self.episodes.append(
                     {
                         "trades": len(trades),
                         "wins": wins,
-                        "net_pnl": sum(t["net_pnl"] for t in trades),
+                        "net_pnl": sum(t.net_pnl for t in trades),
                         "breach": info.get("end_reason") == "BREACH",
                         "bars": info.get("episode_bars", 0),
                     }

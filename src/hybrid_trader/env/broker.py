@@ -1,0 +1,244 @@
+"""The broker: one position's fills, stops, targets, trailing and break-even, and its costs.
+
+Orders decided at the close of bar t fill at the open of bar t+1 plus slippage; stops,
+targets and the trailing stop are then checked against bar t+1's high and low (the stop
+wins when a bar touches both; a bar that opens beyond a level fills at its open).
+Stops and forced exits pay slippage, targets fill at their price. Each closed position
+becomes one :class:`Trade`, the one trade record used by the environment's log, the
+episode info, evaluation results and reports.
+
+The state is plain floats on one object (read and written in the hot loop); nothing is
+allocated per bar except the :class:`Trade` of a closing position.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import astuple, dataclass, fields
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+
+# Exit reason codes, greppable in trade logs and reports.
+EXIT_STOP = "STOP"
+EXIT_TARGET = "TARGET"
+EXIT_TRAIL = "TRAIL_STOP"
+EXIT_BREAKEVEN = "BREAKEVEN_STOP"
+EXIT_SESSION_END = "SESSION_END"
+EXIT_BREACH = "BREACH_LIQUIDATION"
+EXIT_DAILY_LOSS = "DAILY_LOSS_LIMIT"
+
+
+@dataclass(frozen=True)
+class Trade:
+    """One closed round trip (prices in points, money in dollars)."""
+
+    entry_index: int
+    """Bar index of the entry fill (at its open)."""
+    exit_index: int
+    """Bar index of the exit fill."""
+    side: int
+    """+1 long, -1 short."""
+    contracts: int
+    """Contracts traded."""
+    entry_price: float
+    """Entry fill, slippage included [points]."""
+    exit_price: float
+    """Exit fill, slippage included [points]."""
+    gross_pnl: float
+    """PnL before commissions and slippage [$]."""
+    costs: float
+    """Commissions (both sides) and slippage [$]."""
+    net_pnl: float
+    """PnL after costs [$]."""
+    bars_held: int
+    """Bars from the entry fill to the exit fill, both included."""
+    exit_reason: str
+    """Exit reason code (``STOP``, ``TARGET``, ``TRAIL_STOP``, ``BREAKEVEN_STOP``, ``SESSION_END``, ...)."""
+    exit_at_close: bool
+    """True when the exit filled at the bar's close (session end) rather than inside the bar."""
+
+
+TRADE_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Trade))
+"""The :class:`Trade` fields, in order."""
+TRADE_BAR_FIELDS: tuple[str, ...] = ("entry_index", "exit_index", "exit_at_close")
+"""Fields that locate a trade in the bars; tables replace them by ``entry_time`` and ``exit_time``."""
+TRADE_LOG_COLUMNS: tuple[str, ...] = ("entry_time", "exit_time") + TRADE_FIELDS
+"""Columns of ``TradingEnv.trade_log()``: the fill times, then every :class:`Trade` field."""
+TRADE_COLUMNS: tuple[str, ...] = ("entry_time", "exit_time") + tuple(
+    f for f in TRADE_FIELDS if f not in TRADE_BAR_FIELDS
+)
+"""Columns of a stored trade table (evaluation results, reports): times instead of bar indices."""
+
+
+def trades_frame(trades: Sequence[Trade], index: pd.DatetimeIndex, bar_minutes: int) -> pd.DataFrame:
+    """The trades as a DataFrame (:data:`TRADE_LOG_COLUMNS`) with tz-aware fill times from ``index``.
+
+    An exit at the close of a bar is stamped at the bar's end (its start + ``bar_minutes``).
+    """
+    df = pd.DataFrame([astuple(tr) for tr in trades], columns=list(TRADE_FIELDS))
+    if len(df):
+        df.insert(0, "entry_time", index[df["entry_index"].to_numpy()])
+        at_close = df["exit_at_close"].to_numpy(dtype=bool)
+        exit_time = index[df["exit_index"].to_numpy()] + pd.to_timedelta(np.where(at_close, bar_minutes, 0), unit="m")
+        df.insert(1, "exit_time", exit_time)
+    else:
+        df.insert(0, "entry_time", pd.Series([], dtype=f"datetime64[ns, {index.tz}]"))
+        df.insert(1, "exit_time", pd.Series([], dtype=f"datetime64[ns, {index.tz}]"))
+    return df
+
+
+class Broker:
+    """Fills and manages one position in one contract (at most one position at a time)."""
+
+    def __init__(
+        self,
+        *,
+        contracts: int,
+        point_value: float,
+        commission_per_side: float,
+        slippage_points: float,
+        stop_atr: float,
+        target_atr: float,
+        trail_atr: float,
+    ) -> None:
+        self.qty = contracts
+        self.dollars_per_point = point_value * contracts
+        self.commission = float(commission_per_side) * contracts
+        """Commission per side for the whole position [$]."""
+        self.slip = float(slippage_points)
+        self.stop_atr = stop_atr
+        self.target_atr = target_atr
+        self.trail_atr = trail_atr
+        self.reset()
+
+    def reset(self) -> None:
+        """Flat, no trades."""
+        self.side = 0
+        self.entry = 0.0
+        """Entry fill with slippage [points]."""
+        self.raw_entry = 0.0
+        """Entry bar's open, before slippage [points]."""
+        self.stop = 0.0
+        self.target = math.nan
+        self.trail_on = False
+        self.trail_dist = 0.0
+        self.best = 0.0
+        """Best price since the trail was enabled."""
+        self.entry_index = -1
+        self.mae = 0.0
+        """Largest adverse excursion of the open position [points]."""
+        self.mfe = 0.0
+        """Largest favourable excursion of the open position [points]."""
+        self.trades: list[Trade] = []
+        self.exit_reason = ""
+        """Reason of the exit found by the last :meth:`scan_bar` ("" when none)."""
+        self.bar_fav = 0.0
+        """Favourable price of the last scanned bar that counts for the account."""
+        self.bar_worst = 0.0
+        """Adverse price of the last scanned bar that counts for the account."""
+
+    # ------------------------------------------------------------------ orders
+    def open(self, t: int, side: int, bar_open: float, atr: float) -> None:
+        """Fill an entry at bar t's open (+ slippage) with the ATR stop and target of the decision bar."""
+        self.raw_entry = bar_open
+        self.entry = entry = bar_open + side * self.slip
+        self.side = side
+        self.stop = entry - side * self.stop_atr * atr
+        self.target = entry + side * self.target_atr * atr if self.target_atr > 0 else math.nan
+        self.trail_on = False
+        self.entry_index = t
+        self.mae = 0.0
+        self.mfe = 0.0
+
+    def move_stop_to_breakeven(self) -> None:
+        self.stop = self.entry
+
+    def enable_trail(self, close: float, atr: float) -> None:
+        """Trail ``trail_atr`` x ATR behind the best price, starting from ``close``."""
+        self.trail_on = True
+        self.trail_dist = self.trail_atr * atr
+        self.best = close
+        self.tighten_stop(close - self.side * self.trail_dist)
+
+    def disable_trail(self) -> None:
+        self.trail_on = False
+
+    def tighten_stop(self, level: float) -> None:
+        """Move the stop to ``level`` if that is in the position's favour."""
+        if self.side > 0:
+            if level > self.stop:
+                self.stop = level
+        elif level < self.stop:
+            self.stop = level
+
+    # ------------------------------------------------------------------ one bar
+    def scan_bar(self, o: float, h: float, lo: float) -> float:
+        """Check stop and target against one bar of an open position; returns the exit fill (NaN: still open).
+
+        Also sets ``exit_reason`` and the bar's favourable and adverse prices that count
+        for the account, ``bar_fav`` and ``bar_worst`` (an exit caps them at the fill);
+        updates MAE/MFE and, while open, the trail. (Attributes, not a returned tuple:
+        nothing is allocated per bar.)
+        """
+        side, entry, stop, target = self.side, self.entry, self.stop, self.target
+        fav = h if side > 0 else lo
+        adv = lo if side > 0 else h
+        self.mae = max(self.mae, side * (entry - adv))
+        self.mfe = max(self.mfe, side * (fav - entry))
+        exit_price = math.nan
+        reason = ""
+        if side * (o - stop) <= 0:  # opened through the stop
+            exit_price, reason = o - side * self.slip, self.stop_reason()
+        elif target == target and side * (o - target) >= 0:  # opened through the target
+            exit_price, reason = o, EXIT_TARGET
+        elif side * (adv - stop) <= 0:  # stop first when both are touched
+            exit_price, reason = stop - side * self.slip, self.stop_reason()
+        elif target == target and side * (fav - target) >= 0:
+            exit_price, reason = target, EXIT_TARGET
+        worst = adv
+        if exit_price == exit_price:
+            if reason == EXIT_TARGET:
+                fav = exit_price  # out at the target: nothing better counts
+            else:
+                worst = exit_price  # out at the stop: nothing worse counts
+        elif self.trail_on:
+            self.best = fav if side * (fav - self.best) > 0 else self.best
+            self.tighten_stop(self.best - side * self.trail_dist)
+        self.exit_reason = reason
+        self.bar_fav = fav
+        self.bar_worst = worst
+        return exit_price
+
+    def stop_reason(self) -> str:
+        if self.trail_on:
+            return EXIT_TRAIL
+        if self.stop == self.entry:
+            return EXIT_BREAKEVEN
+        return EXIT_STOP
+
+    def close(self, t: int, price: float, reason: str, *, at_close: bool) -> tuple[Trade, float]:
+        """Close the position at ``price`` (slippage included) on bar t.
+
+        Returns the :class:`Trade` and the change of the account balance (the exit's
+        PnL less the exit commission; the entry commission was paid at the fill).
+        """
+        side = self.side
+        dpp = self.dollars_per_point
+        raw_exit = price + side * self.slip if reason != EXIT_TARGET else price
+        gross = side * (raw_exit - self.raw_entry) * dpp
+        net = side * (price - self.entry) * dpp - 2 * self.commission
+        trade = Trade(self.entry_index, t, side, self.qty, self.entry, price, gross, gross - net, net,
+                      t - self.entry_index + 1, reason, at_close)
+        self.trades.append(trade)
+        self.side = 0
+        self.trail_on = False
+        self.target = math.nan
+        return trade, side * (price - self.entry) * dpp - self.commission
+
+    def open_pnl(self, price: float) -> float:
+        """Open profit of the position at ``price`` [$] (0 when flat)."""
+        if self.side:
+            return self.side * (price - self.entry) * self.dollars_per_point
+        return 0.0
