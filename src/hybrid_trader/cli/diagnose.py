@@ -18,7 +18,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "report each known failure mode with its evidence and a suggested fix: POLICY_NOT_CHANGING, "
         "WEAK_VALUE_FUNCTION, SHORT_EPISODES, NEVER_TRADES, OVERTRADING, TRAIN_VAL_GAP, NO_FINAL_CHECKPOINT, "
         "NO_TRAINING_LOG, LLM_QUERY_RATE_LOW, LLM_CONFIDENCE_NEAR_ZERO, LLM_AGREEMENT_FROM_ABSTENTION, "
-        "LLM_ADVICE_STALE. Thresholds: docs/EVALUATION.md.",
+        "LLM_ADVICE_STALE, LLM_ERROR_RATE_HIGH, LLM_AUTH_FAILED, LLM_UNREACHABLE, HYBRID_EQUALS_RL_ONLY. "
+        "Thresholds: docs/EVALUATION.md.",
     )
     p.add_argument("run_dir", metavar="RUN_DIR", help="run directory (the --out of `hybrid-trader train`)")
     p.add_argument("--json", action="store_true", help="print one JSON object (the last line) instead of text")
