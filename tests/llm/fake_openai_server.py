@@ -115,7 +115,8 @@ class FakeOpenAIServer:
                     self.close_connection = True
                     return
                 if mode == "401":
-                    return self._json(401, {"error": {"message": "Incorrect API key provided", "code": "invalid_api_key"}})
+                    return self._json(401, {"error": {"message": "Incorrect API key provided",
+                                                      "code": "invalid_api_key"}})
                 if mode == "500_echo":
                     auth = self.headers.get("Authorization", "")
                     return self._send(500, f"internal error while handling request with {auth}".encode(), "text/plain")
@@ -126,7 +127,8 @@ class FakeOpenAIServer:
                 body = json.loads(raw or b"{}")
                 if self.path.endswith("/chat/completions"):
                     if body.get("logprobs"):
-                        top = [{"token": " BUY", "logprob": math.log(0.6)}, {"token": " HOLD", "logprob": math.log(0.3)}]
+                        top = [{"token": " BUY", "logprob": math.log(0.6)},
+                               {"token": " HOLD", "logprob": math.log(0.3)}]
                         return self._json(200, {"choices": [{"message": {"content": " BUY"},
                                                              "logprobs": {"content": [{"top_logprobs": top}]}}]})
                     return self._json(200, {"choices": [{"message": {"content": "HOLD | 80% | wait for a setup"}}]})

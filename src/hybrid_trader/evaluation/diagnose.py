@@ -62,7 +62,7 @@ CODES: dict[str, str] = {
     "LLM_ERROR_RATE_HIGH": "many LLM queries failed (timeouts, server errors, garbage answers)",
     "LLM_AUTH_FAILED": "the LLM server refused the API key (HTTP 401/403)",
     "LLM_UNREACHABLE": "the LLM server could not be reached for the whole run",
-    "HYBRID_EQUALS_RL_ONLY": "the hybrid agent's evaluation figures equal the RL-only ablation's: the advice had no effect",
+    "HYBRID_EQUALS_RL_ONLY": "the hybrid agent's evaluation figures equal the RL-only ablation's: advice had no effect",
 }
 
 
@@ -505,7 +505,7 @@ def _legacy_keys(data: Any, prefix: str = "") -> Iterable[tuple[str, Any]]:
 
 
 def freeze_settings(run: RunView) -> dict[str, float]:
-    """Freeze or warm-up schedules of the run's config (> 0): typed fields, else schedule-like keys of other versions."""
+    """Freeze or warm-up schedules of the run's config (> 0): typed fields, else schedule-like keys (other versions)."""
     if run.config is not None:
         values = {name: _number(_dotted(run.config, name)) for name in FREEZE_FIELDS}
     else:
@@ -790,7 +790,8 @@ def check_llm_server(run: RunView, th: Thresholds) -> list[Finding] | Skip:
         ))
     if auth or down:
         return out
-    high = [h for h in health if h.queries >= th.min_llm_queries_for_rate and h.error_rate_pct > th.max_llm_error_rate_pct]
+    high = [h for h in health
+            if h.queries >= th.min_llm_queries_for_rate and h.error_rate_pct > th.max_llm_error_rate_pct]
     if high:
         worst = max(high, key=lambda h: h.error_rate_pct)
         kind = worst.dominant or "other"

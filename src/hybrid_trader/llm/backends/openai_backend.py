@@ -237,7 +237,8 @@ class OpenAIBackend(Backend):
             try:
                 return str(data["choices"][0]["message"]["content"] or "")
             except (KeyError, IndexError, TypeError):
-                raise BackendError("malformed /chat/completions answer", fix="check the server", kind=ERROR_GARBAGE) from None
+                raise BackendError("malformed /chat/completions answer", fix="check the server",
+                                   kind=ERROR_GARBAGE) from None
         stop = None if self.prompts.chain_of_thought else ["\n"]
         data = self._request("completions", {**self._model(), "prompt": q.text, "max_tokens": max_new_tokens,
                                              "temperature": temperature, **({"stop": stop} if stop else {})})
