@@ -182,8 +182,11 @@ def healthy_update(step: int, phase: int = 2) -> dict[str, Any]:
 def write_run(run_dir: Path, *, phase: int = 2, updates: int = 20, n_steps: int = 4096,
               override: dict[str, Any] | None = None, status: dict[str, Any] | None = None,
               validation: list[dict[str, Any]] | None = None, model: bool = True,
-              config: str | None = None) -> Path:
-    """A complete, healthy run directory; ``override`` changes keys of every PPO update."""
+              config: str | None = None, ablation: dict[str, Any] | None = None) -> Path:
+    """A complete, healthy run directory; ``override`` changes keys of every PPO update.
+
+    ``ablation``: written as eval/ablation.json (``{column: metrics}``).
+    """
     run_dir.mkdir(parents=True, exist_ok=True)
     total = updates * n_steps
     st = {"state": "finished", "phase": phase, "total_timesteps": total, "target_timesteps": total,
@@ -208,4 +211,7 @@ def write_run(run_dir: Path, *, phase: int = 2, updates: int = 20, n_steps: int 
         for rec in validation:
             fh.write(json.dumps(rec) + "\n")
     (run_dir / "config.yaml").write_text(config or "env:\n  phase: %d\n" % phase)
+    if ablation is not None:
+        (run_dir / "eval").mkdir(exist_ok=True)
+        (run_dir / "eval" / "ablation.json").write_text(json.dumps(ablation))
     return run_dir

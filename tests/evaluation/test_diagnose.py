@@ -11,7 +11,8 @@ import pytest
 
 from hybrid_trader.cli import main as cli_main
 from hybrid_trader.errors import UserError
-from hybrid_trader.evaluation.diagnose import CODES, Thresholds, diagnose, diagnose_run
+from hybrid_trader.evaluation.diagnose import CHECKS, CODES, Thresholds, diagnose, diagnose_run
+from hybrid_trader.llm.backends.base import ERROR_KINDS
 from tests.evaluation.fakes import write_run
 
 
@@ -42,6 +43,10 @@ def test_healthy_phase3_run_has_no_findings(tmp_path):
     assert {"LLM query rate", "LLM confidence", "LLM agreement", "LLM advice age"} <= set(dx.checked)
 
 
+NO_LLM_ERRORS = {f"llm/errors_{k}": 0.0 for k in ERROR_KINDS}
+RL_ONLY_FIGURES = {"Net PnL [$]": -986.0, "Trades": 28, "Sharpe (ann.)": -0.41, "Apex verdict": "FAILED",
+                   "PSR [%]": None}
+
 SINGLE_FAILURES = {
     # code: keyword arguments of write_run that produce exactly that failure
     "POLICY_NOT_CHANGING": dict(override={"train/approx_kl": 1.24e-10, "train/clip_fraction": 0.0,
@@ -60,6 +65,16 @@ SINGLE_FAILURES = {
     "LLM_AGREEMENT_FROM_ABSTENTION": dict(phase=3, override={"fusion/agreement_pct": 99.9,
                                                              "llm/abstain_rate_pct": 85.0}),
     "LLM_ADVICE_STALE": dict(phase=3, override={"llm/advice_age_mean_steps": 8.0}),  # limit 10: > 0.5 * 10
+    "LLM_ERROR_RATE_HIGH": dict(phase=3, override={**NO_LLM_ERRORS, "llm/total_queries": 400.0,
+                                                   "llm/error_rate_pct": 30.0, "llm/errors_timeout": 110.0,
+                                                   "llm/errors_http_5xx": 10.0}),
+    "LLM_AUTH_FAILED": dict(phase=3, override={**NO_LLM_ERRORS, "llm/total_queries": 5.0, "llm/errors_auth": 5.0,
+                                               "llm/error_rate_pct": 100.0, "llm/circuit_opened": 1.0}),
+    "LLM_UNREACHABLE": dict(phase=3, override={**NO_LLM_ERRORS, "llm/total_queries": 5.0,
+                                               "llm/errors_connection": 5.0, "llm/error_rate_pct": 100.0,
+                                               "llm/circuit_opened": 1.0}),
+    "HYBRID_EQUALS_RL_ONLY": dict(phase=3, ablation={"hybrid (RL + LLM)": {**RL_ONLY_FIGURES},
+                                                     "RL only (llm_weight 0)": {**RL_ONLY_FIGURES}}),
 }
 
 
@@ -234,3 +249,93 @@ def test_thresholds_are_documented():
 
     docs = field_docs(Thresholds)
     assert set(docs) == set(Thresholds.__dataclass_fields__)
+
+
+# ---------------------------------------------------------------- LLM failures that show
+def test_codes_when_registered_belong_to_exactly_one_check():
+    owned = [code for check in CHECKS for code in check.codes]
+    assert sorted(owned) == sorted(CODES) and len(owned) == len(set(owned))
+
+
+def test_every_401_when_logged_is_auth_failed_with_the_key_variable_in_the_fix(tmp_path):
+    # issue 13: every query answered 401 and diagnose said "healthy"
+    rd = write_run(tmp_path / "run", phase=3, override={
+        **NO_LLM_ERRORS, "llm/total_queries": 5.0, "llm/errors_auth": 5.0, "llm/error_rate_pct": 100.0,
+        "llm/query_rate_pct": 0.3}, config="env:\n  phase: 3\nllm:\n  backend: openai\n  openai:\n"
+                                           "    api_key_env: MY_LLM_KEY\n")
+    found = {f.code: f for f in diagnose_run(rd)}
+    assert "LLM_AUTH_FAILED" in found and "LLM_QUERY_RATE_LOW" not in found
+    f = found["LLM_AUTH_FAILED"]
+    assert "export MY_LLM_KEY=" in f.fix and f.evidence["key variable (llm.openai.api_key_env)"] == "MY_LLM_KEY"
+
+
+def test_connection_refused_for_the_whole_run_says_the_server_is_down_not_query_rate(tmp_path):
+    # issue 13: diagnose blamed the query rate and suggested the back end already in use
+    rd = write_run(tmp_path / "run", phase=3, override={
+        **NO_LLM_ERRORS, "llm/total_queries": 5.0, "llm/errors_connection": 5.0, "llm/error_rate_pct": 100.0,
+        "llm/circuit_opened": 1.0, "llm/query_rate_pct": 0.05, "llm/answer_lag_steps": 900.0},
+        config="env:\n  phase: 3\nllm:\n  backend: openai\n  openai:\n    base_url: http://127.0.0.1:9/v1\n")
+    found = {f.code: f for f in diagnose_run(rd)}
+    assert "LLM_UNREACHABLE" in found and "LLM_QUERY_RATE_LOW" not in found
+    f = found["LLM_UNREACHABLE"]
+    assert "down" in f.message and "http://127.0.0.1:9/v1" in f.fix and "--llm openai" not in f.fix
+    assert f.evidence["connection errors (training)"] == 5
+
+
+def test_query_rate_low_with_a_slow_server_does_not_suggest_the_server_back_end_again(tmp_path):
+    rd = write_run(tmp_path / "run", phase=3, override={"llm/query_rate_pct": 0.22, "llm/answer_lag_steps": 900.0},
+                   config="env:\n  phase: 3\nllm:\n  backend: openai\n")
+    low = {f.code: f for f in diagnose_run(rd)}["LLM_QUERY_RATE_LOW"]
+    assert "model is the bottleneck" in low.fix and "--llm openai" not in low.fix
+
+
+def test_error_rate_high_names_the_dominant_kind_and_its_fix(tmp_path):
+    rd = write_run(tmp_path / "run", **SINGLE_FAILURES["LLM_ERROR_RATE_HIGH"])
+    (f,) = diagnose_run(rd)
+    assert f.evidence["dominant error kind"] == "timeout" and "timeout" in f.message
+    assert "request_timeout_s" in f.fix
+    assert f.evidence["error rate [%] (training)"] == 30.0
+
+
+def test_error_rate_below_threshold_is_healthy(tmp_path):
+    rd = write_run(tmp_path / "run", phase=3, override={**NO_LLM_ERRORS, "llm/total_queries": 400.0,
+                                                        "llm/error_rate_pct": 2.0, "llm/errors_timeout": 8.0})
+    dx = diagnose(rd)
+    assert dx.findings == [] and "LLM server" in dx.checked
+
+
+@pytest.mark.parametrize("why, extra, override", [
+    ("circuit opened", {}, {**NO_LLM_ERRORS, "llm/total_queries": 5.0, "llm/errors_timeout": 5.0,
+                            "llm/error_rate_pct": 100.0, "llm/circuit_opened": 1.0}),
+    ("weight is 0", {"LLM weight": 0.0, "Advised decisions [%]": 40.0}, {}),
+    ("no advice arrived", {"LLM weight": 1.0, "Advised decisions [%]": 0.0}, {}),
+    ("never changed a decision", {"LLM weight": 1.0, "Advised decisions [%]": 40.0}, {}),
+])
+def test_hybrid_equal_to_rl_only_says_why_the_advice_had_no_effect(tmp_path, why, extra, override):
+    # issue 13: evaluate against a dead server reported "hybrid" figures identical to RL-only, exit 0
+    rd = write_run(tmp_path / "run", phase=3, override=override or None,
+                   ablation={"hybrid (RL + LLM)": RL_ONLY_FIGURES, "RL only (llm_weight 0)": RL_ONLY_FIGURES})
+    if extra:
+        split = rd / "eval" / "test"
+        split.mkdir(parents=True)
+        (split / "metrics.json").write_text(json.dumps({"agent": {"Trades": 28, "Days": 20}}))
+        (split / "results.json").write_text(json.dumps({"strategies": [
+            {"name": "agent", "role": "agent", "extra": {"llm": extra}}]}))
+    found = {f.code: f for f in diagnose_run(rd)}
+    f = found["HYBRID_EQUALS_RL_ONLY"]
+    assert why in f.message and f.severity == "error" and f.fix
+
+
+def test_hybrid_different_from_rl_only_is_healthy(tmp_path):
+    rd = write_run(tmp_path / "run", phase=3, ablation={"hybrid (RL + LLM)": {**RL_ONLY_FIGURES, "Trades": 31},
+                                                        "RL only (llm_weight 0)": RL_ONLY_FIGURES})
+    dx = diagnose(rd)
+    assert dx.findings == [] and "hybrid vs RL-only" in dx.checked
+
+
+def test_freeze_schedule_when_in_the_typed_config_is_named(tmp_path):
+    rd = write_run(tmp_path / "run", updates=20, n_steps=4096,
+                   override={"train/approx_kl": 1.24e-10, "train/clip_fraction": 0.0},
+                   config="env:\n  phase: 2\nppo:\n  total_timesteps: 200000\ntrain:\n  freeze_body_steps: 90000\n")
+    (f,) = diagnose_run(rd)
+    assert f.evidence["config train.freeze_body_steps"] == 90_000 and "train.freeze_body_steps" in f.fix

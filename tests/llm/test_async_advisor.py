@@ -17,6 +17,7 @@ from hybrid_trader.errors import UserError
 from hybrid_trader.llm import STAT_NAMES, build_advisor
 from hybrid_trader.llm.advice import LLM_ERROR, LLM_PARSE_FAILURE, LLM_TIMEOUT
 from hybrid_trader.llm.async_advisor import Advisor
+from hybrid_trader.llm.health import HEALTH_STAT_NAMES
 
 from tests.llm import FakeBackend, failing_backend, make_context, mock_config
 
@@ -319,7 +320,7 @@ def test_stats_when_read_have_seed_tensorboard_names_and_numbers():
         s = adv.stats()
         for name in ("llm/total_queries", "llm/avg_latency_ms", "llm/error_rate", "confidence/llm_avg"):
             assert name in s
-        assert set(s) == set(STAT_NAMES)
+        assert set(s) == set(STAT_NAMES) | set(HEALTH_STAT_NAMES)
         assert all(isinstance(v, float) for v in s.values())
         assert s["llm/total_queries"] == 1 and s["llm/answered"] == 1
         assert s["confidence/llm_avg"] == pytest.approx(0.6 / 0.8, rel=1e-3)  # BUY's share of the legal mass

@@ -47,6 +47,41 @@ def test_missing_gguf_when_resolved_raises_user_error(tmp_path):
         resolve_model_dir(str(tmp_path / "model.gguf"))
 
 
+def test_non_gguf_file_when_resolved_names_the_file_and_what_is_accepted(tmp_path):
+    weights = tmp_path / "model.safetensors"
+    weights.write_bytes(b"\x00" * 64)
+    with pytest.raises(UserError) as err:
+        resolve_model_dir(str(weights))
+    text = err.value.render()
+    assert str(weights) in text and ".gguf" in text and "model directory" in text and GEMMA_ALIAS in text
+    assert "model not found" not in text  # the file exists: say what it is, not that it is missing
+    (tmp_path / "config.json").write_text("{}")
+    with pytest.raises(UserError, match=f"use {tmp_path}"):  # a file inside a model directory: name the folder
+        resolve_model_dir(str(weights))
+
+
+def test_file_named_gguf_when_not_gguf_raises_user_error_before_loading(tmp_path, monkeypatch):
+    monkeypatch.setenv("HYBRID_TRADER_CACHE", str(tmp_path / "cache"))
+    fake = tmp_path / "model.gguf"
+    fake.write_text("hello, I am a text file")
+    with pytest.raises(UserError, match="not a GGUF file") as err:
+        resolve_model_dir(str(fake))
+    assert str(fake) in err.value.render() and "model directory" in err.value.render()
+    assert not (tmp_path / "cache").exists()  # nothing converted or cached
+
+
+@pytest.mark.parametrize("suffix", [".bin", ".gguf"])
+def test_llm_ask_when_model_file_is_not_gguf_exits_2_with_the_file_named(tmp_path, monkeypatch, capsys, suffix):
+    from hybrid_trader.cli.main import main
+
+    monkeypatch.setenv("HYBRID_TRADER_CACHE", str(tmp_path / "cache"))
+    bad = tmp_path / f"weights{suffix}"
+    bad.write_text("not a model")
+    assert main(["llm", "ask", "--model", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert str(bad) in err and ".gguf" in err and "Traceback" not in err
+
+
 @pytest.mark.llm
 def test_packaged_gemma_when_resolved_is_a_converted_model_directory():
     require("transformers", "transformers")

@@ -14,11 +14,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "diagnose",
         help="read a run's logs and name each failure mode found (exit 0 healthy, 1 found, 2 unreadable)",
-        description="Read RUN_DIR/status.json, progress.jsonl, validation.jsonl and eval/*/metrics.json and "
+        description="Read RUN_DIR/status.json, progress.jsonl, validation.jsonl, config.yaml, eval/*/ and "
+        "eval/ablation.json and "
         "report each known failure mode with its evidence and a suggested fix: POLICY_NOT_CHANGING, "
         "WEAK_VALUE_FUNCTION, SHORT_EPISODES, NEVER_TRADES, OVERTRADING, TRAIN_VAL_GAP, NO_FINAL_CHECKPOINT, "
         "NO_TRAINING_LOG, LLM_QUERY_RATE_LOW, LLM_CONFIDENCE_NEAR_ZERO, LLM_AGREEMENT_FROM_ABSTENTION, "
-        "LLM_ADVICE_STALE. Thresholds: docs/EVALUATION.md.",
+        "LLM_ADVICE_STALE, LLM_ERROR_RATE_HIGH, LLM_AUTH_FAILED, LLM_UNREACHABLE, HYBRID_EQUALS_RL_ONLY. "
+        "Thresholds: docs/EVALUATION.md.",
     )
     p.add_argument("run_dir", metavar="RUN_DIR", help="run directory (the --out of `hybrid-trader train`)")
     p.add_argument("--json", action="store_true", help="print one JSON object (the last line) instead of text")

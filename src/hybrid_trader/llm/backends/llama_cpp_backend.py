@@ -31,6 +31,7 @@ from hybrid_trader.errors import UserError
 from hybrid_trader.llm.advice import ACTION_WORDS
 from hybrid_trader.llm.backends.base import Backend, BackendError
 from hybrid_trader.llm.config import LLMConfig
+from hybrid_trader.llm.model_cache import check_gguf_file
 from hybrid_trader.llm.prompt import PromptBuilder, RenderedQuery
 
 
@@ -116,6 +117,7 @@ class LlamaCppBackend(Backend):
             path = Path(c.model_path).expanduser()
             if not path.is_file():
                 raise UserError("GGUF model file not found", file=str(path), fix="check llm.llama_cpp.model_path")
+            check_gguf_file(path)
         else:
             from hybrid_trader.llm.model_cache import gemma_gguf_path
 

@@ -14,8 +14,12 @@
 
 A batch is sent as up to ``parallel_requests`` concurrent HTTP requests. Connection
 failures and 5xx answers are retried ``retries`` times; a timeout raises
-:class:`BackendTimeout` (LLM_TIMEOUT), anything else :class:`BackendError` (LLM_ERROR).
-Only the standard library is used (urllib), so no extra package is needed.
+:class:`BackendTimeout` (LLM_TIMEOUT), anything else :class:`BackendError` (LLM_ERROR)
+with its ``kind`` (auth, connection, http_5xx, http_4xx, garbage). HTTP 401/403 name the
+key variable (``llm.openai.api_key_env``) and how to set it. Server answers quoted in
+messages pass through :func:`~hybrid_trader.llm.redact.redact` (a server that echoes the
+key does not put it on the console or in the journal). Only the standard library is used
+(urllib), so no extra package is needed.
 """
 
 from __future__ import annotations
@@ -34,9 +38,20 @@ import numpy as np
 
 from hybrid_trader.errors import UserError
 from hybrid_trader.llm.advice import ACTION_WORDS
-from hybrid_trader.llm.backends.base import Backend, BackendError, BackendTimeout
+from hybrid_trader.llm.backends.base import (
+    ERROR_AUTH,
+    ERROR_CONNECTION,
+    ERROR_GARBAGE,
+    ERROR_HTTP_4XX,
+    ERROR_HTTP_5XX,
+    Backend,
+    BackendError,
+    BackendTimeout,
+)
 from hybrid_trader.llm.config import LLMConfig
 from hybrid_trader.llm.prompt import PromptBuilder, RenderedQuery
+from hybrid_trader.llm.redact import redact
+from hybrid_trader.llm.redact import register_key_env as _register_key_env
 
 
 def token_action(token: str) -> int | None:
@@ -70,7 +85,9 @@ class OpenAIBackend(Backend):
         c = config.openai
         self.base_url = c.base_url.rstrip("/")
         self.model = c.model
+        self.api_key_env = c.api_key_env
         self.api_key = os.environ.get(c.api_key_env) if c.api_key_env else None
+        _register_key_env(c.api_key_env)
         self._pool = ThreadPoolExecutor(max_workers=max(1, c.parallel_requests), thread_name_prefix="llm-http")
         self._closed = False
 
@@ -92,13 +109,17 @@ class OpenAIBackend(Backend):
                 with urllib.request.urlopen(req, timeout=timeout or c.request_timeout_s) as resp:
                     return json.loads(resp.read().decode("utf-8"))
             except urllib.error.HTTPError as err:
-                body = err.read().decode("utf-8", "replace")[:300]
+                body = redact(err.read().decode("utf-8", "replace")[:300])
                 if err.code >= 500 and attempt < c.retries:
                     last = err
                     time.sleep(0.2 * (attempt + 1))
                     continue
+                if err.code in (401, 403):
+                    raise BackendError(f"{url} refused the credentials (HTTP {err.code}): {body}",
+                                       fix=self.auth_fix(), kind=ERROR_AUTH) from None
                 raise BackendError(f"{url} answered HTTP {err.code}: {body}",
-                                   fix="check llm.openai.model and the server's log") from None
+                                   fix="check llm.openai.model and the server's log",
+                                   kind=ERROR_HTTP_5XX if err.code >= 500 else ERROR_HTTP_4XX) from None
             except (socket.timeout, TimeoutError) as err:
                 raise BackendTimeout(f"{url} did not answer within {timeout or c.request_timeout_s} s",
                                      fix="raise llm.openai.request_timeout_s or use a faster model") from err
@@ -109,28 +130,44 @@ class OpenAIBackend(Backend):
                 if attempt < c.retries:
                     time.sleep(0.2 * (attempt + 1))
                     continue
-                raise BackendError(f"cannot reach the LLM server at {self.base_url}: {err.reason}",
+                raise BackendError(f"cannot reach the LLM server at {self.base_url}: {redact(err.reason)}",
                                    fix="start the server (e.g. python -m llama_cpp.server --model M.gguf) "
-                                       "or fix llm.openai.base_url") from None
+                                       "or fix llm.openai.base_url", kind=ERROR_CONNECTION) from None
             except (json.JSONDecodeError, UnicodeDecodeError) as err:
                 raise BackendError(f"{url} did not answer JSON: {err}", fix="check llm.openai.base_url "
-                                   "(it must end with /v1)") from None
+                                   "(it must end with /v1)", kind=ERROR_GARBAGE) from None
             except (ConnectionError, OSError) as err:
                 last = err
                 if attempt < c.retries:
                     time.sleep(0.2 * (attempt + 1))
                     continue
-                raise BackendError(f"connection to {self.base_url} failed: {err}",
-                                   fix="check that the server is running") from None
-        raise BackendError(f"request to {url} failed: {last}")  # pragma: no cover
+                raise BackendError(f"connection to {self.base_url} failed: {redact(err)}",
+                                   fix="check that the server is running", kind=ERROR_CONNECTION) from None
+        raise BackendError(f"request to {url} failed: {redact(last)}", kind=ERROR_CONNECTION)  # pragma: no cover
+
+    def auth_fix(self) -> str:
+        """How to give the server a key it accepts (names the variable, never the key)."""
+        var = self.api_key_env
+        if not var:
+            return ("the server wants an API key: set llm.openai.api_key_env to the name of an environment "
+                    "variable and export it, e.g. export OPENAI_API_KEY=<your key>")
+        if not self.api_key:
+            return (f"the key is read from the environment variable {var}, which is not set: "
+                    f"export {var}=<your key> (or set llm.openai.api_key_env to the variable that holds it)")
+        return (f"the key in the environment variable {var} was refused: export {var}=<a valid key> "
+                f"(or set llm.openai.api_key_env to the variable that holds the right one)")
 
     def check(self) -> None:
         """The server answers /models (a UserError otherwise); picks its model when none is configured."""
         try:
             data = self._request("models", None, timeout=min(10.0, self.config.openai.request_timeout_s))
         except BackendError as err:
-            raise UserError(str(err), fix=err.fix) from None
-        ids = [m.get("id") for m in (data or {}).get("data", []) if isinstance(m, dict)]
+            raise UserError(redact(err), fix=err.fix) from None
+        if not isinstance(data, dict):
+            raise UserError(f"the server at {self.base_url} answered /models with {type(data).__name__}, "
+                            "not an OpenAI model list", fix="check llm.openai.base_url (it must end with /v1)")
+        items = data.get("data", [])
+        ids = [m.get("id") for m in (items if isinstance(items, list) else []) if isinstance(m, dict)]
         if not self.model:
             if not ids:
                 raise UserError(f"the server at {self.base_url} lists no model",
@@ -139,6 +176,23 @@ class OpenAIBackend(Backend):
         elif ids and self.model not in ids:
             raise UserError(f"the server at {self.base_url} has no model '{self.model}'", value=self.model,
                             fix=f"use one of: {', '.join(map(str, ids))}")
+        self._check_credentials()
+
+    def _check_credentials(self) -> None:
+        """One 1-token request on the endpoint queries use: servers such as llama.cpp list /models without a key.
+
+        Only a refused key (HTTP 401/403) is an error here; anything else shows at query time.
+        """
+        c = self.config.openai
+        chat = (c.scoring_endpoint if self.config.mode == "score" else c.generation_endpoint) == "chat"
+        payload = {**self._model(), "max_tokens": 1, "temperature": 0.0}
+        payload.update({"messages": [{"role": "user", "content": "OK"}]} if chat else {"prompt": "OK"})
+        try:
+            self._request("chat/completions" if chat else "completions", payload,
+                          timeout=min(10.0, c.request_timeout_s))
+        except BackendError as err:
+            if err.kind == ERROR_AUTH:
+                raise UserError(redact(err), fix=err.fix) from None
 
     def _model(self) -> dict:
         return {"model": self.model} if self.model else {}
@@ -155,7 +209,8 @@ class OpenAIBackend(Backend):
             except (KeyError, IndexError, TypeError):
                 raise BackendError("the server returned no logprobs for /completions",
                                    fix="use a server that supports logprobs (llama.cpp, vLLM), or "
-                                       "llm.openai.scoring_endpoint: chat, or llm.mode: generate") from None
+                                       "llm.openai.scoring_endpoint: chat, or llm.mode: generate",
+                                   kind=ERROR_GARBAGE) from None
             return mass_from_top_logprobs(top or {})
         data = self._request("chat/completions", {
             **self._model(), "messages": self._messages(q), "max_tokens": 1, "temperature": 0.0,
@@ -164,7 +219,7 @@ class OpenAIBackend(Backend):
             top = data["choices"][0]["logprobs"]["content"][0]["top_logprobs"]
         except (KeyError, IndexError, TypeError):
             raise BackendError("the server returned no logprobs for /chat/completions",
-                               fix="use llm.mode: generate with this server") from None
+                               fix="use llm.mode: generate with this server", kind=ERROR_GARBAGE) from None
         return mass_from_top_logprobs([(t.get("token", ""), t.get("logprob")) for t in top])
 
     def score(self, queries: Sequence[RenderedQuery]) -> np.ndarray:
@@ -182,14 +237,15 @@ class OpenAIBackend(Backend):
             try:
                 return str(data["choices"][0]["message"]["content"] or "")
             except (KeyError, IndexError, TypeError):
-                raise BackendError("malformed /chat/completions answer", fix="check the server") from None
+                raise BackendError("malformed /chat/completions answer", fix="check the server",
+                                   kind=ERROR_GARBAGE) from None
         stop = None if self.prompts.chain_of_thought else ["\n"]
         data = self._request("completions", {**self._model(), "prompt": q.text, "max_tokens": max_new_tokens,
                                              "temperature": temperature, **({"stop": stop} if stop else {})})
         try:
             return str(data["choices"][0]["text"] or "")
         except (KeyError, IndexError, TypeError):
-            raise BackendError("malformed /completions answer", fix="check the server") from None
+            raise BackendError("malformed /completions answer", fix="check the server", kind=ERROR_GARBAGE) from None
 
     def generate(self, queries: Sequence[RenderedQuery], max_new_tokens: int, temperature: float) -> list[str]:
         return list(self._pool.map(lambda q: self._generate_one(q, max_new_tokens, temperature), queries))
