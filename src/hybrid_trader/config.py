@@ -675,29 +675,31 @@ def parse_overrides(items: Iterable[str], *, source: str = "command line") -> di
     return out
 
 
-def merge_overrides(obj: T, overrides: Mapping[str, Any], *, source: str = "command line") -> T:
+def merge_overrides(obj: T, overrides: Mapping[str, Any], *, source: str = "command line", path: str = "") -> T:
     """A new config equal to ``obj`` with dotted-key ``overrides`` applied and validated.
 
     ``merge_overrides(cfg, {"ppo.learning_rate": 1e-4, "env.market": "ES"})``. A key that
     names a nested section may take a mapping, which is merged into that section.
+    ``path`` is where ``obj`` sits in a larger config (``"llm"``), for the messages.
     """
     data = to_dict(obj)
     cls = type(obj)
     for dotted, value in overrides.items():
         parts = [p for p in str(dotted).split(".")]
         if any(not p for p in parts):
-            raise ConfigError("empty part in the key", key=str(dotted), file=source,
+            raise ConfigError("empty part in the key", key=_join(path, str(dotted)), file=source,
                               fix="write section.key, e.g. ppo.learning_rate")
         node, node_cls, walked = data, cls, ""
         for i, part in enumerate(parts):
             fields = {f.name: f for f in dataclasses.fields(node_cls) if f.init} if node_cls else {}
             here = _join(walked, part)
-            refused = _refused_key_error(node_cls, part, here, value if i == len(parts) - 1 else None,
+            shown = _join(path, here)
+            refused = _refused_key_error(node_cls, part, shown, value if i == len(parts) - 1 else None,
                                          file=source, line=None)
             if refused is not None:
                 raise refused
             if node_cls is not None and part not in fields:
-                raise ConfigError("unknown key." + did_you_mean(part, fields), key=here, file=source,
+                raise ConfigError("unknown key." + did_you_mean(part, fields), key=shown, file=source,
                                   fix=f"valid keys {'under ' + repr(walked) if walked else 'at the top level'}: "
                                   + ", ".join(fields))
             last = i == len(parts) - 1
@@ -713,10 +715,10 @@ def merge_overrides(obj: T, overrides: Mapping[str, Any], *, source: str = "comm
                 if not isinstance(node.get(part), dict):
                     if sub_cls is None and node_cls is not None:
                         raise ConfigError(f"is not a section, so '{'.'.join(parts[i + 1:])}' cannot be set inside it",
-                                          key=here, file=source, fix=f"set '{here}' itself")
+                                          key=shown, file=source, fix=f"set '{shown}' itself")
                     node[part] = {}
                 node, node_cls, walked = node[part], sub_cls, here
-    return from_dict(cls, data, source=source)
+    return from_dict(cls, data, source=source, path=path)
 
 
 def _dataclass_of(tp: Any) -> type | None:
@@ -811,7 +813,7 @@ def markdown_table(cls: type, prefix: str = "") -> str:
             default = "(required)"
         else:
             text = _scalar_yaml(info.default)
-            default = f"`{text}`" if len(text) <= 60 else f"`{text[:40]}`… (long)"
+            default = (f"`{text}`" if len(text) <= 60 else f"`{text[:40]}`… (long)").replace("|", "\\|")
         doc = info.doc.replace("\n", " ").replace("|", "\\|")
         rows.append(f"| `{info.key}` | {info.type.replace('|', '/')} | {default} | {doc} |")
     return "\n".join(rows)
