@@ -94,8 +94,8 @@ def _check_template(template: str, allowed: Mapping[str, str] | tuple[str, ...],
               fix=f"use one of: {', '.join(allowed)}.{did_you_mean(root, allowed)}")
         if spec and "{" not in spec:
             if not any(_formats(sample, spec) for sample in (1.5, 1, "text")):
-                raise ConfigError(f"format spec ':{spec}' of '{{{name}}}' is not valid", key=option,
-                                  fix="e.g. {rsi:.1f} for numbers, {vwap_distance:+.2%} for shares, {trend} for text")
+                raise ConfigError(f"cannot be rendered: format spec ':{spec}' of '{{{name}}}' fits no value",
+                                  key=option, fix="e.g. {rsi:.1f} for numbers, {vwap_distance:+.2%} for shares, {trend} for text")
 
 
 def _formats(value: Any, spec: str) -> bool:
