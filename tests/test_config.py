@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import math
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Optional
@@ -22,6 +24,7 @@ from hybrid_trader.config import (
     markdown_table,
     merge_overrides,
     parse_overrides,
+    read_yaml,
     save_config,
     to_dict,
 )
@@ -365,3 +368,71 @@ def test_save_config_round_trips_when_list_items_hold_yaml_line_breaks(tmp_path)
     cfg = RunSection(tags=("\x85", "a\u2028b", "plain"), llm=LLMSection(model="gemma"))
     p = save_config(cfg, tmp_path / "c.yaml")
     assert load_yaml_config(p, RunSection) == cfg
+
+
+# ------------------------------------------------------------------ issue 13 rules
+@dataclasses.dataclass
+class Knobs:
+    ratio: float = 0.5
+    """A share."""
+    maybe: typing.Optional[float] = None
+    """Optional."""
+    free: float = dataclasses.field(default=0.0, metadata={"allow_nan": True})
+    """NaN allowed."""
+
+
+@dataclasses.dataclass
+class Inner:
+    a: int = 1
+    """A."""
+    b: int = 2
+    """B."""
+
+@dataclasses.dataclass
+class Outer:
+    inner: Inner = dataclasses.field(default_factory=lambda: Inner(a=10, b=20))
+    """A section whose default differs from the class defaults (a defaults layer)."""
+
+def test_yaml_when_a_key_is_duplicated_is_an_error_naming_file_both_lines_and_key(tmp_path):
+    f = tmp_path / "dup.yaml"
+    f.write_text("ppo:\n  learning_rate: 1e-3\n  n_steps: 512\n  learning_rate: 3e-4\n")
+    with pytest.raises(ConfigError) as info:
+        read_yaml(f)
+    text = info.value.render()
+    assert str(f) in text and "ppo.learning_rate" in text and "line 2" in text and "line 4" in text
+
+
+@pytest.mark.parametrize("value", [".nan", ".inf", "-.inf", "0", "-1e-4"])
+def test_learning_rate_when_not_a_positive_finite_number_is_a_config_error(tmp_path, value):
+    from hybrid_trader.training.config import RunConfig
+
+    f = tmp_path / "lr.yaml"
+    f.write_text(f"ppo:\n  learning_rate: {value}\n")
+    with pytest.raises(ConfigError) as info:
+        load_yaml_config(f, RunConfig)
+    assert f"{f}, line 2: ppo.learning_rate" in info.value.render()
+
+
+def test_any_float_when_nan_is_refused_unless_the_field_allows_it():
+    for key in ("ratio", "maybe"):
+        with pytest.raises(ConfigError, match="NaN") as info:
+            from_dict(Knobs, {key: float("nan")})
+        assert info.value.key == key
+    assert math.isnan(from_dict(Knobs, {"free": float("nan")}).free)
+    assert from_dict(Knobs, {"ratio": float("inf")}).ratio == float("inf")  # ranges are each field's check
+
+
+@pytest.mark.parametrize("key", ["train.checkpoint_every", "train.keep_checkpoints"])
+@pytest.mark.parametrize("value", [-1, 0])
+def test_checkpoint_settings_when_below_one_are_refused(key, value):
+    # 0 is not "off" in the code: checkpoint_every 0 would checkpoint every step, keep 0 keeps none to resume from
+    from hybrid_trader.training.config import RunConfig
+
+    with pytest.raises(ConfigError) as info:
+        merge_overrides(RunConfig(), {key: value})
+    assert info.value.key == key and "must be >= 1" in info.value.render()
+
+
+def test_section_when_given_in_a_file_is_merged_over_the_fields_default():
+    assert from_dict(Outer, {"inner": {"b": 5}}).inner == Inner(a=10, b=5)
+    assert from_dict(Outer, {"inner": {"b": 5}}, base=Outer(Inner(7, 8))).inner == Inner(a=7, b=5)

@@ -21,6 +21,13 @@ machinery that turns YAML into those dataclasses and back:
   config class into rows (key path, type, default, doc) for ``--help`` and the docs.
 - :func:`check` is for ``__post_init__`` validation: the error it raises gets the file
   and the full key path added by :func:`from_dict`.
+- Layers: a section given in a file is merged over the field's default value (or over an
+  explicit ``base``), so a packaged defaults layer (the LLM advisor's ``llm.yaml``) lies
+  beneath the user's file while errors still name the user's file and line.
+- Rules every field gets: a float is not NaN (refused unless the field's metadata says
+  ``allow_nan``; ranges, inf included, are each field's ``check``); a key listed in a class's ``REFUSED_KEYS`` (secrets
+  such as ``api_key``) is refused with its fix and its value is never echoed; a YAML
+  mapping with a duplicated key is an error naming both lines.
 
 YAML scalars are read as YAML 1.2 reads them: ``1e6`` and ``3e-4`` are floats (PyYAML's
 YAML 1.1 default would read them as strings) and only ``true``/``false`` are booleans
@@ -32,7 +39,9 @@ from __future__ import annotations
 import ast
 import dataclasses
 import enum
+import copy
 import inspect
+import math
 import re
 import textwrap
 import types
@@ -51,6 +60,7 @@ __all__ = [
     "ConfigError",
     "FieldInfo",
     "check",
+    "redact",
     "describe_fields",
     "field_docs",
     "from_dict",
@@ -121,6 +131,23 @@ def check(cond: Any, path: str, message: str, *, value: Any = None, fix: str | N
     """
     if not cond:
         raise ConfigError(message, key=path, value=value, fix=fix)
+
+
+def redact(value: Any) -> str:
+    """A secret shown safely in a message: its first 3 characters and an ellipsis."""
+    text = str(value)
+    return (text[:3] + "…") if text else "''"
+
+
+def _refused_key_error(cls: type | None, key: str, path: str, value: Any, *, file: str | None,
+                       line: int | None) -> ConfigError | None:
+    """The error for a key the class refuses (``REFUSED_KEYS``: key -> fix), else None."""
+    refused = getattr(cls, "REFUSED_KEYS", None) or {}
+    if key not in refused:
+        return None
+    shown = f" (value {redact(value)})" if value not in (None, "") else ""
+    return ConfigError(f"is not accepted in a config file or --set{shown}", key=path, file=file, line=line,
+                       fix=refused[key])
 
 
 def _join(prefix: str, key: str) -> str:
@@ -210,21 +237,31 @@ class _Ctx:
 
 
 def from_dict(cls: type[T], data: Mapping[str, Any] | None, *, source: str = "config.yaml", path: str = "",
-              lines: Mapping[str, int] | None = None) -> T:
+              lines: Mapping[str, int] | None = None, base: T | None = None) -> T:
     """Build the dataclass ``cls`` from ``data`` (a mapping, e.g. parsed YAML), validating it.
 
     Missing keys take the field defaults; ``None`` for ``data`` means all defaults.
     ``source`` names the file in error messages, ``path`` is the key path of ``data``
     inside it (``"ppo"``), ``lines`` optionally maps key paths to line numbers.
+    ``base`` (an instance of ``cls``) gives the values of keys that ``data`` leaves out
+    (a defaults layer); without it a nested section is merged over the field's default.
     Raises :class:`ConfigError` on unknown keys, wrong types, values outside a
     ``Literal`` and failed :func:`check` calls in ``__post_init__``.
     """
     if not (isinstance(cls, type) and dataclasses.is_dataclass(cls)):
         raise TypeError(f"from_dict needs a dataclass type, got {cls!r}")
-    return _build_dataclass(cls, {} if data is None else data, path, _Ctx(source, lines))
+    return _build_dataclass(cls, {} if data is None else data, path, _Ctx(source, lines), base)
 
 
-def _build_dataclass(cls: type, data: Any, path: str, ctx: _Ctx) -> Any:
+def _field_default(f: dataclasses.Field) -> Any:
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return dataclasses.MISSING
+
+
+def _build_dataclass(cls: type, data: Any, path: str, ctx: _Ctx, base: Any = None) -> Any:
     if isinstance(data, cls):
         return data
     if not isinstance(data, Mapping):
@@ -237,13 +274,27 @@ def _build_dataclass(cls: type, data: Any, path: str, ctx: _Ctx) -> Any:
     kwargs: dict[str, Any] = {}
     for key, value in data.items():
         sub = _join(path, str(key))
+        refused = _refused_key_error(cls, str(key), sub, value, file=ctx.source, line=ctx.line(sub))
+        if refused is not None:
+            raise refused
         if key not in fields:
             valid = ", ".join(fields) or "(none)"
             raise ctx.error(
                 sub, "unknown key." + did_you_mean(str(key), fields),
                 fix=f"valid keys {'under ' + repr(path) if path else 'at the top level'}: {valid}",
             )
-        kwargs[key] = _convert(value, hints[key], sub, ctx)
+        f = fields[key]
+        sub_cls = _dataclass_of(hints[key])
+        if sub_cls is not None and isinstance(value, Mapping):
+            # a section given in the file is merged over the default (or base) section
+            under = getattr(base, key) if base is not None else _field_default(f)
+            kwargs[key] = _build_dataclass(sub_cls, value, sub, ctx, under if isinstance(under, sub_cls) else None)
+        else:
+            kwargs[key] = _convert(value, hints[key], sub, ctx, allow_nan=f.metadata.get("allow_nan", False))
+    if base is not None:
+        for name in fields:
+            if name not in kwargs:
+                kwargs[name] = copy.deepcopy(getattr(base, name))
     missing = [
         n for n, f in fields.items()
         if n not in kwargs and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
@@ -263,7 +314,8 @@ def _build_dataclass(cls: type, data: Any, path: str, ctx: _Ctx) -> Any:
         raise ConfigError(err.message, key="", file=ctx.source, line=ctx.line(path), value=err.value, fix=err.fix) from None
 
 
-def _convert(value: Any, tp: Any, path: str, ctx: _Ctx) -> Any:  # noqa: C901 - one branch per kind of type
+def _convert(value: Any, tp: Any, path: str, ctx: _Ctx,  # noqa: C901 - one branch per kind of type
+             allow_nan: bool = False) -> Any:
     origin = typing.get_origin(tp)
     args = typing.get_args(tp)
 
@@ -284,7 +336,7 @@ def _convert(value: Any, tp: Any, path: str, ctx: _Ctx) -> Any:  # noqa: C901 - 
         errors = []
         for opt in options:
             try:
-                return _convert(value, opt, path, ctx)
+                return _convert(value, opt, path, ctx, allow_nan)
             except ConfigError as err:
                 errors.append(err)
         if len(options) == 1:
@@ -325,6 +377,8 @@ def _convert(value: Any, tp: Any, path: str, ctx: _Ctx) -> Any:  # noqa: C901 - 
         if isinstance(value, bool):
             raise wrong("float")
         if isinstance(value, (int, float)):
+            if not allow_nan and math.isnan(value):
+                raise ctx.error(path, "NaN is not a number this option accepts", fix="write a number, e.g. 0.0003")
             return float(value)
         raise wrong("float", fix="write a number without quotes, e.g. 0.0003 or 3e-4")
     if tp is str:
@@ -472,7 +526,29 @@ def read_yaml(path: str | Path) -> tuple[Any, dict[str, int]]:
         problem = getattr(err, "problem", None) or str(err)
         raise ConfigError(f"not valid YAML: {problem}", file=str(p), line=line,
                           fix="check indentation (spaces, not tabs) and that each line is 'key: value'") from None
+    if node is not None:
+        _refuse_duplicate_keys(node, str(p))
     return data, (_line_map(node) if node is not None else {})
+
+
+def _refuse_duplicate_keys(node: yaml.Node, source: str, prefix: str = "") -> None:
+    """ConfigError naming the key and both lines when a mapping holds a key twice (YAML would keep the last)."""
+    if isinstance(node, yaml.MappingNode):
+        seen: dict[str, int] = {}
+        for knode, vnode in node.value:
+            key = str(knode.value)
+            line = knode.start_mark.line + 1
+            if key in seen:
+                raise ConfigError(
+                    f"duplicated key: given on line {seen[key]} and again on line {line} (YAML would silently keep "
+                    "the last)", key=_join(prefix, key), file=source, line=line,
+                    fix=f"keep one '{key}:' and delete the other",
+                )
+            seen[key] = line
+            _refuse_duplicate_keys(vnode, source, _join(prefix, key))
+    elif isinstance(node, yaml.SequenceNode):
+        for i, vnode in enumerate(node.value):
+            _refuse_duplicate_keys(vnode, source, f"{prefix}[{i}]")
 
 
 def load_yaml_config(path: str | Path, cls: type[T]) -> T:
@@ -599,25 +675,31 @@ def parse_overrides(items: Iterable[str], *, source: str = "command line") -> di
     return out
 
 
-def merge_overrides(obj: T, overrides: Mapping[str, Any], *, source: str = "command line") -> T:
+def merge_overrides(obj: T, overrides: Mapping[str, Any], *, source: str = "command line", path: str = "") -> T:
     """A new config equal to ``obj`` with dotted-key ``overrides`` applied and validated.
 
     ``merge_overrides(cfg, {"ppo.learning_rate": 1e-4, "env.market": "ES"})``. A key that
     names a nested section may take a mapping, which is merged into that section.
+    ``path`` is where ``obj`` sits in a larger config (``"llm"``), for the messages.
     """
     data = to_dict(obj)
     cls = type(obj)
     for dotted, value in overrides.items():
         parts = [p for p in str(dotted).split(".")]
         if any(not p for p in parts):
-            raise ConfigError("empty part in the key", key=str(dotted), file=source,
+            raise ConfigError("empty part in the key", key=_join(path, str(dotted)), file=source,
                               fix="write section.key, e.g. ppo.learning_rate")
         node, node_cls, walked = data, cls, ""
         for i, part in enumerate(parts):
             fields = {f.name: f for f in dataclasses.fields(node_cls) if f.init} if node_cls else {}
             here = _join(walked, part)
+            shown = _join(path, here)
+            refused = _refused_key_error(node_cls, part, shown, value if i == len(parts) - 1 else None,
+                                         file=source, line=None)
+            if refused is not None:
+                raise refused
             if node_cls is not None and part not in fields:
-                raise ConfigError("unknown key." + did_you_mean(part, fields), key=here, file=source,
+                raise ConfigError("unknown key." + did_you_mean(part, fields), key=shown, file=source,
                                   fix=f"valid keys {'under ' + repr(walked) if walked else 'at the top level'}: "
                                   + ", ".join(fields))
             last = i == len(parts) - 1
@@ -633,10 +715,10 @@ def merge_overrides(obj: T, overrides: Mapping[str, Any], *, source: str = "comm
                 if not isinstance(node.get(part), dict):
                     if sub_cls is None and node_cls is not None:
                         raise ConfigError(f"is not a section, so '{'.'.join(parts[i + 1:])}' cannot be set inside it",
-                                          key=here, file=source, fix=f"set '{here}' itself")
+                                          key=shown, file=source, fix=f"set '{shown}' itself")
                     node[part] = {}
                 node, node_cls, walked = node[part], sub_cls, here
-    return from_dict(cls, data, source=source)
+    return from_dict(cls, data, source=source, path=path)
 
 
 def _dataclass_of(tp: Any) -> type | None:
@@ -727,7 +809,11 @@ def markdown_table(cls: type, prefix: str = "") -> str:
     """A Markdown table (key, type, default, meaning) of a config class, for ``docs/CONFIG.md``."""
     rows = ["| key | type | default | meaning |", "|---|---|---|---|"]
     for info in describe_fields(cls, prefix):
-        default = "(required)" if info.default is dataclasses.MISSING else f"`{_scalar_yaml(info.default)}`"
+        if info.default is dataclasses.MISSING:
+            default = "(required)"
+        else:
+            text = _scalar_yaml(info.default)
+            default = (f"`{text}`" if len(text) <= 60 else f"`{text[:40]}`… (long)").replace("|", "\\|")
         doc = info.doc.replace("\n", " ").replace("|", "\\|")
         rows.append(f"| `{info.key}` | {info.type.replace('|', '/')} | {default} | {doc} |")
     return "\n".join(rows)

@@ -96,3 +96,129 @@ def test_dataclass_defaults_when_built_directly_use_the_packaged_prompt():
         assert not adv.advise_now([sample_context()])[0].abstained
     finally:
         adv.close()
+
+
+# --------------------------------------------------------------- one configuration system
+def _write(tmp_path, text, name="run.yaml"):
+    f = tmp_path / name
+    f.write_text(text)
+    return f
+
+
+def test_llm_section_when_a_number_is_quoted_is_rejected_naming_the_users_file_and_line(tmp_path):
+    from hybrid_trader.config import ConfigError, load_yaml_config
+    from hybrid_trader.training.config import RunConfig
+
+    f = _write(tmp_path, "env:\n  phase: 3\nllm:\n  batching:\n    max_batch: \"16\"\n")
+    with pytest.raises(ConfigError) as err:
+        load_yaml_config(f, RunConfig)
+    text = err.value.render()
+    assert str(f) in text and "line 5" in text and "llm.batching.max_batch" in text and "expected int" in text
+    assert "configs/llm.yaml" not in text
+
+
+def test_llm_section_when_a_key_is_misspelt_names_the_users_file_with_a_suggestion(tmp_path):
+    from hybrid_trader.config import ConfigError, load_yaml_config
+    from hybrid_trader.training.config import RunConfig
+
+    f = _write(tmp_path, "llm:\n  backend: mock\n  query:\n    intervall: 3\n")
+    with pytest.raises(ConfigError) as err:
+        load_yaml_config(f, RunConfig)
+    text = err.value.render()
+    assert f"{f}, line 4: llm.query.intervall" in text and "Did you mean 'interval'" in text
+
+
+def test_run_llm_section_when_partial_is_merged_over_the_packaged_defaults(tmp_path):
+    from hybrid_trader.config import load_yaml_config
+    from hybrid_trader.training.config import RunConfig
+
+    cfg = load_yaml_config(_write(tmp_path, "llm:\n  backend: mock\n  query:\n    interval: 3\n"), RunConfig)
+    assert isinstance(cfg.llm, LLMConfig)
+    assert cfg.llm.backend == "mock" and cfg.llm.query.interval == 3
+    assert cfg.llm.query.cooldown == 2 and cfg.llm.prompt.examples == load_llm_config().prompt.examples
+    assert cfg.llm_config() is cfg.llm or cfg.llm_config() == cfg.llm.in_run()
+
+
+def test_llm_process_when_null_is_on_in_a_run_for_local_models_only():
+    from hybrid_trader.config import merge_overrides
+    from hybrid_trader.training.config import RunConfig
+
+    assert RunConfig().llm.process is None
+    assert RunConfig().llm_config().process is True  # transformers: a child process while training
+    assert merge_overrides(RunConfig(), {"llm.backend": "mock"}).llm_config().process is False
+    assert merge_overrides(RunConfig(), {"llm.process": False}).llm_config().process is False
+    assert load_llm_config().process is None  # llm ask: in process
+
+
+@pytest.mark.parametrize("over, option", [
+    ({"batching": {"timeout_s": 0}}, "llm.batching.timeout_s"),
+    ({"openai": {"request_timeout_s": -1}}, "llm.openai.request_timeout_s"),
+    ({"mock": {"coverage": 1.2}}, "llm.mock.coverage"),
+    ({"scoring": {"min_coverage": float("nan")}}, "llm.scoring.min_coverage"),
+    ({"query": {"win_rate_change": 2.0}}, "llm.query.win_rate_change"),
+    ({"openai": {"scoring_endpoint": "chats"}}, "llm.openai.scoring_endpoint"),
+    ({"prompt": {"context_template": "RSI {rsi:%Y}"}}, "llm.prompt.context_template"),
+])
+def test_llm_value_when_out_of_range_is_a_config_error_naming_the_key(over, option):
+    from hybrid_trader.config import ConfigError
+
+    with pytest.raises(ConfigError) as err:
+        load_llm_config(overrides=over)
+    assert option in err.value.render()
+
+
+def test_backend_choices_when_listed_come_from_the_registry():
+    import typing
+
+    from hybrid_trader.llm.backends import BACKEND_NAMES, BACKENDS
+
+    assert typing.get_args(typing.get_type_hints(LLMConfig)["backend"]) == BACKEND_NAMES
+    for spec in BACKENDS.values():
+        assert hasattr(LLMConfig(), spec.section)
+        if spec.model_key:
+            assert hasattr(getattr(LLMConfig(), spec.section), spec.model_key)
+
+
+def test_importing_llm_config_when_fresh_loads_no_gymnasium_torch_or_talib():
+    import subprocess
+    import sys
+
+    code = ("import hybrid_trader.llm.config, sys; "
+            "bad = [m for m in ('gymnasium', 'torch', 'talib', 'numpy', 'hybrid_trader.llm.prompt') if m in sys.modules]; "
+            "assert not bad, bad")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# ---------------------------------------------------------------------------- secrets
+@pytest.mark.parametrize("item", ["llm.openai.api_key=sk-abcdefghijklmnop", "llm.openai={api_key: sk-abcdefghijklmnop}"])
+@pytest.mark.parametrize("phase", [1, 2, 3])
+def test_api_key_when_given_with_set_is_refused_in_any_phase_without_echoing_it(item, phase):
+    from hybrid_trader.config import ConfigError, merge_overrides, parse_overrides
+    from hybrid_trader.training.config import RunConfig
+
+    with pytest.raises(ConfigError) as err:
+        merge_overrides(RunConfig(), {"env.phase": phase, **parse_overrides([item])})
+    text = err.value.render()
+    assert "llm.openai.api_key" in text and "export OPENAI_API_KEY=" in text and "api_key_env" in text
+    assert "sk-abcdefghijklmnop" not in text and "sk-…" in text
+
+
+def test_api_key_when_written_in_a_config_file_is_refused_naming_file_and_line(tmp_path):
+    from hybrid_trader.config import ConfigError
+
+    f = _write(tmp_path, "backend: openai\nopenai:\n  api_key: sk-secret123456\n")
+    with pytest.raises(ConfigError) as err:
+        load_llm_config(f)
+    text = err.value.render()
+    assert f"{f}, line 3: llm.openai.api_key" in text and "sk-secret123456" not in text
+
+
+@pytest.mark.parametrize("value", ["sk-abcdef123456", "my key", "openai_api_key"])
+def test_api_key_env_when_it_looks_like_a_key_is_refused_with_a_hint(value):
+    from hybrid_trader.config import ConfigError
+
+    with pytest.raises(ConfigError) as err:
+        load_llm_config(overrides={"openai.api_key_env": value})
+    text = err.value.render()
+    assert "llm.openai.api_key_env" in text and "environment variable" in text and value not in text
+    assert load_llm_config(overrides={"openai.api_key_env": "MY_SERVER_KEY"}).openai.api_key_env == "MY_SERVER_KEY"

@@ -6,15 +6,16 @@ on one core; feature computation is done once beforehand and timed separately.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import time
 
 import numpy as np
 
+from hybrid_trader.bench.args import EnvBenchArgs
 
-def run(args: argparse.Namespace) -> int:
+
+def run(args: EnvBenchArgs) -> int:
     from hybrid_trader.data import load_bars
     from hybrid_trader.data.synthetic import generate_bars
     from hybrid_trader.env import EnvConfig, TradingEnv
@@ -22,7 +23,8 @@ def run(args: argparse.Namespace) -> int:
 
     t0 = time.perf_counter()
     if args.data:
-        bars = load_bars(args.data, tz=args.tz or "America/New_York", time_shift=args.time_shift, market=args.market)
+        bars = load_bars(args.data, tz=args.tz or "America/New_York", time_shift=args.time_shift or 0.0,
+                         market=args.market)
     else:
         bars = generate_bars(days=40, seed=args.seed, market=args.market or "NQ")
     t1 = time.perf_counter()

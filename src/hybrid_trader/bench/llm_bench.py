@@ -20,13 +20,14 @@ Reported (JSON, last line):
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import os
 import time
 
 import numpy as np
+
+from hybrid_trader.bench.args import LLMBenchArgs
 
 
 def bench_contexts(n: int, seed: int = 0) -> list:
@@ -62,14 +63,13 @@ def _cpu_seconds() -> float:
     return t.user + t.system
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: LLMBenchArgs) -> int:
     from hybrid_trader.llm.backends.transformers_backend import prefer_passive_openmp
 
     passive = prefer_passive_openmp()  # before torch is imported (see its docstring)
-    from hybrid_trader.cli.llm import llm_overrides
     from hybrid_trader.llm import build_advisor, load_llm_config
 
-    over = llm_overrides(args)
+    over: dict = dict(args.llm_overrides)
     batch = max(1, int(args.batch))
     over["query"] = {"mode": "always"}
     over["cache"] = {"enabled": False}

@@ -10,7 +10,6 @@ as ``advisor_start_seconds``), with the share of decisions the LLM actually answ
 
 from __future__ import annotations
 
-import argparse
 import json
 import tempfile
 import time
@@ -18,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from hybrid_trader.bench.args import TrainBenchArgs
 
 
 def _last_record(run_dir: Path, key: str) -> Any:
@@ -40,7 +41,7 @@ def _mean_record(run_dir: Path, key: str) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: TrainBenchArgs) -> int:
     from hybrid_trader.config import merge_overrides
     from hybrid_trader.training.callbacks import EnvTimeCallback
     from hybrid_trader.training.config import RunConfig
@@ -52,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
                  "ppo.total_timesteps": args.steps, "ppo.seed": args.seed, "train.validate_every": 0,
                  "train.checkpoint_every": 10 ** 9, "train.progress_bar": False}
     if phase == 3:
-        overrides["llm"] = {"backend": getattr(args, "llm", None) or "mock"}
+        overrides["llm.backend"] = args.llm
     if args.data:
         overrides["data.path"] = args.data
         if args.tz:
@@ -74,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
             p2 = merge_overrides(config, {"env.phase": 2, "ppo.total_timesteps": short})
             train_run(p2, tmp_dir / "p2", market=market, init=init, quiet=True)
             init = tmp_dir / "p2"
-        repeats = max(int(getattr(args, "repeats", 1) or 1), 1) if phase == 3 else 1
+        repeats = args.repeats if phase == 3 else 1
         p2_times: list[float] = []
         p3_times: list[float] = []
         for r in range(repeats):
@@ -98,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
             extra["phase3_runs_seconds"] = p3_times
             extra["phase3_over_phase2"] = round(extra["phase3_learn_seconds"] / max(extra["phase2_learn_seconds"], 1e-9), 3)
             extra["advisor_start_seconds"] = round(wall - status["wall_seconds"], 1)
-            extra["llm_backend"] = config.llm.get("backend")
+            extra["llm_backend"] = config.llm.backend
             for key in ("llm/total_queries", "llm/avg_latency_ms", "llm/label_coverage", "llm/error_rate"):
                 extra[key] = _last_record(run_dir, key)
             steps_logged = max(status["total_timesteps"], 1)

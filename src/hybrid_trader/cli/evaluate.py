@@ -6,6 +6,8 @@ import argparse
 import json
 from pathlib import Path
 
+from hybrid_trader.cli.options import add_options, llm_key_overrides, overrides_from
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
@@ -22,8 +24,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--split", choices=("train", "val", "test", "all"), default="test",
                    help="which days (default test; 'all' for every day of --data)")
     p.add_argument("--seeds", type=int, default=3, help="seeds of the random baseline (default 3)")
-    p.add_argument("--llm", choices=("mock", "transformers", "openai", "llama_cpp"),
-                   help="phase 3: advisor back end for this evaluation (default: the run's)")
+    add_options(p, ("--llm",))
     p.add_argument("--strategy", choices=("prior", "rules"),
                    help="phase 3: decide with the trained fused distribution (prior) or seed 001's rules")
     p.add_argument("--no-ablation", action="store_true", help="phase 3: skip the RL-only ablation run")
@@ -37,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
 
     overrides = {"path": args.data, "tz": args.tz, "time_shift": args.time_shift} if args.data else None
     out = evaluate_run(Path(args.run_dir), split=args.split, seeds=args.seeds, data_overrides=overrides,
-                       quiet=args.json, llm_overrides={"backend": args.llm} if args.llm else None,
+                       quiet=args.json, llm_overrides=llm_key_overrides(overrides_from(args, ("--llm",))) or None,
                        strategy=args.strategy, ablation=not args.no_ablation)
     if not args.json:
         print(format_table(out.metrics, HEADLINE))

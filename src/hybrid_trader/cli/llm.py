@@ -13,36 +13,23 @@ import json
 import math
 from typing import Any
 
+from hybrid_trader.cli.options import add_options, llm_key_overrides, overrides_from
 from hybrid_trader.errors import UserError
 
 
+LLM_FLAGS = ("--backend", "--model", "--base-url", "--generate")
+"""The rows of the options table shared by ``llm ask`` and ``bench llm``."""
+
+
 def add_llm_config_options(p: argparse.ArgumentParser) -> None:
-    """Options shared by ``llm ask`` and ``bench llm``."""
+    """Options shared by ``llm ask`` and ``bench llm``: ``--config`` and :data:`LLM_FLAGS`."""
     p.add_argument("--config", help="LLM config YAML merged over the packaged default (hybrid_trader/configs/llm.yaml)")
-    p.add_argument("--backend", choices=("transformers", "openai", "llama_cpp", "mock"),
-                   help="back end (default: the config's, transformers)")
-    p.add_argument("--model", help="transformers: 'gemma-3-270m', a local model directory or a .gguf; "
-                                   "openai: the server's model name; llama_cpp: a .gguf file")
-    p.add_argument("--base-url", help="openai back end: server URL ending in /v1 (e.g. http://127.0.0.1:8080/v1)")
-    p.add_argument("--generate", action="store_true",
-                   help="generation mode (ACTION | confidence | reason) instead of scoring")
+    add_options(p, LLM_FLAGS)
 
 
 def llm_overrides(args: argparse.Namespace) -> dict[str, Any]:
-    over: dict[str, Any] = {}
-    if getattr(args, "backend", None):
-        over["backend"] = args.backend
-    if getattr(args, "generate", False):
-        over["mode"] = "generate"
-    model = getattr(args, "model", None)
-    backend = getattr(args, "backend", None)
-    if model:
-        key = {"openai": ("openai", "model"), "llama_cpp": ("llama_cpp", "model_path")}.get(
-            backend or "", ("transformers", "model"))
-        over.setdefault(key[0], {})[key[1]] = model
-    if getattr(args, "base_url", None):
-        over.setdefault("openai", {})["base_url"] = args.base_url
-    return over
+    """The LLM options given on the command line, as dotted keys of an LLMConfig."""
+    return llm_key_overrides(overrides_from(args, LLM_FLAGS))
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -6,17 +6,18 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from hybrid_trader.cli.options import add_options, overrides_from
 from hybrid_trader.errors import UserError
+
+DATA_FLAGS = ("--data", "--market", "--tz", "--time-shift", "--repair")
+"""The data rows of the options table, shared with ``data check``."""
+TRAIN_FLAGS = (*DATA_FLAGS, "--phase", "--timesteps", "--n-envs", "--vec-env", "--seed", "--llm", "--quiet")
+"""Every table row ``train`` takes; :func:`resolve_config` maps them to config keys."""
 
 
 def add_data_options(p: argparse.ArgumentParser) -> None:
     """The data options shared with ``data check``."""
-    p.add_argument("--data", metavar="FILE", help="bars file (CSV or Parquet); default: the built-in synthetic market")
-    p.add_argument("--market", help="contract root symbol: NQ, MNQ, ES, MES, YM, MYM, RTY, M2K (default: from the file name)")
-    p.add_argument("--tz", help="time zone of naive timestamps (default America/New_York)")
-    p.add_argument("--time-shift", type=float, metavar="HOURS",
-                   help="hours added to every timestamp, for vendors whose clock is off (ES sample file: -5)")
-    p.add_argument("--repair", action="store_true", default=None, help="repair fixable data errors (each reported)")
+    add_options(p, DATA_FLAGS)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -27,28 +28,17 @@ def register(sub: argparse._SubParsersAction) -> None:
         "LLM advisor, from a phase 2 run). Writes a run directory with the model, normalisation, checkpoints, "
         "TensorBoard events and progress.jsonl. Ctrl-C saves a checkpoint; --resume continues it.",
     )
-    p.add_argument("--phase", type=int, choices=(1, 2, 3), default=None, help="training phase (default 1, or the config's)")
+    add_options(p, ("--phase",))
     add_data_options(p)
     p.add_argument("--config", metavar="FILE", help="YAML configuration (see docs/CONFIG.md); CLI options override it")
     p.add_argument("--out", metavar="RUN_DIR", help="run directory (default runs/p<phase>-<market>-<data>-s<seed>-<time>)")
-    p.add_argument("--timesteps", type=int, help="environment steps to train (ppo.total_timesteps)")
-    p.add_argument("--n-envs", type=int, help="parallel environments (ppo.n_envs, default 4)")
-    p.add_argument("--vec-env", choices=("dummy", "subproc"),
-                   help="run the environments in the main process (dummy, default: fastest here) or one subprocess each")
-    p.add_argument("--seed", type=int, help="seed (ppo.seed)")
+    add_options(p, ("--timesteps", "--n-envs", "--vec-env", "--seed"))
     p.add_argument("--init", metavar="RUN_DIR", help="start from this earlier-phase run (required for phases 2 and 3)")
     p.add_argument("--resume", action="store_true", help="continue the interrupted run in --out from its last checkpoint")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override any config value, e.g. --set ppo.learning_rate=1e-4 (repeatable)")
-    p.add_argument("--quiet", action="store_true", help="no progress bar or messages")
-    add_llm_options(p)
+    add_options(p, ("--quiet", "--llm"))
     p.set_defaults(func=run)
-
-
-def add_llm_options(p: argparse.ArgumentParser) -> None:
-    """Phase 3 options (the advisor); filled in by the phase 3 code when present."""
-    p.add_argument("--llm", choices=("mock", "transformers", "openai", "llama_cpp"),
-                   help="phase 3: LLM advisor back end (llm.backend)")
 
 
 def resolve_config(args: argparse.Namespace) -> Any:
@@ -57,32 +47,7 @@ def resolve_config(args: argparse.Namespace) -> Any:
     from hybrid_trader.training.config import RunConfig
 
     config = load_yaml_config(args.config, RunConfig) if args.config else RunConfig()
-    overrides: dict[str, Any] = {}
-    if getattr(args, "phase", None) is not None:
-        overrides["env.phase"] = args.phase
-    if args.data is not None:
-        overrides["data.path"] = str(args.data)
-    if args.market is not None:
-        overrides["data.market"] = args.market
-        overrides["env.market"] = args.market
-    if args.tz is not None:
-        overrides["data.tz"] = args.tz
-    if args.time_shift is not None:
-        overrides["data.time_shift"] = args.time_shift
-    if args.repair:
-        overrides["data.repair"] = True
-    if getattr(args, "timesteps", None) is not None:
-        overrides["ppo.total_timesteps"] = args.timesteps
-    if getattr(args, "n_envs", None) is not None:
-        overrides["ppo.n_envs"] = args.n_envs
-    if getattr(args, "vec_env", None) is not None:
-        overrides["ppo.vec_env"] = args.vec_env
-    if getattr(args, "seed", None) is not None:
-        overrides["ppo.seed"] = args.seed
-    if getattr(args, "llm", None) is not None:
-        overrides["llm.backend"] = args.llm
-    if getattr(args, "quiet", False):
-        overrides["train.progress_bar"] = False
+    overrides = overrides_from(args, TRAIN_FLAGS)
     overrides.update(parse_overrides(getattr(args, "overrides", []) or []))
     config = merge_overrides(config, overrides) if overrides else config
     config.validate()

@@ -115,9 +115,9 @@ def evaluate_run(
 
         llm_config = config.llm_config()
         if llm_overrides:
-            from hybrid_trader.llm.config import load_llm_config
+            from hybrid_trader.config import merge_overrides
 
-            llm_config = load_llm_config(None, overrides={**config.llm, **llm_overrides})
+            llm_config = merge_overrides(llm_config, llm_overrides, path="llm")
         fusion = dataclasses.replace(config.fusion, strategy=strategy) if strategy else config.fusion
         advisor = build_advisor(llm_config)
         say(f"LLM advisor: {llm_config.backend} ({llm_config.mode} mode), fusion {fusion.strategy}, "

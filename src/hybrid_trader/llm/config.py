@@ -1,8 +1,17 @@
-"""Configuration of the LLM advisor (the ``llm`` section of a run's config).
+"""Configuration of the LLM advisor: the ``llm`` section of a run's config.
 
-The packaged default is ``hybrid_trader/configs/llm.yaml``; :func:`load_llm_config`
-reads it (or a user's file) and :meth:`LLMConfig.from_dict` turns a mapping into the
-dataclasses below, rejecting unknown keys with a did-you-mean hint.
+Every class here is a typed section built by the one generic builder,
+:func:`hybrid_trader.config.from_dict`: types, choices (``Literal``) and ranges
+(``check`` in ``__post_init__``) are checked like every other section, with the file,
+the line and a did-you-mean in the error. The packaged ``hybrid_trader/configs/llm.yaml``
+is a defaults layer beneath the user's values (:func:`packaged_llm_config`): a run's
+``llm:`` section or a file given to ``llm ask --config`` names only what it changes.
+
+API keys are read only from environment variables (``llm.openai.api_key_env`` names
+the variable); a key written in a file or given with ``--set`` is refused.
+
+This module imports no other module of the LLM package but the back-end registry
+(numpy, torch, gymnasium and TA-Lib stay unloaded).
 """
 
 from __future__ import annotations
@@ -10,20 +19,102 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
-import typing
+import math
+import re
+import string
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any, Mapping, Optional
+from typing import Any, ClassVar, Literal, Mapping, Optional
 
-import yaml
-
+from hybrid_trader.config import ConfigError, check, from_dict, merge_overrides, read_yaml, redact
 from hybrid_trader.errors import UserError, did_you_mean
+from hybrid_trader.llm.backends import BACKEND_NAMES
+from hybrid_trader.llm.backends import BACKENDS as REGISTRY
 
-BACKENDS = ("transformers", "openai", "llama_cpp", "mock")
-MODES = ("score", "generate")
-QUERY_MODES = ("selective", "always", "never")
-TRIGGERS = ("uncertainty", "flat", "interval", "state_change")
+BACKENDS = BACKEND_NAMES
+"""The back-end names (from the registry ``hybrid_trader.llm.backends.BACKENDS``)."""
+BackendName = Literal[BACKEND_NAMES]  # type: ignore[valid-type]  # the registry's names
+Mode = Literal["score", "generate"]
+QueryMode = Literal["selective", "always", "never"]
+Trigger = Literal["uncertainty", "flat", "interval", "state_change"]
+Endpoint = Literal["completions", "chat"]
+TRIGGERS: tuple[str, ...] = ("uncertainty", "flat", "interval", "state_change")
+
+TEMPLATE_FIELDS: dict[str, str] = {
+    "market": "root symbol, e.g. NQ",
+    "market_name": "contract name, e.g. E-mini Nasdaq-100",
+    "date": "trading day of the bar, YYYY-MM-DD",
+    "time": "bar start, HH:MM (US/Eastern)",
+    "current_time": "same as time (seed name)",
+    "price": "close of the bar [points]",
+    "current_price": "same as price (seed name)",
+    "adx": "ADX(14)",
+    "vwap_distance": "(price - VWAP) / price [fraction; format with %]",
+    "rsi": "RSI(14)",
+    "momentum": "10-bar price change [points]",
+    "atr": "ATR(14) [points]",
+    "macd_hist": "MACD histogram [points]",
+    "ret_20": "20-bar return [fraction]",
+    "ret_60": "60-bar return [fraction]",
+    "trend": "strong uptrend, uptrend, sideways, downtrend, strong downtrend",
+    "trend_score": "-2..+2",
+    "position": "-1, 0, +1",
+    "position_status": "FLAT, LONG 1, SHORT 2",
+    "entry_price": "entry price of the open position [points], n/a when flat",
+    "unrealized_pnl": "open profit or loss [$]",
+    "win_rate": "recent win rate [fraction; format with %], n/a before the first trade",
+    "consecutive_losses": "losing trades in a row",
+    "balance": "account balance [$]",
+    "legal_actions": "the legal action names, space separated",
+    "actions": "all six action names, comma separated",
+}
+"""Fields a prompt template may use (rendered by ``llm/prompt.py``)."""
+SYSTEM_FIELDS = ("market", "market_name", "actions")
+"""Fields the system text may use."""
+
+_ENV_VAR = re.compile(r"^[A-Z_][A-Z0-9_]*$")
+_PROB = "use a probability in [0, 1]"
+
+
+def _check_template(template: str, allowed: Mapping[str, str] | tuple[str, ...], option: str) -> None:
+    """ConfigError for a positional or unknown field, or a format spec no value accepts."""
+    try:
+        parsed = list(string.Formatter().parse(template))
+    except ValueError as err:
+        raise ConfigError(f"cannot be parsed: {err}", key=option,
+                          fix="write {{ and }} for literal braces; name every field, e.g. {rsi:.0f}") from None
+    for _, name, spec, _ in parsed:
+        if name is None:
+            continue
+        root = name.split(".")[0].split("[")[0]
+        check(root != "" and not root.isdigit(), option, f"has a positional field '{{{name}}}'",
+              fix="name every field, e.g. {rsi:.0f}; write {{ and }} for literal braces")
+        check(root in allowed, option, f"uses unknown template field '{{{root}}}'", value=root,
+              fix=f"use one of: {', '.join(allowed)}.{did_you_mean(root, allowed)}")
+        if spec and "{" not in spec:
+            if not any(_formats(sample, spec) for sample in (1.5, 1, "text")):
+                raise ConfigError(f"cannot be rendered: format spec ':{spec}' of '{{{name}}}' fits no value",
+                                  key=option, fix="e.g. {rsi:.1f} for numbers, {vwap_distance:+.2%} for shares, {trend} for text")
+
+
+def _formats(value: Any, spec: str) -> bool:
+    try:
+        format(value, spec)
+        return True
+    except ValueError:
+        return False
+
+
+@functools.lru_cache(maxsize=1)
+def _packaged_prompt() -> dict:
+    """The ``prompt`` section of the packaged llm.yaml (the one source of the default prompt)."""
+    data, _ = read_yaml(default_config_path())
+    return dict((data or {}).get("prompt") or {})
+
+
+def _prompt_default(key: str, fallback: Any) -> Any:
+    return copy.deepcopy(_packaged_prompt().get(key, fallback))
 
 
 @dataclass
@@ -32,22 +123,14 @@ class FewShotExample:
 
     answer: str
     """The answer line the example shows, e.g. ``BUY | 0.70 | uptrend, RSI rising``."""
-    context: dict = field(default_factory=dict)
+    context: dict[str, Any] = field(default_factory=dict)
     """Context fields of the example (any field of the template; missing ones are n/a)."""
 
-
-@functools.lru_cache(maxsize=1)
-def _packaged_prompt() -> dict:
-    """The ``prompt`` section of the packaged llm.yaml (the one source of the default prompt)."""
-    try:
-        data = yaml.safe_load(default_config_path().read_text(encoding="utf-8")) or {}
-    except (OSError, yaml.YAMLError):  # pragma: no cover - broken installation
-        return {}
-    return dict(data.get("prompt") or {})
-
-
-def _prompt_default(key: str, fallback: Any) -> Any:
-    return copy.deepcopy(_packaged_prompt().get(key, fallback))
+    def __post_init__(self) -> None:
+        unknown = [k for k in self.context if k not in TEMPLATE_FIELDS]
+        check(not unknown, "context", f"has unknown field '{unknown[0] if unknown else ''}'",
+              fix=f"use fields of the template: {', '.join(TEMPLATE_FIELDS)}."
+                  + (did_you_mean(unknown[0], TEMPLATE_FIELDS) if unknown else ""))
 
 
 @dataclass
@@ -60,7 +143,7 @@ class PromptConfig:
     """Per-query text, Python format syntax over the AdvisorContext fields (see docs/LLM.md)."""
     answer_prefix: str = "Answer:"
     """Text after the context that the model continues with an action name."""
-    examples: list = field(default_factory=lambda: [
+    examples: list[FewShotExample] = field(default_factory=lambda: [
         FewShotExample(**e) if isinstance(e, Mapping) else e for e in _prompt_default("examples", [])])
     """Few-shot examples (answer + context fields) rendered with the template into the prefix."""
     example_separator: str = "\n\n"
@@ -69,6 +152,12 @@ class PromptConfig:
     """Wrap the prompt in the tokenizer's chat template (instruction-tuned models); base models: false."""
     chain_of_thought: bool = False
     """Generation mode only: ask for the 4-step reasoning (analyse, options, risks, decide) first."""
+
+    def __post_init__(self) -> None:
+        check(self.context_template.strip(), "context_template", "is empty",
+              fix="give a template such as 'RSI {rsi:.0f}, trend {trend}'")
+        _check_template(self.context_template, TEMPLATE_FIELDS, "context_template")
+        _check_template(self.system, SYSTEM_FIELDS, "system")
 
 
 @dataclass
@@ -82,6 +171,9 @@ class ScoringConfig:
     calibrate: bool = False
     """Contextual calibration: divide by the model's answer to a content-free context, then renormalise."""
 
+    def __post_init__(self) -> None:
+        check(0.0 <= self.min_coverage <= 1.0, "min_coverage", f"{self.min_coverage} is not in [0, 1]", fix=_PROB)
+
 
 @dataclass
 class GenerationConfig:
@@ -94,14 +186,21 @@ class GenerationConfig:
     default_confidence: float = 0.5
     """Confidence used when the answer names an action but no confidence [0-1]."""
 
+    def __post_init__(self) -> None:
+        check(self.max_new_tokens >= 1, "max_new_tokens", f"{self.max_new_tokens} must be >= 1", fix="use 1 or more")
+        check(0.0 <= self.temperature < math.inf, "temperature", f"{self.temperature} must be >= 0 and finite",
+              fix="use 0 (greedy) or a positive temperature, e.g. 0.7")
+        check(0.0 <= self.default_confidence <= 1.0, "default_confidence",
+              f"{self.default_confidence} is not in [0, 1]", fix=_PROB)
+
 
 @dataclass
 class QueryPolicyConfig:
     """When :meth:`Advisor.submit` actually asks the model (seed 001's selective querying)."""
 
-    mode: str = "selective"
+    mode: QueryMode = "selective"
     """selective: the triggers below; always: every submit; never: no queries (advice stays absent)."""
-    triggers: list = field(default_factory=lambda: list(TRIGGERS))
+    triggers: list[Trigger] = field(default_factory=lambda: list(TRIGGERS))
     """Any of: uncertainty (RL confidence below threshold), flat (no position), interval, state_change."""
     uncertainty_threshold: float = 0.6
     """Query when the RL policy's probability of its chosen action is below this [0-1]."""
@@ -113,6 +212,18 @@ class QueryPolicyConfig:
     """A balance move this large since the last query is a state change [$]."""
     win_rate_change: float = 0.1
     """A recent win-rate move this large since the last query is a state change [0-1]."""
+
+    def __post_init__(self) -> None:
+        check(0.0 <= self.uncertainty_threshold <= 1.0, "uncertainty_threshold",
+              f"{self.uncertainty_threshold} is not in [0, 1]", fix=_PROB)
+        check(self.interval >= 1, "interval", f"{self.interval} must be >= 1", fix="use 1 or more steps")
+        check(self.cooldown >= 0, "cooldown", f"{self.cooldown} must be >= 0", fix="use 0 or more steps")
+        check(not (self.mode == "selective" and self.cooldown >= self.interval and self.triggers == ["interval"]),
+              "cooldown", f"{self.cooldown} is not shorter than query.interval {self.interval}: "
+              "the interval trigger could never fire on time", fix="make the cooldown shorter than query.interval")
+        check(self.balance_change >= 0, "balance_change", f"{self.balance_change} must be >= 0", fix="use 0 or more $")
+        check(0.0 <= self.win_rate_change <= 1.0, "win_rate_change", f"{self.win_rate_change} is not in [0, 1]",
+              fix=_PROB)
 
 
 @dataclass
@@ -137,6 +248,14 @@ class CacheConfig:
     """10-bar momentum rounding step of the cache key [ATR]."""
     pnl_step: float = 100.0
     """Unrealised P&L and balance rounding step of the cache key [$]."""
+
+    def __post_init__(self) -> None:
+        check(self.ttl_minutes >= 0, "ttl_minutes", f"{self.ttl_minutes} must be >= 0", fix="use 0 or more minutes")
+        check(0.0 <= self.decay < 1.0, "decay", f"{self.decay} is not in [0, 1)", fix="use a share in [0, 1), e.g. 0.2")
+        check(self.max_entries >= 1, "max_entries", f"{self.max_entries} must be >= 1", fix="use 1 or more")
+        for name in ("rsi_step", "adx_step", "vwap_step", "momentum_atr_step", "pnl_step"):
+            value = getattr(self, name)
+            check(0 < value < math.inf, name, f"{value} must be > 0", fix="use a positive rounding step")
 
 
 @dataclass
@@ -164,6 +283,17 @@ class AsyncConfig:
     stall_warn_s: float = 10.0
     """A back-end call unanswered this long is reported while it waits (again every 30 s), naming the server [s]."""
 
+    def __post_init__(self) -> None:
+        for name in ("max_batch", "refresh_steps", "max_pending"):
+            check(getattr(self, name) >= 1, name, f"{getattr(self, name)} must be >= 1", fix="use 1 or more")
+        check(self.max_age_steps >= 0, "max_age_steps", f"{self.max_age_steps} must be >= 0", fix="use 0 or more steps")
+        check(self.max_wait_ms >= 0, "max_wait_ms", f"{self.max_wait_ms} must be >= 0", fix="use 0 or more milliseconds")
+        for name in ("timeout_s", "close_timeout_s", "circuit_cooldown_s", "stall_warn_s"):
+            check(getattr(self, name) > 0, name, f"{getattr(self, name)} must be > 0",
+                  fix="use a positive number of seconds")
+        check(self.circuit_errors >= 0, "circuit_errors", f"{self.circuit_errors} must be >= 0",
+              fix="use 0 (never open) or more failed calls, e.g. 5")
+
 
 @dataclass
 class TransformersConfig:
@@ -182,6 +312,10 @@ class TransformersConfig:
     prefix_cache: bool = True
     """Compute the shared prefix's key/value cache once and reuse it for every batch."""
 
+    def __post_init__(self) -> None:
+        check(self.threads is None or self.threads >= 1, "threads", f"{self.threads} must be >= 1 or null",
+              fix="use 1 or more, or null for torch's default")
+
 
 @dataclass
 class OpenAIConfig:
@@ -192,19 +326,40 @@ class OpenAIConfig:
     model: str = ""
     """Model name the server knows ('' lets the server pick its only model)."""
     api_key_env: str = "OPENAI_API_KEY"
-    """Environment variable holding the API key (unset: no key is sent)."""
+    """Name of the environment variable holding the API key (unset: no key is sent); never the key itself."""
     request_timeout_s: float = 30.0
     """Timeout of one HTTP request [s]."""
     retries: int = 1
     """Retries after a failed request (connection errors and 5xx only)."""
     top_logprobs: int = 20
     """Alternatives per token requested in scoring mode (servers cap it, OpenAI at 20)."""
-    scoring_endpoint: str = "completions"
+    scoring_endpoint: Endpoint = "completions"
     """completions (raw prompt, logprobs) or chat (chat/completions with logprobs, for chat-only servers)."""
-    generation_endpoint: str = "chat"
+    generation_endpoint: Endpoint = "chat"
     """chat (chat/completions, system + user messages) or completions (raw prompt)."""
     parallel_requests: int = 4
     """Requests of one batch sent concurrently."""
+
+    REFUSED_KEYS: ClassVar[Mapping[str, str]] = {
+        key: "export OPENAI_API_KEY=... (llm.openai.api_key_env names the variable); keys are read from the "
+             "environment only, never from a config file or --set"
+        for key in ("api_key", "key", "token", "api_token")
+    }
+    """Secrets are never written into a config (it is saved in the run directory)."""
+
+    def __post_init__(self) -> None:
+        env = self.api_key_env
+        looks_like_key = env.startswith("sk-") or not _ENV_VAR.match(env)
+        check(not looks_like_key, "api_key_env",
+              f"{redact(env)} is not the name of an environment variable (it looks like a key itself)",
+              fix="put the key in a variable: export OPENAI_API_KEY=... and set api_key_env: OPENAI_API_KEY "
+                  "(names are upper-case letters, digits and _)")
+        check(self.request_timeout_s > 0, "request_timeout_s", f"{self.request_timeout_s} must be > 0",
+              fix="use a positive number of seconds")
+        check(self.retries >= 0, "retries", f"{self.retries} must be >= 0", fix="use 0 or more")
+        check(self.top_logprobs >= 1, "top_logprobs", f"{self.top_logprobs} must be >= 1", fix="use 1 to 20")
+        check(self.parallel_requests >= 1, "parallel_requests", f"{self.parallel_requests} must be >= 1",
+              fix="use 1 or more")
 
 
 @dataclass
@@ -220,6 +375,12 @@ class LlamaCppConfig:
     n_gpu_layers: int = 0
     """Layers offloaded to a GPU (-1: all)."""
 
+    def __post_init__(self) -> None:
+        check(self.n_ctx >= 1, "n_ctx", f"{self.n_ctx} must be >= 1", fix="use e.g. 1024")
+        check(self.n_threads is None or self.n_threads >= 1, "n_threads", f"{self.n_threads} must be >= 1 or null",
+              fix="use 1 or more, or null for all CPUs")
+        check(self.n_gpu_layers >= -1, "n_gpu_layers", f"{self.n_gpu_layers} must be >= -1", fix="use -1 (all) or more")
+
 
 @dataclass
 class MockConfig:
@@ -230,21 +391,25 @@ class MockConfig:
     coverage: float = 0.9
     """Probability mass the mock puts on action names (the rest is 'other text') [0-1]."""
 
+    def __post_init__(self) -> None:
+        check(self.latency_ms >= 0, "latency_ms", f"{self.latency_ms} must be >= 0", fix="use 0 or more ms")
+        check(0.0 <= self.coverage <= 1.0, "coverage", f"{self.coverage} is not in [0, 1]", fix=_PROB)
+
 
 @dataclass
 class LLMConfig:
     """Everything the LLM advisor needs: back end, prompt, answer mode, querying, cache, batching."""
 
-    backend: str = "transformers"
-    """transformers, openai, llama_cpp or mock."""
-    mode: str = "score"
+    backend: BackendName = "transformers"
+    """Back end (the registry hybrid_trader.llm.backends.BACKENDS): transformers, openai, llama_cpp or mock."""
+    mode: Mode = "score"
     """score: next-token probabilities of the action names (one forward pass); generate: parse written answers."""
     check_on_start: bool = True
     """build_advisor() checks that the model loads / the server answers, raising a UserError if not."""
     journal: Optional[str] = None
     """SQLite file recording every query and answer; None: no journal."""
-    process: bool = False
-    """Run the model (transformers, llama_cpp) in a child process so it never competes with training for the GIL (phase 3 training turns it on)."""
+    process: Optional[bool] = None
+    """Run a local model (transformers, llama_cpp) in a child process so it never competes with training for the GIL; null: yes in a run (training, evaluation), no in llm ask and bench llm."""
     process_threads: int = 1
     """Torch threads of that child process."""
     prompt: PromptConfig = field(default_factory=PromptConfig)
@@ -268,13 +433,16 @@ class LLMConfig:
     mock: MockConfig = field(default_factory=MockConfig)
     """mock back end."""
 
-    # ------------------------------------------------------------------ building
+    def __post_init__(self) -> None:
+        check(self.process_threads >= 1, "process_threads", f"{self.process_threads} must be >= 1", fix="use 1 or more")
+        check(not (self.prompt.chain_of_thought and self.generation.max_new_tokens < 64), "generation.max_new_tokens",
+              f"{self.generation.max_new_tokens} leaves no room for the chain of thought",
+              fix="the chain of thought needs room: use 200 or more, or set prompt.chain_of_thought: false")
+
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None, source: str = "llm config") -> "LLMConfig":
-        """Build from a mapping (e.g. the ``llm:`` section of a YAML file); missing keys keep defaults."""
-        cfg = _build(cls, data or {}, "llm", source)
-        cfg.validate(source)
-        return cfg
+        """Build from a mapping (e.g. the ``llm:`` section of a file) over the packaged defaults."""
+        return from_dict(cls, data, source=source, path="llm", base=packaged_llm_config())
 
     def to_dict(self) -> dict:
         """Plain mapping (YAML/JSON-ready) of every field."""
@@ -284,144 +452,11 @@ class LLMConfig:
         """Copy with top-level fields replaced, e.g. ``cfg.replace(backend="mock")``."""
         return dataclasses.replace(self, **changes)
 
-    # ---------------------------------------------------------------- validation
-    def validate(self, source: str = "llm config") -> None:
-        """Raise a UserError naming the option and the fix for any value out of range."""
-
-        def bad(option: str, value: Any, fix: str) -> UserError:
-            return UserError(f"llm.{option} is invalid", file=source, value=value, fix=fix)
-
-        if self.backend not in BACKENDS:
-            raise bad("backend", self.backend, f"use one of {', '.join(BACKENDS)}.{did_you_mean(self.backend, BACKENDS)}")
-        if self.mode not in MODES:
-            raise bad("mode", self.mode, f"use 'score' or 'generate'.{did_you_mean(self.mode, MODES)}")
-        q = self.query
-        if q.mode not in QUERY_MODES:
-            raise bad("query.mode", q.mode, f"use one of {', '.join(QUERY_MODES)}.{did_you_mean(q.mode, QUERY_MODES)}")
-        for t in q.triggers:
-            if t not in TRIGGERS:
-                raise bad("query.triggers", t, f"use any of {', '.join(TRIGGERS)}.{did_you_mean(t, TRIGGERS)}")
-        if q.interval < 1:
-            raise bad("query.interval", q.interval, "use 1 or more steps")
-        if q.cooldown < 0:
-            raise bad("query.cooldown", q.cooldown, "use 0 or more steps")
-        if q.mode == "selective" and q.cooldown >= q.interval and q.triggers == ["interval"]:
-            raise bad("query.cooldown", q.cooldown, "make the cooldown shorter than query.interval")
-        if not 0.0 <= q.uncertainty_threshold <= 1.0:
-            raise bad("query.uncertainty_threshold", q.uncertainty_threshold, "use a probability in [0, 1]")
-        if not 0.0 <= self.cache.decay < 1.0:
-            raise bad("cache.decay", self.cache.decay, "use a share in [0, 1), e.g. 0.2")
-        if self.cache.ttl_minutes < 0:
-            raise bad("cache.ttl_minutes", self.cache.ttl_minutes, "use 0 or more minutes")
-        if self.cache.max_entries < 1:
-            raise bad("cache.max_entries", self.cache.max_entries, "use 1 or more")
-        for name in ("rsi_step", "adx_step", "vwap_step", "momentum_atr_step", "pnl_step"):
-            if getattr(self.cache, name) <= 0:
-                raise bad(f"cache.{name}", getattr(self.cache, name), "use a positive rounding step")
-        if not 0.0 <= self.scoring.min_coverage <= 1.0:
-            raise bad("scoring.min_coverage", self.scoring.min_coverage, "use a probability in [0, 1]")
-        if self.generation.max_new_tokens < 1:
-            raise bad("generation.max_new_tokens", self.generation.max_new_tokens, "use 1 or more")
-        if not 0.0 <= self.generation.default_confidence <= 1.0:
-            raise bad("generation.default_confidence", self.generation.default_confidence, "use [0, 1]")
-        b = self.batching
-        if b.max_batch < 1:
-            raise bad("batching.max_batch", b.max_batch, "use 1 or more")
-        if b.max_wait_ms < 0:
-            raise bad("batching.max_wait_ms", b.max_wait_ms, "use 0 or more milliseconds")
-        if b.max_age_steps < 0:
-            raise bad("batching.max_age_steps", b.max_age_steps, "use 0 or more steps")
-        if b.refresh_steps < 1:
-            raise bad("batching.refresh_steps", b.refresh_steps, "use 1 or more steps")
-        if b.timeout_s <= 0:
-            raise bad("batching.timeout_s", b.timeout_s, "use a positive number of seconds")
-        if b.max_pending < 1:
-            raise bad("batching.max_pending", b.max_pending, "use 1 or more")
-        if b.circuit_errors < 0:
-            raise bad("batching.circuit_errors", b.circuit_errors, "use 0 (never open) or more failed calls, e.g. 5")
-        if b.circuit_cooldown_s <= 0:
-            raise bad("batching.circuit_cooldown_s", b.circuit_cooldown_s, "use a positive number of seconds")
-        if b.stall_warn_s <= 0:
-            raise bad("batching.stall_warn_s", b.stall_warn_s, "use a positive number of seconds")
-        if self.openai.scoring_endpoint not in ("completions", "chat"):
-            raise bad("openai.scoring_endpoint", self.openai.scoring_endpoint, "use completions or chat")
-        if self.openai.generation_endpoint not in ("completions", "chat"):
-            raise bad("openai.generation_endpoint", self.openai.generation_endpoint, "use chat or completions")
-        if self.openai.retries < 0:
-            raise bad("openai.retries", self.openai.retries, "use 0 or more")
-        if not 0.0 <= self.mock.coverage <= 1.0:
-            raise bad("mock.coverage", self.mock.coverage, "use [0, 1]")
-        if self.prompt.chain_of_thought and self.generation.max_new_tokens < 64:
-            raise bad(
-                "generation.max_new_tokens",
-                self.generation.max_new_tokens,
-                "the chain of thought needs room: use 200 or more, or set prompt.chain_of_thought: false",
-            )
-
-
-def _build(cls: type, data: Any, path: str, source: str) -> Any:
-    """Recursively build dataclass ``cls`` from a mapping, rejecting unknown keys."""
-    if isinstance(data, cls):
-        return data
-    if not isinstance(data, Mapping):
-        raise UserError(f"{path} must be a mapping of options", file=source, value=data,
-                        fix=f"write {path} as 'key: value' lines")
-    hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    kwargs: dict[str, Any] = {}
-    for key, value in data.items():
-        if key not in fields:
-            raise UserError(
-                f"unknown option '{path}.{key}'", file=source,
-                fix=f"remove it or use one of: {', '.join(fields)}.{did_you_mean(key, fields)}",
-            )
-        hint = hints[key]
-        if dataclasses.is_dataclass(hint):
-            kwargs[key] = _build(hint, value, f"{path}.{key}", source)
-        elif key == "examples" and cls is PromptConfig:
-            kwargs[key] = [_build(FewShotExample, v, f"{path}.examples[{i}]", source) for i, v in enumerate(value or [])]
-        else:
-            kwargs[key] = _coerce(value, hint, f"{path}.{key}", source)
-    return cls(**kwargs)
-
-
-def _coerce(value: Any, hint: Any, path: str, source: str) -> Any:
-    """Check/convert a scalar against its annotation (int/float/str/bool/Optional/list/dict)."""
-    origin = typing.get_origin(hint)
-    args = typing.get_args(hint)
-    if origin is typing.Union:
-        if value is None and type(None) in args:
-            return None
-        hint = next(a for a in args if a is not type(None))
-    if value is None:
-        raise UserError(f"{path} may not be empty", file=source, fix="give it a value or remove the line")
-    try:
-        if hint is bool:
-            if isinstance(value, bool):
-                return value
-            raise ValueError
-        if hint is int:
-            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
-                raise ValueError
-            return int(value)
-        if hint is float:
-            if isinstance(value, bool):
-                raise ValueError
-            return float(value)
-        if hint is str:
-            if not isinstance(value, (str, int, float)):
-                raise ValueError
-            return str(value)
-        if hint is list or typing.get_origin(hint) is list:
-            if isinstance(value, str):
-                return [value]
-            return list(value)
-        if hint is dict:
-            return dict(value)
-    except (TypeError, ValueError):
-        name = getattr(hint, "__name__", str(hint))
-        raise UserError(f"{path} must be a {name}", file=source, value=value, fix=f"write a {name} value") from None
-    return value
+    def in_run(self) -> "LLMConfig":
+        """This config as a run uses it: ``process`` null becomes true for a local model (transformers, llama_cpp)."""
+        if self.process is not None:
+            return self
+        return self.replace(process=REGISTRY[self.backend].local)
 
 
 DEFAULT_CONFIG_RESOURCE = "llm.yaml"
@@ -432,49 +467,47 @@ def default_config_path() -> Path:
     return Path(str(resources.files("hybrid_trader").joinpath("configs", DEFAULT_CONFIG_RESOURCE)))
 
 
-def load_llm_config(path: str | Path | None = None, overrides: Mapping[str, Any] | None = None) -> LLMConfig:
-    """Read an LLM config YAML (default: the packaged one), apply ``overrides`` (nested mapping).
+def _read_llm_file(path: Path) -> tuple[Any, dict[str, int]]:
+    """The options of an LLM config file and their lines keyed ``llm.<key>``.
 
-    A file may hold the options at top level or under an ``llm:`` key. The user's file is
-    merged over the packaged default, so it need only name what it changes. The prompt's
-    templates are checked here, so an unknown template field fails at once.
+    A file may hold the options at the top level or under an ``llm:`` key.
     """
-    base = _read_yaml(default_config_path())
-    data = base
-    source = str(default_config_path())
+    data, lines = read_yaml(path)
+    if isinstance(data, Mapping) and isinstance(data.get("llm"), Mapping):
+        return data["llm"], lines
+    if data is not None and not isinstance(data, Mapping):
+        raise ConfigError("an LLM config must be a mapping of options", file=str(path), line=1,
+                          fix="write one 'key: value' per line")
+    return data, {f"llm.{k}": v for k, v in lines.items()}
+
+
+@functools.lru_cache(maxsize=1)
+def _packaged() -> LLMConfig:
+    path = default_config_path()
+    data, lines = _read_llm_file(path)
+    return from_dict(LLMConfig, data, source=str(path), path="llm", lines=lines, base=LLMConfig())
+
+
+def packaged_llm_config() -> LLMConfig:
+    """The packaged defaults layer (``hybrid_trader/configs/llm.yaml``), a fresh copy each call."""
+    return copy.deepcopy(_packaged())
+
+
+def load_llm_config(path: str | Path | None = None, overrides: Mapping[str, Any] | None = None) -> LLMConfig:
+    """Read an LLM config YAML merged over the packaged default, then apply ``overrides``.
+
+    ``overrides`` is a nested mapping (``{"query": {"interval": 3}}``) or dotted keys
+    (``{"query.interval": 3}``). A file may hold the options at the top level or under
+    an ``llm:`` key; errors name that file and line.
+    """
+    cfg = packaged_llm_config()
     if path is not None:
         p = Path(path)
         if not p.is_file():
             raise UserError("LLM config file not found", file=str(p),
                             fix="check the path, or leave it out to use the packaged default")
-        data = _merge(base, _read_yaml(p))
-        source = str(p)
+        data, lines = _read_llm_file(p)
+        cfg = from_dict(LLMConfig, data, source=str(p), path="llm", lines=lines, base=cfg)
     if overrides:
-        data = _merge(data, dict(overrides))
-    cfg = LLMConfig.from_dict(data, source)
-    from hybrid_trader.llm.prompt import PromptBuilder  # late import: prompt imports config
-
-    PromptBuilder(cfg, source=source)  # validates the templates
+        cfg = merge_overrides(cfg, dict(overrides), source="llm options", path="llm")
     return cfg
-
-
-def _read_yaml(path: Path) -> dict:
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except yaml.YAMLError as err:
-        raise UserError(f"not valid YAML: {err}", file=str(path), fix="fix the YAML syntax") from None
-    if isinstance(data, Mapping) and "llm" in data and isinstance(data["llm"], Mapping):
-        data = data["llm"]
-    if not isinstance(data, Mapping):
-        raise UserError("an LLM config must be a mapping of options", file=str(path))
-    return dict(data)
-
-
-def _merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict:
-    out = dict(base)
-    for k, v in over.items():
-        if isinstance(v, Mapping) and isinstance(out.get(k), Mapping):
-            out[k] = _merge(out[k], v)
-        else:
-            out[k] = v
-    return out

@@ -9,7 +9,7 @@ prompt = prefix(market) + suffix(context)
   and the answer prefix (``Answer:``); the model continues with an action name.
 
 Template fields (Python format syntax, e.g. ``{rsi:.0f}``, ``{vwap_distance:+.2%}``) are
-listed in :data:`TEMPLATE_FIELDS`; a NaN number prints as ``n/a`` whatever its format.
+listed in :data:`~hybrid_trader.llm.config.TEMPLATE_FIELDS`; a NaN number prints as ``n/a`` whatever its format.
 An unknown field is a :class:`~hybrid_trader.errors.UserError` when the builder is made.
 """
 
@@ -24,38 +24,9 @@ import numpy as np
 
 from hybrid_trader.errors import UserError, did_you_mean
 from hybrid_trader.llm.advice import ACTION_WORDS
-from hybrid_trader.llm.config import LLMConfig
+from hybrid_trader.llm.config import SYSTEM_FIELDS, TEMPLATE_FIELDS, LLMConfig
 from hybrid_trader.llm.context import AdvisorContext
 
-TEMPLATE_FIELDS: dict[str, str] = {
-    "market": "root symbol, e.g. NQ",
-    "market_name": "contract name, e.g. E-mini Nasdaq-100",
-    "date": "trading day of the bar, YYYY-MM-DD",
-    "time": "bar start, HH:MM (US/Eastern)",
-    "current_time": "same as time (seed name)",
-    "price": "close of the bar [points]",
-    "current_price": "same as price (seed name)",
-    "adx": "ADX(14)",
-    "vwap_distance": "(price - VWAP) / price [fraction; format with %]",
-    "rsi": "RSI(14)",
-    "momentum": "10-bar price change [points]",
-    "atr": "ATR(14) [points]",
-    "macd_hist": "MACD histogram [points]",
-    "ret_20": "20-bar return [fraction]",
-    "ret_60": "60-bar return [fraction]",
-    "trend": "strong uptrend, uptrend, sideways, downtrend, strong downtrend",
-    "trend_score": "-2..+2",
-    "position": "-1, 0, +1",
-    "position_status": "FLAT, LONG 1, SHORT 2",
-    "entry_price": "entry price of the open position [points], n/a when flat",
-    "unrealized_pnl": "open profit or loss [$]",
-    "win_rate": "recent win rate [fraction; format with %], n/a before the first trade",
-    "consecutive_losses": "losing trades in a row",
-    "balance": "account balance [$]",
-    "legal_actions": "the legal action names, space separated",
-    "actions": "all six action names, comma separated",
-}
-SYSTEM_FIELDS = ("market", "market_name", "actions")
 
 COT_INSTRUCTION = (
     "Think in four short steps: 1. Analyze the market. 2. List the options. 3. Weigh the risks. "

@@ -8,11 +8,14 @@ and the resolved configuration is saved as ``RUN_DIR/config.yaml``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+import math
 from typing import Literal, Optional
 
 from hybrid_trader.env.config import EnvConfig
 from hybrid_trader.env.risk_veto import RiskConfig
+from hybrid_trader.config import check
 from hybrid_trader.errors import UserError
+from hybrid_trader.llm.config import LLMConfig, packaged_llm_config
 from hybrid_trader.training.fusion import FusionConfig
 
 
@@ -114,8 +117,20 @@ class PPOConfig:
 
     def __post_init__(self) -> None:
         for name in ("total_timesteps", "n_envs", "n_steps", "batch_size", "n_epochs", "torch_threads"):
-            if getattr(self, name) < 1:
-                raise UserError(f"ppo.{name}: {getattr(self, name)!r} must be >= 1")
+            check(getattr(self, name) >= 1, name, f"{getattr(self, name)!r} must be >= 1", fix="use 1 or more")
+        check(0 < self.learning_rate < math.inf, "learning_rate", f"{self.learning_rate!r} must be a positive number",
+              fix="use e.g. 3e-4")
+        for name in ("gamma", "gae_lambda"):
+            check(0 <= getattr(self, name) <= 1, name, f"{getattr(self, name)!r} is not in [0, 1]", fix="use e.g. 0.99")
+        check(0 < self.clip_range < math.inf, "clip_range", f"{self.clip_range!r} must be > 0", fix="use e.g. 0.2")
+        for name in ("ent_coef", "vf_coef"):
+            check(0 <= getattr(self, name) < math.inf, name, f"{getattr(self, name)!r} must be >= 0", fix="use e.g. 0.01")
+        check(0 < self.max_grad_norm < math.inf, "max_grad_norm", f"{self.max_grad_norm!r} must be > 0",
+              fix="use e.g. 0.5")
+        check(self.target_kl is None or 0 < self.target_kl < math.inf, "target_kl", f"{self.target_kl!r} must be > 0",
+              fix="use e.g. 0.02, or null for no early stop")
+        check(all(n >= 1 for n in self.net_arch), "net_arch", f"{self.net_arch!r} has a layer of fewer than 1 unit",
+              fix="use positive layer sizes, e.g. [128, 128]")
         if self.batch_size > self.n_steps * self.n_envs:
             raise UserError(
                 f"ppo.batch_size: {self.batch_size} is larger than a rollout ({self.n_steps} x {self.n_envs} envs)",
@@ -128,9 +143,9 @@ class TrainConfig:
     """Run management: checkpoints, validation, transfer between phases."""
 
     checkpoint_every: int = 50_000
-    """Save a checkpoint every this many steps (and at the end, and on Ctrl-C)."""
+    """Save a checkpoint every this many steps (and at the end, and on Ctrl-C); at least 1."""
     keep_checkpoints: int = 3
-    """Checkpoints kept on disk (the newest)."""
+    """Checkpoints kept on disk (the newest); at least 1, so that --resume always has one."""
     validate_every: int = 50_000
     """Evaluate on the last training days and the validation split every this many steps; 0: never."""
     validation_sessions: int = 10
@@ -139,6 +154,12 @@ class TrainConfig:
     """When initialised from an earlier phase: steps during which the hidden layers stay frozen."""
     progress_bar: bool = True
     """Show a progress bar."""
+
+    def __post_init__(self) -> None:
+        for name in ("checkpoint_every", "keep_checkpoints", "validation_sessions"):
+            check(getattr(self, name) >= 1, name, f"{getattr(self, name)!r} must be >= 1", fix="use 1 or more")
+        for name in ("validate_every", "freeze_body_steps"):
+            check(getattr(self, name) >= 0, name, f"{getattr(self, name)!r} must be >= 0", fix="use 0 (never) or more")
 
 
 @dataclass
@@ -152,21 +173,19 @@ class RunConfig:
     train: TrainConfig = field(default_factory=TrainConfig)
     fusion: FusionConfig = field(default_factory=FusionConfig)
     risk: RiskConfig = field(default_factory=RiskConfig)
-    llm: dict = field(default_factory=dict)
-    """Phase 3: options of the LLM advisor over its packaged defaults (hybrid_trader/configs/llm.yaml; docs/LLM.md)."""
+    llm: LLMConfig = field(default_factory=packaged_llm_config)
+    """Phase 3: the LLM advisor; a file's llm options are merged over the packaged defaults (hybrid_trader/configs/llm.yaml)."""
 
     def __post_init__(self) -> None:
         self.validate()
 
-    def llm_config(self):
-        """The advisor's configuration: the packaged defaults with this run's ``llm`` options over them."""
-        from hybrid_trader.llm.config import load_llm_config
+    def llm_config(self) -> LLMConfig:
+        """The advisor's configuration as a run uses it: ``self.llm`` with ``process`` null resolved.
 
-        config = load_llm_config(None, overrides=self.llm)
-        if "process" not in self.llm and config.backend in ("transformers", "llama_cpp"):
-            # In training, a model in the training process slows every step (GIL, CPU threads).
-            config = config.replace(process=True)
-        return config
+        In training a local model in the training process slows every step (GIL, CPU
+        threads), so ``llm.process: null`` means a child process for transformers and llama_cpp.
+        """
+        return self.llm.in_run()
 
     def validate(self) -> None:
         """Cross-section checks (the seed's frozen-policy run must be impossible)."""
@@ -179,5 +198,3 @@ class RunConfig:
                 "the policy would never be trained",
                 fix=f"use a freeze shorter than the run, e.g. {total // 10:,} (10%), or 0",
             )
-        if self.env.phase == 3:
-            self.llm_config()  # unknown or invalid llm options fail here, before any training

@@ -1,42 +1,85 @@
-"""Back ends behind one interface (:class:`~hybrid_trader.llm.backends.base.Backend`).
+"""Back ends behind one interface (:class:`~hybrid_trader.llm.backends.base.Backend`) and their registry.
 
-``make_backend(config, prompts)`` imports the chosen one lazily, so the mock back end
-needs neither torch's transformers nor llama-cpp-python.
+:data:`BACKENDS` is the one list of back ends: name -> class (imported lazily, so the
+mock back end needs neither transformers nor llama-cpp-python) -> its section of
+:class:`~hybrid_trader.llm.config.LLMConfig`. The ``llm.backend`` choices, the CLI's
+``--llm``/``--backend`` choices and the ``--model`` flag's key all come from it.
+Adding a back end: a module here with a ``Backend`` subclass, a config section in
+``llm/config.py``, and one row below.
+
+This module imports nothing of the LLM package at its top, so ``llm/config.py`` can
+read the registry without an import cycle.
 """
 
 from __future__ import annotations
 
-from hybrid_trader.errors import UserError, did_you_mean
-from hybrid_trader.llm.backends.base import Backend, BackendError, BackendTimeout
-from hybrid_trader.llm.config import BACKENDS, LLMConfig
-from hybrid_trader.llm.prompt import PromptBuilder
+import importlib
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-__all__ = ["Backend", "BackendError", "BackendTimeout", "make_backend"]
+from hybrid_trader.errors import UserError, did_you_mean
+
+if TYPE_CHECKING:  # annotations only; the config module imports this one
+    from hybrid_trader.llm.backends.base import Backend
+    from hybrid_trader.llm.config import LLMConfig
+    from hybrid_trader.llm.prompt import PromptBuilder
+
+__all__ = ["BACKENDS", "BACKEND_NAMES", "BackendSpec", "backend_spec", "make_backend"]
+
+
+@dataclass(frozen=True)
+class BackendSpec:
+    """One back end: where its class is, which config section it reads, what ``--model`` sets."""
+
+    name: str
+    """Value of ``llm.backend``."""
+    class_path: str
+    """``module:Class`` of the :class:`Backend` subclass (imported only when used)."""
+    section: str
+    """Field of LLMConfig holding its options (``llm.<section>``)."""
+    model_key: str
+    """Key of that section that the CLI's ``--model`` sets."""
+    local: bool
+    """Runs the model in this machine's memory, so ``llm.process`` may move it to a child process."""
+    takes_prompts: bool = True
+    """Its constructor is ``Class(config, prompts)``; otherwise ``Class(config.<section>)``."""
+
+
+BACKENDS: dict[str, BackendSpec] = {s.name: s for s in (
+    BackendSpec("transformers", "hybrid_trader.llm.backends.transformers_backend:TransformersBackend",
+                "transformers", "model", local=True),
+    BackendSpec("openai", "hybrid_trader.llm.backends.openai_backend:OpenAIBackend", "openai", "model", local=False),
+    BackendSpec("llama_cpp", "hybrid_trader.llm.backends.llama_cpp_backend:LlamaCppBackend",
+                "llama_cpp", "model_path", local=True),
+    BackendSpec("mock", "hybrid_trader.llm.backends.mock:MockBackend", "mock", "", local=False, takes_prompts=False),
+)}
+BACKEND_NAMES: tuple[str, ...] = tuple(BACKENDS)
+"""The back-end names, in the order the docs and ``--help`` list them."""
+
+
+def backend_spec(name: str) -> BackendSpec:
+    """The registry row of ``name`` (a UserError with a suggestion when there is none)."""
+    try:
+        return BACKENDS[name]
+    except KeyError:
+        raise UserError(f"unknown LLM back end '{name}'", value=name,
+                        fix=f"use one of {', '.join(BACKEND_NAMES)}.{did_you_mean(name, BACKEND_NAMES)}") from None
+
+
+def _load_class(path: str) -> type:
+    module, _, cls = path.partition(":")
+    return getattr(importlib.import_module(module), cls)
 
 
 def make_backend(config: LLMConfig, prompts: PromptBuilder | None = None) -> Backend:
     """The back end named by ``config.backend`` (a UserError when it cannot be made)."""
-    prompts = prompts or PromptBuilder(config)
-    name = config.backend
-    if getattr(config, "process", False) and name in ("transformers", "llama_cpp"):
-        from hybrid_trader.llm.backends.process_backend import ProcessBackend
-
-        return ProcessBackend(config, threads=config.process_threads)
-    if name == "mock":
-        from hybrid_trader.llm.backends.mock import MockBackend
-
-        return MockBackend(config.mock)
-    if name == "transformers":
-        from hybrid_trader.llm.backends.transformers_backend import TransformersBackend
-
-        return TransformersBackend(config, prompts)
-    if name == "openai":
-        from hybrid_trader.llm.backends.openai_backend import OpenAIBackend
-
-        return OpenAIBackend(config, prompts)
-    if name == "llama_cpp":
-        from hybrid_trader.llm.backends.llama_cpp_backend import LlamaCppBackend
-
-        return LlamaCppBackend(config, prompts)
-    raise UserError(f"unknown LLM back end '{name}'", value=name,
-                    fix=f"use one of {', '.join(BACKENDS)}.{did_you_mean(name, BACKENDS)}")
+    spec = backend_spec(config.backend)
+    if config.process and spec.local:
+        process_backend = _load_class("hybrid_trader.llm.backends.process_backend:ProcessBackend")
+        return process_backend(config, threads=config.process_threads)
+    cls = _load_class(spec.class_path)
+    if not spec.takes_prompts:
+        return cls(getattr(config, spec.section))
+    if prompts is None:
+        prompts = _load_class("hybrid_trader.llm.prompt:PromptBuilder")(config)
+    return cls(config, prompts)

@@ -1,0 +1,92 @@
+"""Typed arguments of the benchmarks: one dataclass per ``hybrid-trader bench`` command.
+
+The CLI (``cli/bench.py``) builds them from its flags, whose defaults and help come from
+these fields; code and tests call ``run(EnvBenchArgs(steps=1000))`` directly. Only the
+standard library is imported here, so ``hybrid-trader --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal, Optional
+
+from hybrid_trader.config import check
+from hybrid_trader.llm.backends import BACKEND_NAMES
+
+
+@dataclass
+class DataArgs:
+    """Where a benchmark's bars come from."""
+
+    data: Optional[str] = None
+    """Bars file (CSV/Parquet); None: the built-in synthetic market."""
+    market: Optional[str] = None
+    """Contract root symbol; None: NQ, or guessed from the file name."""
+    tz: Optional[str] = None
+    """Time zone of naive timestamps; None: America/New_York."""
+    time_shift: Optional[float] = None
+    """Hours added to every timestamp (the ES sample file needs -5)."""
+    seed: int = 0
+    """Seed of the synthetic market, the actions and the policy."""
+
+
+@dataclass
+class EnvBenchArgs(DataArgs):
+    """``bench env``: environment steps per second with random legal actions."""
+
+    steps: int = 200_000
+    """Environment steps to time."""
+    phase: Literal[1, 2, 3] = 2
+    """Environment phase."""
+
+    def __post_init__(self) -> None:
+        check(self.steps >= 1, "steps", f"{self.steps} must be >= 1", fix="use 1 or more")
+
+
+@dataclass
+class LLMBenchArgs:
+    """``bench llm``: advisor decisions per second through submit/poll, and how long callers block."""
+
+    config: Optional[str] = None
+    """LLM config YAML merged over the packaged default."""
+    llm_overrides: dict[str, Any] = field(default_factory=dict)
+    """Dotted LLMConfig keys set on the command line (``backend``, ``openai.base_url``, ...)."""
+    batch: int = 16
+    """Batch size = parallel environments."""
+    queries: Optional[int] = None
+    """Model answers to time; None: 128 (2000 for the mock back end)."""
+    step_ms: float = 5.0
+    """Simulated environment time per vectorised step [ms] (5: 16 envs at 3200 steps/s)."""
+    max_wait_ms: Optional[float] = None
+    """llm.batching.max_wait_ms; None: the config's."""
+    seed: int = 0
+    """Seed of the generated contexts."""
+
+    def __post_init__(self) -> None:
+        check(self.batch >= 1, "batch", f"{self.batch} must be >= 1", fix="use 1 or more")
+        check(self.queries is None or self.queries >= 1, "queries", f"{self.queries} must be >= 1", fix="use 1 or more")
+        check(self.step_ms >= 0, "step_ms", f"{self.step_ms} must be >= 0", fix="use 0 or more ms")
+
+
+@dataclass
+class TrainBenchArgs(DataArgs):
+    """``bench train``: training steps per second; with phase 3, the time phase 3 takes against phase 2."""
+
+    phase: Literal[1, 2, 3] = 1
+    """Phase; 3 also times phase 2 from the same start and reports phase3_over_phase2."""
+    llm: str = "mock"
+    """Phase 3: LLM advisor back end (a name of the registry hybrid_trader.llm.backends.BACKENDS)."""
+    repeats: int = 1
+    """Phase 3: timed phase 2 / phase 3 pairs, alternating; medians are compared."""
+    n_envs: int = 1
+    """Parallel environments."""
+    vec_env: Literal["dummy", "subproc"] = "dummy"
+    """Environments in the main process (dummy) or one subprocess each (subproc)."""
+    steps: int = 20_480
+    """Training steps to time."""
+
+    def __post_init__(self) -> None:
+        check(self.llm in BACKEND_NAMES, "llm", f"{self.llm!r} is not an LLM back end",
+              fix=f"use one of: {', '.join(BACKEND_NAMES)}")
+        for name in ("repeats", "n_envs", "steps"):
+            check(getattr(self, name) >= 1, name, f"{getattr(self, name)} must be >= 1", fix="use 1 or more")
