@@ -85,7 +85,9 @@ def test_session_open_times_are_1800_the_evening_before_each_trading_date():
     assert opens.astype(str).tolist() == ["2024-01-07T18:00", "2024-01-08T18:00"]
 
 
-@pytest.mark.parametrize("text, minutes", [("09:30", 570), ("00:00", 0), ("16:59", 1019), ("24:00", 1440), ("9:05", 545)])
+@pytest.mark.parametrize(
+    "text, minutes", [("09:30", 570), ("00:00", 0), ("16:59", 1019), ("24:00", 1440), ("9:05", 545)]
+)
 def test_parse_hhmm_returns_minutes_when_the_time_is_valid(text, minutes):
     assert cal.parse_hhmm(text, "trade_start") == minutes
 

@@ -154,7 +154,9 @@ def window_end_session_minute(text: Any, name: str, section: str = "env") -> int
     return session_minute(parse_hhmm(text, name, section)) or MINUTES_PER_DAY
 
 
-def trading_window(start: Any, end: Any, *, section: str = "env", names: tuple[str, str] = ("trade_start", "trade_end")) -> tuple[int, int]:
+def trading_window(
+    start: Any, end: Any, *, section: str = "env", names: tuple[str, str] = ("trade_start", "trade_end")
+) -> tuple[int, int]:
     """``(start, end)`` session minutes of a trading window given as ``"HH:MM"`` ET times.
 
     A bar is inside when ``start <= session_minute < end``; an end of 18:00 means the
@@ -164,7 +166,8 @@ def trading_window(start: Any, end: Any, *, section: str = "env", names: tuple[s
     hi = window_end_session_minute(end, names[1], section)
     if hi <= lo:
         raise UserError(
-            f"{section}.{names[0]} '{start}' is not before {section}.{names[1]} '{end}' in the session (it opens 18:00 ET)",
+            f"{section}.{names[0]} '{start}' is not before {section}.{names[1]} '{end}' "
+            "in the session (it opens 18:00 ET)",
             fix="give a window inside the 18:00-17:00 ET session, e.g. 09:30 to 16:00",
         )
     return lo, hi

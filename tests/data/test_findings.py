@@ -53,7 +53,8 @@ def test_row_notes_stop_at_the_limit_and_keep_the_span_of_the_rest(tmp_path):
     (rep,) = bars.repairs
     assert rep.rows == ROW_NOTE_LIMIT + 5 and len(rep.row_notes) == ROW_NOTE_LIMIT
     assert rep.rest_span == (f"line {ROW_NOTE_LIMIT + 2}", f"line {ROW_NOTE_LIMIT + 6}")
-    assert rep.lines()[-1] == f"  ... and 5 rows more with the same repair (line {ROW_NOTE_LIMIT + 2} to line {ROW_NOTE_LIMIT + 6})"
+    first, last = ROW_NOTE_LIMIT + 2, ROW_NOTE_LIMIT + 6
+    assert rep.lines()[-1] == f"  ... and 5 rows more with the same repair (line {first} to line {last})"
 
 
 def test_notes_and_warnings_are_typed_when_loading_needs_no_repair(tmp_path):
@@ -84,6 +85,7 @@ def test_slice_sessions_keeps_the_findings_when_slicing():
 
 
 def test_repair_as_dict_joins_reason_and_done_like_the_text_header():
-    rep = Repair("unsorted", "repaired", "timestamp", 2, "timestamp earlier than the previous row's", "rows sorted by time")
+    reason = "timestamp earlier than the previous row's"
+    rep = Repair("unsorted", "repaired", "timestamp", 2, reason, "rows sorted by time")
     assert rep.lines() == ["repaired [unsorted] 2 rows: timestamp earlier than the previous row's; rows sorted by time"]
     assert parse_repair_notes(rep.lines()) == [rep.as_dict()]

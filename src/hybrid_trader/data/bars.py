@@ -135,8 +135,9 @@ class Bars:
     def n_sessions(self) -> int:
         return int(self.session_bounds.shape[0])
 
-    def slice_sessions(self, first: int, last: int) -> "Bars":
+    def slice_sessions(self, first: int, last: int) -> Bars:
         """Bars of sessions ``first..last`` inclusive (a new ``Bars``)."""
         b = self.session_bounds
         lo, hi = int(b[first, 0]), int(b[last, 1])
-        return Bars(self.frame.iloc[lo : hi + 1].copy(), self.market, self.bar_minutes, self.source, list(self.findings))
+        frame = self.frame.iloc[lo : hi + 1].copy()
+        return Bars(frame, self.market, self.bar_minutes, self.source, list(self.findings))

@@ -14,8 +14,9 @@ shifted clock) are in :mod:`hybrid_trader.data.validate` and :mod:`hybrid_trader
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Literal
+from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
@@ -47,7 +48,7 @@ class Rows:
     def __len__(self) -> int:
         return len(self.line)
 
-    def take(self, sel: np.ndarray) -> "Rows":
+    def take(self, sel: np.ndarray) -> Rows:
         """The rows at ``sel`` (bool mask or positions), in that order."""
         return Rows(
             ts=self.ts[sel],
@@ -58,12 +59,12 @@ class Rows:
             line=self.line[sel],
         )
 
-    def drop(self, pos: np.ndarray) -> "Rows":
+    def drop(self, pos: np.ndarray) -> Rows:
         keep = np.ones(len(self), dtype=bool)
         keep[pos] = False
         return self.take(keep)
 
-    def with_num(self, **cols: np.ndarray) -> "Rows":
+    def with_num(self, **cols: np.ndarray) -> Rows:
         return replace(self, num={**self.num, **cols})
 
     def prices(self) -> np.ndarray:
@@ -141,7 +142,9 @@ def _what_is_wrong(raw: Any, num: float) -> str:
     return "is not a number"
 
 
-def _hits(mask: np.ndarray, column: Callable[[int], str] | str, value: Callable[[int], Any], **info: Any) -> Hits | None:
+def _hits(
+    mask: np.ndarray, column: Callable[[int], str] | str, value: Callable[[int], Any], **info: Any
+) -> Hits | None:
     """Hits of ``mask``; ``column``/``value`` of the first hit's position."""
     pos = np.flatnonzero(mask)
     if len(pos) == 0:
@@ -263,7 +266,7 @@ def _find_non_positive(r: Rows) -> Hits | None:
     px = r.prices()
     bad = px <= 0
     col = np.argmax(bad, axis=1)
-    return _hits(bad.any(axis=1), lambda p: PRICES[col[p]], lambda p: float(px[p, col[p]]), px=px, col=col)
+    return _hits(np.asarray(bad.any(axis=1)), lambda p: PRICES[col[p]], lambda p: float(px[p, col[p]]), px=px, col=col)
 
 
 def _non_positive_detail(r: Rows, h: Hits, i: int, where: Where) -> str:
@@ -282,7 +285,7 @@ def _find_negative_volume(r: Rows) -> Hits | None:
 def _find_divided(r: Rows) -> Hits | None:
     px = r.prices()
     flag = divided_by_100_mask(px)
-    rows = flag.any(axis=1)
+    rows = np.asarray(flag.any(axis=1))
     if not rows.any():
         return None
     level = reference_level(px[:, 3])

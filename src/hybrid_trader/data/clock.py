@@ -10,7 +10,14 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from hybrid_trader.calendar import EASTERN, MINUTES_PER_DAY, RTH_OPEN_MINUTE, fmt_minute, minute_of_day, utc_offset_labels
+from hybrid_trader.calendar import (
+    EASTERN,
+    MINUTES_PER_DAY,
+    RTH_OPEN_MINUTE,
+    fmt_minute,
+    minute_of_day,
+    utc_offset_labels,
+)
 from hybrid_trader.data.findings import Finding
 
 CLOCK_WINDOW_MINUTES = 30
@@ -74,7 +81,9 @@ def detect_rth_open(index: pd.DatetimeIndex, volume: np.ndarray, bar_minutes: in
     return best, float(score[best])
 
 
-def rth_open_by_period(index: pd.DatetimeIndex, volume: np.ndarray, bar_minutes: int, min_days: int = 3) -> dict[str, str | None]:
+def rth_open_by_period(
+    index: pd.DatetimeIndex, volume: np.ndarray, bar_minutes: int, min_days: int = 3
+) -> dict[str, str | None]:
     """Detected RTH open separately for daylight (EDT) and standard (EST) time, when each has data."""
     labels = utc_offset_labels(index)
     out: dict[str, str | None] = {}

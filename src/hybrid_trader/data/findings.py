@@ -15,8 +15,9 @@ notes kept as text, e.g. in a run directory); code holding ``Bars`` reads ``Bars
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Sequence, Union
+from typing import Any, Literal
 
 ROW_NOTE_LIMIT = 100
 """Per kind of repair, at most this many row-by-row notes; the rest are counted."""
@@ -86,7 +87,8 @@ class Repair:
         out += [f"  {r.where}: {r.text}" for r in self.row_notes]
         hidden = self.rows - len(self.row_notes)
         if hidden > 0 and self.rest_span is not None:
-            out.append(f"  ... and {plural(hidden)} more with the same repair ({self.rest_span[0]} to {self.rest_span[1]})")
+            first, last = self.rest_span
+            out.append(f"  ... and {plural(hidden)} more with the same repair ({first} to {last})")
         return out
 
     def as_dict(self) -> dict[str, Any]:
@@ -94,7 +96,7 @@ class Repair:
         return {"kind": self.code, "action": self.action, "rows": self.rows, "reason": f"{self.reason}; {self.done}"}
 
 
-AnyFinding = Union[Finding, Repair]
+AnyFinding = Finding | Repair
 
 
 def finding_lines(findings: Sequence[AnyFinding]) -> list[str]:

@@ -504,14 +504,14 @@ def load_bars(
             is interpreted in ``tz`` (for naive stamps it corrects the wall clock). The
             ES file in ``../shared/data`` is stamped ET + 5 h and needs ``-5``.
         market: contract root (``NQ``, ``ES``, ...); None guesses it from the file
-            name's prefix, else NQ (said in ``notes``).
-        repair: fix what can be fixed and record each fix in ``notes`` instead of
+            name's prefix, else NQ (said in ``findings``).
+        repair: fix what can be fixed and record each fix in ``findings`` instead of
             raising :class:`UserError` at the first problem.
 
     Returns:
         :class:`Bars` indexed by US/Eastern bar-start timestamps (ns), with the bar
-        size inferred and ``notes`` describing columns, zone, shift, repairs, tick grid
-        and clock.
+        size inferred and ``findings`` (notes, warnings, repairs) describing columns,
+        zone, shift, repairs, tick grid and clock.
 
     Raises:
         UserError: naming file, row (``line N`` of the file), column, value and fix.
@@ -525,15 +525,15 @@ def load_bars(
     if not math.isfinite(shift) or abs(shift) > 48:
         raise UserError(f"time shift {time_shift} h is out of range.", fix="give hours between -48 and 48, e.g. --time-shift -5")
     tz_name = resolve_tz(tz)
-    notes: list[AnyFinding] = []
+    findings: list[AnyFinding] = []
     if market is None:
         guessed = guess_market(p)
         if guessed:
             market_sym = guessed
-            notes.append(Finding("note", "market", f"market {guessed} guessed from the file name; pass --market to override"))
+            findings.append(Finding("note", "market", f"market {guessed} guessed from the file name; pass --market to override"))
         else:
             market_sym = "NQ"
-            notes.append(
+            findings.append(
                 Finding("note", "market", "market not given and not recognisable from the file name: assuming NQ; pass --market")
             )
     else:
@@ -549,12 +549,12 @@ def load_bars(
         lines = np.arange(1, len(df) + 1, dtype=np.int64)
     else:
         df, pos, ts_spec, lines, col_notes = _read_csv(p)
-    notes += col_notes
+    findings += col_notes
     if len(df) == 0:
         raise UserError("the file has a header but no bars.", file=file, fix="export the bars again: one line per bar after the header")
     df = df.reset_index(drop=True)
     ts, nonexistent, raw_ts, ts_notes = _parse_timestamps(df, ts_spec, tz_name, shift, ck, lines)
-    notes += ts_notes
+    findings += ts_notes
     work = pd.DataFrame(
         {
             "ts": ts,
@@ -564,12 +564,12 @@ def load_bars(
         }
     )
     frame, kept_lines = validate_frame(work, raw_ts, ck)
-    notes += ck.repairs
+    findings += ck.repairs
     if len(frame) == 0:
         raise UserError("no valid bars are left after the repairs.", file=file, fix="check the file: every row had a problem (see above)")
     bar_minutes = infer_bar_minutes(frame.index, file)
     grid = tick_grid_finding(frame, contract.symbol, contract.tick_size, where=lambda i: ck.where(kept_lines[i]))
     if grid:
-        notes.append(grid)
-    notes += clock_findings(frame.index, frame["volume"].to_numpy(), bar_minutes, time_shift=shift, tz=tz_name)
-    return Bars(frame, market=contract.symbol, bar_minutes=bar_minutes, source=file, findings=notes)
+        findings.append(grid)
+    findings += clock_findings(frame.index, frame["volume"].to_numpy(), bar_minutes, time_shift=shift, tz=tz_name)
+    return Bars(frame, market=contract.symbol, bar_minutes=bar_minutes, source=file, findings=findings)

@@ -32,8 +32,8 @@ shifted (:mod:`hybrid_trader.data.clock`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 import pandas as pd
