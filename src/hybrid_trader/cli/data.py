@@ -61,6 +61,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _check(args: argparse.Namespace) -> int:
+    # Loading the data layer (pandas, numpy) costs about 1.1 s; `hybrid-trader --help` (0.04 s) must not pay it.
     from hybrid_trader.data.loader import load_bars
     from hybrid_trader.data.summary import format_summary, summarize
 

@@ -1,6 +1,7 @@
 """Bars in: loading, validation, repair, summaries and the built-in synthetic market."""
 
 from hybrid_trader.data.bars import EASTERN, OHLCV, Bars
+from hybrid_trader.data.findings import Finding, Repair
 from hybrid_trader.data.loader import load_bars
 from hybrid_trader.data.summary import format_summary, summarize
 from hybrid_trader.data.synthetic import SyntheticMarket, generate_bars, generate_market
@@ -8,7 +9,9 @@ from hybrid_trader.data.synthetic import SyntheticMarket, generate_bars, generat
 __all__ = [
     "Bars",
     "EASTERN",
+    "Finding",
     "OHLCV",
+    "Repair",
     "SyntheticMarket",
     "format_summary",
     "generate_bars",

@@ -6,7 +6,11 @@ with float64 columns ``open, high, low, close, volume``. The numpy views below a
 what the hot loop uses; pandas is never touched inside ``env.step()``.
 
 Sessions follow CME Globex: a trading day runs from 18:00 ET on the previous calendar
-day to 17:00 ET, so a bar's *trading date* is the calendar date of (ET time + 6 h).
+day to 17:00 ET, so a bar's *trading date* is the calendar date of (ET time + 6 h)
+(:mod:`hybrid_trader.calendar`).
+
+What loading found and did is in ``findings`` (typed notes, warnings and repairs,
+:mod:`hybrid_trader.data.findings`); ``notes`` is their text.
 """
 
 from __future__ import annotations
@@ -17,10 +21,13 @@ from functools import cached_property
 import numpy as np
 import pandas as pd
 
-EASTERN = "America/New_York"
+from hybrid_trader import calendar
+from hybrid_trader.calendar import EASTERN
+from hybrid_trader.data.findings import AnyFinding, Finding, Repair, finding_lines
+
+__all__ = ["Bars", "EASTERN", "OHLCV"]
+
 OHLCV = ("open", "high", "low", "close", "volume")
-SESSION_ROLL_HOURS = 6
-"""Bars at or after 18:00 ET belong to the next calendar day's session."""
 
 
 @dataclass(eq=False)
@@ -39,8 +46,8 @@ class Bars:
     """Bar size in minutes (inferred from the data when loaded)."""
     source: str = "<memory>"
     """Where the bars came from: a file path or ``synthetic:...``."""
-    notes: list[str] = field(default_factory=list)
-    """What loading did: repairs, shifts, drops, each with its reason."""
+    findings: list[AnyFinding] = field(default_factory=list)
+    """What loading found and did, in order: notes, warnings and repairs (typed records)."""
 
     def __post_init__(self) -> None:
         idx = self.frame.index
@@ -55,6 +62,22 @@ class Bars:
 
     def __len__(self) -> int:
         return len(self.frame)
+
+    # ---- what loading found ---------------------------------------------------------
+    @property
+    def notes(self) -> list[str]:
+        """The findings as text lines (a repair's header, then one line per listed row)."""
+        return finding_lines(self.findings)
+
+    @property
+    def repairs(self) -> list[Repair]:
+        """The repairs (dropped or repaired rows), in the order the checks ran."""
+        return [f for f in self.findings if isinstance(f, Repair)]
+
+    @property
+    def warnings(self) -> list[Finding]:
+        """Findings of level ``warning`` (the data probably need an option)."""
+        return [f for f in self.findings if isinstance(f, Finding) and f.level == "warning"]
 
     # ---- numpy views for the hot loop -------------------------------------------
     @cached_property
@@ -86,34 +109,22 @@ class Bars:
     @cached_property
     def minute_of_day(self) -> np.ndarray:
         """Minutes since midnight ET of each bar's start (int32)."""
-        idx = self.frame.index
-        return (idx.hour * 60 + idx.minute).to_numpy(np.int32)
+        return calendar.minute_of_day(self.frame.index)
 
     @cached_property
     def trading_date(self) -> np.ndarray:
         """Globex trading date of each bar (datetime64[D])."""
-        idx = self.frame.index.tz_localize(None) + pd.Timedelta(hours=SESSION_ROLL_HOURS)
-        return idx.normalize().to_numpy().astype("datetime64[D]")
+        return calendar.trading_date(self.frame.index)
 
     @cached_property
     def session_id(self) -> np.ndarray:
         """0-based index of each bar's trading date among all trading dates (int32)."""
-        td = self.trading_date
-        change = np.empty(len(td), dtype=bool)
-        if len(td):
-            change[0] = True
-            change[1:] = td[1:] != td[:-1]
-        return (np.cumsum(change) - 1).astype(np.int32)
+        return calendar.session_ids(self.trading_date)
 
     @cached_property
     def session_bounds(self) -> np.ndarray:
         """``(n_sessions, 2)`` int64 array of [first, last] bar index of each session."""
-        sid = self.session_id
-        if len(sid) == 0:
-            return np.zeros((0, 2), dtype=np.int64)
-        starts = np.flatnonzero(np.r_[True, sid[1:] != sid[:-1]])
-        ends = np.r_[starts[1:] - 1, len(sid) - 1]
-        return np.stack([starts, ends], axis=1).astype(np.int64)
+        return calendar.session_bounds(self.session_id)
 
     @cached_property
     def session_dates(self) -> np.ndarray:
@@ -124,8 +135,9 @@ class Bars:
     def n_sessions(self) -> int:
         return int(self.session_bounds.shape[0])
 
-    def slice_sessions(self, first: int, last: int) -> "Bars":
+    def slice_sessions(self, first: int, last: int) -> Bars:
         """Bars of sessions ``first..last`` inclusive (a new ``Bars``)."""
         b = self.session_bounds
         lo, hi = int(b[first, 0]), int(b[last, 1])
-        return Bars(self.frame.iloc[lo : hi + 1].copy(), self.market, self.bar_minutes, self.source, list(self.notes))
+        frame = self.frame.iloc[lo : hi + 1].copy()
+        return Bars(frame, self.market, self.bar_minutes, self.source, list(self.findings))

@@ -3,7 +3,8 @@
 :func:`load_bars` reads the file, matches columns by name (case-insensitive, common
 aliases, extra columns ignored), parses timestamps (naive ones in ``tz``, ones with a
 UTC offset converted), applies ``time_shift``, converts to US/Eastern, validates every
-row (:mod:`hybrid_trader.data.validate`) and records what it did in ``Bars.notes``.
+row (:mod:`hybrid_trader.data.validate`) and records what it found and did in
+``Bars.findings`` (typed notes, warnings and repairs; ``Bars.notes`` is their text).
 See ``docs/DATA.md``.
 """
 
@@ -22,8 +23,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from hybrid_trader.data.bars import EASTERN, Bars
-from hybrid_trader.data.validate import Checker, clock_findings, tick_grid_finding, validate_frame
+from hybrid_trader.calendar import EASTERN
+from hybrid_trader.data.bars import Bars
+from hybrid_trader.data.clock import clock_findings
+from hybrid_trader.data.findings import AnyFinding, Finding
+from hybrid_trader.data.validate import Checker, tick_grid_finding, validate_frame
 from hybrid_trader.errors import UserError, did_you_mean
 from hybrid_trader.markets import CONTRACTS, get_contract
 
@@ -174,10 +178,10 @@ def _read_parquet(path: Path) -> pd.DataFrame:
     return df
 
 
-def _match_columns(names: list[str], file: str) -> tuple[dict[str, int], tuple[str, tuple[int, ...]], list[str]]:
+def _match_columns(names: list[str], file: str) -> tuple[dict[str, int], tuple[str, tuple[int, ...]], list[AnyFinding]]:
     """Positions of open..volume, the timestamp spec ``(kind, positions)`` and notes."""
     normed = [_norm(n) for n in names]
-    notes: list[str] = []
+    notes: list[AnyFinding] = []
 
     def find(aliases: tuple[str, ...]) -> int | None:
         for alias in aliases:
@@ -185,7 +189,7 @@ def _match_columns(names: list[str], file: str) -> tuple[dict[str, int], tuple[s
             if hits:
                 if len(hits) > 1:
                     notes.append(
-                        f"note [columns] {len(hits)} columns are named like '{names[hits[0]]}'; using the first"
+                        Finding("note", "columns", f"{len(hits)} columns are named like '{names[hits[0]]}'; using the first")
                     )
                 return hits[0]
         return None
@@ -207,7 +211,7 @@ def _match_columns(names: list[str], file: str) -> tuple[dict[str, int], tuple[s
             ts_spec = ("single", (d if d is not None else t,))
         elif names and (normed[0] == "" or normed[0].startswith("unnamed") or normed[0] == "index"):
             ts_spec = ("single", (0,))
-            notes.append("note [columns] the first, unnamed column is read as the timestamp")
+            notes.append(Finding("note", "columns", "the first, unnamed column is read as the timestamp"))
 
     missing = [r for r in ("timestamp", *COLUMN_ALIASES) if (r == "timestamp" and ts_spec is None) or (r != "timestamp" and r not in pos)]
     if missing:
@@ -245,11 +249,11 @@ def _match_columns(names: list[str], file: str) -> tuple[dict[str, int], tuple[s
             parts.append("columns matched: " + ", ".join(renamed))
         if ignored:
             parts.append("ignored: " + ", ".join(ignored))
-        notes.append("note [columns] " + "; ".join(parts))
+        notes.append(Finding("note", "columns", "; ".join(parts)))
     return pos, ts_spec, notes
 
 
-def _read_csv(path: Path) -> tuple[pd.DataFrame, dict[str, int], tuple[str, tuple[int, ...]], np.ndarray, list[str]]:
+def _read_csv(path: Path) -> tuple[pd.DataFrame, dict[str, int], tuple[str, tuple[int, ...]], np.ndarray, list[AnyFinding]]:
     file = str(path)
     first = _first_line(path)
     if not first.strip():
@@ -303,7 +307,7 @@ def _read_csv(path: Path) -> tuple[pd.DataFrame, dict[str, int], tuple[str, tupl
     if blank.any():
         bl = lines[blank]
         shown = ", ".join(str(x) for x in bl[:10]) + (" ..." if len(bl) > 10 else "")
-        notes.append(f"note [blank-lines] {len(bl)} empty line{'s' if len(bl) > 1 else ''} skipped (line {shown})")
+        notes.append(Finding("note", "blank-lines", f"{len(bl)} empty line{'s' if len(bl) > 1 else ''} skipped (line {shown})"))
         df = df.loc[~blank]
         lines = lines[~blank]
     return df, pos, ts_spec, lines, notes
@@ -339,9 +343,9 @@ def _out_of_range(idx: pd.DatetimeIndex) -> np.ndarray:
 
 def _parse_timestamps(
     df: pd.DataFrame, ts_spec: tuple[str, tuple[int, ...]], tz: str, time_shift: float, ck: Checker, lines: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, pd.Series, list[str]]:
+) -> tuple[np.ndarray, np.ndarray, pd.Series, list[AnyFinding]]:
     """Naive-UTC datetime64[ns] (NaT where unreadable), nonexistent-time mask, raw text, notes."""
-    notes: list[str] = []
+    notes: list[AnyFinding] = []
     kind, cols = ts_spec
     shift = pd.Timedelta(hours=time_shift)
     n = len(df)
@@ -384,7 +388,7 @@ def _parse_timestamps(
                 )
             vi = np.where(np.isfinite(v), v, np.nan)
             aware = pd.DatetimeIndex(pd.to_datetime(vi, unit=unit, utc=True, errors="coerce"))
-            notes.append(f"note [timezone] numeric timestamps read as Unix epoch {unit} (UTC)")
+            notes.append(Finding("note", "timezone", f"numeric timestamps read as Unix epoch {unit} (UTC)"))
         raw = raw.astype(object)
     else:
         s = raw.astype("string").str.strip()
@@ -420,7 +424,7 @@ def _parse_timestamps(
         if bad.any():
             utc = utc.where(~bad)
         out = (utc + shift).as_unit("ns").to_numpy()
-        notes.append(f"note [timezone] timestamps carry UTC offsets; converted to {EASTERN}")
+        notes.append(Finding("note", "timezone", f"timestamps carry UTC offsets; converted to {EASTERN}"))
     else:
         assert naive is not None
         if naive.tz is not None:  # pragma: no cover - defensive
@@ -437,21 +441,25 @@ def _parse_timestamps(
         ambiguous = np.asarray(amb_true.notna() & (amb_true != amb_false))
         if ambiguous.any():
             first_amb = naive[ambiguous][0]
-            notes.append(
-                f"note [timezone] {int(ambiguous.sum())} timestamps fall in the repeated hour of the daylight-saving "
+            notes.append(Finding(
+                "note",
+                "timezone",
+                f"{int(ambiguous.sum())} timestamps fall in the repeated hour of the daylight-saving "
                 f"change (from {first_amb:%Y-%m-%d %H:%M}); the first occurrence of each is read as daylight time, "
-                "a repeat as standard time"
-            )
+                "a repeat as standard time",
+            ))
         out = _to_naive_utc_ns(loc)
         if tz != EASTERN:
-            notes.append(f"note [timezone] naive timestamps read as {tz} and converted to {EASTERN}")
+            notes.append(Finding("note", "timezone", f"naive timestamps read as {tz} and converted to {EASTERN}"))
         else:
-            notes.append(f"note [timezone] naive timestamps read as {EASTERN}")
+            notes.append(Finding("note", "timezone", f"naive timestamps read as {EASTERN}"))
     if time_shift:
-        notes.append(
-            f"note [time-shift] {time_shift:+g} h added to every timestamp of the file "
-            f"(e.g. a bar stamped 14:30 is read as {(pd.Timestamp('2000-01-01 14:30') + shift):%H:%M})"
-        )
+        notes.append(Finding(
+            "note",
+            "time-shift",
+            f"{time_shift:+g} h added to every timestamp of the file "
+            f"(e.g. a bar stamped 14:30 is read as {(pd.Timestamp('2000-01-01 14:30') + shift):%H:%M})",
+        ))
     return out, nonexistent, pd.Series(raw.to_numpy(), index=range(n)), notes
 
 
@@ -496,14 +504,14 @@ def load_bars(
             is interpreted in ``tz`` (for naive stamps it corrects the wall clock). The
             ES file in ``../shared/data`` is stamped ET + 5 h and needs ``-5``.
         market: contract root (``NQ``, ``ES``, ...); None guesses it from the file
-            name's prefix, else NQ (said in ``notes``).
-        repair: fix what can be fixed and record each fix in ``notes`` instead of
+            name's prefix, else NQ (said in ``findings``).
+        repair: fix what can be fixed and record each fix in ``findings`` instead of
             raising :class:`UserError` at the first problem.
 
     Returns:
         :class:`Bars` indexed by US/Eastern bar-start timestamps (ns), with the bar
-        size inferred and ``notes`` describing columns, zone, shift, repairs, tick grid
-        and clock.
+        size inferred and ``findings`` (notes, warnings, repairs) describing columns,
+        zone, shift, repairs, tick grid and clock.
 
     Raises:
         UserError: naming file, row (``line N`` of the file), column, value and fix.
@@ -517,15 +525,17 @@ def load_bars(
     if not math.isfinite(shift) or abs(shift) > 48:
         raise UserError(f"time shift {time_shift} h is out of range.", fix="give hours between -48 and 48, e.g. --time-shift -5")
     tz_name = resolve_tz(tz)
-    notes: list[str] = []
+    findings: list[AnyFinding] = []
     if market is None:
         guessed = guess_market(p)
         if guessed:
             market_sym = guessed
-            notes.append(f"note [market] market {guessed} guessed from the file name; pass --market to override")
+            findings.append(Finding("note", "market", f"market {guessed} guessed from the file name; pass --market to override"))
         else:
             market_sym = "NQ"
-            notes.append("note [market] market not given and not recognisable from the file name: assuming NQ; pass --market")
+            findings.append(
+                Finding("note", "market", "market not given and not recognisable from the file name: assuming NQ; pass --market")
+            )
     else:
         market_sym = get_contract(market).symbol
     contract = get_contract(market_sym)
@@ -539,12 +549,12 @@ def load_bars(
         lines = np.arange(1, len(df) + 1, dtype=np.int64)
     else:
         df, pos, ts_spec, lines, col_notes = _read_csv(p)
-    notes += col_notes
+    findings += col_notes
     if len(df) == 0:
         raise UserError("the file has a header but no bars.", file=file, fix="export the bars again: one line per bar after the header")
     df = df.reset_index(drop=True)
     ts, nonexistent, raw_ts, ts_notes = _parse_timestamps(df, ts_spec, tz_name, shift, ck, lines)
-    notes += ts_notes
+    findings += ts_notes
     work = pd.DataFrame(
         {
             "ts": ts,
@@ -554,12 +564,12 @@ def load_bars(
         }
     )
     frame, kept_lines = validate_frame(work, raw_ts, ck)
-    notes += ck.notes
+    findings += ck.repairs
     if len(frame) == 0:
         raise UserError("no valid bars are left after the repairs.", file=file, fix="check the file: every row had a problem (see above)")
     bar_minutes = infer_bar_minutes(frame.index, file)
     grid = tick_grid_finding(frame, contract.symbol, contract.tick_size, where=lambda i: ck.where(kept_lines[i]))
     if grid:
-        notes.append(grid)
-    notes += clock_findings(frame.index, frame["volume"].to_numpy(), bar_minutes, time_shift=shift, tz=tz_name)
-    return Bars(frame, market=contract.symbol, bar_minutes=bar_minutes, source=file, notes=notes)
+        findings.append(grid)
+    findings += clock_findings(frame.index, frame["volume"].to_numpy(), bar_minutes, time_shift=shift, tz=tz_name)
+    return Bars(frame, market=contract.symbol, bar_minutes=bar_minutes, source=file, findings=findings)

@@ -6,15 +6,11 @@ from typing import Any
 
 import numpy as np
 
+from hybrid_trader.calendar import SESSION_CLOSE_MINUTE, SESSION_OPEN_MINUTE, fmt_minute
 from hybrid_trader.data.bars import Bars
-from hybrid_trader.data.validate import (
-    PRICES,
-    detect_rth_open,
-    fmt_minute,
-    off_grid_mask,
-    parse_repair_notes,
-    rth_open_by_period,
-)
+from hybrid_trader.data.checks import PRICES
+from hybrid_trader.data.clock import detect_rth_open, rth_open_by_period
+from hybrid_trader.data.validate import off_grid_mask
 from hybrid_trader.errors import UserError
 from hybrid_trader.markets import get_contract
 
@@ -72,7 +68,7 @@ def summarize(bars: Bars) -> dict[str, Any]:
         contract, tick = None, None
     rth, score = detect_rth_open(idx, bars.volume, bars.bar_minutes) if n else (None, float("nan"))
     minute = bars.minute_of_day
-    repairs = parse_repair_notes(bars.notes)
+    repairs = [r.as_dict() for r in bars.repairs]
     grid: dict[str, Any] = {"tick_size": tick, "off_grid_prices": None, "off_grid_fraction": None}
     if tick and n:
         off = off_grid_mask(bars.frame[list(PRICES)].to_numpy(np.float64), tick)
@@ -92,12 +88,12 @@ def summarize(bars: Bars) -> dict[str, Any]:
         "rth_open_score": None if not np.isfinite(score) else round(score, 2),
         "rth_open_by_period": rth_open_by_period(idx, bars.volume, bars.bar_minutes) if n else {},
         "gaps": gap_stats(bars),
-        "break_bars": int(((minute >= 17 * 60) & (minute < 18 * 60)).sum()),
+        "break_bars": int(((minute >= SESSION_CLOSE_MINUTE) & (minute < SESSION_OPEN_MINUTE)).sum()),
         "repairs": repairs,
         "dropped_rows": sum(r["rows"] for r in repairs if r["action"] == "dropped"),
         "repaired_rows": sum(r["rows"] for r in repairs if r["action"] == "repaired"),
         "tick_grid": grid,
-        "warnings": [s for s in bars.notes if s.startswith("warning")],
+        "warnings": [line for w in bars.warnings for line in w.lines()],
         "notes": list(bars.notes),
     }
 

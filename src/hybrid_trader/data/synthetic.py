@@ -34,7 +34,18 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from hybrid_trader.data.bars import EASTERN, Bars
+from hybrid_trader.calendar import (
+    EASTERN,
+    MINUTES_PER_DAY,
+    RTH_CLOSE_MINUTE,
+    RTH_OPEN_MINUTE,
+    SESSION_CLOSE_MINUTE,
+    SESSION_MINUTES,
+    SESSION_OPEN_MINUTE,
+    session_open_times,
+)
+from hybrid_trader.data.bars import Bars
+from hybrid_trader.data.findings import Finding
 from hybrid_trader.errors import UserError
 from hybrid_trader.markets import get_contract
 
@@ -53,9 +64,6 @@ START_PRICE = {"NQ": 16000.0, "MNQ": 16000.0, "ES": 4750.0, "MES": 4750.0, "YM":
 BASE_VOLUME = {"NQ": 900.0, "MNQ": 2500.0, "ES": 2500.0, "MES": 3500.0, "YM": 250.0, "MYM": 400.0, "RTY": 250.0, "M2K": 600.0}
 """Contracts per minute at the RTH midday level."""
 
-SESSION_OPEN_MINUTE = 18 * 60
-SESSION_MINUTES = 23 * 60
-RTH_OPEN, RTH_CLOSE = 9 * 60 + 30, 16 * 60
 
 
 @dataclass
@@ -85,16 +93,16 @@ def intraday_profile(minute_of_day: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     vol = np.full(m.shape, 0.10)
     europe = (m >= 3 * 60) & (m < 8 * 60 + 30)
     sig[europe], vol[europe] = 0.45, 0.16
-    pre = (m >= 8 * 60 + 30) & (m < RTH_OPEN)
+    pre = (m >= 8 * 60 + 30) & (m < RTH_OPEN_MINUTE)
     news = np.exp(-(m - 510.0) / 5.0)
     sig[pre] = 0.5 + 0.8 * news[pre]
     vol[pre] = 0.25 + 0.9 * news[pre]
-    rth = (m >= RTH_OPEN) & (m < RTH_CLOSE)
-    t = m - RTH_OPEN
+    rth = (m >= RTH_OPEN_MINUTE) & (m < RTH_CLOSE_MINUTE)
+    t = m - RTH_OPEN_MINUTE
     sig[rth] = (0.85 + 1.6 * np.exp(-t / 20.0) + 0.5 * np.exp(-(389.0 - t) / 25.0))[rth]
     vol[rth] = (1.0 + 3.0 * np.exp(-t / 15.0) + 1.5 * np.exp(-(389.0 - t) / 12.0))[rth]
-    post = (m >= RTH_CLOSE) & (m < 17 * 60)
-    tp = m - RTH_CLOSE
+    post = (m >= RTH_CLOSE_MINUTE) & (m < SESSION_CLOSE_MINUTE)
+    tp = m - RTH_CLOSE_MINUTE
     sig[post] = (0.45 + 0.3 * np.exp(-tp / 10.0))[post]
     vol[post] = (0.2 + 0.6 * np.exp(-tp / 10.0))[post]
     return sig, vol
@@ -163,12 +171,12 @@ def generate_market(
     dates = _trading_dates(start, days)
     per = SESSION_MINUTES // b
     offsets = np.arange(per, dtype=np.int64) * b  # minutes since 18:00 the evening before
-    sess_open = (dates - pd.Timedelta(hours=6)).to_numpy().astype("datetime64[m]")
+    sess_open = session_open_times(dates)
     naive = (sess_open[:, None] + offsets[None, :].astype("timedelta64[m]")).ravel()
     index = pd.DatetimeIndex(naive.astype("datetime64[ns]")).tz_localize(EASTERN, ambiguous="raise", nonexistent="raise")
     n = days * per
     day_of_bar = np.repeat(np.arange(days), per)
-    minute = (SESSION_OPEN_MINUTE + offsets + (b - 1) / 2.0) % 1440  # mid-bar minute of day
+    minute = (SESSION_OPEN_MINUTE + offsets + (b - 1) / 2.0) % MINUTES_PER_DAY  # mid-bar minute of day
     sig_prof, vol_prof = intraday_profile(np.tile(minute, days))
 
     # ---- random draws (never depend on edge) ------------------------------------------
@@ -178,7 +186,7 @@ def generate_market(
     wick_up = np.abs(rng.standard_normal(n))
     wick_dn = np.abs(rng.standard_normal(n))
     open_gap = rng.standard_normal(days)
-    n_rth = (RTH_CLOSE - RTH_OPEN) // b
+    n_rth = (RTH_CLOSE_MINUTE - RTH_OPEN_MINUTE) // b
     k_max = n_rth // SIGNAL_GAP_BARS[0] + 2
     first_off = rng.integers(2, SIGNAL_GAP_BARS[0] + 1, size=(days, 1))
     gaps = rng.integers(SIGNAL_GAP_BARS[0], SIGNAL_GAP_BARS[1] + 1, size=(days, k_max - 1))
@@ -199,7 +207,7 @@ def generate_market(
     r[sess_first[1:]] += SIGMA_1MIN * 0.35 * np.sqrt(60.0) * open_gap[1:]  # across the daily break
 
     # ---- signals ------------------------------------------------------------------------
-    rth_first = (RTH_OPEN - SESSION_OPEN_MINUTE + 1440) % 1440 // b
+    rth_first = (RTH_OPEN_MINUTE - SESSION_OPEN_MINUTE + MINUTES_PER_DAY) % MINUTES_PER_DAY // b
     pos = np.cumsum(np.concatenate([first_off, gaps], axis=1), axis=1)
     ok = pos <= n_rth - horizon - 1
     sig_idx = (sess_first[:, None] + rth_first + pos)[ok].astype(np.int64)
@@ -240,14 +248,22 @@ def generate_market(
     )
     frame.index.name = "timestamp"
     source = f"synthetic:days={days},seed={seed},edge={edge:g}"
-    notes = [
-        f"note [synthetic] built-in {sym}-like market: {days} Globex trading days from {dates[0]:%Y-%m-%d}, "
-        f"{b}-min bars, seed {seed}, tick {tick:g}",
-        f"note [synthetic] {len(sig_idx)} signal bars (volume spike x{SIGNAL_VOLUME_SPIKE:g}, body in the signal's "
-        f"direction); planted edge {edge:g} x the signal bar's volatility per bar over the next {horizon} bars"
-        + (" (edge 0: no drift after signals)" if edge == 0 else ""),
+    findings = [
+        Finding(
+            "note",
+            "synthetic",
+            f"built-in {sym}-like market: {days} Globex trading days from {dates[0]:%Y-%m-%d}, "
+            f"{b}-min bars, seed {seed}, tick {tick:g}",
+        ),
+        Finding(
+            "note",
+            "synthetic",
+            f"{len(sig_idx)} signal bars (volume spike x{SIGNAL_VOLUME_SPIKE:g}, body in the signal's "
+            f"direction); planted edge {edge:g} x the signal bar's volatility per bar over the next {horizon} bars"
+            + (" (edge 0: no drift after signals)" if edge == 0 else ""),
+        ),
     ]
-    bars = Bars(frame, market=sym, bar_minutes=b, source=source, notes=notes)
+    bars = Bars(frame, market=sym, bar_minutes=b, source=source, findings=list(findings))
     return SyntheticMarket(
         bars=bars,
         signal_index=sig_idx,

@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 import talib
 
+from hybrid_trader.calendar import MINUTES_PER_DAY, SESSION_MINUTES, session_minute
 from hybrid_trader.data.bars import Bars
 from hybrid_trader.markets import CONTRACTS
 
@@ -25,9 +26,6 @@ VOLUME_Z_STD_FLOOR = 0.05
 """Floor of the rolling std of log(1 + volume), so near-constant volume gives a finite z."""
 ATR_FLOOR_TICKS = 1.0
 """ATR is floored at one tick (flat, vendor-filled bars would otherwise drive it to 0)."""
-GLOBEX_OPEN_MINUTE = 18 * 60
-SESSION_MINUTES = 1380
-MINUTES_PER_DAY = 1440
 
 _NAN = np.nan
 
@@ -197,7 +195,7 @@ def bar_feature_columns(bars: Bars, ind: dict[str, np.ndarray]) -> dict[str, np.
     vstd = np.maximum(rolling(logv, VOLUME_Z_BARS, "std"), VOLUME_Z_STD_FLOOR)
     minute = np.asarray(bars.minute_of_day, dtype=np.float64)
     angle = 2.0 * np.pi * minute / MINUTES_PER_DAY
-    progress = ((minute - GLOBEX_OPEN_MINUTE) % MINUTES_PER_DAY) / SESSION_MINUTES
+    progress = session_minute(minute) / SESSION_MINUTES
     return {
         "log_ret": np.clip(log_ret, -10, 10),
         "range_atr": np.clip((h - l) / atr, 0, 10),
