@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from hybrid_trader.env.config import parse_hhmm
+from hybrid_trader.calendar import parse_hhmm
 from hybrid_trader.env.rules import PropFirmRules
 from hybrid_trader.errors import UserError
 from hybrid_trader.markets import ContractSpec

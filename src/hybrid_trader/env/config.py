@@ -5,19 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
+from hybrid_trader.calendar import parse_hhmm
 from hybrid_trader.errors import UserError
-
-
-def parse_hhmm(text: str, name: str) -> int:
-    """``"09:30"`` -> minutes since midnight (a UserError naming the option otherwise)."""
-    try:
-        hh, mm = str(text).split(":")
-        value = int(hh) * 60 + int(mm)
-        if not (0 <= int(hh) <= 24 and 0 <= int(mm) < 60 and value <= 24 * 60):
-            raise ValueError
-        return value
-    except ValueError:
-        raise UserError(f"env.{name}: '{text}' is not a time of day", fix='write it as "HH:MM", e.g. "09:30"') from None
 
 
 @dataclass

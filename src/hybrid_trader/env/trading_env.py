@@ -17,6 +17,7 @@ import pandas as pd
 
 from hybrid_trader.account_state import AccountState
 from hybrid_trader.actions import ACTION_NAMES, Action, n_actions
+from hybrid_trader.calendar import parse_hhmm, session_minute, window_end_session_minute
 from hybrid_trader.data.bars import Bars
 from hybrid_trader.env.account import (
     RECENT_HISTORY,
@@ -39,7 +40,7 @@ from hybrid_trader.env.broker import (
     Trade,
     trades_frame,
 )
-from hybrid_trader.env.config import EnvConfig, parse_hhmm
+from hybrid_trader.env.config import EnvConfig
 from hybrid_trader.env.observation import BASE_DIM, LLM_DIM, WINDOW_DIM, ObservationBuilder
 from hybrid_trader.env.risk_veto import RiskVeto
 from hybrid_trader.env.rules import PropFirmRules, get_rules
@@ -50,10 +51,9 @@ from hybrid_trader.markets import ContractSpec, get_contract
 __all__ = [
     "BASE_DIM", "END_BREACH", "END_DATA", "END_EPISODE", "EXIT_BREACH", "EXIT_BREAKEVEN", "EXIT_DAILY_LOSS",
     "EXIT_SESSION_END", "EXIT_STOP", "EXIT_TARGET", "EXIT_TRAIL", "LLM_DIM", "RECENT_HISTORY", "RECENT_TRADES",
-    "TRADE_LOG_COLUMNS", "WINDOW_DIM", "EpisodeWindow", "Trade", "TradingEnv", "session_minute",
+    "TRADE_LOG_COLUMNS", "WINDOW_DIM", "EpisodeWindow", "Trade", "TradingEnv",
 ]
 
-SESSION_OPEN_MINUTE = 18 * 60
 """Globex sessions open at 18:00 ET."""
 MIN_EPISODE_BARS = 10
 """Sessions whose trading window holds fewer bars are not used as episodes."""
@@ -64,11 +64,6 @@ OBS_BOUND = 1e4
 END_BREACH = "BREACH"
 END_EPISODE = "EPISODE_END"
 END_DATA = "DATA_END"
-
-
-def session_minute(minute_of_day: np.ndarray | int) -> np.ndarray | int:
-    """Minutes since the Globex session open (18:00 ET) for a minute of the ET day."""
-    return (minute_of_day - SESSION_OPEN_MINUTE) % 1440
 
 
 @dataclass(frozen=True)
@@ -235,10 +230,10 @@ class TradingEnv(gym.Env):
     def _build_windows(self, sessions: Sequence[int] | None) -> list[EpisodeWindow]:
         cfg = self.config
         start = session_minute(parse_hhmm(cfg.trade_start, "trade_start"))
-        end = session_minute(parse_hhmm(cfg.trade_end, "trade_end")) or 1440
-        flat_by = session_minute(self.account.flat_by_minute()) or 1440
+        end = window_end_session_minute(cfg.trade_end, "trade_end")
+        flat_by = window_end_session_minute(self.rules.flat_by, "flat_by")
         end = min(end, flat_by)
-        last_entry = session_minute(parse_hhmm(cfg.last_entry, "last_entry")) or 1440
+        last_entry = window_end_session_minute(cfg.last_entry, "last_entry")
         sm = session_minute(self.bars.minute_of_day.astype(np.int64))
         first_valid = max(int(self.features.warmup), WINDOW - 1)
         bounds = self.bars.session_bounds

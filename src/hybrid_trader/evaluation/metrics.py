@@ -28,14 +28,13 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from hybrid_trader.calendar import EASTERN, trading_date
 from hybrid_trader.env.account import apex_verdict as account_verdict
 
 if TYPE_CHECKING:  # pragma: no cover
     from hybrid_trader.evaluation.results import StrategyResult
 
 TRADING_DAYS_PER_YEAR = 252
-EASTERN = "America/New_York"
-SESSION_ROLL = pd.Timedelta(hours=6)
 
 
 @dataclass(frozen=True)
@@ -90,7 +89,7 @@ def trading_dates(index: pd.DatetimeIndex) -> pd.DatetimeIndex:
     idx = pd.DatetimeIndex(index)
     if idx.tz is None:
         raise ValueError("timestamps must be tz-aware")
-    return (idx.tz_convert(EASTERN).tz_localize(None) + SESSION_ROLL).normalize()
+    return pd.DatetimeIndex(trading_date(idx)).as_unit(idx.unit)
 
 
 def trading_date_of(ts: pd.Timestamp | None) -> str | None:
