@@ -13,6 +13,7 @@ from hybrid_trader.config import load_yaml_config, merge_overrides
 from hybrid_trader.errors import UserError
 from hybrid_trader.training.config import RunConfig
 from hybrid_trader.training.market import load_market
+from hybrid_trader.evaluation.runner import validation_fn
 from hybrid_trader.training.runner import train_run
 
 TINY = {"data.synthetic_days": 12, "ppo.n_steps": 128, "ppo.batch_size": 128, "ppo.n_envs": 2,
@@ -42,7 +43,7 @@ class InterruptAt(BaseCallback):
 
 
 def test_run_directory_holds_everything_when_training_finishes(tmp_path, market):
-    status = train_run(cfg(), tmp_path / "run", market=market, quiet=True)
+    status = train_run(cfg(), tmp_path / "run", market=market, quiet=True, validation=validation_fn)
     run = tmp_path / "run"
     for name in ("config.yaml", "split.json", "model.zip", "vecnormalize.pkl", "progress.jsonl", "status.json",
                  "validation.jsonl"):
