@@ -32,7 +32,8 @@ def _report(args: argparse.Namespace) -> int:
     from hybrid_trader.evaluation.report import write_report
 
     run = RunDir(args.run_dir)
-    if args.eval_dir is None and run.exists():
+    trained = run.model_path.exists() or bool(run.checkpoints())
+    if args.eval_dir is None and run.exists() and trained:
         results = run.eval_dir(args.split) / RESULTS
         why = ("was never evaluated on the" if not results.is_file() else
                "has an evaluation of an older model on the" if run.eval_dir(args.split) in run.stale_evaluations()
