@@ -75,8 +75,8 @@ def final_model(run: RunDir, normalize: bool) -> tuple[Path, Path | None]:
     ``normalize`` (the config normalises observations) a missing normaliser is an error
     too, never a silent change of results.
     """
-    if run.model_path.exists():
-        model, vec = run.model_path, run.vecnormalize_path
+    if run.model_path.exists() or run.manifest.expected(run.model_path) is not None:
+        model, vec = run.model_path, run.vecnormalize_path  # a recorded model.zip that is gone is an error below
     else:
         ckpts = run.checkpoints()
         if not ckpts:

@@ -126,6 +126,11 @@ def make_model(config: RunConfig, venv, init: Path | None = None):
     return model, notes
 
 
+def warn(*parts: Any) -> None:
+    """What a user must see even with --quiet (fallbacks, dropped rows, stale results): to stderr."""
+    print(*parts, file=sys.stderr, flush=True)
+
+
 def resume_conflicts(saved: RunConfig, given: RunConfig) -> list[str]:
     """Settings where ``given`` contradicts the run's ``saved`` config (those in RESUMABLE aside)."""
     a, b = _flat(to_dict(saved)), _flat(to_dict(given))
@@ -219,7 +224,7 @@ def train_run(
                 lock.release()
                 lock = None
             run.remove()
-            say(f"removed {run.path}: the run failed before its first checkpoint")
+            warn(f"removed {run.path}: the run failed before its first checkpoint (this process created it)")
         elif run.exists() and lock is not None:
             run.write_status(state="failed")
         raise
@@ -236,6 +241,7 @@ def _resume(run: RunDir, config: RunConfig, *, market, extra_callbacks, say, qui
             raise UserError(f"--resume: {run.path} has no status.json",
                             fix="resume a run directory made by 'hybrid-trader train'")
         saved = run.load_config(RunConfig)
+        run.verified(run.split_path, fix=f"restore {run.split_path}; it records the days this run trained on")
         conflicts = resume_conflicts(saved, config)
         if conflicts:
             raise UserError(
@@ -246,21 +252,21 @@ def _resume(run: RunDir, config: RunConfig, *, market, extra_callbacks, say, qui
         done = int(status.get("total_timesteps") or 0)
         target = config.ppo.total_timesteps
         if status.get("state") == "finished" and target <= done:
-            say(f"{run.path} already finished {done:,} steps (target {saved.ppo.total_timesteps:,}); nothing to "
+            warn(f"{run.path} already finished {done:,} steps (target {saved.ppo.total_timesteps:,}); nothing to "
                 f"resume and nothing changed. To train on, pass a larger target: --timesteps N (N > {done:,})")
             return status
         ckpt, skipped = newest_valid_checkpoint(run, config.ppo.normalize_observations)
         if skipped:
-            say("skipping damaged checkpoints: " + "; ".join(skipped))
-            say(f"resuming from the newest valid checkpoint, {ckpt.model.name} (step {ckpt.step:,})")
+            warn("skipping damaged checkpoints: " + "; ".join(skipped))
+            warn(f"resuming from the newest valid checkpoint, {ckpt.model.name} (step {ckpt.step:,})")
         if target <= ckpt.step:
-            say(f"{run.path}: checkpoint {ckpt.model.name} is at step {ckpt.step:,}, target {target:,}; nothing to "
+            warn(f"{run.path}: checkpoint {ckpt.model.name} is at step {ckpt.step:,}, target {target:,}; nothing to "
                 f"train. To train on, pass a larger target: --timesteps N (N > {ckpt.step:,})")
             return status
         if target != saved.ppo.total_timesteps:
             run.save_config(config, header=f"hybrid-trader run configuration (phase {config.env.phase}); "
                             f"target changed by --resume from {saved.ppo.total_timesteps:,} to {target:,}")
-            say(f"target recorded: {saved.ppo.total_timesteps:,} -> {target:,} steps (config.yaml, status.json)")
+            warn(f"target recorded: {saved.ppo.total_timesteps:,} -> {target:,} steps (config.yaml, status.json)")
         run.write_status(target_timesteps=target)
         market = market or load_market(config.data, config.split)
         say(market.describe())
@@ -274,7 +280,7 @@ def _resume(run: RunDir, config: RunConfig, *, market, extra_callbacks, say, qui
                 venv.obs_rms = load_normalizer(run, ckpt.vecnormalize).obs_rms
             dropped = run.truncate_logs(ckpt.step)
             if dropped:
-                say(f"dropped {dropped} log rows past step {ckpt.step:,} (written after the checkpoint)")
+                warn(f"dropped {dropped} log rows past step {ckpt.step:,} (written after the checkpoint)")
             say(f"resuming {run.path} from {ckpt.model.name} at step {model.num_timesteps:,}")
             init = status.get("init")
             return _learn(run, config, model, venv, market, resumed_from=ckpt.step, init=init,
@@ -361,7 +367,7 @@ def _learn(run: RunDir, config: RunConfig, model, venv, market: Market, *, resum
     logger.close()
     if had_model:
         for folder in run.mark_stale():
-            say(f"{folder} evaluated the previous model: marked stale (evaluate again)")
+            warn(f"{folder} evaluated the previous model: marked stale (evaluate again)")
     say(f"trained {steps:,} steps in {elapsed:.0f} s ({status['steps_per_second']} steps/s) -> {run.path}")
     return status
 
