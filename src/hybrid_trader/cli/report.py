@@ -17,7 +17,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "older model, is evaluated first). Prints the report's path.",
     )
     p.add_argument("run_dir", metavar="RUN_DIR", help="run directory (the --out of `hybrid-trader train`)")
-    p.add_argument("--split", default="test", choices=("train", "val", "test"),
+    p.add_argument("--split", default="test", choices=("train", "val", "test", "all"),
                    help="which evaluated split to report (default: test)")
     p.add_argument("--eval-dir", default=None, metavar="DIR",
                    help="read the evaluation from DIR instead of RUN_DIR/eval/SPLIT")

@@ -55,10 +55,9 @@ class TensorBoardContinued(TensorBoardOutputFormat):
     """
 
     def __init__(self, folder: str, purge_step: int | None = None) -> None:
-        super().__init__(folder)
-        if purge_step is not None:
-            self.writer.close()
-            self.writer = SummaryWriter(log_dir=folder, purge_step=int(purge_step))
+        # Not super().__init__: it would open a second, empty event file.
+        self.writer = SummaryWriter(log_dir=folder, purge_step=None if purge_step is None else int(purge_step))
+        self._is_closed = False
 
 
 class TradingMetricsCallback(BaseCallback):
