@@ -26,7 +26,8 @@ def _last_checkpoint(run) -> int:
 def test_resume_after_kill_9_drops_rows_past_the_checkpoint_and_never_goes_back(tmp_path, capsys):
     run = tmp_path / "run"
     proc = start_training(run, 100_000, "--set", "train.checkpoint_every=512")
-    wait_for(proc, lambda: _last_checkpoint(run) >= 512 and max(log_steps(run / "progress.jsonl")) > _last_checkpoint(run))
+    wait_for(proc, lambda: _last_checkpoint(run) >= 512
+             and max(log_steps(run / "progress.jsonl")) > _last_checkpoint(run))
     kill9(proc)
     ckpt = _last_checkpoint(run)
     keep = {name: (run / name).read_bytes() for name in ("config.yaml", "split.json")}

@@ -145,7 +145,8 @@ class RunDir:
         if not self.path.is_dir():
             raise UserError(f"{self.path}: no such run directory", fix="pass a directory made by 'hybrid-trader train'")
         if not self.config_path.exists():
-            raise UserError(f"{self.path} has no {CONFIG}", fix="point at a run directory made by 'hybrid-trader train'")
+            raise UserError(f"{self.path} has no {CONFIG}",
+                            fix="point at a run directory made by 'hybrid-trader train'")
         return self
 
     def lock(self, what: str = "train") -> FolderLock:
