@@ -12,7 +12,7 @@ One training run owns one folder (``hybrid-trader train --out RUN_DIR``)::
     RUN_DIR/validation.jsonl     periodic train/validation results
     RUN_DIR/status.json          running / finished / interrupted, steps done, target
     RUN_DIR/llm.yaml             phase 3: the resolved LLM advisor configuration
-    RUN_DIR/journal/             phase 3: the advisor's journal (when enabled)
+    RUN_DIR/llm_journal.sqlite   phase 3: the advisor's journal, where llm.journal points it (suggested name)
     RUN_DIR/manifest.json        sha256 and size of every file above written whole
     RUN_DIR/.lock                writer lock (flock) with the PID of the process writing
     RUN_DIR/eval/<split>/        evaluation on the run's own data (results.json, CSVs, report.html)
@@ -61,7 +61,7 @@ PROGRESS = "progress.jsonl"
 VALIDATION = "validation.jsonl"
 STATUS = "status.json"
 LLM_CONFIG = "llm.yaml"
-JOURNAL = "journal"
+JOURNAL = "llm_journal.sqlite"
 EVAL = "eval"
 ABLATION = "ablation.json"
 RESULTS = "results.json"
@@ -129,7 +129,7 @@ class RunDir:
     validation_path = property(lambda self: self.path / VALIDATION)
     status_path = property(lambda self: self.path / STATUS)
     llm_config_path = property(lambda self: self.path / LLM_CONFIG)
-    journal_dir = property(lambda self: self.path / JOURNAL)
+    journal_path = property(lambda self: self.path / JOURNAL)
     eval_root = property(lambda self: self.path / EVAL)
     ablation_path = property(lambda self: self.path / EVAL / ABLATION)
     lock_path = property(lambda self: self.path / LOCK)
