@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -224,3 +228,15 @@ def test_stop_on_signal_when_signalled_twice_raises_at_once():
             os.kill(os.getpid(), signal.SIGINT)
     finally:
         stop.restore()
+
+
+def test_training_imports_no_evaluation_module_when_loaded():
+
+    code = ("import sys, hybrid_trader.training.runner, hybrid_trader.training.callbacks; "
+            "print(sorted(m for m in sys.modules if m.startswith('hybrid_trader.evaluation')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)})
+    assert out.stdout.strip() == "[]"
+    # and none inside a function either
+    for path in (Path(__file__).parents[2] / "src" / "hybrid_trader" / "training").glob("*.py"):
+        assert "hybrid_trader.evaluation" not in path.read_text(), path.name
