@@ -3,7 +3,7 @@
 ``train_run`` owns one run directory; its layout and file rules are described once, in
 :mod:`hybrid_trader.run.rundir`. Training does not evaluate: periodic validation is
 passed in (``validation``: a factory ``(market, config) -> (model -> figures)``, built by
-a higher layer from :mod:`hybrid_trader.evaluation`).
+a higher layer, e.g. ``evaluation.runner.validation_fn``).
 """
 
 from __future__ import annotations
