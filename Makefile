@@ -5,11 +5,11 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 EXTRAS ?= llm,llama,dev
 
-.PHONY: install demo test test-slow test-all bench clean help
+.PHONY: install demo test test-slow test-all bench clean help chromium
 
 help:
 	@echo "make demo       create .venv, install, train phase 1+2 on the built-in market, evaluate, report"
-	@echo "make test       create .venv if missing, install, run the default test suite (~10 min)"
+	@echo "make test       create .venv if missing, install (+ headless Chromium), run the default test suite (~10 min)"
 	@echo "make test-slow  the slow tests (training proofs on real data, real-model checks)"
 	@echo "make bench      environment, training and LLM throughput benchmarks"
 
@@ -26,7 +26,23 @@ install: $(STAMP)
 demo: install
 	$(BIN)/hybrid-trader demo
 
-test: install
+# Headless Chromium renders the HTML report in its tests: installed when we are root with apt-get
+# (Debian/Ubuntu), else the command to install it is printed and the suite stops (CHROMIUM=skip to run without).
+chromium:
+	@if command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1; then :; \
+	elif [ "$(CHROMIUM)" = "skip" ]; then \
+	  echo "note: CHROMIUM=skip: the report rendering tests will be skipped"; \
+	elif [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then \
+	  echo "installing headless Chromium (apt-get install chromium) for the report rendering tests"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	else \
+	  echo "headless Chromium is missing: the report rendering tests need it."; \
+	  echo "  install it:   sudo apt-get install -y chromium   (Debian/Ubuntu; macOS: brew install --cask chromium)"; \
+	  echo "  or run without those tests:   make test CHROMIUM=skip"; \
+	  exit 1; \
+	fi
+
+test: install chromium
 	$(BIN)/python -m pytest -q -m "not slow"
 
 test-slow: install

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,6 +17,7 @@ from hybrid_trader.config import load_yaml_config, merge_overrides
 from hybrid_trader.errors import UserError
 from hybrid_trader.training.config import RunConfig
 from hybrid_trader.training.market import load_market
+from hybrid_trader.evaluation.runner import validation_fn
 from hybrid_trader.training.runner import train_run
 
 TINY = {"data.synthetic_days": 12, "ppo.n_steps": 128, "ppo.batch_size": 128, "ppo.n_envs": 2,
@@ -42,7 +47,7 @@ class InterruptAt(BaseCallback):
 
 
 def test_run_directory_holds_everything_when_training_finishes(tmp_path, market):
-    status = train_run(cfg(), tmp_path / "run", market=market, quiet=True)
+    status = train_run(cfg(), tmp_path / "run", market=market, quiet=True, validation=validation_fn)
     run = tmp_path / "run"
     for name in ("config.yaml", "split.json", "model.zip", "vecnormalize.pkl", "progress.jsonl", "status.json",
                  "validation.jsonl"):
@@ -223,3 +228,15 @@ def test_stop_on_signal_when_signalled_twice_raises_at_once():
             os.kill(os.getpid(), signal.SIGINT)
     finally:
         stop.restore()
+
+
+def test_training_imports_no_evaluation_module_when_loaded():
+
+    code = ("import sys, hybrid_trader.training.runner, hybrid_trader.training.callbacks; "
+            "print(sorted(m for m in sys.modules if m.startswith('hybrid_trader.evaluation')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)})
+    assert out.stdout.strip() == "[]"
+    # and none inside a function either
+    for path in (Path(__file__).parents[2] / "src" / "hybrid_trader" / "training").glob("*.py"):
+        assert "hybrid_trader.evaluation" not in path.read_text(), path.name

@@ -41,6 +41,7 @@ def run(args: argparse.Namespace) -> int:
     from hybrid_trader.config import merge_overrides
     from hybrid_trader.evaluation.evaluate import HEADLINE, evaluate_run, format_table
     from hybrid_trader.evaluation.report import write_report
+    from hybrid_trader.evaluation.runner import validation_fn
     from hybrid_trader.training.config import RunConfig
     from hybrid_trader.training.market import load_market
     from hybrid_trader.training.runner import train_run
@@ -69,9 +70,9 @@ def run(args: argparse.Namespace) -> int:
     market = load_market(cfg1.data, cfg1.split)
     print(f"== demo: {market.bars.source}")
     print("== phase 1: entries (HOLD/BUY/SELL, fixed ATR stop and target)")
-    train_run(cfg1, out / "phase1", market=market)
+    train_run(cfg1, out / "phase1", market=market, validation=validation_fn)
     print("== phase 2: position management (6 actions), initialised from phase 1")
-    train_run(cfg2, out / "phase2", init=out / "phase1", market=market)
+    train_run(cfg2, out / "phase2", init=out / "phase1", market=market, validation=validation_fn)
     print("== evaluation on the test split (days neither phase trained on)")
     result = evaluate_run(out / "phase2", split="test", seeds=3, market=market)
     report = write_report(out / "phase2")

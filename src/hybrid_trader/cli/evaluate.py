@@ -15,7 +15,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="evaluate a trained run on the test split against baselines",
         description="Run the deterministic masked policy of RUN_DIR on a split of days it never trained on, with "
         "the same costs and rules, next to baselines (flat, random legal actions at the agent's trade rate over "
-        "several seeds, a momentum rule). Writes RUN_DIR/eval/<split>/.",
+        "several seeds, a momentum rule). Writes RUN_DIR/eval/<split>/; with --data, RUN_DIR/eval/<data-stem>-<hash8>/<split>/ "
+        "(never over the run's own results). results.json records the model's and the data's sha256.",
     )
     p.add_argument("run_dir", metavar="RUN_DIR", help="a run directory made by 'hybrid-trader train'")
     p.add_argument("--data", metavar="FILE", help="evaluate on these bars instead of the run's (same options as train)")

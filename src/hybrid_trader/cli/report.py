@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import argparse
 
+from hybrid_trader.run import RunDir, is_stale
+from hybrid_trader.run.rundir import RESULTS
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "report",
         help="write report.html (figures, metrics, baselines) for an evaluated run",
         description="Write a self-contained report.html with PNG figures next to it, from what "
-        "`hybrid-trader evaluate` saved under RUN_DIR/eval/SPLIT/. Prints the report's path.",
+        "`hybrid-trader evaluate` saved under RUN_DIR/eval/SPLIT/ (a run never evaluated, or evaluated with an "
+        "older model, is evaluated first). Prints the report's path.",
     )
     p.add_argument("run_dir", metavar="RUN_DIR", help="run directory (the --out of `hybrid-trader train`)")
-    p.add_argument("--split", default="test", choices=("train", "val", "test"),
+    p.add_argument("--split", default="test", choices=("train", "val", "test", "all"),
                    help="which evaluated split to report (default: test)")
     p.add_argument("--eval-dir", default=None, metavar="DIR",
                    help="read the evaluation from DIR instead of RUN_DIR/eval/SPLIT")
@@ -23,8 +27,21 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _report(args: argparse.Namespace) -> int:
+    # Evaluation loads torch and SB3 (about 2 s): `hybrid-trader --help` registers this module and must not pay it.
+    from hybrid_trader.evaluation.evaluate import evaluate_run
     from hybrid_trader.evaluation.report import write_report
 
+    run = RunDir(args.run_dir)
+    trained = run.model_path.exists() or bool(run.checkpoints())
+    if args.eval_dir is None and run.exists() and trained:
+        results = run.eval_dir(args.split) / RESULTS
+        why = ("was never evaluated on the" if not results.is_file() else
+               "has an evaluation of an older model on the" if run.eval_dir(args.split) in run.stale_evaluations()
+               or is_stale(run.eval_dir(args.split)) else None)
+        if why is not None:
+            print(f"{run.path} {why} {args.split} split: evaluating it first "
+                  f"(hybrid-trader evaluate {run.path} --split {args.split})", flush=True)
+            evaluate_run(run.path, split=args.split)
     path = write_report(args.run_dir, args.eval_dir, split=args.split, out=args.out)
     print(f"report: {path}")
     return 0

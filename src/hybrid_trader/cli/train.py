@@ -34,38 +34,53 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", metavar="RUN_DIR", help="run directory (default runs/p<phase>-<market>-<data>-s<seed>-<time>)")
     add_options(p, ("--timesteps", "--n-envs", "--vec-env", "--seed"))
     p.add_argument("--init", metavar="RUN_DIR", help="start from this earlier-phase run (required for phases 2 and 3)")
-    p.add_argument("--resume", action="store_true", help="continue the interrupted run in --out from its last checkpoint")
+    p.add_argument("--resume", action="store_true", help="continue the run in --out from its newest valid checkpoint (only --timesteps may change)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override any config value, e.g. --set ppo.learning_rate=1e-4 (repeatable)")
     add_options(p, ("--quiet", "--llm"))
     p.set_defaults(func=run)
 
 
-def resolve_config(args: argparse.Namespace) -> Any:
-    """Config file, then CLI options, then --set overrides; validated."""
-    from hybrid_trader.config import load_yaml_config, merge_overrides, parse_overrides
+def resolve_config(args: argparse.Namespace, base: Any = None) -> Any:
+    """Config file (else ``base``, else the defaults), then CLI options, then --set overrides; validated.
+
+    Without --phase (and no env.phase in --config or --set) a new run is phase 1, as --help says.
+    """
+    from hybrid_trader.config import load_yaml_config, merge_overrides, parse_overrides, read_yaml
     from hybrid_trader.training.config import RunConfig
 
-    config = load_yaml_config(args.config, RunConfig) if args.config else RunConfig()
+    config = load_yaml_config(args.config, RunConfig) if args.config else (base if base is not None else RunConfig())
+    sets = parse_overrides(getattr(args, "overrides", []) or [])
     overrides = overrides_from(args, TRAIN_FLAGS)
-    overrides.update(parse_overrides(getattr(args, "overrides", []) or []))
+    if ("env.phase" not in overrides and base is None and "env.phase" not in sets
+            and not _file_sets_phase(args.config, read_yaml)):
+        overrides["env.phase"] = 1
+    overrides.update(sets)
     config = merge_overrides(config, overrides) if overrides else config
     config.validate()
     return config
 
 
+def _file_sets_phase(path: str | None, read_yaml: Any) -> bool:
+    if not path:
+        return False
+    data, _ = read_yaml(path)
+    return isinstance(data, dict) and isinstance(data.get("env"), dict) and "phase" in data["env"]
+
+
 def run(args: argparse.Namespace) -> int:
+    # Training loads torch and SB3 (about 2 s): `hybrid-trader --help` registers this module and must not pay it.
+    from hybrid_trader.evaluation.runner import validation_fn
     from hybrid_trader.training.runner import default_run_dir, load_run_config, train_run
 
     if args.resume:
         if not args.out:
             raise UserError("--resume needs --out RUN_DIR (the run to continue)")
-        config = load_run_config(Path(args.out))
-        if args.timesteps is not None:
-            from hybrid_trader.config import merge_overrides
-
-            config = merge_overrides(config, {"ppo.total_timesteps": args.timesteps})
+        if args.init:
+            raise UserError("--resume continues a run from its checkpoint; --init only starts a new run",
+                            fix="drop --init")
         run_dir = Path(args.out)
+        config = resolve_config(args, base=load_run_config(run_dir))
     else:
         config = resolve_config(args)
         phase = config.env.phase
@@ -77,13 +92,21 @@ def run(args: argparse.Namespace) -> int:
         if args.init:
             _check_init(Path(args.init), phase)
         run_dir = Path(args.out) if args.out else default_run_dir(config)
+        if not args.quiet:
+            print(f"phase {phase}{'' if args.phase is not None else ' (no --phase given)'}: {_PHASES[phase]}",
+                  flush=True)
     try:
-        train_run(config, run_dir, init=Path(args.init) if args.init else None, resume=args.resume, quiet=args.quiet)
+        train_run(config, run_dir, init=Path(args.init) if args.init else None, resume=args.resume, quiet=args.quiet,
+                  validation=validation_fn)
     except KeyboardInterrupt:
         return 130
     print(f"run directory: {run_dir}")
     print(f"next: hybrid-trader evaluate {run_dir}   |   hybrid-trader report {run_dir}   |   hybrid-trader diagnose {run_dir}")
     return 0
+
+
+_PHASES = {1: "entries (HOLD/BUY/SELL)", 2: "position management, from a phase 1 run (--init)",
+           3: "hybrid with the LLM advisor, from a phase 2 run (--init)"}
 
 
 def _check_init(init: Path, phase: int) -> None:

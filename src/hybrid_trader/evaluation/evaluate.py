@@ -7,22 +7,33 @@ Strategies, all through the same environment, costs and rules:
 * ``random[k]``: random legal actions at the agent's own entry rate, one per seed;
 * ``momentum``: enter in the direction of the last 20 bars' move beyond 1 ATR.
 
-Results go to ``RUN_DIR/eval/<split>/`` (``save_results``) with ``metrics.json``.
+Results go to ``RUN_DIR/eval/<split>/`` (``save_results``) with ``metrics.json``; an
+evaluation on other bars (``data_overrides``) goes to ``RUN_DIR/eval/<stem>-<hash8>/<split>/``
+and never over the run's own. ``results.json`` records the model's and the data's sha256
+and the loading options (:func:`hybrid_trader.run.data_identity`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import pickle
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from hybrid_trader.config import merge_overrides
 from hybrid_trader.errors import UserError
-from hybrid_trader.evaluation.metrics import jsonable
+from hybrid_trader.evaluation.metrics import compute_metrics, jsonable
+from hybrid_trader.evaluation.policies import AgentPolicy, FlatPolicy, HybridAgentPolicy, MomentumPolicy, RandomPolicy
+from hybrid_trader.evaluation.results import metrics_table, save_results
+from hybrid_trader.evaluation.runner import entry_rate, evaluation_env, run_policy
+from hybrid_trader.run import FolderLock, RunDir, data_identity, sha256_file
+from hybrid_trader.run.files import atomic_write_text
+from hybrid_trader.run.models import final_model, load_model, load_normalizer
+from hybrid_trader.training.config import RunConfig
+from hybrid_trader.training.market import load_market, make_veto
 
 
 @dataclass
@@ -41,18 +52,16 @@ class EvaluationOutput:
     extra: dict = field(default_factory=dict)
 
 
-def load_policy(run_dir: Path, device: str = "cpu"):
-    """The run's final model (else newest checkpoint) and its normalisation statistics."""
-    from sb3_contrib import MaskablePPO
-
-    from hybrid_trader.training.runner import find_model
-
-    model_path, vec_path = find_model(run_dir)
-    model = MaskablePPO.load(model_path, device=device)
+def load_policy(run_dir: Path, device: str = "cpu", normalize: bool | None = None):
+    """The run's final model (else newest checkpoint) and its normalisation statistics, both checked."""
+    run = RunDir(run_dir)
+    if normalize is None:
+        normalize = run.load_config(RunConfig).ppo.normalize_observations
+    model_path, vec_path = final_model(run, normalize)
+    model = load_model(run, model_path, device=device)
     vec = None
     if vec_path is not None:
-        with open(vec_path, "rb") as f:
-            vec = pickle.load(f)
+        vec = load_normalizer(run, vec_path)
         vec.training = False
     return model, vec, model_path
 
@@ -75,30 +84,31 @@ def evaluate_run(
     strategy: str | None = None,
     ablation: bool = True,
 ) -> EvaluationOutput:
-    from hybrid_trader.config import merge_overrides
-    from hybrid_trader.evaluation.results import metrics_table
-    from hybrid_trader.evaluation.metrics import compute_metrics
-    from hybrid_trader.evaluation.policies import (
-        AgentPolicy, FlatPolicy, HybridAgentPolicy, MomentumPolicy, RandomPolicy,
-    )
-    from hybrid_trader.evaluation.results import save_results
-    from hybrid_trader.evaluation.runner import entry_rate, evaluation_env, run_policy
-    from hybrid_trader.training.market import load_market
-    from hybrid_trader.training.runner import load_run_config
-
     run_dir = Path(run_dir)
-    if not run_dir.is_dir():
-        raise UserError(f"{run_dir}: no such run directory", fix="pass a directory made by 'hybrid-trader train'")
+    run = RunDir(run_dir).require()
     if seeds < 1:
         raise UserError(f"--seeds {seeds}: need at least 1 seed for the random baseline")
-    config = load_run_config(run_dir)
+    config = run.load_config(RunConfig)
+    own_data = data_identity(config.data)
     if data_overrides:
         config = merge_overrides(config, {f"data.{k}": v for k, v in data_overrides.items() if v is not None})
+    data = data_identity(config.data)
+    final_model(run, config.ppo.normalize_observations)  # a damaged or missing model file fails before any output
+    out_dir = run.eval_dir(split, None if data == own_data else data)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with FolderLock(out_dir, f"evaluate {split}"):  # one writer per output folder; training may go on
+        return _evaluate(run, config, data, out_dir, split=split, seeds=seeds, market=market, quiet=quiet,
+                         llm_overrides=llm_overrides, strategy=strategy, ablation=ablation)
+
+
+def _evaluate(run: RunDir, config: RunConfig, data: dict, out_dir: Path, *, split: str, seeds: int, market: Any,
+              quiet: bool, llm_overrides: dict | None, strategy: str | None, ablation: bool) -> EvaluationOutput:
+    run_dir = run.path
     market = market or load_market(config.data, config.split)
     sessions = sessions_for(market, split)
     if len(sessions) == 0:
         raise UserError(f"split '{split}' has no trading days in {market.bars.source}")
-    model, vec, model_path = load_policy(run_dir, config.ppo.device)
+    model, vec, model_path = load_policy(run_dir, config.ppo.device, config.ppo.normalize_observations)
     say = (lambda *a: None) if quiet else (lambda *a: print(*a, flush=True))
     say(f"evaluating {model_path} on {split}: {len(sessions)} days "
         f"({market.bars.session_dates[sessions.start]} to {market.bars.session_dates[sessions.stop - 1]})")
@@ -110,8 +120,7 @@ def evaluate_run(
     advisor = None
     ablation_metrics = None
     if phase3:
-        from hybrid_trader.llm import build_advisor
-        from hybrid_trader.training.market import make_veto
+        from hybrid_trader.llm import build_advisor  # phase 3 only: loads the advisor's back ends
 
         llm_config = config.llm_config()
         if llm_overrides:
@@ -152,15 +161,16 @@ def evaluate_run(
     metrics["random"] = {k: (v["mean"] if "mean" in v else _mode(v)) if isinstance(v, dict) else v
                          for k, v in random_stats.items()}
 
-    out_dir = run_dir / "eval" / split
     prices = market.bars.frame["close"].iloc[
         int(market.bars.session_bounds[sessions.start, 0]): int(market.bars.session_bounds[sessions.stop - 1, 1]) + 1]
     if ablation_metrics is not None:
-        (run_dir / "eval").mkdir(parents=True, exist_ok=True)
-        (run_dir / "eval" / "ablation.json").write_text(json.dumps(jsonable(ablation_metrics), indent=2))
+        own = out_dir == run.eval_dir(split)
+        ablation_path = run.ablation_path if own else out_dir.parent / run.ablation_path.name
+        atomic_write_text(ablation_path, json.dumps(jsonable(ablation_metrics), indent=2))
     save_results(results, prices, out_dir, metrics=table,
-                 info={"split": split, "run_dir": str(run_dir), "model": str(model_path), "seeds": seeds,
-                       "entry_rate": rate})
+                 info={"split": split, "run_dir": str(run_dir), "model": str(model_path),
+                       "model_sha256": sha256_file(model_path), "data": data, "seeds": seeds, "entry_rate": rate})
+    (out_dir / "STALE.json").unlink(missing_ok=True)
     dates = (str(market.bars.session_dates[sessions.start]), str(market.bars.session_dates[sessions.stop - 1]))
     per_seed = {r.name: compute_metrics(r) for r in randoms}
     extra = {"entry_rate": rate, "agent_actions": agent.extra.get("actions")}

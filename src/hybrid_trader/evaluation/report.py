@@ -28,6 +28,9 @@ from hybrid_trader import __version__
 from hybrid_trader.errors import UserError
 from hybrid_trader.evaluation.metrics import SPECS, format_metric, metric_rows, metrics_from_json, summary_line
 from hybrid_trader.evaluation.results import StrategyResult, load_index, load_results, metrics_table, read_json, role_of
+from hybrid_trader.run import RunDir, data_identity, is_stale
+from hybrid_trader.run.rundir import ABLATION, RESULTS
+from hybrid_trader.training.config import RunConfig
 
 MAX_DECISIONS = 50
 """Sample decisions shown per strategy."""
@@ -128,7 +131,8 @@ def _figure(title: str, png: bytes, file_name: str, caption: str) -> str:
 
 
 def _diagnosis_html(run_dir: Path) -> str | None:
-    if not any((run_dir / f).exists() for f in ("status.json", "progress.jsonl")):
+    run = RunDir(run_dir)
+    if not (run.status_path.exists() or run.progress_path.exists()):
         return None
     from hybrid_trader.evaluation.diagnose import diagnose
 
@@ -158,10 +162,11 @@ def write_report(run_dir: str | Path, eval_dir: str | Path | None = None, *, spl
     Raises :class:`UserError` when the run directory or its evaluation is missing.
     """
     rd = Path(run_dir)
+    run = RunDir(rd)
     if not rd.is_dir():
         raise UserError("run directory not found", file=str(rd), fix="give the --out folder of `hybrid-trader train`")
-    ed = Path(eval_dir) if eval_dir is not None else rd / "eval" / split
-    if not (ed / "results.json").is_file():
+    ed = Path(eval_dir) if eval_dir is not None else run.eval_dir(split)
+    if not (ed / RESULTS).is_file():
         raise UserError(f"no evaluation of the {split} split", file=str(ed),
                         fix=f"run `hybrid-trader evaluate {rd} --split {split}` first")
     results, prices, metrics = load_results(ed)
@@ -199,12 +204,11 @@ def write_report(run_dir: str | Path, eval_dir: str | Path | None = None, *, spl
 
     agent_cols = {r.name for r in agents}
     title = f"{rd.resolve().name}: {split} split"
-    status_path = rd / "status.json"
-    status = read_json(status_path, what="status") if status_path.is_file() else {}
+    status = run.read_status()
     meta = [f"run <code>{_esc(rd)}</code>", f"split <b>{_esc(split)}</b>"]
     for key in ("market", "data", "sessions", "seeds"):
         if key in info:
-            meta.append(f"{key} {_esc(info[key])}")
+            meta.append(f"{key} {_esc(_data_text(info[key]) if key == 'data' else info[key])}")
     if len(prices):
         meta.append(f"bars {len(prices):,} from {_esc(prices.index[0].strftime('%Y-%m-%d %H:%M'))} to "
                     f"{_esc(prices.index[-1].strftime('%Y-%m-%d %H:%M'))} ET")
@@ -213,6 +217,15 @@ def write_report(run_dir: str | Path, eval_dir: str | Path | None = None, *, spl
                     f"{_esc(status.get('total_timesteps', '?'))} steps")
 
     sections = [f"<h1>{_esc(title)}</h1>", f'<p class="meta">{" · ".join(meta)}</p>']
+    if is_stale(ed) or ed in run.stale_evaluations():
+        sections.append('<p class="error">Stale: the run\'s model changed after this evaluation (training was '
+                        f"resumed). Run <code>hybrid-trader evaluate {_esc(rd)} --split {_esc(split)}</code> "
+                        "again.</p>")
+    own = data_identity_of_config(run)
+    if isinstance(info.get("data"), Mapping) and own is not None and dict(info["data"]) != own:
+        sections.append('<p class="warning">These results used other bars than the run trained on: '
+                        f"{_esc(_data_text(info['data']))}. The configuration below is the run's own "
+                        f"(data: {_esc(_data_text(own))}).</p>")
     if agents and agents[0].name in metrics:
         sections.append(f'<div class="headline"><b>{_esc(agents[0].name)}</b>: '
                         f"{_esc(summary_line(metrics[agents[0].name]))}</div>")
@@ -230,13 +243,13 @@ def write_report(run_dir: str | Path, eval_dir: str | Path | None = None, *, spl
         sections.append("<h2>Sample decisions</h2>")
         for name, ds in decisions:
             sections += [f"<h3>{_esc(name)}</h3>", _decisions_html(ds)]
-    ablation_path = rd / "eval" / "ablation.json"
+    ablation_path = run.ablation_path if ed == run.eval_dir(split) else ed.parent / ABLATION
     if ablation_path.is_file():
         sections += ["<h2>Ablation</h2>", _ablation_html(read_json(ablation_path, what="ablation table"))]
     diag = _diagnosis_html(rd)
     if diag:
         sections += ["<h2>Diagnosis of training</h2>", diag]
-    cfg = rd / "config.yaml"
+    cfg = run.config_path
     if cfg.is_file():
         sections += ["<h2>Configuration</h2>", f"<pre>{_esc(cfg.read_text(encoding='utf-8', errors='replace'))}</pre>"]
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
@@ -248,6 +261,26 @@ def write_report(run_dir: str | Path, eval_dir: str | Path | None = None, *, spl
            + "\n".join(sections) + "\n</body></html>\n")
     out_path.write_text(doc, encoding="utf-8")
     return out_path
+
+
+def _data_text(data: Any) -> str:
+    """A data record of results.json (path, sha256, options, or the synthetic recipe) as one line."""
+    if not isinstance(data, Mapping):
+        return str(data)
+    if data.get("path"):
+        opts = ", ".join(f"{k} {data[k]}" for k in ("market", "tz", "time_shift", "repair") if data.get(k) is not None)
+        sha = data.get("sha256") or "?"
+        return f"{data['path']} (sha256 {sha[:12]}…" + (f"; {opts})" if opts else ")")
+    synth = data.get("synthetic") or {}
+    return "built-in synthetic market (" + ", ".join(f"{k} {v}" for k, v in synth.items()) + ")"
+
+
+def data_identity_of_config(run: RunDir) -> dict | None:
+    """The data record of the run's own config.yaml, or None when it cannot be read."""
+    try:
+        return data_identity(run.load_config(RunConfig).data)
+    except UserError:
+        return None
 
 
 def agent_results(results: Sequence[StrategyResult]) -> list[StrategyResult]:

@@ -11,6 +11,7 @@ a baseline) and whoever judges it (:mod:`~hybrid_trader.evaluation.metrics`, the
       prices.csv                # time, price   (the bars' close)
       <slug>.trades.csv         # one row per closed trade (TRADE_COLUMNS)
       <slug>.curve.csv          # time, equity, position   (one row per bar close)
+      manifest.json             # sha256 and size of each file above (checked by load_results)
 
 Times are ISO 8601 with their UTC offset, US/Eastern. JSON follows
 :func:`~hybrid_trader.evaluation.metrics.jsonable` (NaN -> null, inf -> "inf").
@@ -41,6 +42,7 @@ import pandas as pd
 
 from hybrid_trader.env.broker import TRADE_COLUMNS  # the columns derive from the one Trade record
 from hybrid_trader.errors import UserError
+from hybrid_trader.run.files import Manifest, atomic_write_bytes
 from hybrid_trader.evaluation.metrics import (
     EASTERN,
     aggregate_seeds,
@@ -181,8 +183,8 @@ def metrics_table(results: Sequence[StrategyResult]) -> dict[str, dict[str, Any]
     return table
 
 
-def _write_json(path: Path, data: Any) -> None:
-    path.write_text(json.dumps(jsonable(data), indent=2, allow_nan=False) + "\n", encoding="utf-8")
+def _json_text(data: Any) -> str:
+    return json.dumps(jsonable(data), indent=2, allow_nan=False) + "\n"
 
 
 def save_results(
@@ -207,14 +209,17 @@ def save_results(
     if len(set(names)) != len(names) or len(set(slugs)) != len(slugs):
         raise ValueError(f"strategy names must be unique (also as file names): {names}")
 
+    files: dict[Path, bytes] = {}
     prices = pd.Series(np.asarray(prices, dtype=float), index=_to_eastern(prices.index))
-    pd.DataFrame({"time": prices.index, "price": prices.to_numpy()}).to_csv(out / "prices.csv", index=False)
+    files[out / "prices.csv"] = pd.DataFrame({"time": prices.index, "price": prices.to_numpy()}).to_csv(
+        index=False).encode("utf-8")
 
     entries = []
     for i, (r, slug) in enumerate(zip(results, slugs)):
-        r.trades[list(TRADE_COLUMNS)].to_csv(out / f"{slug}.trades.csv", index=False)
-        pd.DataFrame({"time": r.equity.index, "equity": r.equity.to_numpy(),
-                      "position": r.position.to_numpy()}).to_csv(out / f"{slug}.curve.csv", index=False)
+        files[out / f"{slug}.trades.csv"] = r.trades[list(TRADE_COLUMNS)].to_csv(index=False).encode("utf-8")
+        files[out / f"{slug}.curve.csv"] = pd.DataFrame({
+            "time": r.equity.index, "equity": r.equity.to_numpy(), "position": r.position.to_numpy(),
+        }).to_csv(index=False).encode("utf-8")
         entries.append({
             "name": r.name,
             "role": role_of(r, i),
@@ -227,14 +232,18 @@ def save_results(
             "extra": r.extra,
         })
     table = metrics_table(results) if metrics is None else dict(metrics)
-    _write_json(out / "results.json", {
+    files[out / "metrics.json"] = _json_text(table).encode("utf-8")
+    # results.json last: a folder whose index is there holds every file the index names
+    files[out / "results.json"] = _json_text({
         "format": FORMAT,
         "written": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "info": dict(info or {}),
         "prices_file": "prices.csv",
         "strategies": entries,
-    })
-    _write_json(out / "metrics.json", table)
+    }).encode("utf-8")
+    for path, data in files.items():
+        atomic_write_bytes(path, data)
+    Manifest(out).record(files)
     return out
 
 
@@ -245,6 +254,7 @@ def _read_times(series: pd.Series) -> pd.Series:
 
 
 def _read_csv(path: Path) -> pd.DataFrame:
+    _check(path)
     try:
         return pd.read_csv(path, keep_default_na=True)
     except FileNotFoundError:
@@ -255,8 +265,16 @@ def _read_csv(path: Path) -> pd.DataFrame:
                         fix="re-run `hybrid-trader evaluate RUN_DIR` to write the results again") from None
 
 
+def _check(path: Path) -> None:
+    """A UserError naming ``path`` when it differs from what ``save_results`` wrote (its folder's manifest)."""
+    path = Path(path)
+    if path.exists():
+        Manifest(path.parent).verify(path, fix="re-run `hybrid-trader evaluate RUN_DIR` to write the results again")
+
+
 def read_json(path: Path, *, what: str = "file", fix: str | None = None) -> Any:
     """Parse a JSON file; a UserError naming the file (and line) when it is missing or broken."""
+    _check(path)
     try:
         text = Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:

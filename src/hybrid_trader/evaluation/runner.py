@@ -9,13 +9,14 @@ account is flat for good, and the breach day is reported.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import pandas as pd
 
 from hybrid_trader.env import EnvConfig, TradingEnv
-from hybrid_trader.evaluation.policies import Policy
+from hybrid_trader.evaluation.metrics import compute_metrics
+from hybrid_trader.evaluation.policies import AgentPolicy, Policy
 
 
 def evaluation_env(market: Any, env_config: EnvConfig, sessions: Sequence[int], **kwargs: Any) -> TradingEnv:
@@ -80,3 +81,37 @@ def entry_rate(result: "StrategyResult", env: TradingEnv) -> float:
     """Trades per bar where entry was possible, to set a random baseline's activity."""
     bars = max(int(np.count_nonzero(result.position.to_numpy() == 0)), 1)
     return min(len(result.trades) / bars, 1.0)
+
+
+def validation_fn(market: Any, config: Any) -> Callable[[Any], dict]:
+    """Training's periodic validation (``train_run(validation=validation_fn)``).
+
+    Deterministic policy over the last ``train.validation_sessions`` days of train and
+    the first of validation -> ``{"train/net_pnl_per_day", "val/sharpe", ...}``.
+    """
+    k = config.train.validation_sessions
+    parts = {"train": list(market.sessions("train"))[-k:], "val": list(market.sessions("val"))[:k]}
+
+    def evaluate(model: Any) -> dict:
+        out: dict[str, Any] = {}
+        for name, sessions in parts.items():
+            if not sessions:
+                continue
+            env = evaluation_env(market, config.env, sessions)
+            result = run_policy(AgentPolicy(model, model.get_vec_normalize_env()), env)
+            m = compute_metrics(result)
+            days = max(m.get("Days", len(sessions)) or 1, 1)
+            out[f"{name}/net_pnl_per_day"] = float(m["Net PnL [$]"]) / days
+            out[f"{name}/sharpe"] = _finite(m.get("Sharpe (ann.)"))
+            out[f"{name}/trades"] = int(m["Trades"])
+        return out
+
+    return evaluate
+
+
+def _finite(x: Any) -> float | None:
+    try:
+        x = float(x)
+    except (TypeError, ValueError):
+        return None
+    return x if np.isfinite(x) else None

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import time
 from collections import deque
 from pathlib import Path
@@ -15,7 +16,11 @@ from typing import Any, Callable
 
 import numpy as np
 from stable_baselines3.common.callbacks import BaseCallback
-from stable_baselines3.common.logger import KVWriter
+from stable_baselines3.common.logger import KVWriter, TensorBoardOutputFormat
+from torch.utils.tensorboard import SummaryWriter
+
+from hybrid_trader.run import RunDir
+from hybrid_trader.run.models import save_model
 
 
 class JsonlWriter(KVWriter):
@@ -36,21 +41,23 @@ class JsonlWriter(KVWriter):
         row.setdefault("time/total_timesteps", step)
         self.file.write(json.dumps(row) + "\n")
         self.file.flush()
+        os.fsync(self.file.fileno())
 
     def close(self) -> None:
         self.file.close()
 
 
-def write_status(run_dir: Path, **fields: Any) -> dict:
-    """Update ``RUN_DIR/status.json`` (merged with what is there)."""
-    path = Path(run_dir) / "status.json"
-    status = json.loads(path.read_text()) if path.exists() else {}
-    status.update(fields)
-    status["updated"] = time.strftime("%Y-%m-%dT%H:%M:%S")
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(status, indent=2))
-    tmp.replace(path)
-    return status
+class TensorBoardContinued(TensorBoardOutputFormat):
+    """TensorBoard output into ``folder`` itself (one run); a resume purges the events past its checkpoint.
+
+    ``purge_step`` (the checkpoint's step) makes TensorBoard discard the earlier
+    events at or after it, so a resumed run's curves continue instead of doubling back.
+    """
+
+    def __init__(self, folder: str, purge_step: int | None = None) -> None:
+        # Not super().__init__: it would open a second, empty event file.
+        self.writer = SummaryWriter(log_dir=folder, purge_step=None if purge_step is None else int(purge_step))
+        self._is_closed = False
 
 
 class TradingMetricsCallback(BaseCallback):
@@ -94,12 +101,11 @@ class TradingMetricsCallback(BaseCallback):
 class CheckpointCallback(BaseCallback):
     """Saves model + normalisation every ``every`` steps, keeps the newest ``keep``, updates status.json."""
 
-    def __init__(self, run_dir: Path, every: int, keep: int = 3) -> None:
+    def __init__(self, run: RunDir, every: int, keep: int = 3) -> None:
         super().__init__()
-        self.run_dir = Path(run_dir)
-        self.dir = self.run_dir / "checkpoints"
+        self.run = run
         self.every = max(int(every), 1)
-        self.keep = keep
+        self.keep = max(int(keep), 1)
         self._next = None
 
     def _on_training_start(self) -> None:
@@ -112,27 +118,27 @@ class CheckpointCallback(BaseCallback):
         return True
 
     def save(self) -> Path:
-        self.dir.mkdir(parents=True, exist_ok=True)
-        stem = self.dir / f"step_{self.num_timesteps:09d}"
-        self.model.save(stem.with_suffix(".zip"))
+        """Write the checkpoint of the current step (atomically, into the manifest) and rotate old ones."""
+        ckpt = self.run.checkpoint(self.num_timesteps)
         vec = self.model.get_vec_normalize_env()
-        if vec is not None:
-            vec.save(str(stem) + "_vecnormalize.pkl")
-        write_status(self.run_dir, total_timesteps=int(self.num_timesteps),
-                     last_checkpoint=str(stem.with_suffix(".zip").relative_to(self.run_dir)))
-        zips = sorted(self.dir.glob("step_*.zip"))
-        for old in zips[: max(len(zips) - self.keep, 0)]:
-            old.unlink(missing_ok=True)
-            Path(str(old.with_suffix("")) + "_vecnormalize.pkl").unlink(missing_ok=True)
-        return stem.with_suffix(".zip")
+        save_model(self.run, self.model, ckpt.model, vec, ckpt.vecnormalize)
+        self.run.write_status(total_timesteps=int(self.num_timesteps),
+                              last_checkpoint=ckpt.model.relative_to(self.run.path).as_posix())
+        old = self.run.checkpoints()[: -self.keep]
+        for c in old:
+            c.model.unlink(missing_ok=True)
+            c.vecnormalize.unlink(missing_ok=True)
+        if old:
+            self.run.manifest.forget(*[p for c in old for p in (c.model, c.vecnormalize)])
+        return ckpt.model
 
 
 class ValidationCallback(BaseCallback):
     """Every ``every`` steps: deterministic policy on recent train days and on validation days."""
 
-    def __init__(self, run_dir: Path, every: int, evaluate: Callable[[Any], dict]) -> None:
+    def __init__(self, path: Path, every: int, evaluate: Callable[[Any], dict]) -> None:
         super().__init__()
-        self.path = Path(run_dir) / "validation.jsonl"
+        self.path = Path(path)
         self.every = int(every)
         self.evaluate = evaluate
         self._next = None

@@ -1,34 +1,46 @@
 """Train MaskablePPO on the trading environment: phases 1 and 2 (phase 3 adds the advisor).
 
-``train_run`` owns one run directory::
-
-    RUN_DIR/config.yaml          resolved configuration
-    RUN_DIR/split.json           the sessions (and dates) of train / val / test
-    RUN_DIR/model.zip            final model (sb3 zip, includes the optimizer state)
-    RUN_DIR/vecnormalize.pkl     observation normalisation fitted on the training split
-    RUN_DIR/checkpoints/         step_XXXXXXXXX.zip (+ _vecnormalize.pkl), the newest few
-    RUN_DIR/tb/                  TensorBoard events (PPO and trading metrics)
-    RUN_DIR/progress.jsonl       the same metrics, one JSON object per update
-    RUN_DIR/validation.jsonl     periodic train/validation results
-    RUN_DIR/status.json          running / finished / interrupted, steps done
+``train_run`` owns one run directory; its layout and file rules are described once, in
+:mod:`hybrid_trader.run.rundir`. Training does not evaluate: periodic validation is
+passed in (``validation``: a factory ``(market, config) -> (model -> figures)``, built by
+a higher layer, e.g. ``evaluation.runner.validation_fn``).
 """
 
 from __future__ import annotations
 
-import json
 import os
-import pickle
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
-import numpy as np
+import torch
+import yaml
+from sb3_contrib import MaskablePPO
+from stable_baselines3.common.callbacks import CallbackList
+from stable_baselines3.common.logger import Logger
+from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecMonitor, VecNormalize
 
-from hybrid_trader.config import load_yaml_config, save_config
+from hybrid_trader.config import to_dict
 from hybrid_trader.errors import UserError
+from hybrid_trader.run import RunDir
+from hybrid_trader.run.rundir import LLM_CONFIG, SPLIT
+from hybrid_trader.run.models import (
+    final_model, load_model, load_normalizer, newest_valid_checkpoint, restart_fix, save_model,
+)
+from hybrid_trader.training.callbacks import (
+    CheckpointCallback, FreezeBodyCallback, JsonlWriter, StopOnSignal, TensorBoardContinued, TradingMetricsCallback,
+    ValidationCallback,
+)
 from hybrid_trader.training.config import RunConfig
 from hybrid_trader.training.market import Market, env_factory, load_market
+from hybrid_trader.training.transfer import transfer_normalization, transfer_weights
+
+ValidationFactory = Callable[[Market, RunConfig], Callable[[Any], dict]]
+"""Builds the periodic validation of a run: ``(market, config) -> (model -> {name: figure})``."""
+
+RESUMABLE = ("ppo.total_timesteps", "train.progress_bar", "ppo.device", "ppo.torch_threads", "ppo.vec_env")
+"""Settings ``--resume`` may change; any other difference from the run's config.yaml is refused."""
 
 
 def default_run_dir(config: RunConfig, root: str | Path = "runs") -> Path:
@@ -44,27 +56,14 @@ def default_run_dir(config: RunConfig, root: str | Path = "runs") -> Path:
     return Path(root) / f"p{config.env.phase}-{market}-{data}-s{config.ppo.seed}-{stamp}"
 
 
-def find_model(run_dir: Path) -> tuple[Path, Path | None]:
-    """The final model of a run, else its newest checkpoint, with its normalisation file."""
-    run_dir = Path(run_dir)
-    if (run_dir / "model.zip").exists():
-        vec = run_dir / "vecnormalize.pkl"
-        return run_dir / "model.zip", vec if vec.exists() else None
-    ckpts = sorted((run_dir / "checkpoints").glob("step_*.zip"))
-    if not ckpts:
-        raise UserError(
-            f"{run_dir} has no model.zip and no checkpoint",
-            fix="point at a run directory made by 'hybrid-trader train' (it may have stopped before its first checkpoint)",
-        )
-    vec = Path(str(ckpts[-1].with_suffix("")) + "_vecnormalize.pkl")
-    return ckpts[-1], vec if vec.exists() else None
+def find_model(run_dir: Path, normalize: bool = True) -> tuple[Path, Path | None]:
+    """The final model of a run, else its newest checkpoint, with its normalisation file (checked)."""
+    return final_model(RunDir(run_dir), normalize)
 
 
 def load_run_config(run_dir: Path) -> RunConfig:
-    path = Path(run_dir) / "config.yaml"
-    if not path.exists():
-        raise UserError(f"{run_dir} has no config.yaml", fix="point at a run directory made by 'hybrid-trader train'")
-    return load_yaml_config(path, RunConfig)
+    """The run's config.yaml (a UserError when the folder is not a run)."""
+    return RunDir(run_dir).load_config(RunConfig)
 
 
 def build_vec_env(market: Market, config: RunConfig, sessions, n_envs: int, seed: int, *, normalize: bool,
@@ -74,8 +73,6 @@ def build_vec_env(market: Market, config: RunConfig, sessions, n_envs: int, seed
     Phase 3 (``advisor`` given): the advisor wrapper appends the advice to each
     observation, and only the 261 features are normalised.
     """
-    from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecMonitor, VecNormalize
-
     subproc = config.ppo.vec_env == "subproc" and n_envs > 1
     risk = config.risk if config.env.phase == 3 else None
     fns = [env_factory(market, config.env, sessions, seed + i, ignore_sigint=subproc, wrap=wrap, risk=risk)
@@ -98,50 +95,11 @@ def build_vec_env(market: Market, config: RunConfig, sessions, n_envs: int, seed
     return venv
 
 
-def make_validation_fn(market: Market, config: RunConfig):
-    """Deterministic policy over the last days of train and of validation -> logged figures."""
-    from hybrid_trader.evaluation.metrics import compute_metrics
-    from hybrid_trader.evaluation.policies import AgentPolicy
-    from hybrid_trader.evaluation.runner import evaluation_env, run_policy
-
-    k = config.train.validation_sessions
-    parts = {"train": list(market.sessions("train"))[-k:], "val": list(market.sessions("val"))[:k]}
-
-    def evaluate(model) -> dict:
-        out = {}
-        for name, sessions in parts.items():
-            if not sessions:
-                continue
-            env = evaluation_env(market, config.env, sessions)
-            result = run_policy(AgentPolicy(model, model.get_vec_normalize_env()), env)
-            m = compute_metrics(result)
-            days = max(m.get("Days", len(sessions)) or 1, 1)
-            out[f"{name}/net_pnl_per_day"] = float(m["Net PnL [$]"]) / days
-            out[f"{name}/sharpe"] = _finite(m.get("Sharpe (ann.)"))
-            out[f"{name}/trades"] = int(m["Trades"])
-        return out
-
-    return evaluate
-
-
-def _finite(x: Any) -> float | None:
-    try:
-        x = float(x)
-    except (TypeError, ValueError):
-        return None
-    return x if np.isfinite(x) else None
-
-
 def make_model(config: RunConfig, venv, init: Path | None = None):
     """A new MaskablePPO for ``config`` on ``venv``, initialised from the run ``init`` if given.
 
     Returns ``(model, notes)`` where ``notes`` says which layers were adapted.
     """
-    from sb3_contrib import MaskablePPO
-    from stable_baselines3.common.vec_env import VecNormalize
-
-    from hybrid_trader.training.transfer import transfer_normalization, transfer_weights
-
     ppo = config.ppo
     hyper = dict(
         learning_rate=ppo.learning_rate, n_steps=ppo.n_steps, batch_size=ppo.batch_size, n_epochs=ppo.n_epochs,
@@ -159,13 +117,40 @@ def make_model(config: RunConfig, venv, init: Path | None = None):
                         **hyper)
     notes: list[str] = []
     if init is not None:
-        src_path, src_vec = find_model(Path(init))
-        src = MaskablePPO.load(src_path, device=ppo.device)
+        src_run = RunDir(init)
+        src_path, src_vec = final_model(src_run, src_run.load_config(RunConfig).ppo.normalize_observations)
+        src = load_model(src_run, src_path, device=ppo.device)
         notes = transfer_weights(src.policy, model.policy)
         if src_vec is not None and isinstance(venv, VecNormalize):
-            with open(src_vec, "rb") as f:
-                transfer_normalization(pickle.load(f), venv)
+            transfer_normalization(load_normalizer(src_run, src_vec), venv)
     return model, notes
+
+
+def warn(*parts: Any) -> None:
+    """What a user must see even with --quiet (fallbacks, dropped rows, stale results): to stderr."""
+    print(*parts, file=sys.stderr, flush=True)
+
+
+def resume_conflicts(saved: RunConfig, given: RunConfig) -> list[str]:
+    """Settings where ``given`` contradicts the run's ``saved`` config (those in RESUMABLE aside)."""
+    a, b = _flat(to_dict(saved)), _flat(to_dict(given))
+    return [f"{key}: the run has {a.get(key)!r}, given {b.get(key)!r}" for key in sorted(set(a) | set(b))
+            if key not in RESUMABLE and a.get(key) != b.get(key)]
+
+
+def _flat(data: Any, prefix: str = "") -> dict[str, Any]:
+    if not isinstance(data, dict):
+        return {prefix: data}
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        out.update(_flat(value, f"{prefix}{key}." if isinstance(value, dict) and value else f"{prefix}{key}"))
+    return {k.rstrip("."): v for k, v in out.items()}
+
+
+def _split_info(market: Market) -> dict:
+    return {**market.split.to_dict(), "dates": {
+        name: [str(market.bars.session_dates[r.start]), str(market.bars.session_dates[r.stop - 1])] if len(r) else None
+        for name in ("train", "val", "test") for r in [market.sessions(name)]}}
 
 
 def train_run(
@@ -177,127 +162,214 @@ def train_run(
     market: Market | None = None,
     extra_callbacks: list | None = None,
     quiet: bool = False,
+    validation: ValidationFactory | None = None,
 ) -> dict:
-    """Train (or resume) one run. Returns the final status dict; raises KeyboardInterrupt after saving."""
-    from sb3_contrib import MaskablePPO
-    from stable_baselines3.common.callbacks import CallbackList
-    from stable_baselines3.common.logger import Logger, TensorBoardOutputFormat
-    from stable_baselines3.common.vec_env import VecNormalize
+    """Train (or resume) one run. Returns the final status dict; raises KeyboardInterrupt after saving.
 
-    from hybrid_trader.training.callbacks import (
-        CheckpointCallback, FreezeBodyCallback, JsonlWriter, StopOnSignal, TradingMetricsCallback, ValidationCallback,
-        write_status,
-    )
-    run_dir = Path(run_dir)
+    A new run checks everything it can (config, data and sessions, the environment's
+    preset, the LLM advisor's start-up check, the model's hyper-parameters) before it
+    creates ``run_dir``, and removes the folder again when it fails before its first
+    checkpoint. ``resume`` refuses a ``config`` that contradicts the run's (see
+    :data:`RESUMABLE`), records a new target, continues from the newest valid
+    checkpoint and drops log rows past it. ``validation`` (optional) builds the periodic
+    validation when ``train.validate_every`` > 0.
+    """
+    run = RunDir(run_dir)
     say = (lambda *a: None) if quiet else (lambda *a: print(*a, flush=True))
     config.validate()
     if resume:
-        if not (run_dir / "status.json").exists():
-            raise UserError(f"--resume: {run_dir} has no status.json", fix="resume a run directory made by 'hybrid-trader train'")
-        ckpt, vec_path = find_model(run_dir)
-        status = json.loads((run_dir / "status.json").read_text())
-        if status.get("state") == "finished" and status.get("total_timesteps", 0) >= config.ppo.total_timesteps:
-            say(f"{run_dir} already finished {status['total_timesteps']:,} steps; nothing to resume")
-            return status
-    else:
-        if run_dir.exists() and any(run_dir.iterdir()):
-            raise UserError(f"run directory {run_dir} is not empty",
-                            fix="choose another --out, or add --resume to continue the run in it")
-        run_dir.mkdir(parents=True, exist_ok=True)
-        save_config(config, run_dir / "config.yaml", header=f"hybrid-trader run configuration (phase {config.env.phase})")
+        return _resume(run, config, market=market, extra_callbacks=extra_callbacks, say=say, quiet=quiet,
+                       validation=validation)
+    if not run.is_empty():
+        fix = "choose another --out, or add --resume to continue the run in it"
+        if run.config_path.exists() and not run.checkpoints() and not run.model_path.exists():
+            fix = f"it holds no checkpoint (training stopped before its first one); {restart_fix(run)}"
+        raise UserError(f"run directory {run.path} is not empty", fix=fix)
 
+    # Everything checkable, before the folder exists.
     market = market or load_market(config.data, config.split)
-    split_info = {**market.split.to_dict(), "dates": {
-        name: [str(market.bars.session_dates[r.start]), str(market.bars.session_dates[r.stop - 1])] if len(r) else None
-        for name in ("train", "val", "test") for r in [market.sessions(name)]}}
-    (run_dir / "split.json").write_text(json.dumps(split_info, indent=2))
-    say(market.describe())
+    split_info = _split_info(market)
+    advisor, llm_config = _advisor(config, say)
+    venv = build_vec_env(market, config, market.sessions("train"), config.ppo.n_envs, config.ppo.seed,
+                         normalize=config.ppo.normalize_observations, advisor=advisor)
+    created = False
+    lock = None
+    try:
+        _set_torch(config)
+        model, notes = make_model(config, venv, init)
+        try:
+            run.path.mkdir(parents=True)
+            created = True
+        except FileExistsError:
+            if not run.is_empty():
+                raise UserError(f"run directory {run.path} is not empty (another process created it meanwhile)",
+                                fix="choose another --out") from None
+        lock = run.lock("train").acquire()
+        run.save_config(config, header=f"hybrid-trader run configuration (phase {config.env.phase})")
+        run.write_json(SPLIT, split_info)
+        say(market.describe())
+        if llm_config is not None:
+            run.write_yaml_text(LLM_CONFIG, _yaml_dump(to_dict(llm_config) if not hasattr(llm_config, "to_dict")
+                                                       else llm_config.to_dict()))
+        if init is not None:
+            run.write_status(init=str(init), init_notes=notes)
+            say(f"initialised from {init}: " + ("; ".join(notes) or "same shapes"))
+        return _learn(run, config, model, venv, market, resumed_from=None, init=init,
+                      extra_callbacks=extra_callbacks, say=say, quiet=quiet, validation=validation)
+    except KeyboardInterrupt:
+        raise
+    except BaseException:
+        if created and not run.checkpoints():
+            if lock is not None:
+                lock.release()
+                lock = None
+            run.remove()
+            warn(f"removed {run.path}: the run failed before its first checkpoint (this process created it)")
+        elif run.exists() and lock is not None:
+            run.write_status(state="failed")
+        raise
+    finally:
+        if lock is not None:
+            lock.release()
+        venv.close()
 
-    ppo = config.ppo
-    import torch
 
-    torch.set_num_threads(ppo.torch_threads)
+def _resume(run: RunDir, config: RunConfig, *, market, extra_callbacks, say, quiet, validation) -> dict:
+    run.require()
+    with run.lock("train --resume"):
+        if not run.status_path.exists():
+            raise UserError(f"--resume: {run.path} has no status.json",
+                            fix="resume a run directory made by 'hybrid-trader train'")
+        saved = run.load_config(RunConfig)
+        run.verified(run.split_path, fix=f"restore {run.split_path}; it records the days this run trained on")
+        conflicts = resume_conflicts(saved, config)
+        if conflicts:
+            raise UserError(
+                "--resume continues the run as it was configured; these settings contradict it:\n    "
+                + "\n    ".join(conflicts),
+                fix=f"drop those options (only --timesteps may change), or start a new run with another --out")
+        status = run.read_status()
+        done = int(status.get("total_timesteps") or 0)
+        target = config.ppo.total_timesteps
+        if status.get("state") == "finished" and target <= done:
+            warn(f"{run.path} already finished {done:,} steps (target {saved.ppo.total_timesteps:,}); nothing to "
+                f"resume and nothing changed. To train on, pass a larger target: --timesteps N (N > {done:,})")
+            return status
+        ckpt, skipped = newest_valid_checkpoint(run, config.ppo.normalize_observations)
+        if skipped:
+            warn("skipping damaged checkpoints: " + "; ".join(skipped))
+            warn(f"resuming from the newest valid checkpoint, {ckpt.model.name} (step {ckpt.step:,})")
+        if target <= ckpt.step:
+            warn(f"{run.path}: checkpoint {ckpt.model.name} is at step {ckpt.step:,}, target {target:,}; nothing to "
+                f"train. To train on, pass a larger target: --timesteps N (N > {ckpt.step:,})")
+            return status
+        if target != saved.ppo.total_timesteps:
+            run.save_config(config, header=f"hybrid-trader run configuration (phase {config.env.phase}); "
+                            f"target changed by --resume from {saved.ppo.total_timesteps:,} to {target:,}")
+            warn(f"target recorded: {saved.ppo.total_timesteps:,} -> {target:,} steps (config.yaml, status.json)")
+        run.write_status(target_timesteps=target)
+        market = market or load_market(config.data, config.split)
+        say(market.describe())
+        advisor, _ = _advisor(config, say)
+        venv = build_vec_env(market, config, market.sessions("train"), config.ppo.n_envs, config.ppo.seed,
+                             normalize=config.ppo.normalize_observations, advisor=advisor)
+        try:
+            _set_torch(config)
+            model = load_model(run, ckpt.model, env=venv, device=config.ppo.device)
+            if config.ppo.normalize_observations and isinstance(venv, VecNormalize):
+                venv.obs_rms = load_normalizer(run, ckpt.vecnormalize).obs_rms
+            dropped = run.truncate_logs(ckpt.step)
+            if dropped:
+                warn(f"dropped {dropped} log rows past step {ckpt.step:,} (written after the checkpoint)")
+            say(f"resuming {run.path} from {ckpt.model.name} at step {model.num_timesteps:,}")
+            init = status.get("init")
+            return _learn(run, config, model, venv, market, resumed_from=ckpt.step, init=init,
+                          extra_callbacks=extra_callbacks, say=say, quiet=quiet, validation=validation)
+        finally:
+            venv.close()
+
+
+def _advisor(config: RunConfig, say) -> tuple[Any, Any]:
+    """Phase 3: the LLM advisor (its start-up check runs here, before any file is written)."""
+    if config.env.phase != 3:
+        return None, None
+    from hybrid_trader.llm import build_advisor  # phase 3 only: loads the advisor's back ends
+
+    llm_config = config.llm_config()
+    advisor = build_advisor(llm_config)
+    say(f"LLM advisor: {llm_config.backend} back end, {llm_config.mode} mode, query {llm_config.query.mode}, "
+        f"llm_weight {config.fusion.llm_weight}")
+    return advisor, llm_config
+
+
+def _set_torch(config: RunConfig) -> None:
+    torch.set_num_threads(config.ppo.torch_threads)
     # Checking every action distribution's arguments costs about a third of a policy step
     # (measured: training ~10% faster without); the network's outputs are finite by
     # construction and masked logits are handled by MaskableCategorical.
-    torch.distributions.Distribution.set_default_validate_args(ppo.validate_distributions)
-    phase3 = config.env.phase == 3
-    advisor = None
-    if phase3:
-        from hybrid_trader.llm import build_advisor
+    torch.distributions.Distribution.set_default_validate_args(config.ppo.validate_distributions)
 
-        llm_config = config.llm_config()
-        advisor = build_advisor(llm_config)
-        (run_dir / "llm.yaml").write_text(_yaml_dump(llm_config.to_dict()))
-        say(f"LLM advisor: {llm_config.backend} back end, {llm_config.mode} mode, query {llm_config.query.mode}, "
-            f"llm_weight {config.fusion.llm_weight}")
-    venv = build_vec_env(market, config, market.sessions("train"), ppo.n_envs, ppo.seed,
-                         normalize=ppo.normalize_observations, advisor=advisor)
-    try:
-        if resume:
-            model = MaskablePPO.load(ckpt, env=venv, device=ppo.device)
-            if vec_path is not None and isinstance(venv, VecNormalize):
-                saved = VecNormalize.load(str(vec_path), venv.venv)
-                venv.obs_rms = saved.obs_rms
-            say(f"resuming {run_dir} from {ckpt.name} at step {model.num_timesteps:,}")
-        else:
-            model, notes = make_model(config, venv, init)
-            if init is not None:
-                write_status(run_dir, init=str(init), init_notes=notes)
-                say(f"initialised from {init}: " + ("; ".join(notes) or "same shapes"))
 
-        logger = Logger(folder=str(run_dir), output_formats=[
-            TensorBoardOutputFormat(str(run_dir / "tb")), JsonlWriter(run_dir / "progress.jsonl")])
-        model.set_logger(logger)
+def _learn(run: RunDir, config: RunConfig, model, venv, market: Market, *, resumed_from: int | None, init,
+           extra_callbacks, say, quiet: bool, validation: ValidationFactory | None) -> dict:
+    """Train ``model`` to the target, with checkpoints, logs and status; the run's lock is held."""
+    ppo = config.ppo
+    start_step = resumed_from or 0
+    logger = Logger(folder=str(run.path), output_formats=[
+        TensorBoardContinued(str(run.tb_dir), purge_step=resumed_from), JsonlWriter(run.progress_path)])
+    model.set_logger(logger)
 
-        checkpoints = CheckpointCallback(run_dir, config.train.checkpoint_every, config.train.keep_checkpoints)
-        callbacks = [TradingMetricsCallback(), checkpoints]
-        if phase3:
-            from hybrid_trader.training.hybrid_stats import HybridStatsCallback
+    checkpoints = CheckpointCallback(run, config.train.checkpoint_every, config.train.keep_checkpoints)
+    callbacks = [TradingMetricsCallback(), checkpoints]
+    if config.env.phase == 3:
+        from hybrid_trader.training.hybrid_stats import HybridStatsCallback  # phase 3 only
 
-            callbacks.append(HybridStatsCallback(_find_wrapper(venv), config.llm_config()))
-        if config.train.validate_every > 0 and len(market.sessions("val")):
-            callbacks.append(ValidationCallback(run_dir, config.train.validate_every, make_validation_fn(market, config)))
-        if init is not None and config.train.freeze_body_steps > 0:
-            callbacks.append(FreezeBodyCallback(config.train.freeze_body_steps))
-        callbacks += list(extra_callbacks or [])
+        callbacks.append(HybridStatsCallback(_find_wrapper(venv), config.llm_config()))
+    if validation is not None and config.train.validate_every > 0 and len(market.sessions("val")):
+        callbacks.append(ValidationCallback(run.validation_path, config.train.validate_every,
+                                            validation(market, config)))
+    if init is not None and config.train.freeze_body_steps > 0:
+        callbacks.append(FreezeBodyCallback(config.train.freeze_body_steps))
+    callbacks += list(extra_callbacks or [])
 
-        remaining = max(ppo.total_timesteps - model.num_timesteps, 0)
-        write_status(run_dir, state="running", phase=config.env.phase, target_timesteps=ppo.total_timesteps,
+    remaining = max(ppo.total_timesteps - model.num_timesteps, 0)
+    run.write_status(state="running", phase=config.env.phase, target_timesteps=ppo.total_timesteps,
                      total_timesteps=int(model.num_timesteps), final_model=None, pid=os.getpid())
-        stop = StopOnSignal().install()  # Ctrl-C / SIGTERM end the run at the next step, cleanly
-        started = time.perf_counter()
-        start_steps = model.num_timesteps
-        try:
-            model.learn(total_timesteps=remaining, callback=CallbackList([stop, *callbacks]), log_interval=1,
-                        reset_num_timesteps=not resume, progress_bar=config.train.progress_bar and not quiet)
-            if stop.requested is not None:
-                raise KeyboardInterrupt
-        except KeyboardInterrupt:
-            checkpoints.model = model  # in case training stopped before the callback was initialised
-            path = checkpoints.save()
-            logger.dump(model.num_timesteps)
-            status = write_status(run_dir, state="interrupted", total_timesteps=int(model.num_timesteps))
-            say(f"\ninterrupted at step {model.num_timesteps:,}: checkpoint {path}; continue with --resume")
-            raise
-        finally:
-            stop.restore()
-        elapsed = time.perf_counter() - started
+    stop = StopOnSignal().install()  # Ctrl-C / SIGTERM end the run at the next step, cleanly
+    started = time.perf_counter()
+    try:
+        model.learn(total_timesteps=remaining, callback=CallbackList([stop, *callbacks]), log_interval=1,
+                    reset_num_timesteps=resumed_from is None,
+                    progress_bar=config.train.progress_bar and not quiet)
+        if stop.requested is not None:
+            raise KeyboardInterrupt
+    except KeyboardInterrupt:
+        checkpoints.model = model  # in case training stopped before the callback was initialised
+        path = checkpoints.save()
         logger.dump(model.num_timesteps)
-        checkpoints.save()
-        model.save(run_dir / "model.zip")
-        if isinstance(venv, VecNormalize):
-            venv.save(str(run_dir / "vecnormalize.pkl"))
-        steps = model.num_timesteps - start_steps
-        status = write_status(
-            run_dir, state="finished", total_timesteps=int(model.num_timesteps), final_model="model.zip",
-            wall_seconds=round(elapsed, 1), steps_per_second=round(steps / elapsed, 1) if elapsed > 0 else None,
-        )
         logger.close()
-        say(f"trained {steps:,} steps in {elapsed:.0f} s ({status['steps_per_second']} steps/s) -> {run_dir}")
-        return status
+        run.write_status(state="interrupted", total_timesteps=int(model.num_timesteps))
+        say(f"\ninterrupted at step {model.num_timesteps:,}: checkpoint {path}; continue with --resume")
+        raise
     finally:
-        venv.close()
+        stop.restore()
+    elapsed = time.perf_counter() - started
+    logger.dump(model.num_timesteps)
+    checkpoints.save()
+    had_model = run.model_path.exists()
+    vec = venv if isinstance(venv, VecNormalize) else None
+    save_model(run, model, run.model_path, vec, run.vecnormalize_path)
+    steps = model.num_timesteps - start_step
+    status = run.write_status(
+        state="finished", total_timesteps=int(model.num_timesteps), final_model=run.model_path.name,
+        wall_seconds=round(elapsed, 1), steps_per_second=round(steps / elapsed, 1) if elapsed > 0 else None,
+    )
+    logger.close()
+    if had_model:
+        for folder in run.mark_stale():
+            warn(f"{folder} evaluated the previous model: marked stale (evaluate again)")
+    say(f"trained {steps:,} steps in {elapsed:.0f} s ({status['steps_per_second']} steps/s) -> {run.path}")
+    return status
 
 
 def _find_wrapper(venv):
@@ -310,7 +382,5 @@ def _find_wrapper(venv):
 
 
 def _yaml_dump(data: dict) -> str:
-    import yaml
-
     return "# Resolved LLM advisor configuration of this run.\n" + yaml.safe_dump(data, sort_keys=False)
 

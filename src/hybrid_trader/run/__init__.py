@@ -1,0 +1,17 @@
+"""The run layer: one module owns a run directory's layout and files.
+
+- :mod:`.rundir`  ``RunDir`` (file names, config, status, logs, checkpoints, evaluations);
+  its docstring is the one description of the layout
+- :mod:`.files`   atomic writes and the sha256 ``manifest.json``
+- :mod:`.lock`    one writer per folder (``flock`` on ``.lock``, naming the holder's PID)
+- :mod:`.models`  saving and loading the model and normaliser, checked (imports SB3)
+"""
+
+from __future__ import annotations
+
+from hybrid_trader.run.files import Manifest, atomic_write_bytes, atomic_write_text, sha256_file
+from hybrid_trader.run.lock import FolderLock
+from hybrid_trader.run.rundir import Checkpoint, RunDir, data_identity, is_stale, read_jsonl
+
+__all__ = ["Checkpoint", "FolderLock", "Manifest", "RunDir", "atomic_write_bytes", "atomic_write_text",
+           "data_identity", "is_stale", "read_jsonl", "sha256_file"]

@@ -1,0 +1,134 @@
+"""Saving and loading a run's model and observation normaliser, checked against the manifest.
+
+Kept apart from :mod:`.rundir` because it imports Stable-Baselines3 (and torch, about
+1.5 s): ``report`` and ``diagnose`` read a run directory without paying for it.
+"""
+
+from __future__ import annotations
+
+import io
+import pickle
+import zipfile
+from pathlib import Path
+from typing import Any
+
+from sb3_contrib import MaskablePPO
+from stable_baselines3.common.vec_env import VecNormalize
+
+from hybrid_trader.errors import UserError
+from hybrid_trader.run.files import atomic_write_bytes
+from hybrid_trader.run.rundir import Checkpoint, RunDir
+
+
+def model_bytes(model: Any) -> bytes:
+    buffer = io.BytesIO()
+    model.save(buffer)
+    return buffer.getvalue()
+
+
+def save_model(run: RunDir, model: Any, path: Path, vec: VecNormalize | None = None,
+               vec_path: Path | None = None) -> None:
+    """Write the model (and its normaliser) atomically and record both in the manifest."""
+    written = {path: model_bytes(model)}
+    if vec is not None and vec_path is not None:
+        written[vec_path] = pickle.dumps(vec)
+    for target, data in written.items():
+        atomic_write_bytes(target, data)
+    run.manifest.record(written)
+
+
+def damaged_fix(run: RunDir, path: Path) -> str:
+    if path.parent == run.checkpoints_dir:
+        return (f"delete {path} (and its _vecnormalize.pkl): --resume then starts from the newest valid checkpoint")
+    return (f"restore {path} from a backup, or train again with `hybrid-trader train --resume --out {run.path}` "
+            "(it continues from the newest valid checkpoint and writes the file anew)")
+
+
+def load_model(run: RunDir, path: Path, **kwargs: Any) -> Any:
+    """``MaskablePPO.load(path)`` after checking the file; a damaged file is a UserError naming it."""
+    run.verified(path, fix=damaged_fix(run, path))
+    try:
+        return MaskablePPO.load(path, **kwargs)
+    except (zipfile.BadZipFile, EOFError, KeyError, ValueError, RuntimeError, pickle.UnpicklingError, OSError) as err:
+        raise UserError(f"model file cannot be read ({type(err).__name__}: {err})", file=str(path),
+                        fix=damaged_fix(run, path)) from None
+
+
+def load_normalizer(run: RunDir, path: Path) -> VecNormalize:
+    """The pickled VecNormalize at ``path``, checked; a UserError naming it when damaged."""
+    run.verified(path, fix=damaged_fix(run, path))
+    try:
+        with open(path, "rb") as f:
+            vec = pickle.load(f)
+    except (EOFError, pickle.UnpicklingError, AttributeError, ValueError, OSError) as err:
+        raise UserError(f"normalisation file cannot be read ({type(err).__name__}: {err})", file=str(path),
+                        fix=damaged_fix(run, path)) from None
+    if not isinstance(vec, VecNormalize):
+        raise UserError("normalisation file does not hold a VecNormalize", file=str(path), fix=damaged_fix(run, path))
+    return vec
+
+
+def final_model(run: RunDir, normalize: bool) -> tuple[Path, Path | None]:
+    """The model to evaluate: model.zip, else the newest checkpoint; with its normaliser.
+
+    A damaged file is an error (never a silent switch to another model); with
+    ``normalize`` (the config normalises observations) a missing normaliser is an error
+    too, never a silent change of results.
+    """
+    if run.model_path.exists() or run.manifest.expected(run.model_path) is not None:
+        model, vec = run.model_path, run.vecnormalize_path  # a recorded model.zip that is gone is an error below
+    else:
+        ckpts = run.checkpoints()
+        if not ckpts:
+            raise UserError(f"{run.path} has no {run.model_path.name} and no checkpoint",
+                            fix=restart_fix(run))
+        model, vec = ckpts[-1].model, ckpts[-1].vecnormalize
+    run.verified(model, fix=damaged_fix(run, model))
+    if not normalize:
+        return model, None
+    if not vec.exists():
+        raise UserError(
+            "normalisation file missing: this run normalises observations (ppo.normalize_observations), and "
+            "evaluating without its statistics would give different, wrong results", file=str(vec),
+            fix=f"restore {vec} (it was written with the model); or train again with "
+            f"`hybrid-trader train --resume --out {run.path}`")
+    run.verified(vec, fix=damaged_fix(run, vec))
+    return model, vec
+
+
+def newest_valid_checkpoint(run: RunDir, normalize: bool) -> tuple[Checkpoint, list[str]]:
+    """The newest checkpoint whose files are whole (and loadable), with notes on the ones skipped."""
+    skipped: list[str] = []
+    for ckpt in reversed(run.checkpoints()):
+        problem = run.damage(ckpt.model)
+        if problem is None and normalize:
+            problem = run.damage(ckpt.vecnormalize)
+            if problem is None and not ckpt.vecnormalize.exists():
+                problem = "missing"
+            problem = problem and f"{ckpt.vecnormalize.name} {problem}"
+        if problem is None:
+            try:
+                with zipfile.ZipFile(ckpt.model) as z:
+                    bad = z.testzip()
+                problem = f"corrupt member {bad}" if bad else None
+            except (zipfile.BadZipFile, OSError) as err:
+                problem = f"not a readable zip ({err})"
+        if problem is None:
+            return ckpt, skipped
+        skipped.append(f"{ckpt.model.name}: {problem}")
+    raise UserError(
+        f"{run.path} has no valid checkpoint to resume from" + (f" ({'; '.join(skipped)})" if skipped else
+                                                                 ": training stopped before its first checkpoint"),
+        fix=restart_fix(run))
+
+
+def restart_fix(run: RunDir) -> str:
+    """The exact commands that start a run again from its saved configuration."""
+    try:
+        status = run.read_status()
+    except UserError:
+        status = {}
+    init = f" --init {status['init']}" if status.get("init") else ""
+    old = f"{run.path}.failed"
+    return (f"start it again from its saved configuration: mv {run.path} {old} && "
+            f"hybrid-trader train --config {old}/config.yaml --out {run.path}{init}")
