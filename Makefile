@@ -5,11 +5,12 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 EXTRAS ?= llm,llama,dev
 
-.PHONY: install demo test test-slow test-all bench clean help chromium
+.PHONY: install demo test test-slow test-all lint bench clean help chromium
 
 help:
 	@echo "make demo       create .venv, install, train phase 1+2 on the built-in market, evaluate, report"
 	@echo "make test       create .venv if missing, install (+ headless Chromium), run the default test suite (~10 min)"
+	@echo "make lint       ruff (style, import order, complexity) and mypy on src/"
 	@echo "make test-slow  the slow tests (training proofs on real data, real-model checks)"
 	@echo "make bench      environment, training and LLM throughput benchmarks"
 
@@ -44,6 +45,10 @@ chromium:
 
 test: install chromium
 	$(BIN)/python -m pytest -q -m "not slow"
+
+lint: install
+	$(BIN)/ruff check src tests
+	$(BIN)/mypy
 
 test-slow: install
 	$(BIN)/python -m pytest -q -m slow || [ $$? -eq 5 ]  # exit 5: no test is marked slow at the moment

@@ -5,10 +5,9 @@ from __future__ import annotations
 import dataclasses
 import enum
 import math
-import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, Optional
+from typing import Literal
 
 import pytest
 from hypothesis import given, settings
@@ -58,7 +57,7 @@ class PPOSection:
 class LLMSection:
     backend: Literal["mock", "transformers", "openai"] = "mock"
     """Which back end answers."""
-    model: Optional[str] = None
+    model: str | None = None
     """Model directory or name; null: the back end's default."""
     temperature: float = 0.0
     """Sampling temperature."""
@@ -78,7 +77,7 @@ class RunSection:
     """Steps during which the body is frozen."""
     mode: Mode = Mode.FAST
     """An enum."""
-    out: Optional[Path] = None
+    out: Path | None = None
     """Where to write."""
     window: tuple[int, int] = (9, 16)
     """A fixed pair."""
@@ -88,7 +87,7 @@ class RunSection:
     """Anything."""
     ppo: PPOSection = field(default_factory=PPOSection)
     """PPO hyper-parameters."""
-    llm: Optional[LLMSection] = None
+    llm: LLMSection | None = None
     """LLM advisor; null: no LLM."""
 
     def __post_init__(self) -> None:
@@ -375,7 +374,7 @@ def test_save_config_round_trips_when_list_items_hold_yaml_line_breaks(tmp_path)
 class Knobs:
     ratio: float = 0.5
     """A share."""
-    maybe: typing.Optional[float] = None
+    maybe: float | None = None
     """Optional."""
     free: float = dataclasses.field(default=0.0, metadata={"allow_nan": True})
     """NaN allowed."""

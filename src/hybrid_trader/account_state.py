@@ -35,5 +35,5 @@ class AccountState:
     mask: tuple = ()
     """Legal actions (bools, in action order); empty when not known."""
 
-    def __deepcopy__(self, memo: dict) -> "AccountState":
+    def __deepcopy__(self, memo: dict) -> AccountState:
         return self  # VecEnvs deep-copy infos every step; an immutable value needs no copy

@@ -37,18 +37,19 @@ YAML 1.1 default would read them as strings) and only ``true``/``false`` are boo
 from __future__ import annotations
 
 import ast
+import copy
 import dataclasses
 import enum
-import copy
 import inspect
 import math
 import re
 import textwrap
 import types
 import typing
-from datetime import datetime, timezone
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Iterable, Literal, Mapping, Sequence, TypeVar, Union
+from typing import Any, Literal, TypeVar, Union
 
 import yaml
 
@@ -106,7 +107,7 @@ class ConfigError(UserError):
             text += f"\n  fix: {self.fix}"
         return text
 
-    def located(self, *, file: str | None = None, prefix: str = "", line: int | None = None) -> "ConfigError":
+    def located(self, *, file: str | None = None, prefix: str = "", line: int | None = None) -> ConfigError:
         """A copy with the file, the key path prefix and the line filled in (where unset)."""
         key = _join(prefix, self.key) if prefix else self.key
         return ConfigError(
@@ -638,7 +639,7 @@ def save_config(obj: Any, path: str | Path, *, header: str | None = None, docs: 
     from hybrid_trader import __version__
 
     p = Path(path)
-    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
     lines = [
         f"# Resolved {type(obj).__name__} written by hybrid-trader {__version__} on {stamp}.",
         "# Every value in effect is listed (defaults included); pass this file to --config to reuse it.",

@@ -8,7 +8,8 @@ code 2. Internal bugs stay ordinary exceptions.
 from __future__ import annotations
 
 import difflib
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 
 class UserError(Exception):

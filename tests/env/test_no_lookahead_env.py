@@ -7,7 +7,6 @@ values; the observation and the action mask the agent sees at t must not change.
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 import pytest
 
 from hybrid_trader.data import Bars, load_bars

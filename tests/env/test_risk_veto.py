@@ -8,7 +8,11 @@ import pytest
 
 from hybrid_trader.env import Action, EnvConfig, TradingEnv
 from hybrid_trader.env.risk_veto import (
-    VETO_CONSECUTIVE_LOSSES, VETO_DRAWDOWN_BUFFER, VETO_LOW_WIN_RATE, RiskConfig, RiskVeto,
+    VETO_CONSECUTIVE_LOSSES,
+    VETO_DRAWDOWN_BUFFER,
+    VETO_LOW_WIN_RATE,
+    RiskConfig,
+    RiskVeto,
 )
 
 from .helpers import flat_session, make_bars, set_bar, stub_features

@@ -34,7 +34,7 @@ def assert_well_formed(fs: FeatureSet, n: int) -> None:
     assert fs.atr.shape == (n,) and fs.atr.dtype == np.float64
     assert np.isfinite(fs.bar).all() and np.isfinite(fs.llm_market).all()
     assert np.isfinite(fs.atr).all() and (fs.atr > 0).all()
-    assert RAW_KEYS <= set(fs.raw)
+    assert set(fs.raw) >= RAW_KEYS
     for key, x in fs.raw.items():
         assert x.shape == (n,) and x.dtype == np.float64, key
         assert np.isfinite(x).all(), key

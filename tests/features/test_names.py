@@ -45,7 +45,7 @@ def test_feature_names_when_laid_out_follow_the_observation_order():
         F.MARKET_CONTEXT_NAMES + F.MULTI_TIMEFRAME_NAMES + F.PATTERN_NAMES + F.RISK_FEATURE_NAMES
     )
     assert F.FEATURE_NAMES == F.BASE_FEATURE_NAMES + F.LLM_FEATURE_NAMES
-    assert F.MARKET_FEATURE_NAMES == F.LLM_FEATURE_NAMES[:28]
+    assert F.LLM_FEATURE_NAMES[:28] == F.MARKET_FEATURE_NAMES
 
 
 def test_feature_names_when_checked_are_unique():

@@ -7,8 +7,8 @@ import functools
 import importlib.util
 import threading
 import time
+from collections.abc import Sequence
 from datetime import timedelta
-from typing import Sequence
 
 import numpy as np
 import pytest
@@ -101,7 +101,7 @@ def require_llama_cpp_runs() -> None:
         pytest.skip(err.message)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def gemma_transformers_backend():
     """The default transformers back end on Gemma 3 270M, loaded once per test session."""
     from hybrid_trader.llm.backends.transformers_backend import TransformersBackend
@@ -111,7 +111,7 @@ def gemma_transformers_backend():
     return TransformersBackend(cfg, PromptBuilder(cfg))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def gemma_gguf() -> str:
     from hybrid_trader.llm.model_cache import gemma_gguf_path
 

@@ -49,7 +49,7 @@ class FakeOpenAIServer:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}/v1"
 
-    def start(self) -> "FakeOpenAIServer":
+    def start(self) -> FakeOpenAIServer:
         if self.mode == "refuse":  # a port that was free a moment ago: nothing listens there
             with socket.socket() as s:
                 s.bind(("127.0.0.1", 0))
@@ -75,7 +75,7 @@ class FakeOpenAIServer:
             server.shutdown()
             server.server_close()
 
-    def __enter__(self) -> "FakeOpenAIServer":
+    def __enter__(self) -> FakeOpenAIServer:
         return self.start()
 
     def __exit__(self, *exc) -> None:

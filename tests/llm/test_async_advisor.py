@@ -18,7 +18,6 @@ from hybrid_trader.llm import STAT_NAMES, build_advisor
 from hybrid_trader.llm.advice import LLM_ERROR, LLM_PARSE_FAILURE, LLM_TIMEOUT
 from hybrid_trader.llm.async_advisor import Advisor
 from hybrid_trader.llm.health import HEALTH_STAT_NAMES
-
 from tests.llm import FakeBackend, failing_backend, make_context, mock_config
 
 

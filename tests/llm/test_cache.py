@@ -8,7 +8,6 @@ import pytest
 from hybrid_trader.llm.advice import LLM_TIMEOUT, abstention, advice_from_mass
 from hybrid_trader.llm.cache import AdviceCache
 from hybrid_trader.llm.config import CacheConfig
-
 from tests.llm import FLAT_MASK, LONG_MASK, make_context
 
 

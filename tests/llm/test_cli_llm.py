@@ -8,7 +8,6 @@ import socket
 import pytest
 
 from hybrid_trader.cli.main import main
-
 from tests.llm import require
 
 

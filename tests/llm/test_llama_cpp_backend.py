@@ -9,7 +9,6 @@ from hybrid_trader.errors import UserError
 from hybrid_trader.llm.config import load_llm_config
 from hybrid_trader.llm.parsing import parse_answer
 from hybrid_trader.llm.prompt import PromptBuilder
-
 from tests.llm import LONG_MASK, make_context, require, require_llama_cpp_runs
 
 pytestmark = pytest.mark.llm

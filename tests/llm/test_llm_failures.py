@@ -18,7 +18,6 @@ from hybrid_trader.llm.advice import LLM_ERROR
 from hybrid_trader.llm.backends.base import BackendError
 from hybrid_trader.llm.health import HEALTH_STAT_NAMES, LLM_CIRCUIT_OPEN, AdvisorHealth
 from hybrid_trader.llm.redact import REDACTED, redact
-
 from tests.llm import FakeBackend, make_context, mock_config
 from tests.llm.fake_openai_server import FakeOpenAIServer
 

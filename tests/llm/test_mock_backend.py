@@ -12,7 +12,6 @@ from hybrid_trader.llm import build_advisor
 from hybrid_trader.llm.backends.mock import MockBackend
 from hybrid_trader.llm.config import MockConfig
 from hybrid_trader.llm.prompt import PromptBuilder
-
 from tests.llm import LONG_MASK, make_context, mock_config
 
 

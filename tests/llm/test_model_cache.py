@@ -12,7 +12,6 @@ from hybrid_trader.llm.model_cache import (
     quiet_load_progress,
     resolve_model_dir,
 )
-
 from tests.llm import require
 
 

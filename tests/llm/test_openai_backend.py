@@ -23,7 +23,6 @@ from hybrid_trader.llm.advice import LLM_ERROR, LLM_TIMEOUT
 from hybrid_trader.llm.backends.base import BackendError, BackendTimeout
 from hybrid_trader.llm.backends.openai_backend import OpenAIBackend, mass_from_top_logprobs, token_action
 from hybrid_trader.llm.prompt import PromptBuilder
-
 from tests.llm import LONG_MASK, gemma_gguf, make_context, require, require_llama_cpp_runs
 
 

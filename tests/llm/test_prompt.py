@@ -10,7 +10,6 @@ import pytest
 from hybrid_trader.errors import UserError
 from hybrid_trader.llm.config import load_llm_config
 from hybrid_trader.llm.prompt import TEMPLATE_FIELDS, PromptBuilder
-
 from tests.llm import LONG_MASK, make_context
 
 

@@ -13,7 +13,6 @@ from hybrid_trader.llm.async_advisor import Advisor
 from hybrid_trader.llm.config import load_llm_config
 from hybrid_trader.llm.parsing import ParseError, parse_answer
 from hybrid_trader.llm.prompt import PromptBuilder
-
 from tests.llm import LONG_MASK, gemma_transformers_backend, make_context, require
 
 pytestmark = pytest.mark.llm

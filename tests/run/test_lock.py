@@ -13,9 +13,8 @@ from hybrid_trader.run.lock import FolderLock
 
 
 def test_second_writer_is_refused_naming_the_pid_when_the_folder_is_locked(tmp_path):
-    with FolderLock(tmp_path, "train"):
-        with pytest.raises(UserError) as err:
-            FolderLock(tmp_path, "train --resume").acquire()
+    with FolderLock(tmp_path, "train"), pytest.raises(UserError) as err:
+        FolderLock(tmp_path, "train --resume").acquire()
     text = err.value.render()
     assert f"PID {os.getpid()}: train" in text and f"kill {os.getpid()}" in text
 

@@ -8,7 +8,7 @@ standard library is imported here, so ``hybrid-trader --help`` stays fast.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal, Optional
+from typing import Any, Literal
 
 from hybrid_trader.config import check
 from hybrid_trader.llm.backends import BACKEND_NAMES
@@ -18,13 +18,13 @@ from hybrid_trader.llm.backends import BACKEND_NAMES
 class DataArgs:
     """Where a benchmark's bars come from."""
 
-    data: Optional[str] = None
+    data: str | None = None
     """Bars file (CSV/Parquet); None: the built-in synthetic market."""
-    market: Optional[str] = None
+    market: str | None = None
     """Contract root symbol; None: NQ, or guessed from the file name."""
-    tz: Optional[str] = None
+    tz: str | None = None
     """Time zone of naive timestamps; None: America/New_York."""
-    time_shift: Optional[float] = None
+    time_shift: float | None = None
     """Hours added to every timestamp (the ES sample file needs -5)."""
     seed: int = 0
     """Seed of the synthetic market, the actions and the policy."""
@@ -47,17 +47,17 @@ class EnvBenchArgs(DataArgs):
 class LLMBenchArgs:
     """``bench llm``: advisor decisions per second through submit/poll, and how long callers block."""
 
-    config: Optional[str] = None
+    config: str | None = None
     """LLM config YAML merged over the packaged default."""
     llm_overrides: dict[str, Any] = field(default_factory=dict)
     """Dotted LLMConfig keys set on the command line (``backend``, ``openai.base_url``, ...)."""
     batch: int = 16
     """Batch size = parallel environments."""
-    queries: Optional[int] = None
+    queries: int | None = None
     """Model answers to time; None: 128 (2000 for the mock back end)."""
     step_ms: float = 5.0
     """Simulated environment time per vectorised step [ms] (5: 16 envs at 3200 steps/s)."""
-    max_wait_ms: Optional[float] = None
+    max_wait_ms: float | None = None
     """llm.batching.max_wait_ms; None: the config's."""
     seed: int = 0
     """Seed of the generated contexts."""

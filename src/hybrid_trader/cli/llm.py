@@ -16,7 +16,6 @@ from typing import Any
 from hybrid_trader.cli.options import add_options, llm_key_overrides, overrides_from
 from hybrid_trader.errors import UserError
 
-
 LLM_FLAGS = ("--backend", "--model", "--base-url", "--generate")
 """The rows of the options table shared by ``llm ask`` and ``bench llm``."""
 

@@ -16,7 +16,7 @@ import sys
 # OpenMP threads that spin while waiting steal the CPU from the other threads of this
 # process (training, the LLM worker); set before torch is imported.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-from typing import Sequence
+from collections.abc import Sequence
 
 from hybrid_trader import __version__
 from hybrid_trader.errors import UserError

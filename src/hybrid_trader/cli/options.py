@@ -18,8 +18,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import typing
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Literal, Mapping, Sequence
+from typing import Any, Literal
 
 from hybrid_trader.config import field_docs
 from hybrid_trader.llm.backends import BACKENDS

@@ -128,7 +128,7 @@ def _first_line(path: Path) -> str:
                 with zf.open(members[0]) as raw:
                     return raw.readline().decode("utf-8", "replace")
         else:
-            fh = open(path, "r", encoding="utf-8", errors="replace")
+            fh = open(path, encoding="utf-8", errors="replace")
         with fh:
             return fh.readline()
     except (OSError, EOFError, zipfile.BadZipFile, lzma.LZMAError) as err:

@@ -14,8 +14,8 @@ allocated per bar except the :class:`Trade` of a closing position.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import astuple, dataclass, fields
-from typing import Sequence
 
 import numpy as np
 import pandas as pd

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
 
 from hybrid_trader.calendar import parse_hhmm
 from hybrid_trader.errors import UserError
@@ -15,7 +14,7 @@ class EnvConfig:
 
     phase: int = 2
     """1: entries only (HOLD/BUY/SELL, fixed ATR stop and target); 2: six actions; 3: adds the 33 LLM features."""
-    market: Optional[str] = None
+    market: str | None = None
     """Contract traded (NQ, MNQ, ES, MES, YM, MYM, RTY, M2K); null: the bars' market (e.g. MNQ on NQ bars is allowed)."""
     rules: str = "apex-legacy"
     """Prop-firm rules preset: apex-legacy, apex-2026-intraday or apex-2026-eod."""
@@ -25,7 +24,7 @@ class EnvConfig:
     """Fields of the rules preset to override, e.g. {trailing_drawdown: 2000}."""
     contracts: int = 1
     """Contracts per trade."""
-    commission_per_side: Optional[float] = None
+    commission_per_side: float | None = None
     """Commission and fees per contract per side [$]; None: the contract's default."""
     slippage_ticks: float = 1.0
     """Slippage per side on market orders (entries, stops, forced exits) [ticks]; targets fill at their price."""
@@ -41,13 +40,13 @@ class EnvConfig:
     """End of the trading window, US/Eastern: open positions are closed at the close of the last bar before it."""
     last_entry: str = "15:45"
     """No new entries decided after this time, US/Eastern."""
-    episode_sessions: Optional[int] = 1
+    episode_sessions: int | None = 1
     """Sessions (trading days) per training episode; None: the whole split in order (evaluation)."""
     terminate_on_breach: bool = True
     """End the episode when the prop-firm threshold is breached."""
     breach_penalty: float = 5.0
     """Reward subtracted on a breach [reward units]."""
-    reward_scale: Optional[float] = None
+    reward_scale: float | None = None
     """Dollars per unit of reward; None: point value x contracts x median ATR of the bars."""
 
     def __post_init__(self) -> None:

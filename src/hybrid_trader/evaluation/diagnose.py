@@ -34,9 +34,10 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Literal, Mapping
+from typing import Any, Literal
 
 from hybrid_trader.config import load_yaml_config, read_yaml
 from hybrid_trader.errors import UserError

@@ -7,7 +7,7 @@ nights and weekends do not stretch the curves. Each function returns the PNG byt
 from __future__ import annotations
 
 import io
-from typing import Sequence
+from collections.abc import Sequence
 
 import matplotlib
 

@@ -22,13 +22,14 @@ profit factor with wins and no losses is ``inf``, written as ``"inf"``.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
-from hybrid_trader.calendar import EASTERN, trading_date
+from hybrid_trader.calendar import trading_date
 from hybrid_trader.env.account import apex_verdict as account_verdict
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -162,7 +163,7 @@ def apex_verdict(breach_time: pd.Timestamp | None, target_hit_time: pd.Timestamp
     return account_verdict(breach, target)
 
 
-def result_verdict(result: "StrategyResult") -> str:
+def result_verdict(result: StrategyResult) -> str:
     """The verdict of a result: the account's own (``extra["account"]["verdict"]``, written by the
     environment), else, for results without it (made by hand or saved before), from its times."""
     account = result.extra.get("account") if isinstance(result.extra, Mapping) else None
@@ -171,7 +172,7 @@ def result_verdict(result: "StrategyResult") -> str:
     return apex_verdict(result.breach_time, result.target_hit_time)
 
 
-def compute_metrics(result: "StrategyResult", *, trading_days_per_year: int = TRADING_DAYS_PER_YEAR) -> dict[str, Any]:
+def compute_metrics(result: StrategyResult, *, trading_days_per_year: int = TRADING_DAYS_PER_YEAR) -> dict[str, Any]:
     """All metrics of ``result`` as ``{label [unit]: value}`` in the order of :data:`METRICS`.
 
     Undefined values are ``NaN`` (JSON ``null`` through :func:`metrics_to_json`); dates are
@@ -338,9 +339,7 @@ def metrics_from_json(data: Any) -> Any:
     if isinstance(data, Mapping):
         out = {}
         for k, v in data.items():
-            if v is None and k in SPECS and SPECS[k].fmt != "text":
-                out[k] = float("nan")
-            elif v is None and k in ("mean", "std"):
+            if v is None and k in SPECS and SPECS[k].fmt != "text" or v is None and k in ("mean", "std"):
                 out[k] = float("nan")
             else:
                 out[k] = metrics_from_json(v)

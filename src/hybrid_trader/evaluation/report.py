@@ -20,9 +20,10 @@ from __future__ import annotations
 import base64
 import html
 import json
-from datetime import datetime, timezone
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from hybrid_trader import __version__
 from hybrid_trader.errors import UserError
@@ -252,7 +253,7 @@ def write_report(run_dir: str | Path, eval_dir: str | Path | None = None, *, spl
     cfg = run.config_path
     if cfg.is_file():
         sections += ["<h2>Configuration</h2>", f"<pre>{_esc(cfg.read_text(encoding='utf-8', errors='replace'))}</pre>"]
-    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     sections.append(f'<p class="small">Written by hybrid-trader {_esc(__version__)} on {stamp}. '
                     "Definitions of every metric: docs/EVALUATION.md.</p>")
 

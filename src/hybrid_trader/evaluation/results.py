@@ -32,24 +32,25 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Mapping, NamedTuple, Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
 
+from hybrid_trader.calendar import EASTERN
 from hybrid_trader.env.broker import TRADE_COLUMNS  # the columns derive from the one Trade record
 from hybrid_trader.errors import UserError
-from hybrid_trader.run.files import Manifest, atomic_write_bytes
 from hybrid_trader.evaluation.metrics import (
-    EASTERN,
     aggregate_seeds,
     compute_metrics,
     jsonable,
     metrics_from_json,
 )
+from hybrid_trader.run.files import Manifest, atomic_write_bytes
 
 FORMAT = "hybrid_trader.eval_results/1"
 _TIME_COLUMNS = ("entry_time", "exit_time")
@@ -236,7 +237,7 @@ def save_results(
     # results.json last: a folder whose index is there holds every file the index names
     files[out / "results.json"] = _json_text({
         "format": FORMAT,
-        "written": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "written": datetime.now(UTC).isoformat(timespec="seconds"),
         "info": dict(info or {}),
         "prices_file": "prices.csv",
         "strategies": entries,

@@ -9,7 +9,8 @@ account is flat for good, and the breach day is reported.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -24,7 +25,7 @@ def evaluation_env(market: Any, env_config: EnvConfig, sessions: Sequence[int], 
     return TradingEnv(market.bars, market.features, cfg, sessions=list(sessions), **kwargs)
 
 
-def run_policy(policy: Policy, env: TradingEnv, *, record_decisions: int = 0) -> "StrategyResult":
+def run_policy(policy: Policy, env: TradingEnv, *, record_decisions: int = 0) -> StrategyResult:
     """Trade ``policy`` through ``env`` from its first to its last day."""
     obs, _ = env.reset(seed=0, options={"start": 0})
     decisions: list[dict] = []
@@ -43,7 +44,7 @@ def run_policy(policy: Policy, env: TradingEnv, *, record_decisions: int = 0) ->
     return collect_result(env, policy.name, extra=extra)
 
 
-def collect_result(env: TradingEnv, name: str, extra: dict | None = None) -> "StrategyResult":
+def collect_result(env: TradingEnv, name: str, extra: dict | None = None) -> StrategyResult:
     """A ``StrategyResult`` from the environment's history (visited bars only).
 
     ``extra["account"]`` carries the account's final ``status``, its ``verdict`` (which the
@@ -77,7 +78,7 @@ def collect_result(env: TradingEnv, name: str, extra: dict | None = None) -> "St
     )
 
 
-def entry_rate(result: "StrategyResult", env: TradingEnv) -> float:
+def entry_rate(result: StrategyResult, env: TradingEnv) -> float:
     """Trades per bar where entry was possible, to set a random baseline's activity."""
     bars = max(int(np.count_nonzero(result.position.to_numpy() == 0)), 1)
     return min(len(result.trades) / bars, 1.0)

@@ -15,9 +15,9 @@ from numpy.lib.stride_tricks import sliding_window_view
 from hybrid_trader.data.bars import Bars
 from hybrid_trader.features.base import (
     RSI_PERIOD,
-    ohlcv,
     bars_for,
     lag,
+    ohlcv,
     rolling,
     rsi,
     safe_div,

@@ -22,10 +22,11 @@ import functools
 import math
 import re
 import string
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any, ClassVar, Literal, Mapping, Optional
+from typing import Any, ClassVar, Literal
 
 from hybrid_trader.config import ConfigError, check, from_dict, merge_overrides, read_yaml, redact
 from hybrid_trader.errors import UserError, did_you_mean
@@ -301,13 +302,13 @@ class TransformersConfig:
 
     model: str = "gemma-3-270m"
     """'gemma-3-270m' (the packaged GGUF, converted once into the cache), a local model directory, or a .gguf file."""
-    cache_dir: Optional[str] = None
+    cache_dir: str | None = None
     """Where converted models live; None: $HYBRID_TRADER_CACHE/models or ~/.cache/hybrid_trader/models."""
     device: str = "cpu"
     """Torch device: cpu, cuda, cuda:0, mps."""
     dtype: str = "float32"
     """float32 (fast on CPU), bfloat16 or float16 (GPUs)."""
-    threads: Optional[int] = None
+    threads: int | None = None
     """torch.set_num_threads for the process; None leaves torch's default (it is process-wide)."""
     prefix_cache: bool = True
     """Compute the shared prefix's key/value cache once and reuse it for every batch."""
@@ -370,7 +371,7 @@ class LlamaCppConfig:
     """GGUF file; '' uses the packaged Gemma 3 270M GGUF (assembled into the cache)."""
     n_ctx: int = 1024
     """Context window [tokens]."""
-    n_threads: Optional[int] = None
+    n_threads: int | None = None
     """CPU threads; None: all CPUs (os.cpu_count())."""
     n_gpu_layers: int = 0
     """Layers offloaded to a GPU (-1: all)."""
@@ -406,9 +407,9 @@ class LLMConfig:
     """score: next-token probabilities of the action names (one forward pass); generate: parse written answers."""
     check_on_start: bool = True
     """build_advisor() checks that the model loads / the server answers, raising a UserError if not."""
-    journal: Optional[str] = None
+    journal: str | None = None
     """SQLite file recording every query and answer; None: no journal."""
-    process: Optional[bool] = None
+    process: bool | None = None
     """Run a local model (transformers, llama_cpp) in a child process so it never competes with training for the GIL; null: yes in a run (training, evaluation), no in llm ask and bench llm."""
     process_threads: int = 1
     """Torch threads of that child process."""
@@ -440,7 +441,7 @@ class LLMConfig:
               fix="the chain of thought needs room: use 200 or more, or set prompt.chain_of_thought: false")
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any] | None, source: str = "llm config") -> "LLMConfig":
+    def from_dict(cls, data: Mapping[str, Any] | None, source: str = "llm config") -> LLMConfig:
         """Build from a mapping (e.g. the ``llm:`` section of a file) over the packaged defaults."""
         return from_dict(cls, data, source=source, path="llm", base=packaged_llm_config())
 
@@ -448,11 +449,11 @@ class LLMConfig:
         """Plain mapping (YAML/JSON-ready) of every field."""
         return dataclasses.asdict(self)
 
-    def replace(self, **changes: Any) -> "LLMConfig":
+    def replace(self, **changes: Any) -> LLMConfig:
         """Copy with top-level fields replaced, e.g. ``cfg.replace(backend="mock")``."""
         return dataclasses.replace(self, **changes)
 
-    def in_run(self) -> "LLMConfig":
+    def in_run(self) -> LLMConfig:
         """This config as a run uses it: ``process`` null becomes true for a local model (transformers, llama_cpp)."""
         if self.process is not None:
             return self

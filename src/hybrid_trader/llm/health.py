@@ -20,7 +20,7 @@ import logging
 import threading
 import time
 from collections import Counter
-from typing import Callable
+from collections.abc import Callable
 
 from hybrid_trader.llm.backends.base import ERROR_KINDS, ERROR_PARSE
 

@@ -18,8 +18,8 @@ import os
 import shutil
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from hybrid_trader.errors import UserError
 

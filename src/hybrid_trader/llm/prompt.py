@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import math
 import string
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -26,7 +27,6 @@ from hybrid_trader.errors import UserError, did_you_mean
 from hybrid_trader.llm.advice import ACTION_WORDS
 from hybrid_trader.llm.config import SYSTEM_FIELDS, TEMPLATE_FIELDS, LLMConfig
 from hybrid_trader.llm.context import AdvisorContext
-
 
 COT_INSTRUCTION = (
     "Think in four short steps: 1. Analyze the market. 2. List the options. 3. Weigh the risks. "

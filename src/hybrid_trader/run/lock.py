@@ -36,7 +36,7 @@ class FolderLock:
         pid, _, what = text.partition(" ")
         return f"PID {pid}: {what}" if pid.isdigit() else "unknown"
 
-    def acquire(self) -> "FolderLock":
+    def acquire(self) -> FolderLock:
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -67,7 +67,7 @@ class FolderLock:
     def held(self) -> bool:
         return self._fd is not None
 
-    def __enter__(self) -> "FolderLock":
+    def __enter__(self) -> FolderLock:
         return self.acquire()
 
     def __exit__(self, *exc: object) -> None:

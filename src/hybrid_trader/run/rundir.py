@@ -38,9 +38,10 @@ import json
 import re
 import shutil
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, TypeVar
+from typing import Any, TypeVar
 
 import yaml
 
@@ -140,7 +141,7 @@ class RunDir:
     def is_empty(self) -> bool:
         return not self.path.exists() or not any(self.path.iterdir())
 
-    def require(self) -> "RunDir":
+    def require(self) -> RunDir:
         """Self, or a UserError when the folder is not a run directory."""
         if not self.path.is_dir():
             raise UserError(f"{self.path}: no such run directory", fix="pass a directory made by 'hybrid-trader train'")

@@ -11,8 +11,9 @@ import math
 import os
 import time
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 from stable_baselines3.common.callbacks import BaseCallback
@@ -253,7 +254,7 @@ class StopOnSignal(BaseCallback):
         """The name of the signal that asked to stop, or None."""
         self._previous: dict[int, Any] = {}
 
-    def install(self) -> "StopOnSignal":
+    def install(self) -> StopOnSignal:
         import signal
         import threading
 

@@ -7,13 +7,13 @@ and the resolved configuration is saved as ``RUN_DIR/config.yaml``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 import math
-from typing import Literal, Optional
+from dataclasses import dataclass, field
+from typing import Literal
 
+from hybrid_trader.config import check
 from hybrid_trader.env.config import EnvConfig
 from hybrid_trader.env.risk_veto import RiskConfig
-from hybrid_trader.config import check
 from hybrid_trader.errors import UserError
 from hybrid_trader.llm.config import LLMConfig, packaged_llm_config
 from hybrid_trader.training.fusion import FusionConfig
@@ -23,13 +23,13 @@ from hybrid_trader.training.fusion import FusionConfig
 class DataConfig:
     """Where the bars come from."""
 
-    path: Optional[str] = None
+    path: str | None = None
     """Bars file (CSV or Parquet); null: the built-in synthetic market."""
     tz: str = "America/New_York"
     """Time zone of naive timestamps in the file."""
     time_shift: float = 0.0
     """Hours added to every timestamp (the ES sample file needs -5)."""
-    market: Optional[str] = None
+    market: str | None = None
     """Contract root symbol; null: guessed from the file name (synthetic: NQ)."""
     repair: bool = False
     """Repair fixable data errors (each reported) instead of stopping."""
@@ -104,7 +104,7 @@ class PPOConfig:
     """Value loss weight."""
     max_grad_norm: float = 0.5
     """Gradient clipping."""
-    target_kl: Optional[float] = None
+    target_kl: float | None = None
     """Stop an update early past this KL divergence; null: never."""
     net_arch: list[int] = field(default_factory=lambda: [128, 128])
     """Hidden layer sizes of the policy and value networks."""

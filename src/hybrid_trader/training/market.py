@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import signal
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 from hybrid_trader.data.bars import Bars
 from hybrid_trader.env import EnvConfig, TradingEnv

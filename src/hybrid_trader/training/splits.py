@@ -62,7 +62,7 @@ class Split:
         return {name: [getattr(self, name).start, getattr(self, name).stop] for name in PARTS}
 
     @classmethod
-    def from_dict(cls, data: dict) -> "Split":
+    def from_dict(cls, data: dict) -> Split:
         """Inverse of :meth:`to_dict`."""
         return cls(**{name: range(int(data[name][0]), int(data[name][1])) for name in PARTS})
 
@@ -186,7 +186,7 @@ def walk_forward(
     return folds
 
 
-def part_bars(bars: "Bars", split: Split, name: str) -> "Bars":
+def part_bars(bars: Bars, split: Split, name: str) -> Bars:
     """The bars of one part of ``split`` (whole sessions); UserError when the part is empty."""
     r = split.part(name)
     if len(r) == 0:

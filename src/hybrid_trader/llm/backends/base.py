@@ -10,7 +10,7 @@ queueing, caching or statistics. It raises :class:`BackendTimeout` or
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 

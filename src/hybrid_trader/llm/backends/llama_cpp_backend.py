@@ -22,8 +22,8 @@ import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
@@ -33,7 +33,6 @@ from hybrid_trader.llm.backends.base import Backend, BackendError
 from hybrid_trader.llm.config import LLMConfig
 from hybrid_trader.llm.model_cache import check_gguf_file
 from hybrid_trader.llm.prompt import PromptBuilder, RenderedQuery
-
 
 _PROBE = """
 import sys, llama_cpp
@@ -66,7 +65,7 @@ def run_probe(code: str, *args: str, what: str) -> None:
                         fix="check that the file is a GGUF model llama.cpp supports")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _checked(version: str, model: str, mtime_ns: int) -> None:
     run_probe(_PROBE, model, what=f"llama-cpp-python {version} on {Path(model).name}")
 

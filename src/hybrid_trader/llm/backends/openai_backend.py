@@ -31,8 +31,9 @@ import socket
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -120,7 +121,7 @@ class OpenAIBackend(Backend):
                 raise BackendError(f"{url} answered HTTP {err.code}: {body}",
                                    fix="check llm.openai.model and the server's log",
                                    kind=ERROR_HTTP_5XX if err.code >= 500 else ERROR_HTTP_4XX) from None
-            except (socket.timeout, TimeoutError) as err:
+            except TimeoutError as err:
                 raise BackendTimeout(f"{url} did not answer within {timeout or c.request_timeout_s} s",
                                      fix="raise llm.openai.request_timeout_s or use a faster model") from err
             except urllib.error.URLError as err:

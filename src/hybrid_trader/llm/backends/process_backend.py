@@ -17,7 +17,8 @@ from __future__ import annotations
 import multiprocessing as mp
 import signal
 import threading
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 import copy
 import logging
 import threading
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -88,7 +88,7 @@ def action_first_tokens(tokenizer, case_variants: bool = True) -> list[list[int]
     for a, ids in enumerate(per_action):
         if not ids:
             raise UserError(
-                f"the tokenizer gives action {ACTION_WORDS[a]} no token of its own", 
+                f"the tokenizer gives action {ACTION_WORDS[a]} no token of its own",
                 fix="use a model whose tokenizer tells the action names apart, or generation mode (llm.mode: generate)",
             )
     return [sorted(ids) for ids in per_action]
@@ -226,7 +226,7 @@ class TransformersBackend(Backend):
         # (those keep only the last window - 1 tokens). Past the window, attention follows the
         # model's own sliding-window rule, as in transformers' generate().
         use_cache = self.config.transformers.prefix_cache and not (
-            self.sliding_window and P >= self.sliding_window - 1
+            self.sliding_window and self.sliding_window - 1 <= P
         )
         if use_cache:
             p_ids, p_cache = self._prefix(prefix)
