@@ -13,7 +13,7 @@ from typing import Literal, Optional
 from hybrid_trader.env.config import EnvConfig
 from hybrid_trader.env.risk_veto import RiskConfig
 from hybrid_trader.errors import UserError
-from hybrid_trader.training.fusion import FusionConfig
+from hybrid_trader.agent.fusion import FusionConfig
 
 
 @dataclass

@@ -255,6 +255,7 @@ def train_run(
         if phase3:
             from hybrid_trader.training.hybrid_stats import HybridStatsCallback
 
+            _find_wrapper(venv).follow(model.policy)  # the query policy reads the RL confidence of its decisions
             callbacks.append(HybridStatsCallback(_find_wrapper(venv), config.llm_config()))
         if config.train.validate_every > 0 and len(market.sessions("val")):
             callbacks.append(ValidationCallback(run_dir, config.train.validate_every, make_validation_fn(market, config)))
