@@ -8,7 +8,13 @@ import numpy as np
 
 from hybrid_trader.actions import N_ACTIONS
 from hybrid_trader.agent.advice_block import (
-    ADVICE, N_FEATURES, OBS_ADVICE, OBS_ADVICE_PRESENT, PHASE3_OBS_DIM, present, write_advice,
+    ADVICE,
+    N_FEATURES,
+    OBS_ADVICE,
+    OBS_ADVICE_PRESENT,
+    PHASE3_OBS_DIM,
+    present,
+    write_advice,
 )
 from hybrid_trader.llm.advice import LLM_ERROR, abstention, advice_from_mass
 

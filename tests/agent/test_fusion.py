@@ -11,8 +11,19 @@ import torch as th
 from hybrid_trader.actions import Action
 from hybrid_trader.agent.advice_block import ADVICE
 from hybrid_trader.agent.fusion import (
-    REASON_AGREEMENT, REASON_LLM_OVERRIDE, REASON_RL_ONLY, REASON_RL_OVERRIDE, REASON_UNCERTAIN_HOLD, REASON_WEIGHTED,
-    FusionConfig, best_probability, fuse_rules, fused_logits, log_prior, masked_softmax, rl_confidence,
+    REASON_AGREEMENT,
+    REASON_LLM_OVERRIDE,
+    REASON_RL_ONLY,
+    REASON_RL_OVERRIDE,
+    REASON_UNCERTAIN_HOLD,
+    REASON_WEIGHTED,
+    FusionConfig,
+    best_probability,
+    fuse_rules,
+    fused_logits,
+    log_prior,
+    masked_softmax,
+    rl_confidence,
 )
 
 FLAT = np.array([True, True, True, False, False, False])
@@ -31,11 +42,13 @@ def test_agreement_when_both_pick_the_same_action():
 
 
 def test_rl_overrides_when_rl_very_confident_and_llm_not():
-    assert fuse_rules(p(SELL=0.95, HOLD=0.05), p(BUY=0.55, HOLD=0.45), 0.55, FLAT, CFG) == (Action.SELL, REASON_RL_OVERRIDE)
+    assert fuse_rules(p(SELL=0.95, HOLD=0.05), p(BUY=0.55, HOLD=0.45), 0.55, FLAT, CFG) == (
+        Action.SELL, REASON_RL_OVERRIDE)
 
 
 def test_llm_overrides_when_llm_very_confident_and_rl_not():
-    assert fuse_rules(p(HOLD=0.55, BUY=0.45), p(SELL=0.95, HOLD=0.05), 0.95, FLAT, CFG) == (Action.SELL, REASON_LLM_OVERRIDE)
+    assert fuse_rules(p(HOLD=0.55, BUY=0.45), p(SELL=0.95, HOLD=0.05), 0.95, FLAT, CFG) == (
+        Action.SELL, REASON_LLM_OVERRIDE)
 
 
 def test_uncertainty_hold_when_both_unsure():
@@ -87,7 +100,8 @@ def test_fused_logits_add_the_weighted_prior_when_advice_present():
 
 
 def test_rl_confidence_when_some_actions_are_illegal_is_the_best_legal_probability():
-    assert rl_confidence([1.0, 2.0, 3.0], [True, True, False]) == pytest.approx(math.exp(2) / (math.exp(1) + math.exp(2)))
+    expected = math.exp(2) / (math.exp(1) + math.exp(2))
+    assert rl_confidence([1.0, 2.0, 3.0], [True, True, False]) == pytest.approx(expected)
     assert rl_confidence([0.0, 0.0, 0.0], [True, True, True]) == pytest.approx(1 / 3)
 
 

@@ -25,7 +25,7 @@ from typing import Any, Callable, Literal, Protocol
 import numpy as np
 import torch as th
 
-from hybrid_trader.agent.advice_block import ADVICE, write_advice
+from hybrid_trader.agent.advice_block import write_advice
 from hybrid_trader.agent.fusion import (
     REASON_PRIOR,
     REASON_RL_ONLY,
@@ -127,7 +127,3 @@ class HybridAgent:
                         rl_confidence=float(rl_probs[rl_action]), fused_by=fused_by, reason=reason,
                         advice=advice, block=block)
 
-
-def advice_present(decision: Decision) -> bool:
-    """Whether the decision's observation carried advice."""
-    return bool(decision.block[ADVICE.present] > 0.5)

@@ -19,6 +19,7 @@ from stable_baselines3.common.callbacks import BaseCallback
 from hybrid_trader.agent.advice_block import OBS_ADVICE
 from hybrid_trader.agent.fusion import best_probability
 from hybrid_trader.agent.stats import DecisionStats, configured_query_rate_pct
+from hybrid_trader.training.policy import RolloutDecision
 
 ADVISOR_KEYS = ("llm/total_queries", "llm/avg_latency_ms", "llm/p95_latency_ms", "llm/error_rate", "llm/timeouts",
                 "llm/errors", "llm/parse_failures", "llm/cache_hits", "llm/dropped", "llm/label_coverage",
@@ -53,7 +54,7 @@ class HybridStatsCallback(BaseCallback):
         self._reset()
 
     def _on_step(self) -> bool:
-        decision = self.model.policy.last_decision
+        decision: RolloutDecision | None = getattr(self.model.policy, "last_decision", None)
         if decision is None:
             return True
         self._rl_logits.append(decision.rl_logits)
@@ -79,7 +80,8 @@ class HybridStatsCallback(BaseCallback):
         if not self._rl_logits or len(self._obs) != len(self._rl_logits):
             return
         logits = th.cat(self._rl_logits).cpu().numpy()
-        masks = None if any(m is None for m in self._masks) else np.concatenate(self._masks)
+        masks = None if any(m is None for m in self._masks) else \
+            np.concatenate([m for m in self._masks if m is not None])
         rl_best, rl_conf = best_probability(logits, masks)
         actions = np.concatenate([np.asarray(a).reshape(-1) for a in self._actions])
         blocks = th.cat([obs[:, OBS_ADVICE] for obs in self._obs]).cpu().numpy()

@@ -61,16 +61,17 @@ class HybridMaskablePolicy(MaskableActorCriticPolicy):
     def forward(self, obs: th.Tensor, deterministic: bool = False, action_masks: np.ndarray | None = None):
         self._read_advice(obs)
         out = super().forward(obs, deterministic, action_masks)
-        masks = None if action_masks is None else np.asarray(action_masks, dtype=bool).reshape(
-            self.last_rl_logits.shape)
-        object.__setattr__(self, "last_decision", RolloutDecision(self.last_rl_logits, masks))
+        rl_logits = self.last_rl_logits
+        assert rl_logits is not None  # set by _get_action_dist_from_latent just now
+        masks = None if action_masks is None else np.asarray(action_masks, dtype=bool).reshape(rl_logits.shape)
+        object.__setattr__(self, "last_decision", RolloutDecision(rl_logits, masks))
         return out
 
-    def evaluate_actions(self, obs: th.Tensor, actions: th.Tensor, action_masks: np.ndarray | None = None):
+    def evaluate_actions(self, obs: th.Tensor, actions: th.Tensor, action_masks: th.Tensor | None = None):
         self._read_advice(obs)
         return super().evaluate_actions(obs, actions, action_masks)
 
-    def get_distribution(self, obs: th.Tensor, action_masks: np.ndarray | None = None):
+    def get_distribution(self, obs: Any, action_masks: np.ndarray | None = None):
         self._read_advice(obs)
         return super().get_distribution(obs, action_masks)
 
