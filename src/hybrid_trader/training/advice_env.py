@@ -31,7 +31,7 @@ import gymnasium as gym
 import numpy as np
 from stable_baselines3.common.vec_env import VecEnvWrapper, VecNormalize
 
-from hybrid_trader.agent.advice_block import ADVICE, N_FEATURES, OBS_ADVICE, block_bounds, write_advice
+from hybrid_trader.agent.advice_block import N_FEATURES, OBS_ADVICE, PHASE3_OBS_DIM, block_bounds, write_advice
 from hybrid_trader.agent.fusion import rl_confidence
 from hybrid_trader.llm.context import context_from_market
 
@@ -118,7 +118,7 @@ class AdvisorVecEnv(VecEnvWrapper):
         return self._with_advice(obs, snaps, dones), rewards, dones, infos
 
     def _with_advice(self, obs: np.ndarray, infos, new_episode: np.ndarray) -> np.ndarray:
-        out = np.zeros((self.num_envs, N_FEATURES + ADVICE.size), dtype=np.float32)
+        out = np.zeros((self.num_envs, PHASE3_OBS_DIM), dtype=np.float32)
         out[:, :N_FEATURES] = obs
         bars, features = self.market.bars, self.market.features
         advisor = self.advisor
