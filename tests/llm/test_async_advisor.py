@@ -275,7 +275,7 @@ def test_selective_policy_when_used_skips_and_counts_query_rate():
         sent = [adv.submit(0, s, ctx) for s in range(20)]
         assert sum(sent) == 4
         s = adv.stats()
-        assert s["llm/calls"] == 20 and s["llm/query_rate_pct"] == pytest.approx(20.0)
+        assert s["llm/calls"] == 20 and s["llm/accepted_pct"] == pytest.approx(20.0)
         assert adv.should_query(0, 20, ctx) and not adv.should_query(0, 16, ctx)
     finally:
         adv.close()

@@ -23,7 +23,7 @@ import torch as th
 from hybrid_trader.config import merge_overrides
 from hybrid_trader.llm import build_advisor
 from hybrid_trader.training.config import RunConfig
-from hybrid_trader.training.fusion import ADVICE_PRESENT, PHASE3_OBS_DIM
+from hybrid_trader.agent.advice_block import OBS_ADVICE_PRESENT, PHASE3_OBS_DIM
 from hybrid_trader.training.market import load_market
 from hybrid_trader.training.runner import build_vec_env, make_model, train_run
 
@@ -76,7 +76,7 @@ def test_phase3_starts_as_exactly_the_phase2_policy_when_initialised(market, pha
         assert raw.shape == (2, PHASE3_OBS_DIM)
         # Without advice, the phase 3 distribution equals the phase 2 one on the same 228 values.
         raw_no_advice = raw.copy()
-        raw_no_advice[:, ADVICE_PRESENT] = 0.0
+        raw_no_advice[:, OBS_ADVICE_PRESENT] = 0.0
         obs3 = venv.normalize_obs(raw_no_advice)
         obs2 = vec2.normalize_obs(raw[:, :228])
         with th.no_grad():
@@ -105,7 +105,7 @@ def test_stored_log_probs_equal_recomputed_ones_when_advice_shapes_the_policy(ma
         assert model.collect_rollouts(venv, callback, model.rollout_buffer, 128, use_masking=True)
         buf = model.rollout_buffer
         obs = buf.observations.reshape(-1, PHASE3_OBS_DIM)
-        advised = obs[:, ADVICE_PRESENT] > 0.5
+        advised = obs[:, OBS_ADVICE_PRESENT] > 0.5
         assert advised.mean() > 0.5, "the mock advisor (query always) should advise most steps"
         actions = th.as_tensor(buf.actions.reshape(-1))
         masks = buf.action_masks.reshape(len(actions), -1)

@@ -12,7 +12,12 @@ from typing import Any, Callable, Protocol
 
 import numpy as np
 
-from hybrid_trader.actions import Action
+from hybrid_trader.actions import ACTION_NAMES, Action
+from hybrid_trader.agent.fusion import FusionConfig
+from hybrid_trader.agent.hybrid_agent import Decision, HybridAgent
+from hybrid_trader.agent.stats import DecisionStats
+from hybrid_trader.llm.context import context_from_market
+from hybrid_trader.llm.stats import label
 
 
 class Policy(Protocol):
@@ -103,140 +108,80 @@ PolicyFn = Callable[[np.ndarray, np.ndarray, Any], int]
 
 
 class HybridAgentPolicy:
-    """The phase 3 agent at evaluation time: RL policy + LLM advice (+ risk veto in the env's mask).
+    """The phase 3 agent at evaluation time: ``agent.HybridAgent`` + the LLM advisor (+ the env's risk veto).
 
-    Queries the advisor synchronously when its query policy says so (same triggers as in
-    training), keeps the advice for up to ``max_age_steps`` steps, and decides with
-    ``fusion.strategy``: ``prior`` (best action of the trained fused distribution) or
-    ``rules`` (seed 001's four priorities on the RL-only distribution and the advice).
-    ``use_llm=False`` is the RL-only ablation: no queries and ``llm_weight`` 0.
-    Statistics and sample decisions go to ``result_extra``.
+    Each step, the agent decides with the advice in force; when the advisor's query policy
+    says so (same triggers as in training, the RL confidence taken from that decision), the
+    advisor is asked synchronously and the agent decides again with the fresh advice. The
+    advice is kept for up to ``max_age_steps`` steps. ``use_llm=False`` is the RL-only
+    ablation: no queries and ``llm_weight`` 0. Statistics (``agent.stats.DecisionStats``,
+    labelled from ``llm.stats``) and sample decisions go to ``result_extra``.
     """
 
-    def __init__(self, model: Any, vec_normalize: Any, advisor: Any, market: Any, fusion: Any, *,
+    def __init__(self, model: Any, vec_normalize: Any, advisor: Any, market: Any, fusion: FusionConfig, *,
                  use_llm: bool = True, name: str = "agent", max_samples: int = 30) -> None:
-        self.model = model
-        self.vec_normalize = vec_normalize
-        self.advisor = advisor
+        max_age = advisor.config.batching.max_age_steps if advisor is not None else 0
+        self.agent = HybridAgent.from_model(model, vec_normalize, fusion, max_age=max_age, use_llm=use_llm)
+        self.advisor = advisor if use_llm else None
         self.market = market
         self.fusion = fusion
         self.use_llm = use_llm
         self.name = name
         self.max_samples = max_samples
-        self.max_age = advisor.config.batching.max_age_steps if advisor is not None else 0
-        self.weight = float(fusion.llm_weight) if use_llm else 0.0
         self.step = 0
         self.advice = None
-        self.rules_used: dict[str, int] = {}
+        self.stats = DecisionStats(max_age)
+        self.reasons: dict[str, int] = {}
         self.samples: list[dict] = []
-        self.n = self.queries = self.advised = self.agree = self.override = 0
-        self.rl_conf_sum = self.llm_conf_sum = 0.0
         self.result_extra: dict = {"role": "agent" if use_llm else "ablation"}
 
-    def _forward(self, obs: np.ndarray, mask: np.ndarray):
-        import torch as th
-
-        from hybrid_trader.training.advice_env import advice_block
-
-        block = advice_block(self._current_advice(), self.max_age)
-        full = np.concatenate([obs, block]).astype(np.float32)
-        x = self.vec_normalize.normalize_obs(full) if self.vec_normalize is not None else full
-        policy = self.model.policy
-        saved = policy.llm_weight
-        policy.llm_weight = self.weight
-        try:
-            with th.no_grad():
-                policy.get_distribution(th.as_tensor(x[None]), action_masks=mask[None])
-        finally:
-            policy.llm_weight = saved
-        rl = policy.last_rl_logits[0].numpy().astype(np.float64)
-        prior = np.zeros_like(rl) if policy.last_prior is None else policy.last_prior[0].numpy().astype(np.float64)
-        return rl, prior
-
     def _current_advice(self):
-        if self.advice is None or self.step - self.advice.step > self.max_age:
-            return None
-        from dataclasses import replace
-
-        return replace(self.advice, age_steps=self.step - self.advice.step)
+        """The last advice with its age now (None: none yet)."""
+        return None if self.advice is None else self.advice.with_age(self.step)
 
     def __call__(self, obs, mask, env) -> int:
-        from hybrid_trader.llm.context import context_from_market
-        from hybrid_trader.training.fusion import fuse_rules
-
-        rl, prior = self._forward(obs, mask)
-        rl_probs = _softmax_masked(rl, mask)
-        rl_best = int(np.argmax(rl_probs))
-        ctx = None
-        if self.use_llm and self.advisor is not None:
+        decision = self.agent.decide(obs, mask, self._current_advice())
+        if self.advisor is not None:
             ctx = context_from_market(self.market.bars, self.market.features, env.current_index,
                                       env.account_snapshot(), mask)
-            if self.advisor.should_query(0, self.step, ctx, float(rl_probs[rl_best])):
+            if self.advisor.should_query(0, self.step, ctx, decision.rl_confidence):
                 self.advisor.policy.mark(0, self.step, ctx)
                 self.advice = self.advisor.advise_now([ctx], use_cache=True, env_index=0, step=self.step)[0]
-                self.queries += 1
-                rl, prior = self._forward(obs, mask)
-                rl_probs = _softmax_masked(rl, mask)
-                rl_best = int(np.argmax(rl_probs))
-        advice = self._current_advice()
-        usable = advice is not None and not advice.abstained
-        if self.fusion.strategy == "rules" and self.use_llm:
-            action, rule = fuse_rules(rl_probs, advice.probs if usable else None,
-                                      advice.confidence if usable else 0.0, mask, self.fusion)
-        else:
-            fused = np.where(mask, rl + self.weight * prior, -np.inf)
-            action, rule = int(np.argmax(fused)), ("PRIOR" if usable and self.weight else "RL_ONLY")
-        self.rules_used[rule] = self.rules_used.get(rule, 0) + 1
-        self.n += 1
-        self.rl_conf_sum += float(rl_probs[rl_best])
-        self.override += int(action != rl_best)
-        if usable:
-            self.advised += 1
-            self.agree += int(advice.action == rl_best)
-            self.llm_conf_sum += advice.confidence
-        if len(self.samples) < self.max_samples and (action != 0 or (usable and advice.action != 0)):
+                self.stats.count_queries(1, 1)
+                decision = self.agent.decide(obs, mask, self._current_advice())
+        self._record(decision, env)
+        self.step += 1
+        return decision.action
+
+    def _record(self, d: Decision, env) -> None:
+        self.stats.add(np.array([d.rl_action]), np.array([d.rl_confidence]), np.array([d.action]), d.block)
+        self.reasons[d.reason] = self.reasons.get(d.reason, 0) + 1
+        advice = d.advice
+        if len(self.samples) < self.max_samples and (d.action != 0 or (advice is not None and advice.action != 0)):
             t = env.current_index
             self.samples.append({
                 "time": str(self.market.bars.frame.index[t]), "price": float(self.market.bars.close[t]),
-                "position": int(env.position), "rl_action": _name(rl_best), "rl_confidence": round(float(rl_probs[rl_best]), 3),
-                "llm_action": _name(advice.action) if usable else None,
-                "llm_confidence": round(float(advice.confidence), 3) if usable else None,
-                "llm_reason": advice.reason if usable else None, "advice_age": advice.age_steps if usable else None,
-                "executed": _name(action), "rule": rule,
+                "position": int(env.position), "rl_action": ACTION_NAMES[d.rl_action],
+                "rl_confidence": round(d.rl_confidence, 3),
+                "llm_action": ACTION_NAMES[advice.action] if advice is not None else None,
+                "llm_confidence": round(float(advice.confidence), 3) if advice is not None else None,
+                "llm_reason": advice.reason if advice is not None else None,
+                "advice_age": advice.age_steps if advice is not None else None,
+                "executed": ACTION_NAMES[d.action], "rule": d.reason,
             })
-        self.step += 1
-        self._update_extra(env)
-        return action
-
-    def _update_extra(self, env) -> None:
-        n = max(self.n, 1)
+        values = self.stats.values()
+        shown = {label(k): values.get(k) for k in ("llm/queries", "llm/query_rate_pct", "llm/advised_pct",
+                                                   "fusion/agreement_pct", "fusion/override_pct",
+                                                   "confidence/rl_avg", "confidence/llm_avg",
+                                                   "llm/advice_age_mean_steps")}
+        shown[label("fusion/risk_veto_pct")] = 100.0 * env.veto_steps / max(env.decision_steps, 1)
         self.result_extra.update({
             "llm": {
-                "LLM queries": self.queries,
-                "Query rate [%]": 100.0 * self.queries / n,
-                "Advised decisions [%]": 100.0 * self.advised / n,
-                "Agreement RL-LLM [%]": 100.0 * self.agree / self.advised if self.advised else None,
-                "Override of RL choice [%]": 100.0 * self.override / n,
-                "RL confidence (avg)": self.rl_conf_sum / n,
-                "LLM confidence (avg)": self.llm_conf_sum / self.advised if self.advised else None,
-                "Risk veto [% of decisions]": 100.0 * env.veto_steps / max(env.decision_steps, 1),
+                **shown,
                 "Veto counts": dict(env.veto_counts),
-                "Fusion rules used": dict(self.rules_used),
-                "LLM weight": self.weight,
+                "Fusion rules used": dict(self.reasons),
+                "LLM weight": self.agent.llm_weight,
                 "Strategy": self.fusion.strategy,
             },
             "sample_decisions": self.samples,
         })
-
-
-def _softmax_masked(logits: np.ndarray, mask: np.ndarray) -> np.ndarray:
-    z = np.where(mask, logits, -np.inf)
-    z = z - z.max()
-    e = np.exp(z)
-    return e / e.sum()
-
-
-def _name(action: int) -> str:
-    from hybrid_trader.actions import ACTION_NAMES
-
-    return ACTION_NAMES[int(action)]

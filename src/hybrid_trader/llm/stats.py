@@ -1,13 +1,18 @@
-"""Advisor statistics, exposed under TensorBoard names (seed 001's plus ours).
+"""LLM statistics: every one defined once (:data:`STATISTICS`), and the advisor's counters.
 
-Every key of :meth:`AdvisorStats.snapshot` is a TensorBoard tag; units are in the
-docs table (docs/LLM.md). Counters are totals since the advisor was built.
+Two families, each key with its meaning and unit:
+
+- :data:`ADVISOR_STATISTICS`: what the advisor counts (:meth:`AdvisorStats.snapshot`,
+  ``advisor.stats()``); counters are totals since the advisor was built;
+- :data:`DECISION_STATISTICS`: what is measured on the decisions (training rollouts and
+  evaluation alike, computed by ``hybrid_trader.agent.stats.DecisionStats``).
 """
 
 from __future__ import annotations
 
 import threading
 from collections import Counter, deque
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -20,36 +25,90 @@ from hybrid_trader.llm.advice import (
     Advice,
 )
 
-STAT_NAMES: dict[str, str] = {
-    "llm/total_queries": "model queries completed (answered or abstained; cache hits excluded) [count]",
-    "llm/avg_latency_ms": "mean time from submit to answer of model queries [ms]",
-    "llm/p95_latency_ms": "95th percentile of that latency over the last 2048 queries [ms]",
-    "llm/error_rate": "share of model queries that failed: errors + timeouts + parse failures [fraction]",
-    "confidence/llm_avg": "mean confidence of delivered, non-abstained advice (cache reuse included) [0-1]",
-    "llm/calls": "submit() calls [count]",
-    "llm/submitted": "submit() calls the query policy accepted [count]",
-    "llm/skipped": "submit() calls the query policy skipped (not due, cooldown) [count]",
-    "llm/query_rate_pct": "submitted / calls [%]",
-    "llm/cache_hits": "submitted queries answered from the cache [count]",
-    "llm/cache_hit_rate": "cache hits / submitted [fraction]",
-    "llm/answered": "model queries that produced advice [count]",
-    "llm/abstained": "model queries that abstained, all reasons [count]",
-    "llm/abstain_rate": "abstained / total_queries [fraction]",
-    "llm/errors": "LLM_ERROR abstentions [count]",
-    "llm/timeouts": "LLM_TIMEOUT abstentions [count]",
-    "llm/parse_failures": "LLM_PARSE_FAILURE abstentions [count]",
-    "llm/illegal_actions": "LLM_ILLEGAL_ACTION abstentions [count]",
-    "llm/low_coverage": "LLM_LOW_COVERAGE abstentions [count]",
-    "llm/label_coverage": "mean probability mass of the legal action names (scoring) [0-1]",
-    "llm/dropped": "queued queries discarded before answering: superseded, queue full, closed, reset [count]",
-    "llm/expired": "ready advice poll() refused as older than batching.max_age_steps [count]",
-    "llm/pending": "queries waiting for the worker now [count]",
-    "llm/batches": "forward passes / batch calls [count]",
-    "llm/batch_size_avg": "mean queries per batch [count]",
-    "llm/advice_age_avg_steps": "mean age of the advice poll() returned [steps]",
-    "llm/answer_lag_steps": "steps the callers took while the model answered the last batch [steps]",
-    "llm/poll_hit_rate": "poll() calls that returned advice [fraction]",
-}
+
+@dataclass(frozen=True)
+class Statistic:
+    """One LLM statistic: its key (a TensorBoard tag), meaning and unit, defined once."""
+
+    key: str
+    """TensorBoard / progress.jsonl tag."""
+    meaning: str
+    """What is measured."""
+    unit: str
+    """Unit: count, ms, %, fraction, 0-1, steps."""
+    label: str = ""
+    """Label in evaluation results and reports ('' : the key)."""
+
+
+ADVISOR_STATISTICS: tuple[Statistic, ...] = (
+    Statistic("llm/total_queries", "model queries completed (answered or abstained; cache hits excluded)", "count"),
+    Statistic("llm/avg_latency_ms", "mean time from submit to answer of model queries", "ms"),
+    Statistic("llm/p95_latency_ms", "95th percentile of that latency over the last 2048 queries", "ms"),
+    Statistic("llm/error_rate", "share of model queries that failed: errors + timeouts + parse failures", "fraction"),
+    Statistic("confidence/llm_avg", "mean confidence of delivered, non-abstained advice (cache reuse included)", "0-1"),
+    Statistic("llm/calls", "submit() calls", "count"),
+    Statistic("llm/submitted", "submit() calls the query policy accepted", "count"),
+    Statistic("llm/skipped", "submit() calls the query policy skipped (not due, cooldown)", "count"),
+    Statistic("llm/accepted_pct", "submit() calls the query policy accepted: submitted / calls", "%"),
+    Statistic("llm/cache_hits", "submitted queries answered from the cache", "count"),
+    Statistic("llm/cache_hit_rate", "cache hits / submitted", "fraction"),
+    Statistic("llm/answered", "model queries that produced advice", "count"),
+    Statistic("llm/abstained", "model queries that abstained, all reasons", "count"),
+    Statistic("llm/abstain_rate", "abstained / total_queries", "fraction"),
+    Statistic("llm/errors", "LLM_ERROR abstentions", "count"),
+    Statistic("llm/timeouts", "LLM_TIMEOUT abstentions", "count"),
+    Statistic("llm/parse_failures", "LLM_PARSE_FAILURE abstentions", "count"),
+    Statistic("llm/illegal_actions", "LLM_ILLEGAL_ACTION abstentions", "count"),
+    Statistic("llm/low_coverage", "LLM_LOW_COVERAGE abstentions", "count"),
+    Statistic("llm/label_coverage", "mean probability mass of the legal action names (scoring)", "0-1"),
+    Statistic("llm/dropped", "queued queries discarded before answering: superseded, queue full, closed, reset",
+              "count"),
+    Statistic("llm/expired", "ready advice poll() refused as older than batching.max_age_steps", "count"),
+    Statistic("llm/pending", "queries waiting for the worker now", "count"),
+    Statistic("llm/batches", "forward passes / batch calls", "count"),
+    Statistic("llm/batch_size_avg", "mean queries per batch", "count"),
+    Statistic("llm/advice_age_avg_steps", "mean age of the advice poll() returned", "steps"),
+    Statistic("llm/answer_lag_steps", "steps the callers took while the model answered the last batch", "steps"),
+    Statistic("llm/poll_hit_rate", "poll() calls that returned advice", "fraction"),
+)
+"""What :meth:`AdvisorStats.snapshot` (``advisor.stats()``) returns."""
+
+DECISION_STATISTICS: tuple[Statistic, ...] = (
+    Statistic("llm/query_rate_pct", "model answers (cache hits included) per decision step", "%",
+              "LLM query rate [%]"),
+    Statistic("llm/request_rate_pct", "decision steps that requested advice (a busy model replaces older "
+              "requests by newer ones, see llm/dropped)", "%"),
+    Statistic("llm/configured_query_rate_pct", "the rate the query policy's mode and interval alone imply", "%"),
+    Statistic("llm/queries", "model answers (cache hits included) the decisions asked for", "count", "LLM queries"),
+    Statistic("llm/advised_pct", "decision steps whose observation carried fresh advice", "%",
+              "Advised decisions [%]"),
+    Statistic("llm/advice_age_mean_steps", "mean age of the advice used", "steps", "Advice age (avg) [steps]"),
+    Statistic("llm/max_advice_age_steps", "the configured limit on that age (llm.batching.max_age_steps)", "steps"),
+    Statistic("llm/abstain_rate_pct", "model answers that abstained", "%"),
+    Statistic("confidence/rl_avg", "mean RL-only probability of the RL's best legal action", "0-1",
+              "RL confidence (avg)"),
+    Statistic("confidence/llm_avg", "mean confidence of the advice used (advisor.stats(): of the advice "
+              "delivered)", "0-1", "LLM confidence (avg)"),
+    Statistic("fusion/agreement_pct", "RL-only best action == LLM's action, over advised steps", "%",
+              "Agreement RL-LLM [%]"),
+    Statistic("fusion/override_pct", "executed action != RL-only best action, over all steps", "%",
+              "Override of RL choice [%]"),
+    Statistic("fusion/risk_veto_pct", "decision steps at which the risk veto blocked an action", "%",
+              "Risk veto [% of decisions]"),
+)
+"""Measured on the decisions themselves: training's rollouts (``HybridStatsCallback``) and
+evaluation (``HybridAgentPolicy``), both through ``agent.stats.DecisionStats``."""
+
+STATISTICS: dict[str, Statistic] = {s.key: s for s in (*ADVISOR_STATISTICS, *DECISION_STATISTICS)}
+"""Every LLM statistic by key (``confidence/llm_avg`` is the decisions' one)."""
+STAT_NAMES: dict[str, str] = {s.key: f"{s.meaning} [{s.unit}]" for s in ADVISOR_STATISTICS}
+"""Keys of ``advisor.stats()`` and their meaning with unit."""
+
+
+def label(key: str) -> str:
+    """The report label of a statistic (its key when it has none)."""
+    stat = STATISTICS.get(key)
+    return stat.label if stat is not None and stat.label else key
 
 _FAILURES = (LLM_ERROR, LLM_TIMEOUT, LLM_PARSE_FAILURE)
 
@@ -149,7 +208,7 @@ class AdvisorStats:
                 "llm/calls": float(self.calls),
                 "llm/submitted": float(self.submitted),
                 "llm/skipped": float(self.skipped),
-                "llm/query_rate_pct": 100.0 * self.submitted / self.calls if self.calls else 0.0,
+                "llm/accepted_pct": 100.0 * self.submitted / self.calls if self.calls else 0.0,
                 "llm/cache_hits": float(self.cache_hits),
                 "llm/cache_hit_rate": self.cache_hits / self.submitted if self.submitted else 0.0,
                 "llm/answered": float(self.answered),

@@ -9,26 +9,34 @@ environments run there or in subprocesses). After every step it
    decides whether to ask, the cache may answer at once, otherwise a worker thread
    batches the queries of all environments into one forward pass);
 3. polls each environment's latest ready advice (never blocks) and writes it, with its
-   age, into the 9 advice values appended to the observation.
+   age, into the advice block appended to the observation (``agent.advice_block``).
 
-The policy reads those 9 values as the LLM prior (``HybridMaskablePolicy``), so the
+The policy reads that block as the LLM prior (``HybridMaskablePolicy``), so the
 advice that shaped a sampled action is stored with it in the rollout buffer.
 
-``PartialVecNormalize`` normalises the 261 features and leaves the advice as it is
+The query policy's uncertainty trigger reads the RL confidence of each environment's
+last decision straight from the policy that took it (:meth:`AdvisorVecEnv.follow`),
+computed only when the trigger is checked.
+
+``PartialVecNormalize`` normalises the features and leaves the advice as it is
 (probabilities must stay probabilities for the prior).
 """
 
 from __future__ import annotations
 
 import functools
-import math
-from typing import Any
+from typing import Any, Callable
 
 import gymnasium as gym
 import numpy as np
 from stable_baselines3.common.vec_env import VecEnvWrapper, VecNormalize
 
-from hybrid_trader.training.fusion import ADVICE_DIM, N_FEATURES
+from hybrid_trader.agent.advice_block import N_FEATURES, OBS_ADVICE, PHASE3_OBS_DIM, block_bounds, write_advice
+from hybrid_trader.agent.fusion import rl_confidence
+from hybrid_trader.llm.context import context_from_market
+
+LastDecision = Callable[[], Any]
+"""Returns the policy's last rollout decision ``(rl_logits (n_envs, 6), masks or None)``, or None."""
 
 
 class PartialVecNormalize(VecNormalize):
@@ -52,23 +60,6 @@ class PartialVecNormalize(VecNormalize):
         return out
 
 
-def advice_block(advice: Any, max_age: int, age: int | None = None, out: np.ndarray | None = None) -> np.ndarray:
-    """The 9 advice values of one observation (zeros when there is no usable advice).
-
-    ``age`` overrides ``advice.age_steps``; ``out`` (9 values) is filled in place.
-    """
-    if out is None:
-        out = np.zeros(ADVICE_DIM, dtype=np.float32)
-    if advice is None or advice.abstained:
-        out[:] = 0.0
-        return out
-    out[:6] = advice.probs
-    out[6] = advice.confidence
-    out[7] = min((advice.age_steps if age is None else age) / max(max_age, 1), 1.0)
-    out[8] = 1.0
-    return out
-
-
 class AdvisorVecEnv(VecEnvWrapper):
     """Appends the LLM's latest advice to each environment's observation; never waits for it."""
 
@@ -76,8 +67,9 @@ class AdvisorVecEnv(VecEnvWrapper):
         base = venv.observation_space
         if base.shape != (N_FEATURES,):
             raise ValueError(f"AdvisorVecEnv needs the phase 3 observation ({N_FEATURES},), got {base.shape}")
-        low = np.concatenate([base.low, np.zeros(ADVICE_DIM, np.float32)])
-        high = np.concatenate([base.high, np.ones(ADVICE_DIM, np.float32)])
+        low, high = block_bounds()
+        low = np.concatenate([base.low, low])
+        high = np.concatenate([base.high, high])
         super().__init__(venv, observation_space=gym.spaces.Box(low, high, dtype=np.float32))
         self.advisor = advisor
         advisor.expect_envs(self.num_envs)
@@ -85,11 +77,8 @@ class AdvisorVecEnv(VecEnvWrapper):
         self.max_age = int(max_age)
         self.steps = np.zeros(self.num_envs, dtype=np.int64)
         """Steps taken by each environment since the start of training (the advisor's clock)."""
-        self.rl_logits: list[list[float]] | None = None
-        """RL-only logits of each environment's last decision, set by the stats callback
-        (only when the query policy reads the RL confidence)."""
-        self.rl_masks: list[list[bool]] | None = None
-        """Legal actions of those decisions (None: all legal)."""
+        self.last_decision: LastDecision | None = None
+        """Where the RL confidence comes from (:meth:`follow`); None: the query policy gets none."""
         self.last_advice: list[Any] = [None] * self.num_envs
         self.last_age = np.zeros(self.num_envs, dtype=np.int64)
         """Age in steps of each environment's last advice (when it was read)."""
@@ -97,6 +86,15 @@ class AdvisorVecEnv(VecEnvWrapper):
         self.advised_steps = 0
         self.age_sum = 0.0
         self.total_steps = 0
+
+    def follow(self, policy: Any) -> None:
+        """Give the query policy the RL confidence of ``policy``'s rollout decisions.
+
+        ``policy`` records ``last_decision`` (RL-only logits and masks) on each rollout
+        step (``HybridMaskablePolicy.forward``); each environment's confidence is computed
+        from it only when the query policy checks its uncertainty trigger.
+        """
+        self.last_decision = lambda: getattr(policy, "last_decision", None)
 
     # ------------------------------------------------------------------ VecEnv API
     def reset(self):
@@ -115,20 +113,18 @@ class AdvisorVecEnv(VecEnvWrapper):
             if terminal is not None and terminal.shape == (N_FEATURES,):
                 # The value bootstrap of a truncated episode sees the advice that was in force.
                 infos[i]["terminal_observation"] = np.concatenate(
-                    [terminal, advice_block(self.last_advice[i], self.max_age, int(self.last_age[i]))]
+                    [terminal, write_advice(self.last_advice[i], self.max_age, int(self.last_age[i]))]
                 ).astype(np.float32)
         return self._with_advice(obs, snaps, dones), rewards, dones, infos
 
     def _with_advice(self, obs: np.ndarray, infos, new_episode: np.ndarray) -> np.ndarray:
-        from hybrid_trader.llm.context import context_from_market
-
-        out = np.zeros((self.num_envs, N_FEATURES + ADVICE_DIM), dtype=np.float32)
+        out = np.zeros((self.num_envs, PHASE3_OBS_DIM), dtype=np.float32)
         out[:, :N_FEATURES] = obs
         bars, features = self.market.bars, self.market.features
         advisor = self.advisor
         # Python scalars once per step: indexing numpy arrays per environment costs more
         steps = self.steps.tolist()
-        with_confidence = self.rl_logits is not None
+        decision = self.last_decision() if self.last_decision is not None else None
         new = np.asarray(new_episode, dtype=bool).tolist()
         for i in range(self.num_envs):
             snap = infos[i].get("advisor_account") if infos[i] else None
@@ -140,7 +136,7 @@ class AdvisorVecEnv(VecEnvWrapper):
             # The query policy reads the snapshot itself (position sign, balance, win rate,
             # losses) and the RL confidence only when its uncertainty trigger is checked; the
             # full context (prompt fields) is built only when a query is due.
-            conf = functools.partial(self.rl_confidence, i) if with_confidence else None
+            conf = functools.partial(decision_confidence, decision, i) if decision is not None else None
             if advisor.should_query(i, step, snap, conf):
                 ctx = context_from_market(bars, features, snap.t, snap, snap.mask)
                 if advisor.submit(i, step, ctx, force=True):
@@ -150,23 +146,19 @@ class AdvisorVecEnv(VecEnvWrapper):
             self.last_age[i] = age
             self.total_steps += 1
             if advice is not None and not advice.abstained:
-                advice_block(advice, self.max_age, age, out[i, N_FEATURES:])
+                write_advice(advice, self.max_age, age, out[i, OBS_ADVICE])
                 self.advised_steps += 1
                 self.age_sum += age
         return out
-
-    def rl_confidence(self, env_index: int) -> float | None:
-        """RL-only probability of the best legal action at environment ``env_index``'s last decision."""
-        if self.rl_logits is None:
-            return None
-        row = self.rl_logits[env_index]
-        if self.rl_masks is not None:
-            row = [x for x, legal in zip(row, self.rl_masks[env_index]) if legal]
-        top = max(row)
-        return 1.0 / sum(math.exp(x - top) for x in row)
 
     def close(self) -> None:
         try:
             self.advisor.close()
         finally:
             self.venv.close()
+
+
+def decision_confidence(decision: Any, env_index: int) -> float:
+    """RL confidence of environment ``env_index`` in a recorded decision ``(rl_logits, masks)``."""
+    logits, masks = decision
+    return rl_confidence(logits[env_index].tolist(), None if masks is None else masks[env_index].tolist())

@@ -15,8 +15,8 @@ from hybrid_trader.config import check
 from hybrid_trader.env.config import EnvConfig
 from hybrid_trader.env.risk_veto import RiskConfig
 from hybrid_trader.errors import UserError
+from hybrid_trader.agent.fusion import FusionConfig
 from hybrid_trader.llm.config import LLMConfig, packaged_llm_config
-from hybrid_trader.training.fusion import FusionConfig
 
 
 @dataclass

@@ -324,6 +324,7 @@ def _learn(run: RunDir, config: RunConfig, model, venv, market: Market, *, resum
     if config.env.phase == 3:
         from hybrid_trader.training.hybrid_stats import HybridStatsCallback  # phase 3 only
 
+        _find_wrapper(venv).follow(model.policy)  # the query policy reads the RL confidence of its decisions
         callbacks.append(HybridStatsCallback(_find_wrapper(venv), config.llm_config()))
     if validation is not None and config.train.validate_every > 0 and len(market.sessions("val")):
         callbacks.append(ValidationCallback(run.validation_path, config.train.validate_every,

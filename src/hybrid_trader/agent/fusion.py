@@ -1,0 +1,153 @@
+"""Fusion of the RL policy with the LLM's advice: the logit prior and seed 001's rules.
+
+Two strategies, one principle (DESIGN.md, principle 2):
+
+* **prior** (training, and by default evaluation and trading):
+  ``logits = rl_logits + llm_weight * log p_llm(a)`` over the legal actions
+  (:func:`fused_logits`). PPO samples from and scores this one distribution, so the
+  executed action is the sampled one and its stored log-probability is exact.
+  ``HybridMaskablePolicy`` (training) and ``HybridAgent`` (evaluation, execution) both
+  call :func:`fused_logits`; the advice is read from the advice block
+  (:mod:`hybrid_trader.agent.advice_block`).
+* **rules** (evaluation or execution only): the four priorities of seed 001, applied to
+  the RL-only distribution and the advice (:func:`fuse_rules`).
+
+Every decision carries a reason code (``REASON_*``), greppable in decision logs.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal, Sequence, TypeVar
+
+import numpy as np
+import torch as th
+
+from hybrid_trader.actions import Action
+from hybrid_trader.agent.advice_block import ADVICE
+
+PROB_FLOOR = 1e-4
+"""Smallest probability inside the log of the prior (keeps it finite)."""
+
+# Reason codes of a decision.
+REASON_PRIOR = "PRIOR"
+"""prior: best legal action of the fused distribution, advice present and weight > 0."""
+REASON_RL_ONLY = "RL_ONLY"
+"""No usable advice (or weight 0): the RL policy alone decided."""
+REASON_AGREEMENT = "AGREEMENT"
+"""rules: RL and LLM pick the same action."""
+REASON_RL_OVERRIDE = "RL_HIGH_CONFIDENCE"
+"""rules: RL very confident, LLM not."""
+REASON_LLM_OVERRIDE = "LLM_HIGH_CONFIDENCE"
+"""rules: LLM very confident, RL not."""
+REASON_WEIGHTED = "CONFIDENCE_WEIGHTED"
+"""rules: argmax of the confidence-weighted mixture."""
+REASON_UNCERTAIN_HOLD = "UNCERTAINTY_HOLD"
+"""rules: both unsure -> HOLD."""
+RULE_REASONS = (REASON_AGREEMENT, REASON_RL_OVERRIDE, REASON_LLM_OVERRIDE, REASON_WEIGHTED,
+                REASON_UNCERTAIN_HOLD, REASON_RL_ONLY)
+"""The reason codes the rules strategy can give."""
+
+
+@dataclass
+class FusionConfig:
+    """How the RL policy and the LLM advice are combined (the ``fusion`` section)."""
+
+    llm_weight: float = 0.3
+    """w in logits = rl_logits + w * log p_llm (0 = RL only), as in the seeds."""
+    strategy: Literal["prior", "rules"] = "prior"
+    """Decision at evaluation/execution: prior (best action of the trained fused distribution) or rules (seed 001)."""
+    high_confidence: float = 0.9
+    """rules: a side this confident overrides a side below ``low_confidence``."""
+    low_confidence: float = 0.6
+    """rules: the other side's confidence must be below this for an override."""
+    uncertainty: float = 0.5
+    """rules: both below this -> HOLD."""
+
+
+Array = TypeVar("Array", np.ndarray, th.Tensor)
+
+
+def log_prior(advice: Array) -> Array:
+    """``log p_llm`` from advice blocks ``(..., ADVICE.size)`` (zero where no advice is present).
+
+    Works on numpy arrays and torch tensors alike (training's policy passes tensors).
+    """
+    probs = advice[..., ADVICE.probs]
+    present = advice[..., ADVICE.present_column] > 0.5
+    if isinstance(advice, th.Tensor):
+        return th.where(present, probs.clamp(min=PROB_FLOOR, max=1.0).log(), 0.0)
+    return np.where(present, np.log(np.clip(probs, PROB_FLOOR, 1.0)), 0.0)
+
+
+def fused_logits(rl_logits: Array, advice: Array | None, llm_weight: float) -> Array:
+    """``rl_logits + llm_weight * log p_llm`` (the RL logits themselves without advice or weight).
+
+    Masking comes after (illegal actions get probability zero), so only the legal
+    actions' relative prior matters.
+    """
+    if advice is None or not llm_weight:
+        return rl_logits
+    return rl_logits + llm_weight * log_prior(advice)
+
+
+def masked_softmax(logits: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
+    """Softmax over the legal actions of each row (zero on illegal ones)."""
+    z = logits if mask is None else np.where(mask, logits, -np.inf)
+    z = z - z.max(axis=-1, keepdims=True)
+    e = np.exp(z)
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def best_probability(logits: np.ndarray, masks: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """Best legal action of each row ``(n, 6)`` and its probability under the masked softmax."""
+    if masks is not None:
+        logits = np.where(masks, logits, -np.inf)
+    # probability of the best action = 1 / sum(exp(logits - max))
+    return logits.argmax(axis=1), 1.0 / np.exp(logits - logits.max(axis=1, keepdims=True)).sum(axis=1)
+
+
+def rl_confidence(logits: Sequence[float], legal: Sequence[bool] | None = None) -> float:
+    """The RL confidence: probability of the best legal action under softmax(``logits``) (one row).
+
+    Plain Python on purpose: the query policy asks for it for single environments in the
+    training hot loop, where numpy's per-call cost dominates.
+    """
+    row = list(logits) if legal is None else [x for x, ok in zip(logits, legal) if ok]
+    top = max(row)
+    return 1.0 / sum(math.exp(x - top) for x in row)
+
+
+def fuse_rules(rl_probs: np.ndarray, llm_probs: np.ndarray | None, llm_confidence: float, mask: np.ndarray,
+               config: FusionConfig) -> tuple[int, str]:
+    """Seed 001's four fusion priorities; returns (action, reason code). ``llm_probs`` None: RL only.
+
+    1. Agreement: both pick the same action -> take it.
+    2. High-confidence override: one side above ``high_confidence`` while the other is
+       below ``low_confidence`` -> that side.
+    3. Both uncertain (below ``uncertainty``) -> HOLD.
+    4. Otherwise confidence-weighted: argmax of (1-w) c_rl p_rl + w c_llm p_llm.
+    Only legal actions are ever returned.
+    """
+    mask = np.asarray(mask, dtype=bool)
+    rl = np.where(mask, rl_probs, 0.0)
+    rl_action = int(np.argmax(rl))
+    rl_conf = float(rl[rl_action] / max(rl.sum(), 1e-12))
+    if llm_probs is None:
+        return rl_action, REASON_RL_ONLY
+    llm = np.where(mask, llm_probs, 0.0)
+    llm_action = int(np.argmax(llm))
+    llm_conf = float(llm_confidence)
+    if rl_action == llm_action:
+        return rl_action, REASON_AGREEMENT
+    if rl_conf > config.high_confidence and llm_conf < config.low_confidence:
+        return rl_action, REASON_RL_OVERRIDE
+    if llm_conf > config.high_confidence and rl_conf < config.low_confidence:
+        return llm_action, REASON_LLM_OVERRIDE
+    if rl_conf < config.uncertainty and llm_conf < config.uncertainty:
+        return int(Action.HOLD), REASON_UNCERTAIN_HOLD
+    w = config.llm_weight
+    score = (1 - w) * rl_conf * rl / max(rl.sum(), 1e-12) + w * llm_conf * llm / max(llm.sum(), 1e-12)
+    score = np.where(mask, score, -np.inf)
+    return int(np.argmax(score)), REASON_WEIGHTED
