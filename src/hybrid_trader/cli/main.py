@@ -30,6 +30,7 @@ COMMAND_MODULES = [
     "hybrid_trader.cli.demo",
     "hybrid_trader.cli.report",
     "hybrid_trader.cli.diagnose",
+    "hybrid_trader.cli.advise",
 ]
 
 

@@ -1,0 +1,294 @@
+"""The advice dataset: what the LLM advised in each visited state, stored in the run directory.
+
+Layout::
+
+    RUN_DIR/advice/<split>/part-000001.parquet   one chunk of answered states (train, val, test)
+    RUN_DIR/advice/student.pt                    the distilled student (advise distill)
+    RUN_DIR/advice/student_metrics.json          its fidelity on held-out days
+
+Storage choice: **one Parquet file per chunk, written to a temporary name and renamed**.
+A rename is atomic, so a chunk is either wholly there or absent: Ctrl-C or kill -9
+during a write leaves at most a ``.tmp`` file (ignored, removed on the next run), and
+nothing already written can be damaged by a later write (files are never appended to
+or rewritten). Parquet keeps the observations as fixed-size float32 lists that numpy
+reads without parsing, and any tool (pandas, pyarrow, DuckDB) opens the chunks. SQLite
+would give the same safety with transactions, but its rows hold observations as blobs.
+
+Every chunk carries, in its schema metadata, the **advice identity** (hash of model id +
+prompt template + prompt and answer config, see :func:`advice_identity`), the feature
+layout hash and the version that wrote it; readers refuse chunks whose identity differs
+from what they expect, naming both hashes and which parts differ.
+
+Rows are keyed by ``(t, position, mask)``: the bar index, the position side and the
+legal-action mask as bits. A state is asked once per key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from hybrid_trader import __version__
+from hybrid_trader.actions import N_ACTIONS
+from hybrid_trader.errors import UserError
+from hybrid_trader.llm.config import LLMConfig
+
+SPLITS = ("train", "val", "test")
+META_KEY = b"hybrid_trader.advice"
+"""Schema-metadata key of a chunk's identity (JSON)."""
+PART_GLOB = "part-*.parquet"
+
+
+# ------------------------------------------------------------------------------- identity
+def _short(obj: Any) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+def model_id(config: LLMConfig) -> str:
+    """What model answers: back end and the model it names (not where a server runs)."""
+    b = config.backend
+    if b == "transformers":
+        return f"transformers:{config.transformers.model}:{config.transformers.dtype}"
+    if b == "openai":
+        return f"openai:{config.openai.model or config.openai.base_url}"
+    if b == "llama_cpp":
+        return f"llama_cpp:{config.llama_cpp.model_path or 'gemma-3-270m'}"
+    if b == "mock":
+        return f"mock:coverage={config.mock.coverage:g}"
+    return f"{b}:{_short(getattr(config, b, None))}"
+
+
+def advice_identity(config: LLMConfig) -> dict[str, str]:
+    """The parts that decide the advice, each a short string, plus ``hash`` over them all.
+
+    ``model`` (back end and model), ``mode`` (score/generate), ``template`` (context
+    template and answer prefix), ``prompt`` (the rest of the prompt: system text,
+    examples, separators) and ``answer`` (scoring or generation options). The one
+    function behind every identity check (collect, distill, the student).
+    """
+    p = dataclasses.asdict(config.prompt)
+    template = {"context_template": p.get("context_template"), "answer_prefix": p.get("answer_prefix")}
+    rest = {k: v for k, v in p.items() if k not in template}
+    answer = dataclasses.asdict(config.scoring if config.mode == "score" else config.generation)
+    parts = {
+        "model": model_id(config),
+        "mode": config.mode,
+        "template": _short(template),
+        "prompt": _short(rest),
+        "answer": _short(answer),
+    }
+    parts["hash"] = _short(parts)
+    return parts
+
+
+def check_same_advice(stored: dict, current: dict, *, file: str, fix: str) -> None:
+    """Refuse advice built with another model or prompt, naming both hashes and the parts that differ."""
+    if stored.get("hash") == current.get("hash"):
+        return
+    differ = [f"{k} {stored.get(k)!r} vs {current.get(k)!r}" for k in ("model", "mode", "template", "prompt", "answer")
+              if stored.get(k) != current.get(k)]
+    raise UserError(
+        f"the advice was built with another model or prompt: dataset {stored.get('hash')} vs "
+        f"{current.get('hash')} ({'; '.join(differ) or 'unknown parts'})", file=file, fix=fix)
+
+
+# ------------------------------------------------------------------------------- keys
+def mask_bits(masks: np.ndarray) -> np.ndarray:
+    """Legal-action masks ``(n, 6)`` as integers (bit a = action a legal)."""
+    masks = np.asarray(masks, dtype=bool).reshape(-1, N_ACTIONS)
+    return (masks.astype(np.int64) << np.arange(N_ACTIONS)).sum(axis=1)
+
+
+def masks_from_bits(bits: np.ndarray) -> np.ndarray:
+    return ((np.asarray(bits, dtype=np.int64)[:, None] >> np.arange(N_ACTIONS)) & 1).astype(bool)
+
+
+def state_key(t: int, position: int, bits: int) -> tuple[int, int, int]:
+    """The key of one state: bar index, position side, legal-action bits."""
+    return int(t), int(position), int(bits)
+
+
+# ------------------------------------------------------------------------------- rows
+@dataclass
+class AdviceRows:
+    """Answered states in column form (one entry per state)."""
+
+    t: np.ndarray
+    """Bar index (int64)."""
+    time: np.ndarray
+    """Bar start, ISO text US/Eastern."""
+    session: np.ndarray
+    """Session index (int32)."""
+    position: np.ndarray
+    """Position side -1/0/1 (int8)."""
+    unrealized_pnl: np.ndarray
+    """Open profit [$] (float32)."""
+    mask: np.ndarray
+    """Legal-action bits (int16)."""
+    obs: np.ndarray
+    """Raw observation (n, D) float32, unnormalised."""
+    probs: np.ndarray
+    """LLM distribution over the six actions (n, 6) float32, zero on illegal."""
+    confidence: np.ndarray
+    """LLM confidence (float32)."""
+    abstained: np.ndarray
+    """The LLM abstained (bool)."""
+    abstain_reason: np.ndarray
+    """Reason code or '' (text)."""
+    context: np.ndarray
+    """The rendered context the model read (text)."""
+    rollout: np.ndarray
+    """Which policy pass visited the state first: 0 deterministic, k >= 1 sampled (int8)."""
+
+    def __len__(self) -> int:
+        return len(self.t)
+
+    def masks(self) -> np.ndarray:
+        return masks_from_bits(self.mask)
+
+    def keys(self) -> set[tuple[int, int, int]]:
+        return {state_key(a, b, c) for a, b, c in zip(self.t.tolist(), self.position.tolist(), self.mask.tolist())}
+
+    def take(self, index: np.ndarray) -> "AdviceRows":
+        return AdviceRows(**{k: v[index] for k, v in self.__dict__.items()})
+
+    @staticmethod
+    def concat(parts: Sequence["AdviceRows"]) -> "AdviceRows":
+        names = list(AdviceRows.__dataclass_fields__)
+        return AdviceRows(**{k: np.concatenate([getattr(p, k) for p in parts]) for k in names})
+
+    def to_table(self, meta: dict) -> pa.Table:
+        n, d = self.obs.shape
+        cols = {
+            "t": pa.array(self.t, pa.int64()), "time": pa.array(self.time.astype(str), pa.string()),
+            "session": pa.array(self.session, pa.int32()), "position": pa.array(self.position, pa.int8()),
+            "unrealized_pnl": pa.array(self.unrealized_pnl, pa.float32()), "mask": pa.array(self.mask, pa.int16()),
+            "obs": pa.FixedSizeListArray.from_arrays(pa.array(self.obs.astype(np.float32).ravel()), d),
+            "probs": pa.FixedSizeListArray.from_arrays(pa.array(self.probs.astype(np.float32).ravel()), N_ACTIONS),
+            "confidence": pa.array(self.confidence, pa.float32()), "abstained": pa.array(self.abstained, pa.bool_()),
+            "abstain_reason": pa.array(self.abstain_reason.astype(str), pa.string()),
+            "context": pa.array(self.context.astype(str), pa.string()), "rollout": pa.array(self.rollout, pa.int8()),
+        }
+        table = pa.table(cols)
+        return table.replace_schema_metadata({META_KEY: json.dumps(meta).encode()})
+
+    @staticmethod
+    def from_table(table: pa.Table) -> "AdviceRows":
+        def fixed(name: str) -> np.ndarray:
+            col = table.column(name).combine_chunks()
+            width = col.type.list_size
+            return col.values.to_numpy(zero_copy_only=False).astype(np.float32).reshape(-1, width)
+
+        def plain(name: str, dtype) -> np.ndarray:
+            return table.column(name).to_numpy(zero_copy_only=False).astype(dtype)
+
+        return AdviceRows(
+            t=plain("t", np.int64), time=plain("time", object), session=plain("session", np.int32),
+            position=plain("position", np.int8), unrealized_pnl=plain("unrealized_pnl", np.float32),
+            mask=plain("mask", np.int16), obs=fixed("obs"), probs=fixed("probs"),
+            confidence=plain("confidence", np.float32), abstained=plain("abstained", bool),
+            abstain_reason=plain("abstain_reason", object), context=plain("context", object),
+            rollout=plain("rollout", np.int8),
+        )
+
+
+# ------------------------------------------------------------------------------- files
+def advice_dir(run_dir: Path) -> Path:
+    return Path(run_dir) / "advice"
+
+
+def split_dir(run_dir: Path, split: str) -> Path:
+    return advice_dir(run_dir) / split
+
+
+def part_files(run_dir: Path, split: str) -> list[Path]:
+    return sorted(split_dir(run_dir, split).glob(PART_GLOB))
+
+
+def write_chunk(run_dir: Path, split: str, rows: AdviceRows, meta: dict) -> Path:
+    """Write one chunk atomically (temp file, fsync, rename) as the next ``part-NNNNNN.parquet``."""
+    folder = split_dir(run_dir, split)
+    folder.mkdir(parents=True, exist_ok=True)
+    existing = part_files(run_dir, split)
+    seq = int(existing[-1].stem.split("-")[1]) + 1 if existing else 1
+    path = folder / f"part-{seq:06d}.parquet"
+    tmp = folder / f".part-{seq:06d}.parquet.tmp"
+    pq.write_table(rows.to_table({**meta, "split": split, "created_by": f"hybrid-trader {__version__}"}), tmp)
+    with open(tmp, "rb") as f:
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    return path
+
+
+def remove_temporaries(run_dir: Path, split: str) -> int:
+    """Delete ``.tmp`` files an interrupted write left behind; returns how many."""
+    n = 0
+    for tmp in split_dir(run_dir, split).glob(".part-*.tmp"):
+        tmp.unlink(missing_ok=True)
+        n += 1
+    return n
+
+
+def read_meta(path: Path) -> dict:
+    """A chunk's identity metadata; a truncated or foreign file is a UserError naming it."""
+    try:
+        schema = pq.read_schema(path)
+    except (pa.ArrowInvalid, OSError) as err:
+        raise _damaged(path, err) from None
+    raw = (schema.metadata or {}).get(META_KEY)
+    if raw is None:
+        raise UserError("not an advice chunk (no hybrid_trader.advice metadata)", file=str(path),
+                        fix="remove the file from the advice folder; 'advise collect' recomputes only its rows")
+    return json.loads(raw)
+
+
+def _damaged(path: Path, err: Exception) -> UserError:
+    return UserError(f"advice chunk is empty or truncated ({str(err)[:120]})", file=str(path),
+                     fix="delete this file and run 'hybrid-trader advise collect' again: it asks only its rows again")
+
+
+def read_split(run_dir: Path, split: str, *, expect: dict | None = None, required: bool = True) -> tuple[AdviceRows | None, dict | None]:
+    """All chunks of a split and their common identity metadata.
+
+    Every chunk must carry the same advice identity (and ``expect``'s, when given);
+    a mismatch is refused naming both hashes. ``required``: no chunk, or no row, is a
+    UserError naming the folder; otherwise ``(None, None)``.
+    """
+    files = part_files(run_dir, split)
+    folder = split_dir(run_dir, split)
+    if not files:
+        if required:
+            raise UserError(f"no advice collected for the {split} split", file=str(folder),
+                            fix=f"run: hybrid-trader advise collect {run_dir} --split {split}")
+        return None, None
+    parts, meta = [], None
+    for path in files:
+        m = read_meta(path)
+        ref = expect or meta
+        if ref is not None:
+            check_same_advice(ref["advice"], m["advice"], file=str(path),
+                              fix="keep one model and prompt per advice folder: move the old folder away, "
+                                  "or collect with the configuration that built it")
+            if m.get("layout_hash") != ref.get("layout_hash"):
+                raise UserError(f"advice chunk has another observation layout: {m.get('layout_hash')} vs "
+                                f"{ref.get('layout_hash')}", file=str(path),
+                                fix="collect each run's advice in its own run directory")
+        meta = meta or m
+        try:
+            table = pq.read_table(path)
+        except (pa.ArrowInvalid, OSError) as err:
+            raise _damaged(path, err) from None
+        if table.num_rows == 0:
+            raise _damaged(path, ValueError("0 rows"))
+        parts.append(AdviceRows.from_table(table))
+    rows = AdviceRows.concat(parts)
+    return rows, meta

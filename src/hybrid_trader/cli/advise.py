@@ -1,0 +1,132 @@
+"""``hybrid-trader advise collect|distill|compare``: the LLM's advice on visited states, distilled into a student.
+
+See docs/ADVISE.md. A JSON line is printed last by every command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from hybrid_trader.errors import UserError
+
+SPLIT_CHOICES = ("train", "val", "test", "all")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("advise", help="collect the LLM's advice on a run's states; distil it into a fast student")
+    asub = p.add_subparsers(dest="advise_command", metavar="WHAT")
+    asub.required = True
+
+    c = asub.add_parser("collect", help="roll the run's policy over a split and ask the LLM about every state "
+                                        "(resumable; RUN_DIR/advice/<split>/)")
+    c.add_argument("run_dir", type=Path, help="a phase 2 or 3 run directory")
+    c.add_argument("--split", choices=SPLIT_CHOICES, default="train",
+                   help="days to roll over (default train; 'all': train, val and test, each kept apart)")
+    c.add_argument("--llm", choices=("transformers", "openai", "llama_cpp", "mock"),
+                   help="back end (default: the run's llm section or --config, else transformers)")
+    c.add_argument("--config", help="LLM config YAML used instead of the run's llm section (merged over the packaged one)")
+    c.add_argument("--batch", type=int, default=None, help="contexts per model call (default: llm batching.max_batch)")
+    c.add_argument("--workers", type=int, default=None,
+                   help="processes asking the model, each with its own copy and cpu_count/N torch threads "
+                        "(default: measured best for the back end, see docs/ADVISE.md)")
+    c.add_argument("--max-states", type=int, default=None, help="stop once this many states of a split are stored")
+    c.add_argument("--sampled", type=int, default=1,
+                   help="sampled policy passes after the deterministic one (default 1; 0: deterministic only)")
+    c.add_argument("--chunk", type=int, default=256, help="rows per written chunk (default 256)")
+    c.add_argument("--no-progress", action="store_true", help="no progress bar")
+    c.set_defaults(func=_collect)
+
+    d = asub.add_parser("distill", help="train the student network on the collected advice; report its fidelity")
+    d.add_argument("run_dir", type=Path, help="a run directory with RUN_DIR/advice/train collected")
+    d.add_argument("--epochs", type=int, default=40, help="training epochs (default 40; the best validation epoch is kept)")
+    d.add_argument("--hidden", type=str, default="256,256", help="hidden layer sizes, comma separated (default 256,256)")
+    d.add_argument("--seed", type=int, default=0, help="seed (default 0)")
+    d.set_defaults(func=_distill)
+
+    m = asub.add_parser("compare", help="teacher (LLM) vs student on a collected split: fidelity and confusion table")
+    m.add_argument("run_dir", type=Path, help="a run directory with a distilled student")
+    m.add_argument("--split", choices=SPLIT_CHOICES, default="all", help="split to compare (default: every collected one)")
+    m.set_defaults(func=_compare)
+
+
+def _splits(choice: str) -> list[str]:
+    return ["train", "val", "test"] if choice == "all" else [choice]
+
+
+def _collect(args: argparse.Namespace) -> int:
+    # collect pulls in torch, sb3 and the features (~3 s); the CLI's --help must not pay it
+    from hybrid_trader.advise.collect import collect_llm_config, collect_split
+    from hybrid_trader.training.market import load_market  # same reason as above
+    from hybrid_trader.training.runner import load_run_config  # same reason as above
+
+    for name, v in (("--batch", args.batch), ("--workers", args.workers), ("--max-states", args.max_states),
+                    ("--chunk", args.chunk)):
+        if v is not None and v < 1:
+            raise UserError(f"{name} must be 1 or more", value=v)
+    if args.sampled < 0:
+        raise UserError("--sampled must be 0 or more", value=args.sampled)
+    run_config = load_run_config(args.run_dir)
+    if run_config.env.phase == 1:
+        raise UserError("advice is collected from a phase 2 or 3 run (six actions)", file=str(args.run_dir),
+                        fix="train phase 2 from it first: hybrid-trader train --phase 2 --init RUN_DIR")
+    llm_config = collect_llm_config(run_config, args.config, args.llm, args.batch)
+    market = load_market(run_config.data, run_config.split)
+    results = []
+    for split in _splits(args.split):
+        r = collect_split(args.run_dir, split, llm_config, market=market, run_config=run_config,
+                          workers=args.workers, max_states=args.max_states, sampled=args.sampled, chunk=args.chunk,
+                          progress=not args.no_progress)
+        if r.asked:
+            print(f"{split}: asked {r.asked:,} contexts in {r.seconds:.1f} s: {r.contexts_per_s:.1f} contexts/s "
+                  f"({r.steady_contexts_per_s:.1f}/s after the first batch; {r.backend}); "
+                  f"{r.abstained:,} abstained; {len(r.chunks)} chunk(s)")
+        results.append(r.to_dict())
+    print(json.dumps({"collect": results}))
+    return 0
+
+
+def _distill(args: argparse.Namespace) -> int:
+    # distill pulls in torch (~1.5 s); the CLI's --help must not pay it
+    from hybrid_trader.advise.distill import DistillConfig, distill, metrics_table
+
+    try:
+        hidden = tuple(int(h) for h in args.hidden.split(",") if h.strip())
+    except ValueError:
+        raise UserError("--hidden must be sizes separated by commas", value=args.hidden, fix="e.g. --hidden 256,256") from None
+    if not hidden or min(hidden) < 1 or args.epochs < 1:
+        raise UserError("--hidden needs positive sizes and --epochs 1 or more", value=f"{args.hidden} / {args.epochs}")
+    out = distill(args.run_dir, DistillConfig(epochs=args.epochs, hidden=hidden, seed=args.seed))
+    info = out["info"]
+    print(f"student: {info['train_rows']:,} training rows, validation on {info['validation']}, "
+          f"best epoch {info['best_epoch']}/{info['epochs']}, {info['seconds']} s -> {args.run_dir / 'advice' / 'student.pt'}")
+    print(metrics_table(out["metrics"]))
+    print(json.dumps(out))
+    return 0
+
+
+def _compare(args: argparse.Namespace) -> int:
+    # compare pulls in torch (~1.5 s); the CLI's --help must not pay it
+    from hybrid_trader.advise.compare import compare_split, confusion_table
+    from hybrid_trader.advise.dataset import part_files  # same reason as above
+    from hybrid_trader.advise.distill import metrics_table, load_run_student  # same reason as above
+
+    student = load_run_student(args.run_dir)
+    splits = _splits(args.split)
+    if args.split == "all":
+        splits = [s for s in splits if part_files(args.run_dir, s)]
+        if not splits:
+            raise UserError("no advice collected in this run", file=str(args.run_dir / "advice"),
+                            fix=f"run: hybrid-trader advise collect {args.run_dir}")
+    results = []
+    for split in splits:
+        r = compare_split(args.run_dir, split, student)
+        print(f"== {split}: {r['rows']:,} rows, {r['abstained']:,} abstained")
+        print(metrics_table({split: r["fidelity"]}))
+        if r.get("by_position"):
+            print("Top-1 agreement by position [%]: " + ", ".join(f"{k} {v:.1f}" for k, v in r["by_position"].items()))
+        print(confusion_table(r["confusion"]))
+        results.append(r)
+    print(json.dumps({"compare": results}))
+    return 0

@@ -1,0 +1,238 @@
+"""The distilled advisor: a small MLP trained to reproduce the LLM's advice from the observation.
+
+``hybrid-trader advise distill RUN_DIR`` writes ``RUN_DIR/advice/student.pt``; this module
+holds the network, its file format and the back end that serves it.
+
+Back ends receive rendered prompts, the student needs the observation (the raw 228 or
+261 features). Two ways in:
+
+- :meth:`StudentBackend.advise_batch` ``(obs, masks) -> (probs, confidence)``: one
+  batched forward, for the always-on path (every decision of every environment);
+- :meth:`StudentBackend.score`: the Backend interface; each query's context must carry
+  the raw observation as ``context.observation`` (float32, the student's layout). A
+  context without it fails loudly (``BackendError``, kind ``garbage``), never silently.
+
+The student file holds the feature layout (names and hash), the advice identity (hash
+of model + prompt) of the dataset it learnt from, the normalisation statistics fitted on
+the training rows and its fidelity metrics. A student built for another observation
+layout is refused (:class:`~hybrid_trader.errors.UserError` naming both layouts).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+import numpy as np
+import torch
+from torch import nn
+
+from hybrid_trader.actions import N_ACTIONS
+from hybrid_trader.errors import UserError
+from hybrid_trader.features.names import FEATURE_NAMES
+from hybrid_trader.llm.advice import ACTION_WORDS
+from hybrid_trader.llm.backends.base import ERROR_GARBAGE, Backend, BackendError
+from hybrid_trader.llm.prompt import RenderedQuery
+
+STUDENT_FORMAT = 1
+"""Version of the student file format."""
+CLIP = 10.0
+"""Normalised inputs are clipped to [-CLIP, CLIP] (as the policy's VecNormalize does)."""
+
+
+@dataclass
+class StudentConfig:
+    """The ``llm.student`` section: where the distilled advisor lives."""
+
+    path: str = ""
+    """student.pt written by 'hybrid-trader advise distill' (RUN_DIR/advice/student.pt)."""
+    device: str = "cpu"
+    """Torch device of the student network."""
+    threads: Optional[int] = None
+    """torch.set_num_threads for the process; None leaves torch's default."""
+
+
+def layout_names(obs_dim: int) -> list[str]:
+    """The feature names of an observation of ``obs_dim`` values (228: phases 1-2, 261: phase 3)."""
+    if not 0 < obs_dim <= len(FEATURE_NAMES):
+        raise UserError(f"an observation of {obs_dim} values matches no feature layout",
+                        fix=f"use observations of 228 (phases 1-2) or {len(FEATURE_NAMES)} (phase 3) features")
+    return list(FEATURE_NAMES[:obs_dim])
+
+
+def layout_hash(names: Sequence[str]) -> str:
+    """Short hash of an ordered list of feature names (what a student's inputs mean)."""
+    return hashlib.sha256("\n".join(names).encode()).hexdigest()[:16]
+
+
+class StudentNet(nn.Module):
+    """Normalise, clip, MLP body; heads: action logits (masked softmax) and confidence (sigmoid)."""
+
+    def __init__(self, obs_dim: int, hidden: Sequence[int] = (128, 128)) -> None:
+        super().__init__()
+        self.register_buffer("mean", torch.zeros(obs_dim))
+        self.register_buffer("std", torch.ones(obs_dim))
+        layers: list[nn.Module] = []
+        width = obs_dim
+        for h in hidden:
+            layers += [nn.Linear(width, int(h)), nn.ReLU()]
+            width = int(h)
+        self.body = nn.Sequential(*layers)
+        self.logits = nn.Linear(width, N_ACTIONS)
+        self.confidence = nn.Linear(width, 1)
+
+    def forward(self, obs: torch.Tensor, masks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(log-probabilities over legal actions (-inf on illegal), confidence logit)``."""
+        x = ((obs - self.mean) / self.std).clamp(-CLIP, CLIP)
+        z = self.body(x)
+        logits = self.logits(z).masked_fill(~masks, float("-inf"))
+        return torch.log_softmax(logits, dim=-1), self.confidence(z).squeeze(-1)
+
+
+def no_legal_fix(masks: np.ndarray) -> np.ndarray:
+    """Masks with HOLD made legal where no action is (a masked softmax needs one legal action)."""
+    masks = np.asarray(masks, dtype=bool).copy()
+    masks[~masks.any(axis=1), 0] = True
+    return masks
+
+
+def save_student(path: Path, net: StudentNet, hidden: Sequence[int], *, advice_hash: str,
+                 advice_parts: dict, metrics: dict, created_by: str) -> None:
+    """Write the student file (atomically: temp file + rename)."""
+    obs_dim = int(net.mean.shape[0])
+    names = layout_names(obs_dim)
+    payload = {
+        "format": STUDENT_FORMAT, "obs_dim": obs_dim, "hidden": [int(h) for h in hidden],
+        "feature_names": names, "layout_hash": layout_hash(names), "advice_hash": advice_hash,
+        "advice_parts": dict(advice_parts), "metrics": metrics, "created_by": created_by,
+        "state_dict": net.state_dict(),
+    }
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(payload, tmp)
+    tmp.replace(path)
+
+
+@dataclass
+class Student:
+    """A loaded student: the network and what it was trained for."""
+
+    net: StudentNet
+    obs_dim: int
+    feature_names: list
+    layout_hash: str
+    advice_hash: str
+    advice_parts: dict
+    metrics: dict
+    path: Path
+
+    def check_layout(self, names: Sequence[str], what: str = "the observation") -> None:
+        """Refuse observations laid out otherwise than the student's inputs."""
+        theirs = layout_hash(names)
+        if theirs != self.layout_hash:
+            first = next((i for i, (a, b) in enumerate(zip(self.feature_names, names)) if a != b),
+                         min(len(self.feature_names), len(names)))
+            raise UserError(
+                f"the student was trained on another observation layout: {self.obs_dim} features (layout "
+                f"{self.layout_hash}), {what} has {len(names)} (layout {theirs}); first difference at index {first}",
+                file=str(self.path), fix="distil a student on this run's advice dataset: hybrid-trader advise distill RUN_DIR",
+            )
+
+    @torch.no_grad()
+    def advise(self, obs: np.ndarray, masks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(probs (n, 6) float32, zero on illegal; confidence (n,) float32)`` in one forward."""
+        obs = np.asarray(obs, dtype=np.float32)
+        if obs.ndim != 2 or obs.shape[1] != self.obs_dim:
+            raise UserError(f"the student expects observations of {self.obs_dim} features, got shape {obs.shape}",
+                            file=str(self.path), fix="distil a student on observations of this layout")
+        m = torch.as_tensor(no_legal_fix(masks))
+        logp, conf = self.net(torch.as_tensor(obs), m)
+        return logp.exp().numpy().astype(np.float32), torch.sigmoid(conf).numpy().astype(np.float32)
+
+
+def load_student(path: str | Path, device: str = "cpu") -> Student:
+    """Load a student file; a missing, truncated or foreign file is a UserError naming it."""
+    path = Path(path)
+    fix = "write it with: hybrid-trader advise distill RUN_DIR (it lands in RUN_DIR/advice/student.pt)"
+    if not path.is_file():
+        raise UserError("student file not found", file=str(path), fix=fix)
+    try:
+        data = torch.load(path, map_location=device, weights_only=True)
+    except Exception as err:  # noqa: BLE001 - any unreadable file is the same user problem
+        raise UserError(f"not a readable student file ({type(err).__name__}: {str(err)[:120]})", file=str(path),
+                        fix=f"the file is truncated or not a student; {fix}") from None
+    if not isinstance(data, dict) or data.get("format") != STUDENT_FORMAT or "state_dict" not in data:
+        raise UserError(f"not a student file of format {STUDENT_FORMAT}", file=str(path), fix=fix)
+    obs_dim = int(data["obs_dim"])
+    names = list(data["feature_names"])
+    if layout_hash(names) != data["layout_hash"] or len(names) != obs_dim:
+        raise UserError("the student file's feature layout is inconsistent (damaged file)", file=str(path), fix=fix)
+    net = StudentNet(obs_dim, data["hidden"]).to(device)
+    net.load_state_dict(data["state_dict"])
+    net.eval()
+    return Student(net=net, obs_dim=obs_dim, feature_names=names, layout_hash=data["layout_hash"],
+                   advice_hash=str(data["advice_hash"]), advice_parts=dict(data["advice_parts"]),
+                   metrics=dict(data["metrics"]), path=path)
+
+
+class StudentBackend(Backend):
+    """The distilled advisor as a back end: microseconds per decision, no prompt."""
+
+    name = "student"
+
+    def __init__(self, config: StudentConfig) -> None:
+        if not config.path:
+            raise UserError("llm.student.path is empty", fix="set llm.student.path to RUN_DIR/advice/student.pt")
+        if config.threads:
+            torch.set_num_threads(int(config.threads))
+        self.config = config
+        self.student = load_student(config.path, config.device)
+
+    def advise_batch(self, obs: np.ndarray, masks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Probabilities over the legal actions and the confidence head, for a batch of raw observations."""
+        return self.student.advise(obs, masks)
+
+    def score(self, queries: Sequence[RenderedQuery]) -> np.ndarray:
+        """The student's distribution for each query; its context must carry ``observation``."""
+        if not queries:
+            return np.zeros((0, N_ACTIONS))
+        probs, _ = self.student.advise(self._observations(queries), np.stack([q.context.legal for q in queries]))
+        return probs.astype(np.float64)
+
+    def _observations(self, queries: Sequence[RenderedQuery]) -> np.ndarray:
+        """The raw observations the queries' contexts carry (``context.observation``), stacked."""
+        obs = []
+        for i, q in enumerate(queries):
+            o = getattr(q.context, "observation", None)
+            if o is None:
+                raise BackendError(
+                    f"query {i} has no observation: the student back end reads context.observation, not the prompt",
+                    fix="pass the raw observation on the context (context.observation = obs) or call advise_batch",
+                    kind=ERROR_GARBAGE)
+            obs.append(np.asarray(o, dtype=np.float32).ravel())
+        sizes = {len(o) for o in obs}
+        if sizes != {self.student.obs_dim}:
+            raise BackendError(f"observations of {sorted(sizes)} features; the student expects {self.student.obs_dim}",
+                               fix="distil a student on this layout", kind=ERROR_GARBAGE)
+        return np.stack(obs)
+
+    def generate(self, queries: Sequence[RenderedQuery], max_new_tokens: int, temperature: float) -> list[str]:
+        """``ACTION | confidence | student`` from the student's distribution and confidence head."""
+        obs = self._observations(queries)
+        probs, conf = self.student.advise(obs, np.stack([q.context.legal for q in queries]))
+        return [f" {ACTION_WORDS[int(np.argmax(p))]} | {c:.2f} | distilled student" for p, c in zip(probs, conf)]
+
+    def describe(self) -> str:
+        m = self.student.metrics.get("val", {}) if isinstance(self.student.metrics, dict) else {}
+        agree = m.get("Top-1 agreement [%]")
+        tail = f", {agree:.1f}% top-1 agreement on validation" if isinstance(agree, (int, float)) else ""
+        return f"student ({self.student.path}, {self.student.obs_dim} features, advice {self.student.advice_hash}{tail})"
+
+
+def student_from_options(options: Any) -> StudentBackend:
+    """The back end from a mapping or a :class:`StudentConfig` (until the registry holds ``llm.student``)."""
+    if isinstance(options, StudentConfig):
+        return StudentBackend(options)
+    return StudentBackend(StudentConfig(**dict(options or {})))

@@ -1,0 +1,82 @@
+"""The student back end: the distilled network behind the advisor's Backend interface."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from hybrid_trader.errors import UserError
+from hybrid_trader.llm.advice import ACTION_WORDS, LLM_ERROR
+from hybrid_trader.llm.async_advisor import Advisor
+from hybrid_trader.llm.backends.student_backend import (
+    StudentBackend,
+    StudentConfig,
+    StudentNet,
+    layout_names,
+    save_student,
+    student_from_options,
+)
+from hybrid_trader.llm.config import load_llm_config
+from hybrid_trader.llm.prompt import PromptBuilder, sample_context
+
+
+@pytest.fixture
+def student_path(tmp_path):
+    torch.manual_seed(0)
+    net = StudentNet(228, (16,))
+    path = tmp_path / "student.pt"
+    save_student(path, net, (16,), advice_hash="abc", advice_parts={"hash": "abc"}, metrics={}, created_by="test")
+    return path
+
+
+def advisor(path) -> Advisor:
+    cfg = load_llm_config(overrides={"backend": "mock", "cache": {"enabled": False}})
+    return Advisor(cfg, StudentBackend(StudentConfig(path=str(path))))
+
+
+def test_advisor_returns_the_students_distribution_when_the_context_carries_the_observation(student_path):
+    backend = StudentBackend(StudentConfig(path=str(student_path)))
+    rng = np.random.default_rng(0)
+    obs = rng.normal(size=(3, 228)).astype(np.float32)
+    ctxs = []
+    for o in obs:
+        c = sample_context()
+        c.observation = o
+        ctxs.append(c)
+    masks = np.stack([c.legal for c in ctxs])
+    want, _ = backend.advise_batch(obs, masks)
+    with advisor(student_path) as adv:
+        got = adv.advise_now(ctxs, raise_errors=True)
+    for a, p in zip(got, want):
+        assert not a.abstained and np.allclose(a.probs, p, atol=1e-6) and a.action == int(np.argmax(p))
+    assert layout_names(228)[0] in backend.student.feature_names and "student" in backend.describe()
+
+
+def test_advisor_abstains_loudly_when_the_context_has_no_observation(student_path):
+    with advisor(student_path) as adv:
+        a = adv.advise_now([sample_context()])[0]
+        assert a.abstained and a.abstain_reason == LLM_ERROR and "observation" in a.raw
+        with pytest.raises(UserError, match="no observation"):
+            adv.advise_now([sample_context()], raise_errors=True)
+
+
+def test_student_backend_refuses_when_the_path_is_missing_or_empty(tmp_path):
+    with pytest.raises(UserError, match="llm.student.path is empty"):
+        student_from_options({})
+    with pytest.raises(UserError, match="student file not found"):
+        student_from_options({"path": str(tmp_path / "nope.pt")})
+
+
+def test_generate_names_the_students_top_action_when_asked(student_path):
+    backend = StudentBackend(StudentConfig(path=str(student_path)))
+    c = sample_context()
+    c.observation = np.zeros(228, np.float32)
+    text = backend.generate([backend_query(c)], 8, 0.0)[0]
+    probs, conf = backend.advise_batch(c.observation[None], c.legal[None])
+    assert text.split("|")[0].strip() == ACTION_WORDS[int(np.argmax(probs[0]))]
+    assert float(text.split("|")[1]) == pytest.approx(float(conf[0]), abs=0.006)
+
+
+def backend_query(ctx):
+    return PromptBuilder(load_llm_config(overrides={"backend": "mock"})).query(ctx)
