@@ -48,6 +48,7 @@ from hybrid_trader.env import TradingEnv
 from hybrid_trader.errors import UserError
 from hybrid_trader.llm.async_advisor import build_advisor
 from hybrid_trader.llm.backends.student_backend import layout_hash, layout_names
+from hybrid_trader.config import merge_overrides
 from hybrid_trader.llm.config import LLMConfig, load_llm_config
 from hybrid_trader.llm.context import AdvisorContext, context_from_market
 from hybrid_trader.llm.prompt import PromptBuilder
@@ -72,20 +73,13 @@ def collect_llm_config(run_config: RunConfig, config_path: str | None = None, ba
     The answer cache and journal are off (each state is asked once, the dataset is the
     record) and the model runs in the asking process (``workers`` give parallelism).
     """
-    over: dict[str, Any] = {} if config_path else dict(run_config.llm)
-    over = _merge(over, {"cache": {"enabled": False}, "journal": None, "process": False})
+    base = load_llm_config(config_path) if config_path else run_config.llm
+    over: dict[str, Any] = {"cache.enabled": False, "journal": None, "process": False}
     if backend:
         over["backend"] = backend
     if batch:
-        over = _merge(over, {"batching": {"max_batch": int(batch)}})
-    return load_llm_config(config_path, overrides=over)
-
-
-def _merge(a: dict, b: dict) -> dict:
-    out = dict(a)
-    for k, v in b.items():
-        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
-    return out
+        over["batching.max_batch"] = int(batch)
+    return merge_overrides(base, over, source=config_path or "the run's config.yaml (llm section)")
 
 
 # ------------------------------------------------------------------------------ rollout

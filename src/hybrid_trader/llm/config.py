@@ -384,6 +384,18 @@ class LlamaCppConfig:
 
 
 @dataclass
+class StudentConfig:
+    """The ``llm.student`` section: where the distilled advisor lives."""
+
+    path: str = ""
+    """student.pt written by 'hybrid-trader advise distill' (RUN_DIR/advice/student.pt)."""
+    device: str = "cpu"
+    """Torch device of the student network."""
+    threads: int | None = None
+    """torch.set_num_threads for the process; None leaves torch's default."""
+
+
+@dataclass
 class MockConfig:
     """Deterministic rule-based advice over the context (tests, fast training runs)."""
 
@@ -433,6 +445,8 @@ class LLMConfig:
     """llama_cpp back end."""
     mock: MockConfig = field(default_factory=MockConfig)
     """mock back end."""
+    student: StudentConfig = field(default_factory=StudentConfig)
+    """student back end: the distilled advisor (hybrid-trader advise distill)."""
 
     def __post_init__(self) -> None:
         check(self.process_threads >= 1, "process_threads", f"{self.process_threads} must be >= 1", fix="use 1 or more")

@@ -81,6 +81,8 @@ class AdvisorContext:
     """Account balance [$]."""
     legal: np.ndarray = field(default_factory=lambda: np.ones(N_ACTIONS, dtype=bool))
     """Legal-action mask, length 6 (HOLD, BUY, SELL, MOVE_SL_TO_BE, ENABLE_TRAIL, DISABLE_TRAIL)."""
+    observation: np.ndarray | None = None
+    """The raw (unnormalised) observation at this bar, for the student back end; not part of any prompt."""
 
     def __post_init__(self) -> None:
         self.legal = normalise_mask(self.legal)

@@ -52,6 +52,9 @@ BACKENDS: dict[str, BackendSpec] = {s.name: s for s in (
     BackendSpec("llama_cpp", "hybrid_trader.llm.backends.llama_cpp_backend:LlamaCppBackend",
                 "llama_cpp", "model_path", local=True),
     BackendSpec("mock", "hybrid_trader.llm.backends.mock:MockBackend", "mock", "", local=False, takes_prompts=False),
+    # the student is a small network: fast in process, no child process needed
+    BackendSpec("student", "hybrid_trader.llm.backends.student_backend:StudentBackend", "student", "path",
+                local=False, takes_prompts=False),
 )}
 BACKEND_NAMES: tuple[str, ...] = tuple(BACKENDS)
 """The back-end names, in the order the docs and ``--help`` list them."""

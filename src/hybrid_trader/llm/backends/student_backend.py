@@ -34,24 +34,13 @@ from hybrid_trader.errors import UserError
 from hybrid_trader.features.names import FEATURE_NAMES
 from hybrid_trader.llm.advice import ACTION_WORDS
 from hybrid_trader.llm.backends.base import ERROR_GARBAGE, Backend, BackendError
+from hybrid_trader.llm.config import StudentConfig
 from hybrid_trader.llm.prompt import RenderedQuery
 
 STUDENT_FORMAT = 1
 """Version of the student file format."""
 CLIP = 10.0
 """Normalised inputs are clipped to [-CLIP, CLIP] (as the policy's VecNormalize does)."""
-
-
-@dataclass
-class StudentConfig:
-    """The ``llm.student`` section: where the distilled advisor lives."""
-
-    path: str = ""
-    """student.pt written by 'hybrid-trader advise distill' (RUN_DIR/advice/student.pt)."""
-    device: str = "cpu"
-    """Torch device of the student network."""
-    threads: Optional[int] = None
-    """torch.set_num_threads for the process; None leaves torch's default."""
 
 
 def layout_names(obs_dim: int) -> list[str]:
@@ -232,7 +221,7 @@ class StudentBackend(Backend):
 
 
 def student_from_options(options: Any) -> StudentBackend:
-    """The back end from a mapping or a :class:`StudentConfig` (until the registry holds ``llm.student``)."""
+    """The back end from a mapping or a :class:`StudentConfig` (``llm.student`` of a run builds it through the registry)."""
     if isinstance(options, StudentConfig):
         return StudentBackend(options)
     return StudentBackend(StudentConfig(**dict(options or {})))
