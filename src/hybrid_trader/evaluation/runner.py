@@ -17,7 +17,8 @@ import pandas as pd
 
 from hybrid_trader.env import EnvConfig, TradingEnv
 from hybrid_trader.evaluation.metrics import compute_metrics
-from hybrid_trader.evaluation.policies import AgentPolicy, Policy
+from hybrid_trader.evaluation.policies import AgentPolicy, HybridAgentPolicy, Policy
+from hybrid_trader.training.market import make_veto
 
 
 def evaluation_env(market: Any, env_config: EnvConfig, sessions: Sequence[int], **kwargs: Any) -> TradingEnv:
@@ -88,18 +89,27 @@ def validation_fn(market: Any, config: Any) -> Callable[[Any], dict]:
     """Training's periodic validation (``train_run(validation=validation_fn)``).
 
     Deterministic policy over the last ``train.validation_sessions`` days of train and
-    the first of validation -> ``{"train/net_pnl_per_day", "val/sharpe", ...}``.
+    the first of validation -> ``{"train/net_pnl_per_day", "val/sharpe", ...}``. In phase 3
+    the policy runs without advice (the RL-only ablation's view: what the agent does when
+    the LLM is silent), so validation never waits for a model and costs what phase 2's does.
     """
     k = config.train.validation_sessions
     parts = {"train": list(market.sessions("train"))[-k:], "val": list(market.sessions("val"))[:k]}
+
+    def policy_of(model: Any) -> Policy:
+        if config.env.phase == 3:
+            return HybridAgentPolicy(model, model.get_vec_normalize_env(), None, market, config.fusion,
+                                     use_llm=False)
+        return AgentPolicy(model, model.get_vec_normalize_env())
 
     def evaluate(model: Any) -> dict:
         out: dict[str, Any] = {}
         for name, sessions in parts.items():
             if not sessions:
                 continue
-            env = evaluation_env(market, config.env, sessions)
-            result = run_policy(AgentPolicy(model, model.get_vec_normalize_env()), env)
+            veto = {"risk_veto": make_veto(config.risk)} if config.env.phase == 3 else {}
+            env = evaluation_env(market, config.env, sessions, **veto)
+            result = run_policy(policy_of(model), env)
             m = compute_metrics(result)
             days = max(m.get("Days", len(sessions)) or 1, 1)
             out[f"{name}/net_pnl_per_day"] = float(m["Net PnL [$]"]) / days
