@@ -268,8 +268,15 @@ def test_load_yaml_config_reports_missing_file_and_bad_yaml(tmp_path):
 
 
 def test_save_config_round_trips_with_header_and_field_docs(tmp_path):
-    cfg = RunSection(seed=7, mode=Mode.SLOW, out=Path("a/b"), tags=("x", "1e5", "null", "yes", "3"), extra={"k": [1, 2], "m": {"z": 1}},
-                     ppo=PPOSection(learning_rate=1e-10, net_arch=[8, 8]), llm=LLMSection(model="gemma"))
+    cfg = RunSection(
+        seed=7,
+        mode=Mode.SLOW,
+        out=Path("a/b"),
+        tags=("x", "1e5", "null", "yes", "3"),
+        extra={"k": [1, 2], "m": {"z": 1}},
+        ppo=PPOSection(learning_rate=1e-10, net_arch=[8, 8]),
+        llm=LLMSection(model="gemma"),
+    )
     p = save_config(cfg, tmp_path / "run" / "config.yaml")
     text = p.read_text()
     assert text.startswith("# Resolved RunSection written by hybrid-trader")

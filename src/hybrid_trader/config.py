@@ -312,7 +312,9 @@ def _build_dataclass(cls: type, data: Any, path: str, ctx: _Ctx, base: Any = Non
     except UserError as err:
         if err.file is not None:
             raise
-        raise ConfigError(err.message, key="", file=ctx.source, line=ctx.line(path), value=err.value, fix=err.fix) from None
+        raise ConfigError(
+            err.message, key="", file=ctx.source, line=ctx.line(path), value=err.value, fix=err.fix
+        ) from None
 
 
 def _convert(value: Any, tp: Any, path: str, ctx: _Ctx,  # noqa: C901 - one branch per kind of type
@@ -615,7 +617,9 @@ def _emit(obj: Any, indent: int, out: list[str], docs: bool) -> None:
             continue
         plain = to_dict(value)
         if isinstance(plain, (dict, list)) and plain and _nested(plain):
-            block = yaml.dump(plain, Dumper=_Dumper, default_flow_style=False, sort_keys=False, allow_unicode=True, width=10_000)
+            block = yaml.dump(
+                plain, Dumper=_Dumper, default_flow_style=False, sort_keys=False, allow_unicode=True, width=10_000
+            )
             out.append(f"{pad}{f.name}:")
             out.extend(f"{pad}  {line}" for line in block.rstrip("\n").splitlines())
         else:

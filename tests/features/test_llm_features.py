@@ -87,7 +87,9 @@ def test_levels_when_computed_use_previous_bars_only():
         assert fs.llm_market[t, COL["breakout"]] == float(c[t] > resistance)
         assert fs.llm_market[t, COL["breakdown"]] == float(c[t] < support)
         scale = fs.atr[t] * np.sqrt(60)
-        assert fs.llm_market[t, COL["support_dist"]] == pytest.approx(np.clip((c[t] - support) / scale, -10, 10), rel=1e-5)
+        assert fs.llm_market[t, COL["support_dist"]] == pytest.approx(
+            np.clip((c[t] - support) / scale, -10, 10), rel=1e-5
+        )
 
 
 def test_breakout_when_close_clears_previous_highs_is_flagged_and_not_before():

@@ -132,7 +132,9 @@ def _first_line(path: Path) -> str:
         with fh:
             return fh.readline()
     except (OSError, EOFError, zipfile.BadZipFile, lzma.LZMAError) as err:
-        raise UserError(f"cannot read the file: {err}", file=str(path), fix="check that it is a CSV or Parquet file") from None
+        raise UserError(
+            f"cannot read the file: {err}", file=str(path), fix="check that it is a CSV or Parquet file"
+        ) from None
 
 
 def _is_parquet(path: Path) -> bool:
@@ -148,8 +150,14 @@ def _is_parquet(path: Path) -> bool:
 def _check_file(path: Path) -> None:
     file = str(path)
     if not path.exists():
-        near = did_you_mean(path.name, [p.name for p in path.parent.glob("*") if p.is_file()]) if path.parent.is_dir() else ""
-        raise UserError("file not found." + near, file=file, fix="check the path (relative paths start at the current directory)")
+        near = (
+            did_you_mean(path.name, [p.name for p in path.parent.glob("*") if p.is_file()])
+            if path.parent.is_dir()
+            else ""
+        )
+        raise UserError(
+            "file not found." + near, file=file, fix="check the path (relative paths start at the current directory)"
+        )
     if path.is_dir():
         raise UserError("is a directory, not a bars file.", file=file, fix="give the path of a .csv or .parquet file")
     try:
@@ -157,9 +165,13 @@ def _check_file(path: Path) -> None:
         with open(path, "rb"):
             pass
     except OSError as err:
-        raise UserError(f"cannot open the file: {err.strerror or err}", file=file, fix="check the file's permissions") from None
+        raise UserError(
+            f"cannot open the file: {err.strerror or err}", file=file, fix="check the file's permissions"
+        ) from None
     if size == 0:
-        raise UserError("the file is empty.", file=file, fix="export the bars again: a header line and one line per bar")
+        raise UserError(
+            "the file is empty.", file=file, fix="export the bars again: a header line and one line per bar"
+        )
 
 
 def _read_parquet(path: Path) -> pd.DataFrame:
@@ -189,7 +201,9 @@ def _match_columns(names: list[str], file: str) -> tuple[dict[str, int], tuple[s
             if hits:
                 if len(hits) > 1:
                     notes.append(
-                        Finding("note", "columns", f"{len(hits)} columns are named like '{names[hits[0]]}'; using the first")
+                        Finding(
+                            "note", "columns", f"{len(hits)} columns are named like '{names[hits[0]]}'; using the first"
+                        )
                     )
                 return hits[0]
         return None
@@ -213,7 +227,11 @@ def _match_columns(names: list[str], file: str) -> tuple[dict[str, int], tuple[s
             ts_spec = ("single", (0,))
             notes.append(Finding("note", "columns", "the first, unnamed column is read as the timestamp"))
 
-    missing = [r for r in ("timestamp", *COLUMN_ALIASES) if (r == "timestamp" and ts_spec is None) or (r != "timestamp" and r not in pos)]
+    missing = [
+        r
+        for r in ("timestamp", *COLUMN_ALIASES)
+        if (r == "timestamp" and ts_spec is None) or (r != "timestamp" and r not in pos)
+    ]
     if missing:
         # A first line of numbers means the file has no header line.
         numeric = sum(bool(re.fullmatch(r"[-+]?\d+(\.\d*)?([eE][-+]?\d+)?", str(n).strip())) for n in names)
@@ -230,9 +248,13 @@ def _match_columns(names: list[str], file: str) -> tuple[dict[str, int], tuple[s
         for m in missing:
             options = (*TIMESTAMP_ALIASES, *DATE_ALIASES) if m == "timestamp" else COLUMN_ALIASES[m]
             best = did_you_mean(m, unused) or did_you_mean(m, [str(u).lower() for u in unused])
-            hints.append(f"{m} (accepted names: {', '.join(options[:6])}{', ...' if len(options) > 6 else ''})" + (f";{best}" if best else ""))
+            hints.append(
+                f"{m} (accepted names: {', '.join(options[:6])}{', ...' if len(options) > 6 else ''})"
+                + (f";{best}" if best else "")
+            )
         raise UserError(
-            f"missing column{'s' if len(missing) > 1 else ''} {', '.join(missing)}; the header has: {', '.join(map(str, names))}.",
+            f"missing column{'s' if len(missing) > 1 else ''} {', '.join(missing)}; "
+            f"the header has: {', '.join(map(str, names))}.",
             file=file,
             column=missing[0],
             fix="name the columns timestamp (or date + time), open, high, low, close, volume (any case); "
@@ -241,7 +263,11 @@ def _match_columns(names: list[str], file: str) -> tuple[dict[str, int], tuple[s
     assert ts_spec is not None
     used_pos = set(pos.values()) | set(ts_spec[1])
     renamed = [f"{names[p]} -> {r}" for r, p in pos.items() if normed[p] != r]
-    renamed += [f"{names[p]} -> {'timestamp' if ts_spec[0] == 'single' else ('date' if k == 0 else 'time')}" for k, p in enumerate(ts_spec[1]) if normed[p] != "timestamp"]
+    renamed += [
+        f"{names[p]} -> {'timestamp' if ts_spec[0] == 'single' else ('date' if k == 0 else 'time')}"
+        for k, p in enumerate(ts_spec[1])
+        if normed[p] != "timestamp"
+    ]
     ignored = [str(names[k]) for k in range(len(names)) if k not in used_pos]
     if renamed or ignored:
         parts = []
@@ -253,13 +279,21 @@ def _match_columns(names: list[str], file: str) -> tuple[dict[str, int], tuple[s
     return pos, ts_spec, notes
 
 
-def _read_csv(path: Path) -> tuple[pd.DataFrame, dict[str, int], tuple[str, tuple[int, ...]], np.ndarray, list[AnyFinding]]:
+def _read_csv(
+    path: Path,
+) -> tuple[pd.DataFrame, dict[str, int], tuple[str, tuple[int, ...]], np.ndarray, list[AnyFinding]]:
     file = str(path)
     first = _first_line(path)
     if not first.strip():
-        raise UserError("the first line is empty; expected a header line.", file=file, fix="start the file with a header such as: timestamp,open,high,low,close,volume")
+        raise UserError(
+            "the first line is empty; expected a header line.",
+            file=file,
+            fix="start the file with a header such as: timestamp,open,high,low,close,volume",
+        )
     if "\x00" in first:
-        raise UserError("this is not a text (CSV) file.", file=file, fix="give a CSV file, or a Parquet file ending in .parquet")
+        raise UserError(
+            "this is not a text (CSV) file.", file=file, fix="give a CSV file, or a Parquet file ending in .parquet"
+        )
     delims = [",", ";", "\t", "|"]
     sep = max(delims, key=lambda d: first.count(d))
     if first.count(sep) == 0:
@@ -267,9 +301,13 @@ def _read_csv(path: Path) -> tuple[pd.DataFrame, dict[str, int], tuple[str, tupl
     try:
         header = list(pd.read_csv(path, sep=sep, nrows=0, compression="infer", skipinitialspace=True).columns)
     except pd.errors.EmptyDataError:
-        raise UserError("the file is empty.", file=file, fix="export the bars again: a header line and one line per bar") from None
+        raise UserError(
+            "the file is empty.", file=file, fix="export the bars again: a header line and one line per bar"
+        ) from None
     except (UnicodeDecodeError, ValueError, pd.errors.ParserError) as err:
-        raise UserError(f"cannot read the CSV header ({err}).", file=file, fix="check that the file is a text CSV file") from None
+        raise UserError(
+            f"cannot read the CSV header ({err}).", file=file, fix="check that the file is a text CSV file"
+        ) from None
     pos, ts_spec, notes = _match_columns([str(h) for h in header], file)
     ts_cols = list(ts_spec[1])
     usecols = sorted(set(pos.values()) | set(ts_cols))
@@ -297,7 +335,9 @@ def _read_csv(path: Path) -> tuple[pd.DataFrame, dict[str, int], tuple[str, tupl
             fix="every line needs the same number of fields as the header; fix or remove that line",
         ) from None
     except UnicodeDecodeError as err:
-        raise UserError(f"cannot decode the file as text ({err.reason}).", file=file, fix="save the CSV as UTF-8") from None
+        raise UserError(
+            f"cannot decode the file as text ({err.reason}).", file=file, fix="save the CSV as UTF-8"
+        ) from None
     # Column positions in df follow the order of usecols.
     where = {p: k for k, p in enumerate(usecols)}
     pos = {r: where[p] for r, p in pos.items()}
@@ -307,7 +347,9 @@ def _read_csv(path: Path) -> tuple[pd.DataFrame, dict[str, int], tuple[str, tupl
     if blank.any():
         bl = lines[blank]
         shown = ", ".join(str(x) for x in bl[:10]) + (" ..." if len(bl) > 10 else "")
-        notes.append(Finding("note", "blank-lines", f"{len(bl)} empty line{'s' if len(bl) > 1 else ''} skipped (line {shown})"))
+        notes.append(
+            Finding("note", "blank-lines", f"{len(bl)} empty line{'s' if len(bl) > 1 else ''} skipped (line {shown})")
+        )
         df = df.loc[~blank]
         lines = lines[~blank]
     return df, pos, ts_spec, lines, notes
@@ -318,7 +360,11 @@ def _read_csv(path: Path) -> tuple[pd.DataFrame, dict[str, int], tuple[str, tupl
 
 def _pick_format(s: pd.Series) -> str:
     sample = s.dropna()
-    sample = sample.iloc[np.unique(np.linspace(0, len(sample) - 1, min(len(sample), 200)).astype(int))] if len(sample) else sample
+    sample = (
+        sample.iloc[np.unique(np.linspace(0, len(sample) - 1, min(len(sample), 200)).astype(int))]
+        if len(sample)
+        else sample
+    )
     best, best_ok = "ISO8601", -1
     for fmt in _NAIVE_FORMATS:
         try:
@@ -376,12 +422,15 @@ def _parse_timestamps(
         v = pd.to_numeric(raw, errors="coerce").to_numpy(np.float64)
         med = float(np.nanmedian(np.abs(v))) if np.isfinite(v).any() else 0.0
         if 19000101 <= med <= 22000101:
-            naive = pd.DatetimeIndex(pd.to_datetime(raw.astype("Int64").astype("string"), format="%Y%m%d", errors="coerce"))
+            naive = pd.DatetimeIndex(
+                pd.to_datetime(raw.astype("Int64").astype("string"), format="%Y%m%d", errors="coerce")
+            )
         else:
             unit = "s" if med < 1e11 else "ms" if med < 1e14 else "us" if med < 1e17 else "ns"
             if med < 1e8:
                 raise UserError(
-                    f"the timestamp column holds small numbers (e.g. {v[np.isfinite(v)][0]:g}), not dates or epoch times.",
+                    f"the timestamp column holds small numbers (e.g. {v[np.isfinite(v)][0]:g}), "
+                    "not dates or epoch times.",
                     file=ck.file,
                     column=str(df.columns[cols[0]]),
                     fix="write timestamps like 2023-11-19 18:00:00",
@@ -523,18 +572,26 @@ def load_bars(
     except (TypeError, ValueError):
         raise UserError(f"time shift '{time_shift}' is not a number of hours.", fix="e.g. --time-shift -5") from None
     if not math.isfinite(shift) or abs(shift) > 48:
-        raise UserError(f"time shift {time_shift} h is out of range.", fix="give hours between -48 and 48, e.g. --time-shift -5")
+        raise UserError(
+            f"time shift {time_shift} h is out of range.", fix="give hours between -48 and 48, e.g. --time-shift -5"
+        )
     tz_name = resolve_tz(tz)
     findings: list[AnyFinding] = []
     if market is None:
         guessed = guess_market(p)
         if guessed:
             market_sym = guessed
-            findings.append(Finding("note", "market", f"market {guessed} guessed from the file name; pass --market to override"))
+            findings.append(
+                Finding("note", "market", f"market {guessed} guessed from the file name; pass --market to override")
+            )
         else:
             market_sym = "NQ"
             findings.append(
-                Finding("note", "market", "market not given and not recognisable from the file name: assuming NQ; pass --market")
+                Finding(
+                    "note",
+                    "market",
+                    "market not given and not recognisable from the file name: assuming NQ; pass --market",
+                )
             )
     else:
         market_sym = get_contract(market).symbol
@@ -551,7 +608,11 @@ def load_bars(
         df, pos, ts_spec, lines, col_notes = _read_csv(p)
     findings += col_notes
     if len(df) == 0:
-        raise UserError("the file has a header but no bars.", file=file, fix="export the bars again: one line per bar after the header")
+        raise UserError(
+            "the file has a header but no bars.",
+            file=file,
+            fix="export the bars again: one line per bar after the header",
+        )
     df = df.reset_index(drop=True)
     ts, nonexistent, raw_ts, ts_notes = _parse_timestamps(df, ts_spec, tz_name, shift, ck, lines)
     findings += ts_notes
@@ -566,7 +627,11 @@ def load_bars(
     frame, kept_lines = validate_frame(work, raw_ts, ck)
     findings += ck.repairs
     if len(frame) == 0:
-        raise UserError("no valid bars are left after the repairs.", file=file, fix="check the file: every row had a problem (see above)")
+        raise UserError(
+            "no valid bars are left after the repairs.",
+            file=file,
+            fix="check the file: every row had a problem (see above)",
+        )
     bar_minutes = infer_bar_minutes(frame.index, file)
     grid = tick_grid_finding(frame, contract.symbol, contract.tick_size, where=lambda i: ck.where(kept_lines[i]))
     if grid:

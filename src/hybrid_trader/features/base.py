@@ -105,7 +105,9 @@ def session_open_price(bars: Bars) -> tuple[np.ndarray, np.ndarray]:
 
 def ohlcv(bars: Bars) -> tuple[np.ndarray, ...]:
     """Contiguous float64 open, high, low, close, volume."""
-    return tuple(np.ascontiguousarray(getattr(bars, k), dtype=np.float64) for k in ("open", "high", "low", "close", "volume"))
+    return tuple(
+        np.ascontiguousarray(getattr(bars, k), dtype=np.float64) for k in ("open", "high", "low", "close", "volume")
+    )
 
 
 def compute_indicators(bars: Bars) -> dict[str, np.ndarray]:

@@ -42,8 +42,8 @@ import threading
 import time
 import weakref
 from collections import OrderedDict, deque
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Sequence
 
 import numpy as np
 
@@ -83,7 +83,7 @@ class _Pending:
     epoch: int
 
 
-def _close_at_exit(ref: "weakref.ref[Advisor]") -> None:
+def _close_at_exit(ref: weakref.ref[Advisor]) -> None:
     advisor = ref()
     if advisor is not None:
         advisor.close()
@@ -534,14 +534,16 @@ class Advisor:
         finally:
             atexit.unregister(self._atexit_cb)
 
-    def __enter__(self) -> "Advisor":
+    def __enter__(self) -> Advisor:
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
 
 
-def build_advisor(config: LLMConfig | None = None, *, backend: Backend | None = None, source: str = "llm config") -> Advisor:
+def build_advisor(
+    config: LLMConfig | None = None, *, backend: Backend | None = None, source: str = "llm config"
+) -> Advisor:
     """The advisor for ``config`` (default: the packaged ``llm.yaml``), with its back end and journal.
 
     Raises a UserError at once for a missing model, an unreachable server (when
