@@ -300,6 +300,14 @@ def test_save_config_round_trips_for_any_values(tmp_path_factory, seed, lr, arch
     assert load_yaml_config(p, RunSection) == cfg
 
 
+@pytest.mark.parametrize("tag", ["0[", "a,b", "{x}", "]"])
+def test_save_config_round_trips_when_a_list_item_holds_a_flow_indicator(tmp_path, tag):
+    # found by hypothesis: "0[" was written unquoted inside a flow list, which YAML cannot read back
+    cfg = RunSection(tags=(tag, "plain"), extra={"k": [tag]})
+    p = save_config(cfg, tmp_path / "c.yaml")
+    assert load_yaml_config(p, RunSection) == cfg
+
+
 def test_to_dict_is_inverse_of_from_dict():
     cfg = RunSection(window=(1, 2), mode=Mode.SLOW, llm=LLMSection())
     plain = to_dict(cfg)

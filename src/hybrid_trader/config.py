@@ -579,11 +579,18 @@ def _yaml_double_quoted(text: str) -> str:
     return '"' + "".join(out) + '"'
 
 
+def _flow_item_yaml(value: Any) -> str:
+    """An item of a flow list or mapping: a string holding a flow indicator (``,[]{}``) is quoted."""
+    if isinstance(value, str) and any(c in value for c in ",[]{}"):
+        return _yaml_double_quoted(value)
+    return _scalar_yaml(value)
+
+
 def _scalar_yaml(value: Any) -> str:
     if isinstance(value, (list, tuple)):  # flow list: each item quoted as it needs
-        return "[" + ", ".join(_scalar_yaml(v) for v in value) + "]"
+        return "[" + ", ".join(_flow_item_yaml(v) for v in value) + "]"
     if isinstance(value, dict) and all(isinstance(k, str) for k in value):
-        return "{" + ", ".join(f"{_scalar_yaml(k)}: {_scalar_yaml(v)}" for k, v in value.items()) + "}"
+        return "{" + ", ".join(f"{_flow_item_yaml(k)}: {_flow_item_yaml(v)}" for k, v in value.items()) + "}"
     if isinstance(value, str) and (value != value.strip() or not value.isprintable() or not value.isascii()):
         # PyYAML writes some of these (e.g. a no-break space) as plain scalars that read back
         # differently; a JSON string is a valid YAML double-quoted scalar that round-trips.
@@ -766,10 +773,10 @@ def _own_field_docs(cls: type) -> dict[str, str]:
     docs: dict[str, str] = {}
     body = node.body
     for stmt, nxt in zip(body, body[1:] + [None]):
-        if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
-            if (isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant)
-                    and isinstance(nxt.value.value, str)):
-                docs[stmt.target.id] = inspect.cleandoc(nxt.value.value)
+        if (isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name)
+                and isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant)
+                and isinstance(nxt.value.value, str)):
+            docs[stmt.target.id] = inspect.cleandoc(nxt.value.value)
     return docs
 
 

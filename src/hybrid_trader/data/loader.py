@@ -17,8 +17,9 @@ import math
 import re
 import zipfile
 import zoneinfo
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 import pandas as pd
@@ -111,25 +112,25 @@ def guess_market(path: Path) -> str | None:
 # ---- reading ------------------------------------------------------------------------
 
 
+_COMPRESSED_TEXT: dict[str, Callable[..., IO[str]]] = {".gz": gzip.open, ".bz2": bz2.open, ".xz": lzma.open}
+"""Suffix -> opener of compressed CSV files in text mode."""
+
+
 def _first_line(path: Path) -> str:
     name = path.name.lower()
+    opener = next((op for suffix, op in _COMPRESSED_TEXT.items() if name.endswith(suffix)), None)
     try:
-        if name.endswith(".gz"):
-            fh = gzip.open(path, "rt", errors="replace")
-        elif name.endswith(".bz2"):
-            fh = bz2.open(path, "rt", errors="replace")
-        elif name.endswith(".xz"):
-            fh = lzma.open(path, "rt", errors="replace")
-        elif name.endswith(".zip"):
+        if opener is not None:
+            with opener(path, "rt", errors="replace") as fh:
+                return fh.readline()
+        if name.endswith(".zip"):
             with zipfile.ZipFile(path) as zf:
                 members = zf.namelist()
                 if not members:
                     return ""
                 with zf.open(members[0]) as raw:
                     return raw.readline().decode("utf-8", "replace")
-        else:
-            fh = open(path, encoding="utf-8", errors="replace")
-        with fh:
+        with open(path, encoding="utf-8", errors="replace") as fh:
             return fh.readline()
     except (OSError, EOFError, zipfile.BadZipFile, lzma.LZMAError) as err:
         raise UserError(
@@ -222,7 +223,7 @@ def _match_columns(names: list[str], file: str) -> tuple[dict[str, int], tuple[s
         if d is not None and t is not None:
             ts_spec = ("pair", (d, t))
         elif d is not None or t is not None:
-            ts_spec = ("single", (d if d is not None else t,))
+            ts_spec = ("single", (next(k for k in (d, t) if k is not None),))
         elif names and (normed[0] == "" or normed[0].startswith("unnamed") or normed[0] == "index"):
             ts_spec = ("single", (0,))
             notes.append(Finding("note", "columns", "the first, unnamed column is read as the timestamp"))
@@ -232,35 +233,8 @@ def _match_columns(names: list[str], file: str) -> tuple[dict[str, int], tuple[s
         for r in ("timestamp", *COLUMN_ALIASES)
         if (r == "timestamp" and ts_spec is None) or (r != "timestamp" and r not in pos)
     ]
-    if missing:
-        # A first line of numbers means the file has no header line.
-        numeric = sum(bool(re.fullmatch(r"[-+]?\d+(\.\d*)?([eE][-+]?\d+)?", str(n).strip())) for n in names)
-        if numeric >= 3:
-            raise UserError(
-                f"the first line holds data, not column names ({', '.join(map(str, names[:6]))}).",
-                file=file,
-                row=None,
-                fix="add a header line such as: timestamp,open,high,low,close,volume",
-            )
-        used = set(pos.values())
-        unused = [names[k] for k in range(len(names)) if k not in used]
-        hints = []
-        for m in missing:
-            options = (*TIMESTAMP_ALIASES, *DATE_ALIASES) if m == "timestamp" else COLUMN_ALIASES[m]
-            best = did_you_mean(m, unused) or did_you_mean(m, [str(u).lower() for u in unused])
-            hints.append(
-                f"{m} (accepted names: {', '.join(options[:6])}{', ...' if len(options) > 6 else ''})"
-                + (f";{best}" if best else "")
-            )
-        raise UserError(
-            f"missing column{'s' if len(missing) > 1 else ''} {', '.join(missing)}; "
-            f"the header has: {', '.join(map(str, names))}.",
-            file=file,
-            column=missing[0],
-            fix="name the columns timestamp (or date + time), open, high, low, close, volume (any case); "
-            + "; ".join(hints),
-        )
-    assert ts_spec is not None
+    if missing or ts_spec is None:
+        raise _missing_columns_error(names, missing, pos, file)
     used_pos = set(pos.values()) | set(ts_spec[1])
     renamed = [f"{names[p]} -> {r}" for r, p in pos.items() if normed[p] != r]
     renamed += [
@@ -277,6 +251,37 @@ def _match_columns(names: list[str], file: str) -> tuple[dict[str, int], tuple[s
             parts.append("ignored: " + ", ".join(ignored))
         notes.append(Finding("note", "columns", "; ".join(parts)))
     return pos, ts_spec, notes
+
+
+def _missing_columns_error(names: list[str], missing: list[str], pos: dict[str, int], file: str) -> UserError:
+    """The error for a header without the ``missing`` columns (or without any header line)."""
+    # A first line of numbers means the file has no header line.
+    numeric = sum(bool(re.fullmatch(r"[-+]?\d+(\.\d*)?([eE][-+]?\d+)?", str(n).strip())) for n in names)
+    if numeric >= 3:
+        return UserError(
+            f"the first line holds data, not column names ({', '.join(map(str, names[:6]))}).",
+            file=file,
+            row=None,
+            fix="add a header line such as: timestamp,open,high,low,close,volume",
+        )
+    used = set(pos.values())
+    unused = [names[k] for k in range(len(names)) if k not in used]
+    hints = []
+    for m in missing:
+        options = (*TIMESTAMP_ALIASES, *DATE_ALIASES) if m == "timestamp" else COLUMN_ALIASES[m]
+        best = did_you_mean(m, unused) or did_you_mean(m, [str(u).lower() for u in unused])
+        hints.append(
+            f"{m} (accepted names: {', '.join(options[:6])}{', ...' if len(options) > 6 else ''})"
+            + (f";{best}" if best else "")
+        )
+    return UserError(
+        f"missing column{'s' if len(missing) > 1 else ''} {', '.join(missing)}; "
+        f"the header has: {', '.join(map(str, names))}.",
+        file=file,
+        column=missing[0],
+        fix="name the columns timestamp (or date + time), open, high, low, close, volume (any case); "
+        + "; ".join(hints),
+    )
 
 
 def _read_csv(
@@ -387,6 +392,76 @@ def _out_of_range(idx: pd.DatetimeIndex) -> np.ndarray:
     return np.asarray((naive < pd.Timestamp("1900-01-01")) | (naive > pd.Timestamp("2200-01-01")))
 
 
+_Decoded = tuple[pd.DatetimeIndex | None, pd.DatetimeIndex | None, pd.Series]
+"""Aware (UTC offsets, epochs) or naive timestamps (one of the two is None) and the raw values as objects."""
+
+
+def _decode_timestamps(
+    raw: pd.Series, ck: Checker, column: str, lines: np.ndarray, notes: list[AnyFinding]
+) -> _Decoded:
+    """Timestamps from the column's values, whatever their kind (datetimes, epoch numbers, text)."""
+    if raw.dtype == object or isinstance(raw.dtype, pd.StringDtype):
+        text = raw.astype("string").str.strip()
+        present = text.dropna()
+        if len(present) and present.str.fullmatch(r"\d{9,19}(?:\.\d*)?").all():
+            raw = pd.to_numeric(text, errors="coerce")  # Unix epoch numbers written as text
+    if isinstance(raw.dtype, pd.DatetimeTZDtype):
+        return pd.DatetimeIndex(raw), None, raw
+    if pd.api.types.is_datetime64_dtype(raw.dtype):
+        return None, pd.DatetimeIndex(raw), raw
+    if pd.api.types.is_numeric_dtype(raw.dtype) and not pd.api.types.is_bool_dtype(raw.dtype):
+        return _decode_numeric(raw, ck, column, notes)
+    return _decode_text(raw, ck, lines)
+
+
+def _decode_numeric(raw: pd.Series, ck: Checker, column: str, notes: list[AnyFinding]) -> _Decoded:
+    """YYYYMMDD dates or Unix epoch numbers (unit guessed from the magnitude)."""
+    v = pd.to_numeric(raw, errors="coerce").to_numpy(np.float64)
+    med = float(np.nanmedian(np.abs(v))) if np.isfinite(v).any() else 0.0
+    if 19000101 <= med <= 22000101:
+        naive = pd.DatetimeIndex(pd.to_datetime(raw.astype("Int64").astype("string"), format="%Y%m%d", errors="coerce"))
+        return None, naive, raw.astype(object)
+    unit = "s" if med < 1e11 else "ms" if med < 1e14 else "us" if med < 1e17 else "ns"
+    if med < 1e8:
+        raise UserError(
+            f"the timestamp column holds small numbers (e.g. {v[np.isfinite(v)][0]:g}), not dates or epoch times.",
+            file=ck.file,
+            column=column,
+            fix="write timestamps like 2023-11-19 18:00:00",
+        )
+    vi = np.where(np.isfinite(v), v, np.nan)
+    aware = pd.DatetimeIndex(pd.to_datetime(vi, unit=unit, utc=True, errors="coerce"))
+    notes.append(Finding("note", "timezone", f"numeric timestamps read as Unix epoch {unit} (UTC)"))
+    return aware, None, raw.astype(object)
+
+
+def _decode_text(raw: pd.Series, ck: Checker, lines: np.ndarray) -> _Decoded:
+    """Text timestamps: all with a UTC offset (aware) or all without one (naive, format guessed)."""
+    s = raw.astype("string").str.strip()
+    has_off = s.str.contains(_OFFSET_RE, regex=True, na=False).to_numpy()
+    present = s.notna().to_numpy() & (s.str.len() > 0).fillna(False).to_numpy()
+    if has_off.any() and not has_off[present].all():
+        k = int(np.flatnonzero(present & ~has_off)[0])
+        line = int(lines[k])
+        raise UserError(
+            f"some timestamps carry a UTC offset and others do not (first without one on {ck.where(line)}).",
+            file=ck.file,
+            row=ck.data_row(line),
+            column="timestamp",
+            value=str(s.iloc[k]),
+            fix="give every timestamp an offset (e.g. 2023-11-20T09:30:00-05:00) or none (and set --tz)",
+        )
+    if has_off.any():
+        parsed = pd.to_datetime(s, utc=True, format="ISO8601", errors="coerce")
+        if parsed.isna().sum() > (~present).sum():
+            alt = pd.to_datetime(s, utc=True, format="mixed", errors="coerce")
+            if alt.isna().sum() < parsed.isna().sum():
+                parsed = alt
+        return pd.DatetimeIndex(parsed), None, s.astype(object)
+    fmt = _pick_format(s)
+    return None, pd.DatetimeIndex(pd.to_datetime(s, format=fmt, errors="coerce")), s.astype(object)
+
+
 def _parse_timestamps(
     df: pd.DataFrame, ts_spec: tuple[str, tuple[int, ...]], tz: str, time_shift: float, ck: Checker, lines: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, pd.Series, list[AnyFinding]]:
@@ -407,64 +482,7 @@ def _parse_timestamps(
     else:
         raw = df.iloc[:, cols[0]]
 
-    aware = None
-    naive = None
-    if raw.dtype == object or isinstance(raw.dtype, pd.StringDtype):
-        text = raw.astype("string").str.strip()
-        present = text.dropna()
-        if len(present) and present.str.fullmatch(r"\d{9,19}(?:\.\d*)?").all():
-            raw = pd.to_numeric(text, errors="coerce")  # Unix epoch numbers written as text
-    if isinstance(raw.dtype, pd.DatetimeTZDtype):
-        aware = pd.DatetimeIndex(raw)
-    elif pd.api.types.is_datetime64_dtype(raw.dtype):
-        naive = pd.DatetimeIndex(raw)
-    elif pd.api.types.is_numeric_dtype(raw.dtype) and not pd.api.types.is_bool_dtype(raw.dtype):
-        v = pd.to_numeric(raw, errors="coerce").to_numpy(np.float64)
-        med = float(np.nanmedian(np.abs(v))) if np.isfinite(v).any() else 0.0
-        if 19000101 <= med <= 22000101:
-            naive = pd.DatetimeIndex(
-                pd.to_datetime(raw.astype("Int64").astype("string"), format="%Y%m%d", errors="coerce")
-            )
-        else:
-            unit = "s" if med < 1e11 else "ms" if med < 1e14 else "us" if med < 1e17 else "ns"
-            if med < 1e8:
-                raise UserError(
-                    f"the timestamp column holds small numbers (e.g. {v[np.isfinite(v)][0]:g}), "
-                    "not dates or epoch times.",
-                    file=ck.file,
-                    column=str(df.columns[cols[0]]),
-                    fix="write timestamps like 2023-11-19 18:00:00",
-                )
-            vi = np.where(np.isfinite(v), v, np.nan)
-            aware = pd.DatetimeIndex(pd.to_datetime(vi, unit=unit, utc=True, errors="coerce"))
-            notes.append(Finding("note", "timezone", f"numeric timestamps read as Unix epoch {unit} (UTC)"))
-        raw = raw.astype(object)
-    else:
-        s = raw.astype("string").str.strip()
-        has_off = s.str.contains(_OFFSET_RE, regex=True, na=False).to_numpy()
-        present = s.notna().to_numpy() & (s.str.len() > 0).fillna(False).to_numpy()
-        if has_off.any() and not has_off[present].all():
-            k = int(np.flatnonzero(present & ~has_off)[0])
-            line = int(lines[k])
-            raise UserError(
-                f"some timestamps carry a UTC offset and others do not (first without one on {ck.where(line)}).",
-                file=ck.file,
-                row=ck.data_row(line),
-                column="timestamp",
-                value=str(s.iloc[k]),
-                fix="give every timestamp an offset (e.g. 2023-11-20T09:30:00-05:00) or none (and set --tz)",
-            )
-        if has_off.any():
-            parsed = pd.to_datetime(s, utc=True, format="ISO8601", errors="coerce")
-            if parsed.isna().sum() > (~present).sum():
-                alt = pd.to_datetime(s, utc=True, format="mixed", errors="coerce")
-                if alt.isna().sum() < parsed.isna().sum():
-                    parsed = alt
-            aware = pd.DatetimeIndex(parsed)
-        else:
-            fmt = _pick_format(s)
-            naive = pd.DatetimeIndex(pd.to_datetime(s, format=fmt, errors="coerce"))
-        raw = s.astype(object)
+    aware, naive, raw = _decode_timestamps(raw, ck, str(df.columns[cols[0]]), lines, notes)
 
     nonexistent = np.zeros(n, dtype=bool)
     if aware is not None:

@@ -93,13 +93,12 @@ def _check_template(template: str, allowed: Mapping[str, str] | tuple[str, ...],
               fix="name every field, e.g. {rsi:.0f}; write {{ and }} for literal braces")
         check(root in allowed, option, f"uses unknown template field '{{{root}}}'", value=root,
               fix=f"use one of: {', '.join(allowed)}.{did_you_mean(root, allowed)}")
-        if spec and "{" not in spec:
-            if not any(_formats(sample, spec) for sample in (1.5, 1, "text")):
-                raise ConfigError(
-                    f"cannot be rendered: format spec ':{spec}' of '{{{name}}}' fits no value",
-                    key=option,
-                    fix="e.g. {rsi:.1f} for numbers, {vwap_distance:+.2%} for shares, {trend} for text",
-                )
+        if spec and "{" not in spec and not any(_formats(sample, spec) for sample in (1.5, 1, "text")):
+            raise ConfigError(
+                f"cannot be rendered: format spec ':{spec}' of '{{{name}}}' fits no value",
+                key=option,
+                fix="e.g. {rsi:.1f} for numbers, {vwap_distance:+.2%} for shares, {trend} for text",
+            )
 
 
 def _formats(value: Any, spec: str) -> bool:
