@@ -212,7 +212,7 @@ def write_run(run_dir: Path, *, phase: int = 2, updates: int = 20, n_steps: int 
     with (run_dir / "validation.jsonl").open("w") as fh:
         for rec in validation:
             fh.write(json.dumps(rec) + "\n")
-    (run_dir / "config.yaml").write_text(config or "env:\n  phase: %d\n" % phase)
+    (run_dir / "config.yaml").write_text(config or f"env:\n  phase: {phase:d}\n")
     if ablation is not None:
         (run_dir / "eval").mkdir(exist_ok=True)
         (run_dir / "eval" / "ablation.json").write_text(json.dumps(ablation))

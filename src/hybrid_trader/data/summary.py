@@ -156,21 +156,28 @@ def format_summary(s: dict[str, Any]) -> str:
         row("tick grid", f"all prices on the {t['tick_size']:g} grid")
     if s["notes"]:
         lines.append("  notes:")
-        shown = 0
-        hidden = 0
-        for note in s["notes"]:
-            if note.startswith("  "):
-                if shown < ROW_NOTES_PRINTED:
-                    lines.append(f"    {note}")
-                    shown += 1
-                else:
-                    hidden += 1
-                continue
-            if hidden:
-                lines.append(f"      ... {hidden} more row notes (see --json)")
-                hidden = 0
-            shown = 0
-            lines.append(f"    {note}")
+        lines += _note_lines(s["notes"])
+    return "\n".join(lines)
+
+
+def _note_lines(notes: list[str]) -> list[str]:
+    """The notes, indented; of the row notes (indented) under each note, the first ``ROW_NOTES_PRINTED``."""
+    lines: list[str] = []
+    shown = 0
+    hidden = 0
+    for note in notes:
+        if note.startswith("  "):
+            if shown < ROW_NOTES_PRINTED:
+                lines.append(f"    {note}")
+                shown += 1
+            else:
+                hidden += 1
+            continue
         if hidden:
             lines.append(f"      ... {hidden} more row notes (see --json)")
-    return "\n".join(lines)
+            hidden = 0
+        shown = 0
+        lines.append(f"    {note}")
+    if hidden:
+        lines.append(f"      ... {hidden} more row notes (see --json)")
+    return lines

@@ -16,6 +16,7 @@ process once per (library version, model file) and turns a crash into a
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import signal
@@ -188,8 +189,6 @@ class LlamaCppBackend(Backend):
     def close(self) -> None:
         llm = getattr(self, "llm", None)
         if llm is not None:
-            try:
+            with contextlib.suppress(Exception):
                 llm.close()
-            except Exception:  # noqa: BLE001
-                pass
             self.llm = None
