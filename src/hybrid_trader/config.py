@@ -49,7 +49,7 @@ import typing
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal, TypeVar, Union
+from typing import Any, Literal, TypeGuard, TypeVar, Union
 
 import yaml
 
@@ -191,7 +191,7 @@ def type_name(tp: Any) -> str:
         return f"mapping of {type_name(args[0])} to {type_name(args[1])}" if args else "mapping"
     if isinstance(tp, type) and issubclass(tp, enum.Enum):
         return "one of " + ", ".join(repr(m.name) for m in tp)
-    if dataclasses.is_dataclass(tp):
+    if _is_dataclass_type(tp):
         return f"mapping ({tp.__name__})"
     if tp is Path:
         return "path"
@@ -343,10 +343,10 @@ def _convert(value: Any, tp: Any, path: str, ctx: _Ctx,  # noqa: C901 - one bran
             except ConfigError as err:
                 errors.append(err)
         if len(options) == 1:
-            err = errors[0]
-            if err.key == path and err.message.startswith("expected "):
-                raise wrong(fix=err.fix)
-            raise err
+            only = errors[0]
+            if only.key == path and only.message.startswith("expected "):
+                raise wrong(fix=only.fix)
+            raise only
         raise wrong()
     if origin is Literal:
         for allowed in args:
@@ -358,7 +358,7 @@ def _convert(value: Any, tp: Any, path: str, ctx: _Ctx,  # noqa: C901 - one bran
             fix="use one of: " + ", ".join(_show(a) for a in args),
         )
     if value is None:
-        if dataclasses.is_dataclass(tp):
+        if _is_dataclass_type(tp):
             raise wrong(fix=f"give the keys of '{path}' or leave it out for the defaults")
         raise wrong(fix=f"give a value or leave '{path.rsplit('.', 1)[-1]}' out for its default")
     if tp is bool:
@@ -405,7 +405,7 @@ def _convert(value: Any, tp: Any, path: str, ctx: _Ctx,  # noqa: C901 - one bran
         hint = did_you_mean(str(value), [m.name for m in tp]) if isinstance(value, str) else ""
         raise ctx.error(path, f"{_show(value)} is not allowed." + hint,
                         fix="use one of: " + ", ".join(m.name for m in tp))
-    if dataclasses.is_dataclass(tp):
+    if _is_dataclass_type(tp):
         return _build_dataclass(tp, value, path, ctx)
     if tp in (list, tuple) or origin in (list, tuple, Sequence):
         if not isinstance(value, (list, tuple)):
@@ -701,7 +701,8 @@ def merge_overrides(obj: T, overrides: Mapping[str, Any], *, source: str = "comm
         if any(not p for p in parts):
             raise ConfigError("empty part in the key", key=_join(path, str(dotted)), file=source,
                               fix="write section.key, e.g. ppo.learning_rate")
-        node, node_cls, walked = data, cls, ""
+        node, walked = data, ""
+        node_cls: Any = cls
         for i, part in enumerate(parts):
             fields = {f.name: f for f in dataclasses.fields(node_cls) if f.init} if node_cls else {}
             here = _join(walked, part)
@@ -733,12 +734,17 @@ def merge_overrides(obj: T, overrides: Mapping[str, Any], *, source: str = "comm
     return from_dict(cls, data, source=source, path=path)
 
 
+def _is_dataclass_type(tp: Any) -> TypeGuard[type]:
+    """Whether ``tp`` is a dataclass (the class, not an instance)."""
+    return isinstance(tp, type) and dataclasses.is_dataclass(tp)
+
+
 def _dataclass_of(tp: Any) -> type | None:
     """The dataclass inside ``tp`` (``X`` or ``Optional[X]``), else None."""
-    if dataclasses.is_dataclass(tp):
+    if _is_dataclass_type(tp):
         return tp
     if typing.get_origin(tp) in (Union, types.UnionType):
-        found = [a for a in typing.get_args(tp) if dataclasses.is_dataclass(a)]
+        found = [a for a in typing.get_args(tp) if _is_dataclass_type(a)]
         return found[0] if len(found) == 1 else None
     return None
 
@@ -804,7 +810,7 @@ def describe_fields(cls: type, prefix: str = "") -> list[FieldInfo]:
             continue
         key = _join(prefix, f.name)
         tp = hints[f.name]
-        if dataclasses.is_dataclass(tp):
+        if _is_dataclass_type(tp):
             out.extend(describe_fields(tp, key))
             continue
         if f.default is not dataclasses.MISSING:

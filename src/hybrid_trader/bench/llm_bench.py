@@ -73,7 +73,7 @@ def run(args: LLMBenchArgs) -> int:
     batch = max(1, int(args.batch))
     over["query"] = {"mode": "always"}
     over["cache"] = {"enabled": False}
-    bat = {"max_batch": batch, "max_age_steps": 1_000_000, "max_pending": max(batch, 4096)}
+    bat: dict[str, float] = {"max_batch": batch, "max_age_steps": 1_000_000, "max_pending": max(batch, 4096)}
     if args.max_wait_ms is not None:
         bat["max_wait_ms"] = args.max_wait_ms
     over["batching"] = bat

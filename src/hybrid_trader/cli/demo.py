@@ -78,6 +78,7 @@ def run(args: argparse.Namespace) -> int:
     report = write_report(out / "phase2")
     print(format_table(result.metrics, HEADLINE))
     agent, random = result.metrics["agent"], result.metrics["random"]
+    assert result.dates is not None  # evaluate_run always sets the split's first and last day
     print(f"\nagent net PnL ${agent['Net PnL [$]']:,.0f} vs random ${random['Net PnL [$]']:,.0f} "
           f"(mean of 3 seeds) and flat $0 over {result.dates[0]} to {result.dates[1]}, net of costs")
     print(f"demo finished in {time.perf_counter() - started:.0f} s")

@@ -164,5 +164,5 @@ def field_keys(cls: type, prefix: str = "") -> list[str]:
     for f in dataclasses.fields(cls):
         sub = typing.get_type_hints(cls)[f.name]
         key = f"{prefix}{f.name}"
-        out.extend(field_keys(sub, key + ".") if dataclasses.is_dataclass(sub) else [key])
+        out.extend(field_keys(sub, key + ".") if isinstance(sub, type) and dataclasses.is_dataclass(sub) else [key])
     return out

@@ -302,7 +302,7 @@ class Advisor:
                     self._cond.wait(remaining)
                 if self._closing:
                     return
-                batch = []
+                batch: list[_Pending] = []
                 while self._pending and len(batch) < cfg.max_batch:
                     batch.append(self._pending.popitem(last=False)[1])
                 self._stats.pending = len(self._pending)
@@ -324,7 +324,8 @@ class Advisor:
     def _run_batch(self, batch: list[_Pending]) -> None:
         timeout = self.config.batching.timeout_s
         now = time.perf_counter()
-        live, late = [], []
+        live: list[_Pending] = []
+        late: list[_Pending] = []
         for item in batch:
             (late if now - item.submitted > timeout else live).append(item)
         for item in late:  # waited too long in the queue: do not spend the model on it
@@ -464,8 +465,9 @@ class Advisor:
             for i, ctx in enumerate(chunk):
                 hit = self.cache.get(ctx) if use_cache else None
                 if hit is not None:
-                    results[i] = replace(hit, backend=f"{self.backend.name}+cache", latency_ms=0.0, step=step)
-                    self._stats.on_cache_hit(results[i])
+                    cached = replace(hit, backend=f"{self.backend.name}+cache", latency_ms=0.0, step=step)
+                    results[i] = cached
+                    self._stats.on_cache_hit(cached)
                 else:
                     todo.append(ctx)
                     idx.append(i)

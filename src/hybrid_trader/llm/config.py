@@ -40,7 +40,7 @@ Mode = Literal["score", "generate"]
 QueryMode = Literal["selective", "always", "never"]
 Trigger = Literal["uncertainty", "flat", "interval", "state_change"]
 Endpoint = Literal["completions", "chat"]
-TRIGGERS: tuple[str, ...] = ("uncertainty", "flat", "interval", "state_change")
+TRIGGERS: tuple[Trigger, ...] = ("uncertainty", "flat", "interval", "state_change")
 
 TEMPLATE_FIELDS: dict[str, str] = {
     "market": "root symbol, e.g. NQ",

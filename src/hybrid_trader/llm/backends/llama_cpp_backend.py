@@ -181,7 +181,8 @@ class LlamaCppBackend(Backend):
                 for q in queries:
                     r = self.llm.create_completion(q.text, max_tokens=max_new_tokens, temperature=temperature,
                                                    stop=stop)
-                    texts.append(r["choices"][0]["text"])
+                    # stream=False (the default) returns one response; the stubs also allow an iterator
+                    texts.append(r["choices"][0]["text"])  # type: ignore[index]
         except Exception as err:  # noqa: BLE001
             raise BackendError(f"llama.cpp generation failed: {err}") from err
         return texts
@@ -191,4 +192,4 @@ class LlamaCppBackend(Backend):
         if llm is not None:
             with contextlib.suppress(Exception):
                 llm.close()
-            self.llm = None
+            del self.llm
