@@ -53,6 +53,7 @@ from typing import Any, Literal, TypeGuard, TypeVar, Union
 
 import yaml
 
+from hybrid_trader import __version__
 from hybrid_trader.errors import UserError, did_you_mean
 
 T = TypeVar("T")
@@ -647,8 +648,6 @@ def save_config(obj: Any, path: str | Path, *, header: str | None = None, docs: 
     """
     if not dataclasses.is_dataclass(obj) or isinstance(obj, type):
         raise TypeError(f"save_config needs a dataclass instance, got {obj!r}")
-    from hybrid_trader import __version__
-
     p = Path(path)
     stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
     lines = [

@@ -28,13 +28,14 @@ import time
 import numpy as np
 
 from hybrid_trader.bench.args import LLMBenchArgs
+from hybrid_trader.llm import build_advisor, load_llm_config
+from hybrid_trader.llm.backends.transformers_backend import prefer_passive_openmp
+from hybrid_trader.llm.context import TREND_LABELS
+from hybrid_trader.llm.prompt import sample_context
 
 
 def bench_contexts(n: int, seed: int = 0) -> list:
     """``n`` varied, plausible contexts (no data or features needed)."""
-    from hybrid_trader.llm.context import TREND_LABELS
-    from hybrid_trader.llm.prompt import sample_context
-
     rng = np.random.default_rng(seed)
     base = sample_context()
     out = []
@@ -64,11 +65,7 @@ def _cpu_seconds() -> float:
 
 
 def run(args: LLMBenchArgs) -> int:
-    from hybrid_trader.llm.backends.transformers_backend import prefer_passive_openmp
-
     passive = prefer_passive_openmp()  # before torch is imported (see its docstring)
-    from hybrid_trader.llm import build_advisor, load_llm_config
-
     over: dict = dict(args.llm_overrides)
     batch = max(1, int(args.batch))
     over["query"] = {"mode": "always"}

@@ -57,11 +57,13 @@ from hybrid_trader.llm.advice import (
     advice_from_choice,
     advice_from_mass,
 )
+from hybrid_trader.llm.backends import make_backend
 from hybrid_trader.llm.backends.base import ERROR_OTHER, Backend, BackendError
 from hybrid_trader.llm.cache import AdviceCache
-from hybrid_trader.llm.config import LLMConfig
+from hybrid_trader.llm.config import LLMConfig, load_llm_config
 from hybrid_trader.llm.context import AdvisorContext
 from hybrid_trader.llm.health import LLM_CIRCUIT_OPEN, AdvisorHealth, StallWatch
+from hybrid_trader.llm.journal import Journal
 from hybrid_trader.llm.parsing import ParseError, parse_answer
 from hybrid_trader.llm.prompt import PromptBuilder, RenderedQuery
 from hybrid_trader.llm.query_policy import QueryPolicy, RLConfidence
@@ -552,20 +554,14 @@ def build_advisor(
     ``check_on_start``), an unknown template field or an unwritable journal.
     """
     if config is None:
-        from hybrid_trader.llm.config import load_llm_config
-
         config = load_llm_config()
     prompts = PromptBuilder(config, source=source)
     if backend is None:
-        from hybrid_trader.llm.backends import make_backend
-
         backend = make_backend(config, prompts)
     if config.check_on_start:
         backend.check()
     journal = None
     if config.journal:
-        from hybrid_trader.llm.journal import Journal
-
         journal = Journal(config.journal, backend=backend.name, model=backend.describe(), mode=config.mode,
                           config=config.to_dict())
     return Advisor(config, backend, prompts=prompts, journal=journal)

@@ -31,8 +31,9 @@ import numpy as np
 from hybrid_trader.errors import UserError
 from hybrid_trader.llm.advice import ACTION_WORDS
 from hybrid_trader.llm.backends.base import Backend, BackendError
+from hybrid_trader.llm.backends.transformers_backend import surface_forms
 from hybrid_trader.llm.config import LLMConfig
-from hybrid_trader.llm.model_cache import check_gguf_file
+from hybrid_trader.llm.model_cache import check_gguf_file, gemma_gguf_path
 from hybrid_trader.llm.prompt import PromptBuilder, RenderedQuery
 
 _PROBE = """
@@ -79,8 +80,6 @@ def check_llama_cpp_runs(path: Path) -> None:
 
 
 def _first_tokens(llm, case_variants: bool) -> list[list[int]]:
-    from hybrid_trader.llm.backends.transformers_backend import surface_forms
-
     owner: dict[int, set[int]] = {}
     for a, word in enumerate(ACTION_WORDS):
         for form in surface_forms(word, case_variants):
@@ -119,8 +118,6 @@ class LlamaCppBackend(Backend):
                 raise UserError("GGUF model file not found", file=str(path), fix="check llm.llama_cpp.model_path")
             check_gguf_file(path)
         else:
-            from hybrid_trader.llm.model_cache import gemma_gguf_path
-
             path = gemma_gguf_path(config.transformers.cache_dir)
         self.model_path = path
         check_llama_cpp_runs(path)

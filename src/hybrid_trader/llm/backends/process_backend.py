@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from hybrid_trader.errors import UserError
+from hybrid_trader.llm.backends import make_backend
 from hybrid_trader.llm.backends.base import Backend, BackendError, BackendTimeout
 
 START_TIMEOUT_S = 600.0
@@ -38,8 +39,6 @@ def _serve(conn: Any, config: Any, threads: int) -> None:  # pragma: no cover - 
         torch.set_num_threads(max(int(threads), 1))
     except ImportError:
         pass
-    from hybrid_trader.llm.backends import make_backend
-
     try:
         backend = make_backend(config)
         backend.check()
