@@ -268,8 +268,15 @@ def test_load_yaml_config_reports_missing_file_and_bad_yaml(tmp_path):
 
 
 def test_save_config_round_trips_with_header_and_field_docs(tmp_path):
-    cfg = RunSection(seed=7, mode=Mode.SLOW, out=Path("a/b"), tags=("x", "1e5", "null", "yes", "3"), extra={"k": [1, 2], "m": {"z": 1}},
-                     ppo=PPOSection(learning_rate=1e-10, net_arch=[8, 8]), llm=LLMSection(model="gemma"))
+    cfg = RunSection(
+        seed=7,
+        mode=Mode.SLOW,
+        out=Path("a/b"),
+        tags=("x", "1e5", "null", "yes", "3"),
+        extra={"k": [1, 2], "m": {"z": 1}},
+        ppo=PPOSection(learning_rate=1e-10, net_arch=[8, 8]),
+        llm=LLMSection(model="gemma"),
+    )
     p = save_config(cfg, tmp_path / "run" / "config.yaml")
     text = p.read_text()
     assert text.startswith("# Resolved RunSection written by hybrid-trader")
@@ -290,6 +297,14 @@ def test_save_config_round_trips_for_any_values(tmp_path_factory, seed, lr, arch
     cfg = RunSection(seed=seed, tags=tuple(tags), ppo=PPOSection(learning_rate=lr, net_arch=arch),
                      llm=LLMSection(model=model, temperature=temp))
     p = save_config(cfg, tmp_path_factory.mktemp("cfg") / "c.yaml")
+    assert load_yaml_config(p, RunSection) == cfg
+
+
+@pytest.mark.parametrize("tag", ["0[", "a,b", "{x}", "]"])
+def test_save_config_round_trips_when_a_list_item_holds_a_flow_indicator(tmp_path, tag):
+    # found by hypothesis: "0[" was written unquoted inside a flow list, which YAML cannot read back
+    cfg = RunSection(tags=(tag, "plain"), extra={"k": [tag]})
+    p = save_config(cfg, tmp_path / "c.yaml")
     assert load_yaml_config(p, RunSection) == cfg
 
 

@@ -49,10 +49,11 @@ import typing
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal, TypeVar, Union
+from typing import Any, Literal, TypeGuard, TypeVar, Union
 
 import yaml
 
+from hybrid_trader import __version__
 from hybrid_trader.errors import UserError, did_you_mean
 
 T = TypeVar("T")
@@ -191,7 +192,7 @@ def type_name(tp: Any) -> str:
         return f"mapping of {type_name(args[0])} to {type_name(args[1])}" if args else "mapping"
     if isinstance(tp, type) and issubclass(tp, enum.Enum):
         return "one of " + ", ".join(repr(m.name) for m in tp)
-    if dataclasses.is_dataclass(tp):
+    if _is_dataclass_type(tp):
         return f"mapping ({tp.__name__})"
     if tp is Path:
         return "path"
@@ -312,7 +313,9 @@ def _build_dataclass(cls: type, data: Any, path: str, ctx: _Ctx, base: Any = Non
     except UserError as err:
         if err.file is not None:
             raise
-        raise ConfigError(err.message, key="", file=ctx.source, line=ctx.line(path), value=err.value, fix=err.fix) from None
+        raise ConfigError(
+            err.message, key="", file=ctx.source, line=ctx.line(path), value=err.value, fix=err.fix
+        ) from None
 
 
 def _convert(value: Any, tp: Any, path: str, ctx: _Ctx,  # noqa: C901 - one branch per kind of type
@@ -341,10 +344,10 @@ def _convert(value: Any, tp: Any, path: str, ctx: _Ctx,  # noqa: C901 - one bran
             except ConfigError as err:
                 errors.append(err)
         if len(options) == 1:
-            err = errors[0]
-            if err.key == path and err.message.startswith("expected "):
-                raise wrong(fix=err.fix)
-            raise err
+            only = errors[0]
+            if only.key == path and only.message.startswith("expected "):
+                raise wrong(fix=only.fix)
+            raise only
         raise wrong()
     if origin is Literal:
         for allowed in args:
@@ -356,7 +359,7 @@ def _convert(value: Any, tp: Any, path: str, ctx: _Ctx,  # noqa: C901 - one bran
             fix="use one of: " + ", ".join(_show(a) for a in args),
         )
     if value is None:
-        if dataclasses.is_dataclass(tp):
+        if _is_dataclass_type(tp):
             raise wrong(fix=f"give the keys of '{path}' or leave it out for the defaults")
         raise wrong(fix=f"give a value or leave '{path.rsplit('.', 1)[-1]}' out for its default")
     if tp is bool:
@@ -403,7 +406,7 @@ def _convert(value: Any, tp: Any, path: str, ctx: _Ctx,  # noqa: C901 - one bran
         hint = did_you_mean(str(value), [m.name for m in tp]) if isinstance(value, str) else ""
         raise ctx.error(path, f"{_show(value)} is not allowed." + hint,
                         fix="use one of: " + ", ".join(m.name for m in tp))
-    if dataclasses.is_dataclass(tp):
+    if _is_dataclass_type(tp):
         return _build_dataclass(tp, value, path, ctx)
     if tp in (list, tuple) or origin in (list, tuple, Sequence):
         if not isinstance(value, (list, tuple)):
@@ -577,11 +580,18 @@ def _yaml_double_quoted(text: str) -> str:
     return '"' + "".join(out) + '"'
 
 
+def _flow_item_yaml(value: Any) -> str:
+    """An item of a flow list or mapping: a string holding a flow indicator (``,[]{}``) is quoted."""
+    if isinstance(value, str) and any(c in value for c in ",[]{}"):
+        return _yaml_double_quoted(value)
+    return _scalar_yaml(value)
+
+
 def _scalar_yaml(value: Any) -> str:
     if isinstance(value, (list, tuple)):  # flow list: each item quoted as it needs
-        return "[" + ", ".join(_scalar_yaml(v) for v in value) + "]"
+        return "[" + ", ".join(_flow_item_yaml(v) for v in value) + "]"
     if isinstance(value, dict) and all(isinstance(k, str) for k in value):
-        return "{" + ", ".join(f"{_scalar_yaml(k)}: {_scalar_yaml(v)}" for k, v in value.items()) + "}"
+        return "{" + ", ".join(f"{_flow_item_yaml(k)}: {_flow_item_yaml(v)}" for k, v in value.items()) + "}"
     if isinstance(value, str) and (value != value.strip() or not value.isprintable() or not value.isascii()):
         # PyYAML writes some of these (e.g. a no-break space) as plain scalars that read back
         # differently; a JSON string is a valid YAML double-quoted scalar that round-trips.
@@ -615,7 +625,9 @@ def _emit(obj: Any, indent: int, out: list[str], docs: bool) -> None:
             continue
         plain = to_dict(value)
         if isinstance(plain, (dict, list)) and plain and _nested(plain):
-            block = yaml.dump(plain, Dumper=_Dumper, default_flow_style=False, sort_keys=False, allow_unicode=True, width=10_000)
+            block = yaml.dump(
+                plain, Dumper=_Dumper, default_flow_style=False, sort_keys=False, allow_unicode=True, width=10_000
+            )
             out.append(f"{pad}{f.name}:")
             out.extend(f"{pad}  {line}" for line in block.rstrip("\n").splitlines())
         else:
@@ -636,8 +648,6 @@ def save_config(obj: Any, path: str | Path, *, header: str | None = None, docs: 
     """
     if not dataclasses.is_dataclass(obj) or isinstance(obj, type):
         raise TypeError(f"save_config needs a dataclass instance, got {obj!r}")
-    from hybrid_trader import __version__
-
     p = Path(path)
     stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
     lines = [
@@ -690,7 +700,8 @@ def merge_overrides(obj: T, overrides: Mapping[str, Any], *, source: str = "comm
         if any(not p for p in parts):
             raise ConfigError("empty part in the key", key=_join(path, str(dotted)), file=source,
                               fix="write section.key, e.g. ppo.learning_rate")
-        node, node_cls, walked = data, cls, ""
+        node, walked = data, ""
+        node_cls: Any = cls
         for i, part in enumerate(parts):
             fields = {f.name: f for f in dataclasses.fields(node_cls) if f.init} if node_cls else {}
             here = _join(walked, part)
@@ -722,12 +733,17 @@ def merge_overrides(obj: T, overrides: Mapping[str, Any], *, source: str = "comm
     return from_dict(cls, data, source=source, path=path)
 
 
+def _is_dataclass_type(tp: Any) -> TypeGuard[type]:
+    """Whether ``tp`` is a dataclass (the class, not an instance)."""
+    return isinstance(tp, type) and dataclasses.is_dataclass(tp)
+
+
 def _dataclass_of(tp: Any) -> type | None:
     """The dataclass inside ``tp`` (``X`` or ``Optional[X]``), else None."""
-    if dataclasses.is_dataclass(tp):
+    if _is_dataclass_type(tp):
         return tp
     if typing.get_origin(tp) in (Union, types.UnionType):
-        found = [a for a in typing.get_args(tp) if dataclasses.is_dataclass(a)]
+        found = [a for a in typing.get_args(tp) if _is_dataclass_type(a)]
         return found[0] if len(found) == 1 else None
     return None
 
@@ -762,10 +778,10 @@ def _own_field_docs(cls: type) -> dict[str, str]:
     docs: dict[str, str] = {}
     body = node.body
     for stmt, nxt in zip(body, body[1:] + [None]):
-        if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
-            if (isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant)
-                    and isinstance(nxt.value.value, str)):
-                docs[stmt.target.id] = inspect.cleandoc(nxt.value.value)
+        if (isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name)
+                and isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant)
+                and isinstance(nxt.value.value, str)):
+            docs[stmt.target.id] = inspect.cleandoc(nxt.value.value)
     return docs
 
 
@@ -793,7 +809,7 @@ def describe_fields(cls: type, prefix: str = "") -> list[FieldInfo]:
             continue
         key = _join(prefix, f.name)
         tp = hints[f.name]
-        if dataclasses.is_dataclass(tp):
+        if _is_dataclass_type(tp):
             out.extend(describe_fields(tp, key))
             continue
         if f.default is not dataclasses.MISSING:

@@ -97,5 +97,7 @@ def test_console_script_exits_2_with_message_when_run_as_subprocess(tmp_path):
     assert proc.returncode == 2
     assert proc.stdout == ""
     assert "cannot read the timestamp" in proc.stderr and "line 3" in proc.stderr and "Traceback" not in proc.stderr
-    ok = subprocess.run([str(script), "data", "check", str(path), "--repair"], capture_output=True, text=True, timeout=120)
+    ok = subprocess.run(
+        [str(script), "data", "check", str(path), "--repair"], capture_output=True, text=True, timeout=120
+    )
     assert ok.returncode == 0 and "dropped [bad-timestamp] 1 row" in ok.stdout

@@ -40,7 +40,8 @@ def test_columns_matched_case_insensitively_with_aliases_when_order_is_shuffled(
 
 
 def test_adj_close_ignored_when_it_comes_before_close(tmp_path):
-    text = "Date,Open,High,Low,Adj Close,Close,Volume\n2023-11-20 09:30,10,12,9,1,11,5\n2023-11-20 09:31,11,12,10,1,10.5,6\n"
+    text = ("Date,Open,High,Low,Adj Close,Close,Volume\n"
+            "2023-11-20 09:30,10,12,9,1,11,5\n2023-11-20 09:31,11,12,10,1,10.5,6\n")
     bars = load_bars(write(tmp_path, text))
     assert list(bars.close) == [11.0, 10.5]
 
@@ -69,7 +70,9 @@ def test_offset_timestamps_converted_when_they_carry_utc_offsets(tmp_path):
 
 
 def test_mixed_offset_and_naive_timestamps_error_when_some_lack_offsets(tmp_path):
-    text = "timestamp,open,high,low,close,volume\n2023-11-20T14:30:00Z,10,12,9,11,5\n2023-11-20 09:31:00,11,12,10,10.5,6\n"
+    text = (
+        "timestamp,open,high,low,close,volume\n2023-11-20T14:30:00Z,10,12,9,11,5\n2023-11-20 09:31:00,11,12,10,10.5,6\n"
+    )
     with pytest.raises(UserError) as info:
         load_bars(write(tmp_path, text))
     assert info.value.row == 2 and "line 3" in info.value.message
@@ -82,7 +85,9 @@ def test_naive_timestamps_read_in_tz_when_chicago(tmp_path):
 
 
 def test_time_shift_added_to_wall_clock_when_negative(tmp_path):
-    text = "timestamp,open,high,low,close,volume\n2025-09-15 14:30:00,10,12,9,11,5\n2025-11-03 14:31:00,11,12,10,10.5,6\n"
+    text = (
+        "timestamp,open,high,low,close,volume\n2025-09-15 14:30:00,10,12,9,11,5\n2025-11-03 14:31:00,11,12,10,10.5,6\n"
+    )
     bars = load_bars(write(tmp_path, text), time_shift=-5)
     # 09:30 ET on both sides of the DST change: the shift applies to the file's wall clock
     assert list(bars.frame.index) == [ts("2025-09-15 09:30"), ts("2025-11-03 09:31")]
@@ -104,7 +109,10 @@ def test_epoch_seconds_read_as_utc_when_timestamp_is_numeric(tmp_path):
 
 def test_parquet_loaded_when_timestamp_is_the_index(tmp_path):
     idx = pd.date_range("2023-11-20 14:30", periods=3, freq="5min", tz="UTC", name="Datetime")
-    df = pd.DataFrame({"Open": [1.0, 2, 3], "High": [2.0, 3, 4], "Low": [0.5, 1, 2], "Close": [1.5, 2.5, 3.5], "Volume": [1, 2, 3]}, index=idx)
+    df = pd.DataFrame(
+        {"Open": [1.0, 2, 3], "High": [2.0, 3, 4], "Low": [0.5, 1, 2], "Close": [1.5, 2.5, 3.5], "Volume": [1, 2, 3]},
+        index=idx,
+    )
     path = tmp_path / "ES_sample.parquet"
     df.to_parquet(path)
     bars = load_bars(path)
@@ -117,7 +125,11 @@ def test_parquet_errors_name_rows_when_values_are_bad(tmp_path):
     df = pd.DataFrame(
         {
             "timestamp": pd.date_range("2023-11-20 09:30", periods=3, freq="1min"),
-            "open": [1.0, 2, 3], "high": [2.0, 1.0, 4], "low": [0.5, 1.5, 2], "close": [1.5, 1.6, 3.5], "volume": [1, 2, 3],
+            "open": [1.0, 2, 3],
+            "high": [2.0, 1.0, 4],
+            "low": [0.5, 1.5, 2],
+            "close": [1.5, 1.6, 3.5],
+            "volume": [1, 2, 3],
         }
     )
     path = tmp_path / "NQ_bad.parquet"
@@ -193,14 +205,24 @@ def test_seconds_bars_error_when_bars_are_under_a_minute(tmp_path):
 
 @pytest.mark.parametrize(
     "name, expected",
-    [("NQ_1min.csv", "NQ"), ("ES_1min_2025.csv", "ES"), ("MNQ.csv", "MNQ"), ("MNQZ24_1m.csv", "MNQ"), ("esh5-data.csv", "ES"), ("bars.csv", None), ("MESSY.csv", None)],
+    [
+        ("NQ_1min.csv", "NQ"),
+        ("ES_1min_2025.csv", "ES"),
+        ("MNQ.csv", "MNQ"),
+        ("MNQZ24_1m.csv", "MNQ"),
+        ("esh5-data.csv", "ES"),
+        ("bars.csv", None),
+        ("MESSY.csv", None),
+    ],
 )
 def test_market_guessed_from_file_name_prefix_when_not_given(name, expected):
     assert guess_market(Path(name)) == expected
 
 
 def test_market_defaults_to_nq_with_a_note_when_name_says_nothing(tmp_path):
-    bars = load_bars(write(tmp_path, "timestamp,open,high,low,close,volume\n2023-11-20 09:30,10,12,9,11,5\n", name="bars.csv"))
+    bars = load_bars(
+        write(tmp_path, "timestamp,open,high,low,close,volume\n2023-11-20 09:30,10,12,9,11,5\n", name="bars.csv")
+    )
     assert bars.market == "NQ"
     assert any("assuming NQ" in n for n in bars.notes)
     explicit = load_bars(tmp_path / "bars.csv", market="mes")
@@ -208,7 +230,12 @@ def test_market_defaults_to_nq_with_a_note_when_name_says_nothing(tmp_path):
 
 
 def test_bars_frame_has_float64_ohlcv_and_ns_eastern_index_when_loaded(tmp_path):
-    bars = load_bars(write(tmp_path, "timestamp,open,high,low,close,volume\n2023-11-20 09:30,10,12,9,11,5\n2023-11-20 09:31,11,12,10,10.5,6\n"))
+    bars = load_bars(
+        write(
+            tmp_path,
+            "timestamp,open,high,low,close,volume\n2023-11-20 09:30,10,12,9,11,5\n2023-11-20 09:31,11,12,10,10.5,6\n",
+        )
+    )
     assert list(bars.frame.columns) == ["open", "high", "low", "close", "volume"]
     assert (bars.frame.dtypes == "float64").all()
     assert str(bars.frame.index.tz) == ET and bars.frame.index.unit == "ns"

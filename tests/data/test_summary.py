@@ -89,7 +89,13 @@ def test_gaps_counted_inside_sessions_only_when_bars_are_missing():
 
 def test_format_summary_lists_rows_period_sessions_and_repairs_when_printed(nq5):
     text = format_summary(summarize(nq5))
-    for part in ("rows          17,286", "bar size      5 min", "63 Globex trading days", "RTH open      09:30", "off the 0.25 grid"):
+    for part in (
+        "rows          17,286",
+        "bar size      5 min",
+        "63 Globex trading days",
+        "RTH open      09:30",
+        "off the 0.25 grid",
+    ):
         assert part in text
 
 

@@ -123,7 +123,9 @@ def test_signal_bars_have_volume_spike_and_body_in_direction_when_generated(mark
     bars, s, d = market.bars, market.signal_index, market.signal_direction
     assert len(s) > 20 * 5 and d.dtype == np.int8 and set(np.unique(d)) == {-1, 1}
     assert (np.sign(bars.close[s] - bars.open[s]) == d).all()
-    ratio = bars.volume[s] / np.median(np.stack([bars.volume[s - 2], bars.volume[s - 1], bars.volume[s + 1], bars.volume[s + 2]]), axis=0)
+    ratio = bars.volume[s] / np.median(
+        np.stack([bars.volume[s - 2], bars.volume[s - 1], bars.volume[s + 1], bars.volume[s + 2]]), axis=0
+    )
     assert 2.5 < np.median(ratio) < 6
     m = bars.minute_of_day
     assert ((m[s] >= 570) & (m[s + market.horizon] < 960)).all()  # signal and drift inside RTH
@@ -158,7 +160,9 @@ def test_start_on_weekend_moves_to_monday_when_generated():
     assert bars.frame.index[0] == pd.Timestamp("2024-01-07 18:00", tz="America/New_York")
 
 
-@pytest.mark.parametrize("kw", [dict(days=0), dict(bar_minutes=7), dict(edge=-0.1), dict(market="XX"), dict(start="someday")])
+@pytest.mark.parametrize(
+    "kw", [dict(days=0), dict(bar_minutes=7), dict(edge=-0.1), dict(market="XX"), dict(start="someday")]
+)
 def test_invalid_arguments_raise_user_error_when_generating(kw):
     args = dict(days=2) | kw
     with pytest.raises(UserError):

@@ -89,7 +89,9 @@ def test_unparseable_timestamp_row_dropped_and_reported_when_repair(tmp_path):
     assert any(n.startswith("  line 4:") and "not a date" in n for n in bars.notes)
 
 
-@pytest.mark.parametrize("bad, shown", [("nan", "is missing"), ("", "is missing"), ("inf", "is infinite"), ("abc", "is not a number")])
+@pytest.mark.parametrize(
+    "bad, shown", [("nan", "is missing"), ("", "is missing"), ("inf", "is infinite"), ("abc", "is not a number")]
+)
 def test_bad_price_error_names_column_and_problem_when_nan_inf_or_text(tmp_path, bad, shown):
     path = write(tmp_path, with_row(1, f"2023-11-20 09:31:00,15902.00,{bad},15900.00,15904.00,900"))
     err = error_of(path)
@@ -111,7 +113,9 @@ def test_bad_volume_error_when_volume_is_text(tmp_path):
 
 
 def test_bad_volume_set_to_zero_when_repair(tmp_path):
-    bars = load_bars(write(tmp_path, with_row(3, "2023-11-20 09:33:00,15903.00,15907.00,15902.00,15906.00,nan")), repair=True)
+    bars = load_bars(
+        write(tmp_path, with_row(3, "2023-11-20 09:33:00,15903.00,15907.00,15902.00,15906.00,nan")), repair=True
+    )
     assert len(bars) == 6 and bars.volume[3] == 0.0
     assert repairs(bars)["bad-volume"]["action"] == "repaired"
 
@@ -133,7 +137,9 @@ def test_high_below_low_error_when_columns_are_swapped(tmp_path):
 
 
 def test_high_below_low_swapped_when_repair(tmp_path):
-    bars = load_bars(write(tmp_path, with_row(2, "2023-11-20 09:32:00,15904.00,15901.00,15908.00,15903.00,800")), repair=True)
+    bars = load_bars(
+        write(tmp_path, with_row(2, "2023-11-20 09:32:00,15904.00,15901.00,15908.00,15903.00,800")), repair=True
+    )
     assert bars.high[2] == 15908.0 and bars.low[2] == 15901.0
     assert repairs(bars)["high-below-low"]["rows"] == 1
 
@@ -144,7 +150,9 @@ def test_open_outside_range_error_when_open_above_high(tmp_path):
 
 
 def test_close_outside_range_widens_low_when_repair(tmp_path):
-    bars = load_bars(write(tmp_path, with_row(2, "2023-11-20 09:32:00,15904.00,15908.00,15901.00,15890.00,800")), repair=True)
+    bars = load_bars(
+        write(tmp_path, with_row(2, "2023-11-20 09:32:00,15904.00,15908.00,15901.00,15890.00,800")), repair=True
+    )
     assert bars.low[2] == 15890.0 and bars.close[2] == 15890.0 and bars.high[2] == 15908.0
     assert repairs(bars)["open-close-outside"]["rows"] == 1
     assert any("low 15901 -> 15890" in n for n in bars.notes)
@@ -187,7 +195,9 @@ def test_negative_volume_error_when_volume_below_zero(tmp_path):
 
 
 def test_negative_volume_set_to_zero_when_repair(tmp_path):
-    bars = load_bars(write(tmp_path, with_row(5, "2023-11-20 09:35:00,15909.00,15911.00,15905.00,15907.00,-5")), repair=True)
+    bars = load_bars(
+        write(tmp_path, with_row(5, "2023-11-20 09:35:00,15909.00,15911.00,15905.00,15907.00,-5")), repair=True
+    )
     assert bars.volume[5] == 0.0 and repairs(bars)["negative-volume"]["rows"] == 1
 
 
@@ -204,7 +214,9 @@ def test_divide_by_100_multiplied_back_when_repair(tmp_path):
 
 
 def test_divide_by_100_repaired_before_ohlc_check_when_only_close_is_divided(tmp_path):
-    bars = load_bars(write(tmp_path, with_row(3, "2023-11-20 09:33:00,15903.00,15907.00,15902.00,159.06,700")), repair=True)
+    bars = load_bars(
+        write(tmp_path, with_row(3, "2023-11-20 09:33:00,15903.00,15907.00,15902.00,159.06,700")), repair=True
+    )
     assert bars.close[3] == 15906.0 and bars.low[3] == 15902.0
     assert "open-close-outside" not in repairs(bars)
 
@@ -234,7 +246,10 @@ def test_nothing_dropped_silently_when_repairing_many_problems(tmp_path):
 
 def test_row_notes_capped_with_a_count_when_many_rows_are_repaired(tmp_path):
     t0 = pd.Timestamp("2023-11-20 09:30")
-    rows = [f"{t0 + pd.Timedelta(minutes=i):%Y-%m-%d %H:%M:%S},15900,15901,15899,15900,-1" for i in range(ROW_NOTE_LIMIT + 20)]
+    rows = [
+        f"{t0 + pd.Timedelta(minutes=i):%Y-%m-%d %H:%M:%S},15900,15901,15899,15900,-1"
+        for i in range(ROW_NOTE_LIMIT + 20)
+    ]
     bars = load_bars(write(tmp_path, rows), repair=True)
     row_notes = [n for n in bars.notes if n.startswith("  line")]
     assert len(row_notes) == ROW_NOTE_LIMIT

@@ -56,7 +56,9 @@ def _num(v: float) -> Any:
 
 def run_case(bars: Any, features: Any, env_kwargs: dict, veto: dict | None, steps: int | None, seed: int = 7) -> dict:
     """Run random legal actions and return the digest (trades, ends, accounts, stream hashes)."""
-    env = TradingEnv(bars, features, EnvConfig(**env_kwargs), risk_veto=None if veto is None else RiskVeto(RiskConfig(**veto)))
+    env = TradingEnv(
+        bars, features, EnvConfig(**env_kwargs), risk_veto=None if veto is None else RiskVeto(RiskConfig(**veto))
+    )
     rng = np.random.default_rng(seed)
     obs_h, rew_h, mask_h, acct_h = hashlib.sha256(), hashlib.sha256(), hashlib.sha256(), hashlib.sha256()
     obs, info = env.reset(seed=seed)

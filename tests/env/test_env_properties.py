@@ -28,7 +28,9 @@ def random_walk_bars(days: int = 3, seed: int = 0) -> Bars:
         open_ = np.r_[close[0], close[:-1]]
         high = np.maximum(open_, close) + np.round(rng.exponential(1.0, len(idx)) * 4) / 4
         low = np.minimum(open_, close) - np.round(rng.exponential(1.0, len(idx)) * 4) / 4
-        frames.append(pd.DataFrame({"open": open_, "high": high, "low": low, "close": close, "volume": 100.0}, index=idx))
+        frames.append(
+            pd.DataFrame({"open": open_, "high": high, "low": low, "close": close, "volume": 100.0}, index=idx)
+        )
     frame = pd.concat(frames)
     frame.index = frame.index.tz_localize("America/New_York")
     return Bars(frame, market="NQ", bar_minutes=1, source="random-walk")

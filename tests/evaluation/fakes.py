@@ -130,8 +130,8 @@ def fake_results(prices: pd.Series, *, n_random: int = 3, with_llm: bool = True)
         extra["sample_decisions"] = [
             {"time": str(prices.index[10]), "rl": "BUY", "llm": "HOLD", "fused": "BUY", "confidence": 0.62,
              "reason": "trend up <strong>&amp; volume</strong>"},
-            {"time": str(prices.index[min(40, n - 1)]), "rl": "SELL", "llm": "SELL", "fused": "SELL", "confidence": 0.71,
-             "reason": "breakdown below VWAP"},
+            {"time": str(prices.index[min(40, n - 1)]), "rl": "SELL", "llm": "SELL", "fused": "SELL",
+             "confidence": 0.71, "reason": "breakdown below VWAP"},
         ]
     out = [simulate("agent", prices, agent_sig, extra=extra),
            simulate("flat", prices, np.zeros(n, dtype=int), extra={"role": "baseline"}),
@@ -139,7 +139,8 @@ def fake_results(prices: pd.Series, *, n_random: int = 3, with_llm: bool = True)
     for s in range(n_random):
         rng = np.random.default_rng(100 + s)
         sig = np.repeat(rng.choice([-1, 0, 0, 1], size=n // 10 + 1), 10)[:n]
-        out.append(simulate(f"random (seed {s})", prices, sig, extra={"role": "baseline", "group": "random", "seed": s}))
+        extra_s = {"role": "baseline", "group": "random", "seed": s}
+        out.append(simulate(f"random (seed {s})", prices, sig, extra=extra_s))
     return out
 
 
@@ -211,7 +212,7 @@ def write_run(run_dir: Path, *, phase: int = 2, updates: int = 20, n_steps: int 
     with (run_dir / "validation.jsonl").open("w") as fh:
         for rec in validation:
             fh.write(json.dumps(rec) + "\n")
-    (run_dir / "config.yaml").write_text(config or "env:\n  phase: %d\n" % phase)
+    (run_dir / "config.yaml").write_text(config or f"env:\n  phase: {phase:d}\n")
     if ablation is not None:
         (run_dir / "eval").mkdir(exist_ok=True)
         (run_dir / "eval" / "ablation.json").write_text(json.dumps(ablation))

@@ -30,9 +30,9 @@ def fingerprint(folder: Path, skip: tuple[str, ...] = (".lock",)) -> dict[str, s
 def start_training(out: Path, steps: int, *extra: str) -> subprocess.Popen:
     """``hybrid-trader train`` in a child process (output to out.log)."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-    log = open(str(out) + ".log", "w")
-    return subprocess.Popen([sys.executable, "-m", "hybrid_trader.cli.main", *train_args(out, steps, *extra)],
-                            stdout=log, stderr=subprocess.STDOUT, env=env)
+    with open(str(out) + ".log", "w") as log:  # the child holds its own copy of the descriptor
+        return subprocess.Popen([sys.executable, "-m", "hybrid_trader.cli.main", *train_args(out, steps, *extra)],
+                                stdout=log, stderr=subprocess.STDOUT, env=env)
 
 
 def wait_for(proc: subprocess.Popen, predicate, timeout: float = 90.0) -> None:

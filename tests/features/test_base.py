@@ -29,8 +29,8 @@ def tiny_bars(n: int = 40, start: str = "2024-01-08 09:30") -> Bars:
 
 
 def wilder_atr(bars: Bars, period: int = 14) -> np.ndarray:
-    h, l, c = bars.high, bars.low, bars.close
-    tr = [h[0] - l[0]] + [max(h[i] - l[i], abs(h[i] - c[i - 1]), abs(l[i] - c[i - 1])) for i in range(1, len(c))]
+    h, lo, c = bars.high, bars.low, bars.close
+    tr = [h[0] - lo[0]] + [max(h[i] - lo[i], abs(h[i] - c[i - 1]), abs(lo[i] - c[i - 1])) for i in range(1, len(c))]
     atr = [math.nan] * len(c)
     atr[period] = sum(tr[1 : period + 1]) / period
     for i in range(period + 1, len(c)):
@@ -53,11 +53,11 @@ def test_log_ret_and_range_atr_when_tiny_series_match_hand_values():
     bars = tiny_bars()
     fs = compute_features(bars)
     atr = wilder_atr(bars)
-    c, h, l, o = bars.close, bars.high, bars.low, bars.open
+    c, h, lo, o = bars.close, bars.high, bars.low, bars.open
     for t in (14, 15, 30, 39):
         expected = math.log(c[t] / c[t - 1]) * c[t - 1] / atr[t]
         assert fs.bar[t, COL["log_ret"]] == pytest.approx(expected, rel=1e-6)
-        assert fs.bar[t, COL["range_atr"]] == pytest.approx((h[t] - l[t]) / atr[t], rel=1e-6)
+        assert fs.bar[t, COL["range_atr"]] == pytest.approx((h[t] - lo[t]) / atr[t], rel=1e-6)
         assert fs.bar[t, COL["body_atr"]] == pytest.approx((c[t] - o[t]) / atr[t], rel=1e-6)
     # before ATR(14) exists: neutral 0
     assert np.all(fs.bar[:14, COL["log_ret"]] == 0)

@@ -43,7 +43,9 @@ def assert_well_formed(fs: FeatureSet, n: int) -> None:
     assert fs.windows.shape == (max(n - WINDOW + 1, 0), WINDOW * 11)
 
 
-def load_real(name: str, shift_hours: int = 0, tz: str = "America/New_York", bar_minutes: int = 1, market: str = "NQ") -> Bars:
+def load_real(
+    name: str, shift_hours: int = 0, tz: str = "America/New_York", bar_minutes: int = 1, market: str = "NQ"
+) -> Bars:
     frame = pd.read_csv(shared_file(name), index_col=0, parse_dates=True)
     frame.columns = [c.lower() for c in frame.columns]
     frame.index = frame.index - pd.Timedelta(hours=shift_hours)

@@ -80,14 +80,16 @@ def test_swing_patterns_when_market_trends_up_show_higher_highs_and_lows():
 def test_levels_when_computed_use_previous_bars_only():
     bars = make_bars(400, seed=11)
     fs = compute_features(bars)
-    h, l, c = bars.high, bars.low, bars.close
+    h, lo, c = bars.high, bars.low, bars.close
     for t in (60, 61, 200, 399):
-        support, resistance = l[t - 60 : t].min(), h[t - 60 : t].max()
+        support, resistance = lo[t - 60 : t].min(), h[t - 60 : t].max()
         assert fs.raw["support_60m"][t] == support and fs.raw["resistance_60m"][t] == resistance
         assert fs.llm_market[t, COL["breakout"]] == float(c[t] > resistance)
         assert fs.llm_market[t, COL["breakdown"]] == float(c[t] < support)
         scale = fs.atr[t] * np.sqrt(60)
-        assert fs.llm_market[t, COL["support_dist"]] == pytest.approx(np.clip((c[t] - support) / scale, -10, 10), rel=1e-5)
+        assert fs.llm_market[t, COL["support_dist"]] == pytest.approx(
+            np.clip((c[t] - support) / scale, -10, 10), rel=1e-5
+        )
 
 
 def test_breakout_when_close_clears_previous_highs_is_flagged_and_not_before():

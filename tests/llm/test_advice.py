@@ -17,7 +17,6 @@ from hybrid_trader.llm.advice import (
     advice_from_mass,
     decayed,
 )
-
 from tests.llm import FLAT_MASK, LONG_MASK
 
 

@@ -183,14 +183,18 @@ def test_importing_llm_config_when_fresh_loads_no_gymnasium_torch_or_talib():
     import subprocess
     import sys
 
-    code = ("import hybrid_trader.llm.config, sys; "
-            "bad = [m for m in ('gymnasium', 'torch', 'talib', 'numpy', 'hybrid_trader.llm.prompt') if m in sys.modules]; "
-            "assert not bad, bad")
+    code = (
+        "import hybrid_trader.llm.config, sys; "
+        "bad = [m for m in ('gymnasium', 'torch', 'talib', 'numpy', 'hybrid_trader.llm.prompt') if m in sys.modules]; "
+        "assert not bad, bad"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
 # ---------------------------------------------------------------------------- secrets
-@pytest.mark.parametrize("item", ["llm.openai.api_key=sk-abcdefghijklmnop", "llm.openai={api_key: sk-abcdefghijklmnop}"])
+@pytest.mark.parametrize(
+    "item", ["llm.openai.api_key=sk-abcdefghijklmnop", "llm.openai={api_key: sk-abcdefghijklmnop}"]
+)
 @pytest.mark.parametrize("phase", [1, 2, 3])
 def test_api_key_when_given_with_set_is_refused_in_any_phase_without_echoing_it(item, phase):
     from hybrid_trader.config import ConfigError, merge_overrides, parse_overrides

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import math
 
-from hybrid_trader.llm.config import QueryPolicyConfig
 from hybrid_trader.account_state import AccountState
+from hybrid_trader.llm.config import QueryPolicyConfig
 from hybrid_trader.llm.query_policy import QueryPolicy
-
 from tests.llm import LONG_MASK, make_context
 
 IN_POSITION = dict(position=1, position_status="LONG 1", legal=LONG_MASK)

@@ -11,7 +11,6 @@ unlucky trades: the test measures the learned edge, not the luck of the first da
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 from hybrid_trader.config import merge_overrides
 from hybrid_trader.evaluation.evaluate import evaluate_run
@@ -25,10 +24,20 @@ EDGE = 0.5
 
 
 def train_and_evaluate(tmp_path, edge: float) -> tuple[float, np.ndarray, dict]:
-    config = merge_overrides(RunConfig(), {
-        "env.phase": 1, "data.market": "MNQ", "env.market": "MNQ", "data.synthetic_edge": edge, "data.synthetic_days": DAYS, "ppo.total_timesteps": STEPS,
-        "ppo.seed": 0, "train.validate_every": 0, "train.progress_bar": False,
-    })
+    config = merge_overrides(
+        RunConfig(),
+        {
+            "env.phase": 1,
+            "data.market": "MNQ",
+            "env.market": "MNQ",
+            "data.synthetic_edge": edge,
+            "data.synthetic_days": DAYS,
+            "ppo.total_timesteps": STEPS,
+            "ppo.seed": 0,
+            "train.validate_every": 0,
+            "train.progress_bar": False,
+        },
+    )
     run_dir = tmp_path / f"edge{edge:g}"
     train_run(config, run_dir, quiet=True)
     out = evaluate_run(run_dir, split="test", seeds=SEEDS, quiet=True)

@@ -13,14 +13,13 @@ import time
 import numpy as np
 
 from hybrid_trader.bench.args import EnvBenchArgs
+from hybrid_trader.data import load_bars
+from hybrid_trader.data.synthetic import generate_bars
+from hybrid_trader.env import EnvConfig, TradingEnv
+from hybrid_trader.features import compute_features
 
 
 def run(args: EnvBenchArgs) -> int:
-    from hybrid_trader.data import load_bars
-    from hybrid_trader.data.synthetic import generate_bars
-    from hybrid_trader.env import EnvConfig, TradingEnv
-    from hybrid_trader.features import compute_features
-
     t0 = time.perf_counter()
     if args.data:
         bars = load_bars(args.data, tz=args.tz or "America/New_York", time_shift=args.time_shift or 0.0,

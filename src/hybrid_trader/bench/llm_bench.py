@@ -28,13 +28,14 @@ import time
 import numpy as np
 
 from hybrid_trader.bench.args import LLMBenchArgs
+from hybrid_trader.llm import build_advisor, load_llm_config
+from hybrid_trader.llm.backends.transformers_backend import prefer_passive_openmp
+from hybrid_trader.llm.context import TREND_LABELS
+from hybrid_trader.llm.prompt import sample_context
 
 
 def bench_contexts(n: int, seed: int = 0) -> list:
     """``n`` varied, plausible contexts (no data or features needed)."""
-    from hybrid_trader.llm.context import TREND_LABELS
-    from hybrid_trader.llm.prompt import sample_context
-
     rng = np.random.default_rng(seed)
     base = sample_context()
     out = []
@@ -64,16 +65,12 @@ def _cpu_seconds() -> float:
 
 
 def run(args: LLMBenchArgs) -> int:
-    from hybrid_trader.llm.backends.transformers_backend import prefer_passive_openmp
-
     passive = prefer_passive_openmp()  # before torch is imported (see its docstring)
-    from hybrid_trader.llm import build_advisor, load_llm_config
-
     over: dict = dict(args.llm_overrides)
     batch = max(1, int(args.batch))
     over["query"] = {"mode": "always"}
     over["cache"] = {"enabled": False}
-    bat = {"max_batch": batch, "max_age_steps": 1_000_000, "max_pending": max(batch, 4096)}
+    bat: dict[str, float] = {"max_batch": batch, "max_age_steps": 1_000_000, "max_pending": max(batch, 4096)}
     if args.max_wait_ms is not None:
         bat["max_wait_ms"] = args.max_wait_ms
     over["batching"] = bat

@@ -59,7 +59,8 @@ def _opt(flag: str, *keys: str, **kw: Any) -> CliOption:
 
 OPTIONS: dict[str, CliOption] = {o.flag: o for o in (
     # data
-    _opt("--data", "data.path", metavar="FILE", help="bars file (CSV or Parquet); default: the built-in synthetic market"),
+    _opt("--data", "data.path", metavar="FILE",
+         help="bars file (CSV or Parquet); default: the built-in synthetic market"),
     _opt("--market", "data.market", "env.market",
          help="contract root symbol: NQ, MNQ, ES, MES, YM, MYM, RTY, M2K (default: from the file name)"),
     _opt("--tz", "data.tz", help="time zone of naive timestamps (default America/New_York)"),
@@ -67,7 +68,8 @@ OPTIONS: dict[str, CliOption] = {o.flag: o for o in (
          help="hours added to every timestamp, for vendors whose clock is off (ES sample file: -5)"),
     _opt("--repair", "data.repair", type=None, help="repair fixable data errors (each reported)"),
     # run
-    _opt("--phase", "env.phase", type=int, choices=(1, 2, 3), help="training phase (env.phase; a new run without it, in --config or --set, is phase 1)"),
+    _opt("--phase", "env.phase", type=int, choices=(1, 2, 3),
+         help="training phase (env.phase; a new run without it, in --config or --set, is phase 1)"),
     _opt("--timesteps", "ppo.total_timesteps", type=int, help="environment steps to train (ppo.total_timesteps)"),
     _opt("--n-envs", "ppo.n_envs", type=int, help="parallel environments (ppo.n_envs, default 4)"),
     _opt("--vec-env", "ppo.vec_env", choices=("dummy", "subproc"),
@@ -162,5 +164,5 @@ def field_keys(cls: type, prefix: str = "") -> list[str]:
     for f in dataclasses.fields(cls):
         sub = typing.get_type_hints(cls)[f.name]
         key = f"{prefix}{f.name}"
-        out.extend(field_keys(sub, key + ".") if dataclasses.is_dataclass(sub) else [key])
+        out.extend(field_keys(sub, key + ".") if isinstance(sub, type) and dataclasses.is_dataclass(sub) else [key])
     return out

@@ -29,7 +29,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _report(args: argparse.Namespace) -> int:
     # Evaluation loads torch and SB3 (about 2 s): `hybrid-trader --help` registers this module and must not pay it.
     from hybrid_trader.evaluation.evaluate import evaluate_run
-    from hybrid_trader.evaluation.report import write_report
+    from hybrid_trader.evaluation.report import write_report  # same reason
 
     run = RunDir(args.run_dir)
     trained = run.model_path.exists() or bool(run.checkpoints())

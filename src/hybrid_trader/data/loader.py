@@ -17,8 +17,9 @@ import math
 import re
 import zipfile
 import zoneinfo
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 import pandas as pd
@@ -111,28 +112,30 @@ def guess_market(path: Path) -> str | None:
 # ---- reading ------------------------------------------------------------------------
 
 
+_COMPRESSED_TEXT: dict[str, Callable[..., IO[str]]] = {".gz": gzip.open, ".bz2": bz2.open, ".xz": lzma.open}
+"""Suffix -> opener of compressed CSV files in text mode."""
+
+
 def _first_line(path: Path) -> str:
     name = path.name.lower()
+    opener = next((op for suffix, op in _COMPRESSED_TEXT.items() if name.endswith(suffix)), None)
     try:
-        if name.endswith(".gz"):
-            fh = gzip.open(path, "rt", errors="replace")
-        elif name.endswith(".bz2"):
-            fh = bz2.open(path, "rt", errors="replace")
-        elif name.endswith(".xz"):
-            fh = lzma.open(path, "rt", errors="replace")
-        elif name.endswith(".zip"):
+        if opener is not None:
+            with opener(path, "rt", errors="replace") as fh:
+                return fh.readline()
+        if name.endswith(".zip"):
             with zipfile.ZipFile(path) as zf:
                 members = zf.namelist()
                 if not members:
                     return ""
                 with zf.open(members[0]) as raw:
                     return raw.readline().decode("utf-8", "replace")
-        else:
-            fh = open(path, encoding="utf-8", errors="replace")
-        with fh:
+        with open(path, encoding="utf-8", errors="replace") as fh:
             return fh.readline()
     except (OSError, EOFError, zipfile.BadZipFile, lzma.LZMAError) as err:
-        raise UserError(f"cannot read the file: {err}", file=str(path), fix="check that it is a CSV or Parquet file") from None
+        raise UserError(
+            f"cannot read the file: {err}", file=str(path), fix="check that it is a CSV or Parquet file"
+        ) from None
 
 
 def _is_parquet(path: Path) -> bool:
@@ -148,8 +151,14 @@ def _is_parquet(path: Path) -> bool:
 def _check_file(path: Path) -> None:
     file = str(path)
     if not path.exists():
-        near = did_you_mean(path.name, [p.name for p in path.parent.glob("*") if p.is_file()]) if path.parent.is_dir() else ""
-        raise UserError("file not found." + near, file=file, fix="check the path (relative paths start at the current directory)")
+        near = (
+            did_you_mean(path.name, [p.name for p in path.parent.glob("*") if p.is_file()])
+            if path.parent.is_dir()
+            else ""
+        )
+        raise UserError(
+            "file not found." + near, file=file, fix="check the path (relative paths start at the current directory)"
+        )
     if path.is_dir():
         raise UserError("is a directory, not a bars file.", file=file, fix="give the path of a .csv or .parquet file")
     try:
@@ -157,9 +166,13 @@ def _check_file(path: Path) -> None:
         with open(path, "rb"):
             pass
     except OSError as err:
-        raise UserError(f"cannot open the file: {err.strerror or err}", file=file, fix="check the file's permissions") from None
+        raise UserError(
+            f"cannot open the file: {err.strerror or err}", file=file, fix="check the file's permissions"
+        ) from None
     if size == 0:
-        raise UserError("the file is empty.", file=file, fix="export the bars again: a header line and one line per bar")
+        raise UserError(
+            "the file is empty.", file=file, fix="export the bars again: a header line and one line per bar"
+        )
 
 
 def _read_parquet(path: Path) -> pd.DataFrame:
@@ -189,7 +202,9 @@ def _match_columns(names: list[str], file: str) -> tuple[dict[str, int], tuple[s
             if hits:
                 if len(hits) > 1:
                     notes.append(
-                        Finding("note", "columns", f"{len(hits)} columns are named like '{names[hits[0]]}'; using the first")
+                        Finding(
+                            "note", "columns", f"{len(hits)} columns are named like '{names[hits[0]]}'; using the first"
+                        )
                     )
                 return hits[0]
         return None
@@ -208,40 +223,25 @@ def _match_columns(names: list[str], file: str) -> tuple[dict[str, int], tuple[s
         if d is not None and t is not None:
             ts_spec = ("pair", (d, t))
         elif d is not None or t is not None:
-            ts_spec = ("single", (d if d is not None else t,))
+            ts_spec = ("single", (next(k for k in (d, t) if k is not None),))
         elif names and (normed[0] == "" or normed[0].startswith("unnamed") or normed[0] == "index"):
             ts_spec = ("single", (0,))
             notes.append(Finding("note", "columns", "the first, unnamed column is read as the timestamp"))
 
-    missing = [r for r in ("timestamp", *COLUMN_ALIASES) if (r == "timestamp" and ts_spec is None) or (r != "timestamp" and r not in pos)]
-    if missing:
-        # A first line of numbers means the file has no header line.
-        numeric = sum(bool(re.fullmatch(r"[-+]?\d+(\.\d*)?([eE][-+]?\d+)?", str(n).strip())) for n in names)
-        if numeric >= 3:
-            raise UserError(
-                f"the first line holds data, not column names ({', '.join(map(str, names[:6]))}).",
-                file=file,
-                row=None,
-                fix="add a header line such as: timestamp,open,high,low,close,volume",
-            )
-        used = set(pos.values())
-        unused = [names[k] for k in range(len(names)) if k not in used]
-        hints = []
-        for m in missing:
-            options = (*TIMESTAMP_ALIASES, *DATE_ALIASES) if m == "timestamp" else COLUMN_ALIASES[m]
-            best = did_you_mean(m, unused) or did_you_mean(m, [str(u).lower() for u in unused])
-            hints.append(f"{m} (accepted names: {', '.join(options[:6])}{', ...' if len(options) > 6 else ''})" + (f";{best}" if best else ""))
-        raise UserError(
-            f"missing column{'s' if len(missing) > 1 else ''} {', '.join(missing)}; the header has: {', '.join(map(str, names))}.",
-            file=file,
-            column=missing[0],
-            fix="name the columns timestamp (or date + time), open, high, low, close, volume (any case); "
-            + "; ".join(hints),
-        )
-    assert ts_spec is not None
+    missing = [
+        r
+        for r in ("timestamp", *COLUMN_ALIASES)
+        if (r == "timestamp" and ts_spec is None) or (r != "timestamp" and r not in pos)
+    ]
+    if missing or ts_spec is None:
+        raise _missing_columns_error(names, missing, pos, file)
     used_pos = set(pos.values()) | set(ts_spec[1])
     renamed = [f"{names[p]} -> {r}" for r, p in pos.items() if normed[p] != r]
-    renamed += [f"{names[p]} -> {'timestamp' if ts_spec[0] == 'single' else ('date' if k == 0 else 'time')}" for k, p in enumerate(ts_spec[1]) if normed[p] != "timestamp"]
+    renamed += [
+        f"{names[p]} -> {'timestamp' if ts_spec[0] == 'single' else ('date' if k == 0 else 'time')}"
+        for k, p in enumerate(ts_spec[1])
+        if normed[p] != "timestamp"
+    ]
     ignored = [str(names[k]) for k in range(len(names)) if k not in used_pos]
     if renamed or ignored:
         parts = []
@@ -253,13 +253,52 @@ def _match_columns(names: list[str], file: str) -> tuple[dict[str, int], tuple[s
     return pos, ts_spec, notes
 
 
-def _read_csv(path: Path) -> tuple[pd.DataFrame, dict[str, int], tuple[str, tuple[int, ...]], np.ndarray, list[AnyFinding]]:
+def _missing_columns_error(names: list[str], missing: list[str], pos: dict[str, int], file: str) -> UserError:
+    """The error for a header without the ``missing`` columns (or without any header line)."""
+    # A first line of numbers means the file has no header line.
+    numeric = sum(bool(re.fullmatch(r"[-+]?\d+(\.\d*)?([eE][-+]?\d+)?", str(n).strip())) for n in names)
+    if numeric >= 3:
+        return UserError(
+            f"the first line holds data, not column names ({', '.join(map(str, names[:6]))}).",
+            file=file,
+            row=None,
+            fix="add a header line such as: timestamp,open,high,low,close,volume",
+        )
+    used = set(pos.values())
+    unused = [names[k] for k in range(len(names)) if k not in used]
+    hints = []
+    for m in missing:
+        options = (*TIMESTAMP_ALIASES, *DATE_ALIASES) if m == "timestamp" else COLUMN_ALIASES[m]
+        best = did_you_mean(m, unused) or did_you_mean(m, [str(u).lower() for u in unused])
+        hints.append(
+            f"{m} (accepted names: {', '.join(options[:6])}{', ...' if len(options) > 6 else ''})"
+            + (f";{best}" if best else "")
+        )
+    return UserError(
+        f"missing column{'s' if len(missing) > 1 else ''} {', '.join(missing)}; "
+        f"the header has: {', '.join(map(str, names))}.",
+        file=file,
+        column=missing[0],
+        fix="name the columns timestamp (or date + time), open, high, low, close, volume (any case); "
+        + "; ".join(hints),
+    )
+
+
+def _read_csv(
+    path: Path,
+) -> tuple[pd.DataFrame, dict[str, int], tuple[str, tuple[int, ...]], np.ndarray, list[AnyFinding]]:
     file = str(path)
     first = _first_line(path)
     if not first.strip():
-        raise UserError("the first line is empty; expected a header line.", file=file, fix="start the file with a header such as: timestamp,open,high,low,close,volume")
+        raise UserError(
+            "the first line is empty; expected a header line.",
+            file=file,
+            fix="start the file with a header such as: timestamp,open,high,low,close,volume",
+        )
     if "\x00" in first:
-        raise UserError("this is not a text (CSV) file.", file=file, fix="give a CSV file, or a Parquet file ending in .parquet")
+        raise UserError(
+            "this is not a text (CSV) file.", file=file, fix="give a CSV file, or a Parquet file ending in .parquet"
+        )
     delims = [",", ";", "\t", "|"]
     sep = max(delims, key=lambda d: first.count(d))
     if first.count(sep) == 0:
@@ -267,9 +306,13 @@ def _read_csv(path: Path) -> tuple[pd.DataFrame, dict[str, int], tuple[str, tupl
     try:
         header = list(pd.read_csv(path, sep=sep, nrows=0, compression="infer", skipinitialspace=True).columns)
     except pd.errors.EmptyDataError:
-        raise UserError("the file is empty.", file=file, fix="export the bars again: a header line and one line per bar") from None
+        raise UserError(
+            "the file is empty.", file=file, fix="export the bars again: a header line and one line per bar"
+        ) from None
     except (UnicodeDecodeError, ValueError, pd.errors.ParserError) as err:
-        raise UserError(f"cannot read the CSV header ({err}).", file=file, fix="check that the file is a text CSV file") from None
+        raise UserError(
+            f"cannot read the CSV header ({err}).", file=file, fix="check that the file is a text CSV file"
+        ) from None
     pos, ts_spec, notes = _match_columns([str(h) for h in header], file)
     ts_cols = list(ts_spec[1])
     usecols = sorted(set(pos.values()) | set(ts_cols))
@@ -297,7 +340,9 @@ def _read_csv(path: Path) -> tuple[pd.DataFrame, dict[str, int], tuple[str, tupl
             fix="every line needs the same number of fields as the header; fix or remove that line",
         ) from None
     except UnicodeDecodeError as err:
-        raise UserError(f"cannot decode the file as text ({err.reason}).", file=file, fix="save the CSV as UTF-8") from None
+        raise UserError(
+            f"cannot decode the file as text ({err.reason}).", file=file, fix="save the CSV as UTF-8"
+        ) from None
     # Column positions in df follow the order of usecols.
     where = {p: k for k, p in enumerate(usecols)}
     pos = {r: where[p] for r, p in pos.items()}
@@ -307,7 +352,9 @@ def _read_csv(path: Path) -> tuple[pd.DataFrame, dict[str, int], tuple[str, tupl
     if blank.any():
         bl = lines[blank]
         shown = ", ".join(str(x) for x in bl[:10]) + (" ..." if len(bl) > 10 else "")
-        notes.append(Finding("note", "blank-lines", f"{len(bl)} empty line{'s' if len(bl) > 1 else ''} skipped (line {shown})"))
+        notes.append(
+            Finding("note", "blank-lines", f"{len(bl)} empty line{'s' if len(bl) > 1 else ''} skipped (line {shown})")
+        )
         df = df.loc[~blank]
         lines = lines[~blank]
     return df, pos, ts_spec, lines, notes
@@ -318,7 +365,11 @@ def _read_csv(path: Path) -> tuple[pd.DataFrame, dict[str, int], tuple[str, tupl
 
 def _pick_format(s: pd.Series) -> str:
     sample = s.dropna()
-    sample = sample.iloc[np.unique(np.linspace(0, len(sample) - 1, min(len(sample), 200)).astype(int))] if len(sample) else sample
+    sample = (
+        sample.iloc[np.unique(np.linspace(0, len(sample) - 1, min(len(sample), 200)).astype(int))]
+        if len(sample)
+        else sample
+    )
     best, best_ok = "ISO8601", -1
     for fmt in _NAIVE_FORMATS:
         try:
@@ -341,6 +392,76 @@ def _out_of_range(idx: pd.DatetimeIndex) -> np.ndarray:
     return np.asarray((naive < pd.Timestamp("1900-01-01")) | (naive > pd.Timestamp("2200-01-01")))
 
 
+_Decoded = tuple[pd.DatetimeIndex | None, pd.DatetimeIndex | None, pd.Series]
+"""Aware (UTC offsets, epochs) or naive timestamps (one of the two is None) and the raw values as objects."""
+
+
+def _decode_timestamps(
+    raw: pd.Series, ck: Checker, column: str, lines: np.ndarray, notes: list[AnyFinding]
+) -> _Decoded:
+    """Timestamps from the column's values, whatever their kind (datetimes, epoch numbers, text)."""
+    if raw.dtype == object or isinstance(raw.dtype, pd.StringDtype):
+        text = raw.astype("string").str.strip()
+        present = text.dropna()
+        if len(present) and present.str.fullmatch(r"\d{9,19}(?:\.\d*)?").all():
+            raw = pd.to_numeric(text, errors="coerce")  # Unix epoch numbers written as text
+    if isinstance(raw.dtype, pd.DatetimeTZDtype):
+        return pd.DatetimeIndex(raw), None, raw
+    if pd.api.types.is_datetime64_dtype(raw.dtype):
+        return None, pd.DatetimeIndex(raw), raw
+    if pd.api.types.is_numeric_dtype(raw.dtype) and not pd.api.types.is_bool_dtype(raw.dtype):
+        return _decode_numeric(raw, ck, column, notes)
+    return _decode_text(raw, ck, lines)
+
+
+def _decode_numeric(raw: pd.Series, ck: Checker, column: str, notes: list[AnyFinding]) -> _Decoded:
+    """YYYYMMDD dates or Unix epoch numbers (unit guessed from the magnitude)."""
+    v = pd.to_numeric(raw, errors="coerce").to_numpy(np.float64)
+    med = float(np.nanmedian(np.abs(v))) if np.isfinite(v).any() else 0.0
+    if 19000101 <= med <= 22000101:
+        naive = pd.DatetimeIndex(pd.to_datetime(raw.astype("Int64").astype("string"), format="%Y%m%d", errors="coerce"))
+        return None, naive, raw.astype(object)
+    unit = "s" if med < 1e11 else "ms" if med < 1e14 else "us" if med < 1e17 else "ns"
+    if med < 1e8:
+        raise UserError(
+            f"the timestamp column holds small numbers (e.g. {v[np.isfinite(v)][0]:g}), not dates or epoch times.",
+            file=ck.file,
+            column=column,
+            fix="write timestamps like 2023-11-19 18:00:00",
+        )
+    vi = np.where(np.isfinite(v), v, np.nan)
+    aware = pd.DatetimeIndex(pd.to_datetime(vi, unit=unit, utc=True, errors="coerce"))
+    notes.append(Finding("note", "timezone", f"numeric timestamps read as Unix epoch {unit} (UTC)"))
+    return aware, None, raw.astype(object)
+
+
+def _decode_text(raw: pd.Series, ck: Checker, lines: np.ndarray) -> _Decoded:
+    """Text timestamps: all with a UTC offset (aware) or all without one (naive, format guessed)."""
+    s = raw.astype("string").str.strip()
+    has_off = s.str.contains(_OFFSET_RE, regex=True, na=False).to_numpy()
+    present = s.notna().to_numpy() & (s.str.len() > 0).fillna(False).to_numpy()
+    if has_off.any() and not has_off[present].all():
+        k = int(np.flatnonzero(present & ~has_off)[0])
+        line = int(lines[k])
+        raise UserError(
+            f"some timestamps carry a UTC offset and others do not (first without one on {ck.where(line)}).",
+            file=ck.file,
+            row=ck.data_row(line),
+            column="timestamp",
+            value=str(s.iloc[k]),
+            fix="give every timestamp an offset (e.g. 2023-11-20T09:30:00-05:00) or none (and set --tz)",
+        )
+    if has_off.any():
+        parsed = pd.to_datetime(s, utc=True, format="ISO8601", errors="coerce")
+        if parsed.isna().sum() > (~present).sum():
+            alt = pd.to_datetime(s, utc=True, format="mixed", errors="coerce")
+            if alt.isna().sum() < parsed.isna().sum():
+                parsed = alt
+        return pd.DatetimeIndex(parsed), None, s.astype(object)
+    fmt = _pick_format(s)
+    return None, pd.DatetimeIndex(pd.to_datetime(s, format=fmt, errors="coerce")), s.astype(object)
+
+
 def _parse_timestamps(
     df: pd.DataFrame, ts_spec: tuple[str, tuple[int, ...]], tz: str, time_shift: float, ck: Checker, lines: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, pd.Series, list[AnyFinding]]:
@@ -361,61 +482,7 @@ def _parse_timestamps(
     else:
         raw = df.iloc[:, cols[0]]
 
-    aware = None
-    naive = None
-    if raw.dtype == object or isinstance(raw.dtype, pd.StringDtype):
-        text = raw.astype("string").str.strip()
-        present = text.dropna()
-        if len(present) and present.str.fullmatch(r"\d{9,19}(?:\.\d*)?").all():
-            raw = pd.to_numeric(text, errors="coerce")  # Unix epoch numbers written as text
-    if isinstance(raw.dtype, pd.DatetimeTZDtype):
-        aware = pd.DatetimeIndex(raw)
-    elif pd.api.types.is_datetime64_dtype(raw.dtype):
-        naive = pd.DatetimeIndex(raw)
-    elif pd.api.types.is_numeric_dtype(raw.dtype) and not pd.api.types.is_bool_dtype(raw.dtype):
-        v = pd.to_numeric(raw, errors="coerce").to_numpy(np.float64)
-        med = float(np.nanmedian(np.abs(v))) if np.isfinite(v).any() else 0.0
-        if 19000101 <= med <= 22000101:
-            naive = pd.DatetimeIndex(pd.to_datetime(raw.astype("Int64").astype("string"), format="%Y%m%d", errors="coerce"))
-        else:
-            unit = "s" if med < 1e11 else "ms" if med < 1e14 else "us" if med < 1e17 else "ns"
-            if med < 1e8:
-                raise UserError(
-                    f"the timestamp column holds small numbers (e.g. {v[np.isfinite(v)][0]:g}), not dates or epoch times.",
-                    file=ck.file,
-                    column=str(df.columns[cols[0]]),
-                    fix="write timestamps like 2023-11-19 18:00:00",
-                )
-            vi = np.where(np.isfinite(v), v, np.nan)
-            aware = pd.DatetimeIndex(pd.to_datetime(vi, unit=unit, utc=True, errors="coerce"))
-            notes.append(Finding("note", "timezone", f"numeric timestamps read as Unix epoch {unit} (UTC)"))
-        raw = raw.astype(object)
-    else:
-        s = raw.astype("string").str.strip()
-        has_off = s.str.contains(_OFFSET_RE, regex=True, na=False).to_numpy()
-        present = s.notna().to_numpy() & (s.str.len() > 0).fillna(False).to_numpy()
-        if has_off.any() and not has_off[present].all():
-            k = int(np.flatnonzero(present & ~has_off)[0])
-            line = int(lines[k])
-            raise UserError(
-                f"some timestamps carry a UTC offset and others do not (first without one on {ck.where(line)}).",
-                file=ck.file,
-                row=ck.data_row(line),
-                column="timestamp",
-                value=str(s.iloc[k]),
-                fix="give every timestamp an offset (e.g. 2023-11-20T09:30:00-05:00) or none (and set --tz)",
-            )
-        if has_off.any():
-            parsed = pd.to_datetime(s, utc=True, format="ISO8601", errors="coerce")
-            if parsed.isna().sum() > (~present).sum():
-                alt = pd.to_datetime(s, utc=True, format="mixed", errors="coerce")
-                if alt.isna().sum() < parsed.isna().sum():
-                    parsed = alt
-            aware = pd.DatetimeIndex(parsed)
-        else:
-            fmt = _pick_format(s)
-            naive = pd.DatetimeIndex(pd.to_datetime(s, format=fmt, errors="coerce"))
-        raw = s.astype(object)
+    aware, naive, raw = _decode_timestamps(raw, ck, str(df.columns[cols[0]]), lines, notes)
 
     nonexistent = np.zeros(n, dtype=bool)
     if aware is not None:
@@ -523,18 +590,26 @@ def load_bars(
     except (TypeError, ValueError):
         raise UserError(f"time shift '{time_shift}' is not a number of hours.", fix="e.g. --time-shift -5") from None
     if not math.isfinite(shift) or abs(shift) > 48:
-        raise UserError(f"time shift {time_shift} h is out of range.", fix="give hours between -48 and 48, e.g. --time-shift -5")
+        raise UserError(
+            f"time shift {time_shift} h is out of range.", fix="give hours between -48 and 48, e.g. --time-shift -5"
+        )
     tz_name = resolve_tz(tz)
     findings: list[AnyFinding] = []
     if market is None:
         guessed = guess_market(p)
         if guessed:
             market_sym = guessed
-            findings.append(Finding("note", "market", f"market {guessed} guessed from the file name; pass --market to override"))
+            findings.append(
+                Finding("note", "market", f"market {guessed} guessed from the file name; pass --market to override")
+            )
         else:
             market_sym = "NQ"
             findings.append(
-                Finding("note", "market", "market not given and not recognisable from the file name: assuming NQ; pass --market")
+                Finding(
+                    "note",
+                    "market",
+                    "market not given and not recognisable from the file name: assuming NQ; pass --market",
+                )
             )
     else:
         market_sym = get_contract(market).symbol
@@ -551,7 +626,11 @@ def load_bars(
         df, pos, ts_spec, lines, col_notes = _read_csv(p)
     findings += col_notes
     if len(df) == 0:
-        raise UserError("the file has a header but no bars.", file=file, fix="export the bars again: one line per bar after the header")
+        raise UserError(
+            "the file has a header but no bars.",
+            file=file,
+            fix="export the bars again: one line per bar after the header",
+        )
     df = df.reset_index(drop=True)
     ts, nonexistent, raw_ts, ts_notes = _parse_timestamps(df, ts_spec, tz_name, shift, ck, lines)
     findings += ts_notes
@@ -566,7 +645,11 @@ def load_bars(
     frame, kept_lines = validate_frame(work, raw_ts, ck)
     findings += ck.repairs
     if len(frame) == 0:
-        raise UserError("no valid bars are left after the repairs.", file=file, fix="check the file: every row had a problem (see above)")
+        raise UserError(
+            "no valid bars are left after the repairs.",
+            file=file,
+            fix="check the file: every row had a problem (see above)",
+        )
     bar_minutes = infer_bar_minutes(frame.index, file)
     grid = tick_grid_finding(frame, contract.symbol, contract.tick_size, where=lambda i: ck.where(kept_lines[i]))
     if grid:

@@ -28,7 +28,13 @@ def gap_stats(bars: Bars) -> dict[str, Any]:
     Gaps between sessions (the daily break, weekends, holidays) are not counted.
     """
     n = len(bars)
-    out: dict[str, Any] = {"count": 0, "missing_bars": 0, "largest_minutes": 0, "largest_after": None, "largest_before": None}
+    out: dict[str, Any] = {
+        "count": 0,
+        "missing_bars": 0,
+        "largest_minutes": 0,
+        "largest_after": None,
+        "largest_before": None,
+    }
     if n < 2:
         return out
     ns = bars.frame.index.as_unit("ns").asi8
@@ -113,7 +119,11 @@ def format_summary(s: dict[str, Any]) -> str:
     row("rows", f"{s['rows']:,}")
     row("period", f"{s['first']} to {s['last']} (America/New_York)")
     row("bar size", f"{s['bar_minutes']} min")
-    row("sessions", f"{s['sessions']} Globex trading day{'s' if s['sessions'] != 1 else ''} ({s['first_session']} to {s['last_session']})")
+    row(
+        "sessions",
+        f"{s['sessions']} Globex trading day{'s' if s['sessions'] != 1 else ''} "
+        f"({s['first_session']} to {s['last_session']})",
+    )
     rth = s["rth_open"]
     by = s["rth_open_by_period"]
     by_txt = f" [{', '.join(f'{k} {v}' for k, v in by.items())}]" if len(by) > 1 else ""
@@ -138,26 +148,36 @@ def format_summary(s: dict[str, Any]) -> str:
         row("repairs", "none")
     t = s["tick_grid"]
     if t["off_grid_prices"]:
-        row("tick grid", f"{t['off_grid_prices']} prices ({100 * t['off_grid_fraction']:.1f}%) off the {t['tick_size']:g} grid")
+        row(
+            "tick grid",
+            f"{t['off_grid_prices']} prices ({100 * t['off_grid_fraction']:.1f}%) off the {t['tick_size']:g} grid",
+        )
     elif t["tick_size"]:
         row("tick grid", f"all prices on the {t['tick_size']:g} grid")
     if s["notes"]:
         lines.append("  notes:")
-        shown = 0
-        hidden = 0
-        for note in s["notes"]:
-            if note.startswith("  "):
-                if shown < ROW_NOTES_PRINTED:
-                    lines.append(f"    {note}")
-                    shown += 1
-                else:
-                    hidden += 1
-                continue
-            if hidden:
-                lines.append(f"      ... {hidden} more row notes (see --json)")
-                hidden = 0
-            shown = 0
-            lines.append(f"    {note}")
+        lines += _note_lines(s["notes"])
+    return "\n".join(lines)
+
+
+def _note_lines(notes: list[str]) -> list[str]:
+    """The notes, indented; of the row notes (indented) under each note, the first ``ROW_NOTES_PRINTED``."""
+    lines: list[str] = []
+    shown = 0
+    hidden = 0
+    for note in notes:
+        if note.startswith("  "):
+            if shown < ROW_NOTES_PRINTED:
+                lines.append(f"    {note}")
+                shown += 1
+            else:
+                hidden += 1
+            continue
         if hidden:
             lines.append(f"      ... {hidden} more row notes (see --json)")
-    return "\n".join(lines)
+            hidden = 0
+        shown = 0
+        lines.append(f"    {note}")
+    if hidden:
+        lines.append(f"      ... {hidden} more row notes (see --json)")
+    return lines

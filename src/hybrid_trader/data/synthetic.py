@@ -59,9 +59,27 @@ SIGMA_1MIN = 0.00045
 """Standard deviation of 1-minute log returns at the RTH midday level (about 7 NQ points at 16000)."""
 ALLOWED_BAR_MINUTES = (1, 2, 3, 5, 10, 15, 30, 60)
 
-START_PRICE = {"NQ": 16000.0, "MNQ": 16000.0, "ES": 4750.0, "MES": 4750.0, "YM": 37500.0, "MYM": 37500.0, "RTY": 2000.0, "M2K": 2000.0}
+START_PRICE = {
+    "NQ": 16000.0,
+    "MNQ": 16000.0,
+    "ES": 4750.0,
+    "MES": 4750.0,
+    "YM": 37500.0,
+    "MYM": 37500.0,
+    "RTY": 2000.0,
+    "M2K": 2000.0,
+}
 """Default first price per contract."""
-BASE_VOLUME = {"NQ": 900.0, "MNQ": 2500.0, "ES": 2500.0, "MES": 3500.0, "YM": 250.0, "MYM": 400.0, "RTY": 250.0, "M2K": 600.0}
+BASE_VOLUME = {
+    "NQ": 900.0,
+    "MNQ": 2500.0,
+    "ES": 2500.0,
+    "MES": 3500.0,
+    "YM": 250.0,
+    "MYM": 400.0,
+    "RTY": 250.0,
+    "M2K": 600.0,
+}
 """Contracts per minute at the RTH midday level."""
 
 
@@ -154,7 +172,9 @@ def generate_market(
         )
     edge = float(edge)
     if not np.isfinite(edge) or edge < 0 or edge > 5:
-        raise UserError(f"edge {edge} is out of range.", fix="give an edge between 0 (none) and about 0.5 (0.3 is strong)")
+        raise UserError(
+            f"edge {edge} is out of range.", fix="give an edge between 0 (none) and about 0.5 (0.3 is strong)"
+        )
     horizon = int(horizon)
     if horizon < 1 or horizon >= SIGNAL_GAP_BARS[0]:
         raise UserError(f"horizon {horizon} bars is out of range.", fix=f"give 1 to {SIGNAL_GAP_BARS[0] - 1} bars")
@@ -173,7 +193,9 @@ def generate_market(
     offsets = np.arange(per, dtype=np.int64) * b  # minutes since 18:00 the evening before
     sess_open = session_open_times(dates)
     naive = (sess_open[:, None] + offsets[None, :].astype("timedelta64[m]")).ravel()
-    index = pd.DatetimeIndex(naive.astype("datetime64[ns]")).tz_localize(EASTERN, ambiguous="raise", nonexistent="raise")
+    index = pd.DatetimeIndex(naive.astype("datetime64[ns]")).tz_localize(
+        EASTERN, ambiguous="raise", nonexistent="raise"
+    )
     n = days * per
     day_of_bar = np.repeat(np.arange(days), per)
     minute = (SESSION_OPEN_MINUTE + offsets + (b - 1) / 2.0) % MINUTES_PER_DAY  # mid-bar minute of day
@@ -195,7 +217,9 @@ def generate_market(
 
     # ---- volatility: daily GARCH(1,1) x intraday AR(1) log-vol ------------------------
     w = sig_prof * np.sqrt(b)
-    day_z = np.bincount(day_of_bar, weights=w * z, minlength=days) / np.sqrt(np.bincount(day_of_bar, weights=w * w, minlength=days))
+    day_z = np.bincount(day_of_bar, weights=w * z, minlength=days) / np.sqrt(
+        np.bincount(day_of_bar, weights=w * w, minlength=days)
+    )
     alpha, beta = 0.08, 0.90
     h = np.empty(days)
     h[0] = 1.0

@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 from typing import Any
 
 from hybrid_trader.calendar import parse_hhmm
@@ -53,7 +53,7 @@ RULE_BREACH = 1
 RULE_DAILY_LOSS = 2
 
 
-class AccountStatus(str, Enum):
+class AccountStatus(StrEnum):
     """Where the evaluation account stands."""
 
     ACTIVE = "ACTIVE"

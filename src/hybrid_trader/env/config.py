@@ -15,7 +15,8 @@ class EnvConfig:
     phase: int = 2
     """1: entries only (HOLD/BUY/SELL, fixed ATR stop and target); 2: six actions; 3: adds the 33 LLM features."""
     market: str | None = None
-    """Contract traded (NQ, MNQ, ES, MES, YM, MYM, RTY, M2K); null: the bars' market (e.g. MNQ on NQ bars is allowed)."""
+    """Contract traded (NQ, MNQ, ES, MES, YM, MYM, RTY, M2K); null: the bars' market
+    (e.g. MNQ on NQ bars is allowed)."""
     rules: str = "apex-legacy"
     """Prop-firm rules preset: apex-legacy, apex-2026-intraday or apex-2026-eod."""
     account: str = "50K"

@@ -112,7 +112,9 @@ class ObservationBuilder:
             obs[RISK_SLICE] = self.risk_features(broker, account, equity)
         return obs.copy()
 
-    def risk_features(self, broker: Broker, account: PropFirmAccount, equity: float) -> tuple[float, float, float, float, float]:
+    def risk_features(
+        self, broker: Broker, account: PropFirmAccount, equity: float
+    ) -> tuple[float, float, float, float, float]:
         """The 5 risk features (``names.RISK_FEATURES``, scaled to about [-1, 1])."""
         allowance = self._allowance
         upnl = (equity - account.balance) / allowance

@@ -193,7 +193,9 @@ class TradingEnv(gym.Env):
         self.slip = self.broker.slip
         atr = np.asarray(features.atr, dtype=np.float64)
         if cfg.reward_scale is None:
-            median_atr = float(np.median(atr[features.warmup:])) if len(atr) > features.warmup else float(np.median(atr))
+            median_atr = (
+                float(np.median(atr[features.warmup :])) if len(atr) > features.warmup else float(np.median(atr))
+            )
             self.reward_scale = max(median_atr, self.contract.tick_size) * self.dollars_per_point
         else:
             self.reward_scale = float(cfg.reward_scale)
@@ -251,7 +253,9 @@ class TradingEnv(gym.Env):
                 continue
             # Entries need a later bar inside the window to fill on.
             entry_ok = inside[:-1][sm[inside[:-1]] <= last_entry]
-            out.append(EpisodeWindow(int(s), int(inside[0]), int(inside[-1]), int(entry_ok[-1]) if len(entry_ok) else -1))
+            out.append(
+                EpisodeWindow(int(s), int(inside[0]), int(inside[-1]), int(entry_ok[-1]) if len(entry_ok) else -1)
+            )
         return out
 
     @property
@@ -299,7 +303,9 @@ class TradingEnv(gym.Env):
     def step(self, action):
         a = int(action)
         if not (0 <= a < self.n_actions):
-            raise ValueError(f"action {a} is outside Discrete({self.n_actions}) ({', '.join(ACTION_NAMES[: self.n_actions])})")
+            raise ValueError(
+                f"action {a} is outside Discrete({self.n_actions}) ({', '.join(ACTION_NAMES[: self.n_actions])})"
+            )
         if not self._mask[a]:
             # A masked action is executed as HOLD and counted (MaskablePPO never samples one).
             self.invalid_actions += 1

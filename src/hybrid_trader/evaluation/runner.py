@@ -18,6 +18,7 @@ import pandas as pd
 from hybrid_trader.env import EnvConfig, TradingEnv
 from hybrid_trader.evaluation.metrics import compute_metrics
 from hybrid_trader.evaluation.policies import AgentPolicy, HybridAgentPolicy, Policy
+from hybrid_trader.evaluation.results import StrategyResult
 from hybrid_trader.training.market import make_veto
 
 
@@ -51,8 +52,6 @@ def collect_result(env: TradingEnv, name: str, extra: dict | None = None) -> Str
     ``extra["account"]`` carries the account's final ``status``, its ``verdict`` (which the
     metrics report as is) and its ``events`` (time, reason code, state entered).
     """
-    from hybrid_trader.evaluation.results import StrategyResult
-
     visited = ~np.isnan(env.equity_history)
     idx = env.bars.frame.index[visited]
     equity = pd.Series(env.equity_history[visited], index=idx, name=name)

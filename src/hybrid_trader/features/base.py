@@ -86,8 +86,8 @@ def session_vwap(bars: Bars) -> np.ndarray:
 
     Bars of a session with no volume yet get the plain mean of typical price so far.
     """
-    h, l, c, v = ohlcv(bars)[1:]
-    tp = (h + l + c) / 3.0
+    h, lo, c, v = ohlcv(bars)[1:]
+    tp = (h + lo + c) / 3.0
     sid = bars.session_id
     frame = pd.DataFrame({"pv": tp * v, "v": v, "tp": tp, "one": np.ones_like(v)})
     cum = frame.groupby(sid, sort=False).cumsum()
@@ -105,7 +105,9 @@ def session_open_price(bars: Bars) -> tuple[np.ndarray, np.ndarray]:
 
 def ohlcv(bars: Bars) -> tuple[np.ndarray, ...]:
     """Contiguous float64 open, high, low, close, volume."""
-    return tuple(np.ascontiguousarray(getattr(bars, k), dtype=np.float64) for k in ("open", "high", "low", "close", "volume"))
+    return tuple(
+        np.ascontiguousarray(getattr(bars, k), dtype=np.float64) for k in ("open", "high", "low", "close", "volume")
+    )
 
 
 def compute_indicators(bars: Bars) -> dict[str, np.ndarray]:
@@ -114,10 +116,10 @@ def compute_indicators(bars: Bars) -> dict[str, np.ndarray]:
     Keys: ``tr, atr14, rsi14, adx14, sma20, sma50, sma200, macd, macd_signal, macd_hist,
     vwap, mom10, volume_sma20, ret_20, ret_60``.
     """
-    o, h, l, c, v = ohlcv(bars)
-    tr = talib.TRANGE(h, l, c)
-    tr[0] = h[0] - l[0]
-    atr = np.maximum(talib.ATR(h, l, c, ATR_PERIOD), atr_floor(bars))  # NaN stays NaN
+    o, h, lo, c, v = ohlcv(bars)
+    tr = talib.TRANGE(h, lo, c)
+    tr[0] = h[0] - lo[0]
+    atr = np.maximum(talib.ATR(h, lo, c, ATR_PERIOD), atr_floor(bars))  # NaN stays NaN
     macd, macd_signal, macd_hist = talib.MACD(c, *MACD_PERIODS)
     with np.errstate(divide="ignore", invalid="ignore"):
         ret_20 = np.log(c / lag(c, 20))
@@ -126,7 +128,7 @@ def compute_indicators(bars: Bars) -> dict[str, np.ndarray]:
         "tr": tr,
         "atr14": atr,
         "rsi14": rsi(c, RSI_PERIOD),
-        "adx14": talib.ADX(h, l, c, ADX_PERIOD),
+        "adx14": talib.ADX(h, lo, c, ADX_PERIOD),
         "sma20": talib.SMA(c, 20),
         "sma50": talib.SMA(c, 50),
         "sma200": talib.SMA(c, 200),
@@ -148,7 +150,7 @@ def fill_raw(bars: Bars, ind: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     RSI to 50, ADX and MACD to 0, momentum and returns to the change since the first bar,
     support / resistance to the lowest low / highest high so far.
     """
-    o, h, l, c, v = ohlcv(bars)
+    o, h, lo, c, v = ohlcv(bars)
     first = c[0] if len(c) else 1.0
     with np.errstate(divide="ignore", invalid="ignore"):
         since_first_log = np.log(c / first)
@@ -171,7 +173,7 @@ def fill_raw(bars: Bars, ind: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         "ret_60": since_first_log,
         "rsi_15m": 50.0,
         "rsi_60m": 50.0,
-        "support_60m": np.minimum.accumulate(l) if len(l) else l,
+        "support_60m": np.minimum.accumulate(lo) if len(lo) else lo,
         "resistance_60m": np.maximum.accumulate(h) if len(h) else h,
         "session_open": c,
     }
@@ -185,7 +187,7 @@ def fill_raw(bars: Bars, ind: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 
 def bar_feature_columns(bars: Bars, ind: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """The 11 per-bar features (float64, NaN during each one's warm-up), by name."""
-    o, h, l, c, v = ohlcv(bars)
+    o, h, lo, c, v = ohlcv(bars)
     atr = ind["atr14"]
     prev = lag(c, 1)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -198,7 +200,7 @@ def bar_feature_columns(bars: Bars, ind: dict[str, np.ndarray]) -> dict[str, np.
     progress = session_minute(minute) / SESSION_MINUTES
     return {
         "log_ret": np.clip(log_ret, -10, 10),
-        "range_atr": np.clip((h - l) / atr, 0, 10),
+        "range_atr": np.clip((h - lo) / atr, 0, 10),
         "body_atr": np.clip((c - o) / atr, -10, 10),
         "volume_z": np.clip((logv - vmean) / vstd, -10, 10),
         "sma20_gap_atr": np.clip((c - ind["sma20"]) / atr, -10, 10),

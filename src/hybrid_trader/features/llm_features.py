@@ -122,7 +122,7 @@ def market_feature_columns(
     """The 28 market features (float64, NaN during each one's warm-up), by name, and extra
     raw indicators in natural units (``rsi_15m, rsi_60m, support_60m, resistance_60m,
     session_open``)."""
-    o, h, l, c, v = ohlcv(bars)
+    o, h, lo, c, v = ohlcv(bars)
     bm = bars.bar_minutes
     k5, k15, k20, k60 = (bars_for(m, bm) for m in (5, 15, 20, 60))
     k240, klong = bars_for(RANGE_MINUTES, bm), bars_for(LONG_MINUTES, bm)
@@ -145,14 +145,14 @@ def market_feature_columns(
         "momentum_20m": np.clip((c - lag(c, k20)) / (atr * np.sqrt(k20)), -10, 10),
         "momentum_60m": np.clip((c - lag(c, k60)) / (atr * np.sqrt(k60)), -10, 10),
         "efficiency_ratio": np.clip(safe_div(net, path), 0, 1),
-        "spread_ratio": np.clip((h - l) / c * 1000.0, 0, 10),
+        "spread_ratio": np.clip((h - lo) / c * 1000.0, 0, 10),
         "session_trend": np.clip((c - sopen) / (atr * np.sqrt(since_open + 1.0)), -10, 10),
         "market_regime": trend_sign * np.clip((adx - 20.0) / 20.0, 0, 1),
     }
 
     # ---- multi-timeframe -----------------------------------------------------------
     rsi15, rsi60 = strided_rsi(c, k15), strided_rsi(c, k60)
-    hi240, lo240 = rolling(h, k240, "max"), rolling(l, k240, "min")
+    hi240, lo240 = rolling(h, k240, "max"), rolling(lo, k240, "min")
     with np.errstate(divide="ignore", invalid="ignore"):
         change60 = 100.0 * np.log(c / lag(c, k60))
     multi = {
@@ -168,11 +168,11 @@ def market_feature_columns(
 
     # ---- patterns --------------------------------------------------------------------
     swing = k15
-    hmax, lmin = rolling(h, swing, "max"), rolling(l, swing, "min")
+    hmax, lmin = rolling(h, swing, "max"), rolling(lo, swing, "min")
     hmax_prev, lmin_prev = lag(hmax, swing), lag(lmin, swing)
-    support = lag(rolling(l, k60, "min"), 1)  # previous k60 bars, current bar excluded
+    support = lag(rolling(lo, k60, "min"), 1)  # previous k60 bars, current bar excluded
     resistance = lag(rolling(h, k60, "max"), 1)
-    top, bottom = double_top_bottom(h, l, c, atr, max(k60, MIN_DOUBLE_BARS))
+    top, bottom = double_top_bottom(h, lo, c, atr, max(k60, MIN_DOUBLE_BARS))
     patterns = {
         "higher_high": _flag(hmax > hmax_prev, hmax, hmax_prev),
         "higher_low": _flag(lmin > lmin_prev, lmin, lmin_prev),

@@ -77,7 +77,7 @@ class Advice:
         """The LLM word of ``action`` (HOLD, BUY, ..., MOVE_TO_BE, ...)."""
         return ACTION_WORDS[self.action]
 
-    def with_age(self, step: int) -> "Advice":
+    def with_age(self, step: int) -> Advice:
         return replace(self, age_steps=int(step) - int(self.step))
 
     def as_features(self) -> np.ndarray:

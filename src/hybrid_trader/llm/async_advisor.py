@@ -42,8 +42,8 @@ import threading
 import time
 import weakref
 from collections import OrderedDict, deque
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Sequence
 
 import numpy as np
 
@@ -57,11 +57,13 @@ from hybrid_trader.llm.advice import (
     advice_from_choice,
     advice_from_mass,
 )
+from hybrid_trader.llm.backends import make_backend
 from hybrid_trader.llm.backends.base import ERROR_OTHER, Backend, BackendError
 from hybrid_trader.llm.cache import AdviceCache
-from hybrid_trader.llm.config import LLMConfig
+from hybrid_trader.llm.config import LLMConfig, load_llm_config
 from hybrid_trader.llm.context import AdvisorContext
 from hybrid_trader.llm.health import LLM_CIRCUIT_OPEN, AdvisorHealth, StallWatch
+from hybrid_trader.llm.journal import Journal
 from hybrid_trader.llm.parsing import ParseError, parse_answer
 from hybrid_trader.llm.prompt import PromptBuilder, RenderedQuery
 from hybrid_trader.llm.query_policy import QueryPolicy, RLConfidence
@@ -83,7 +85,7 @@ class _Pending:
     epoch: int
 
 
-def _close_at_exit(ref: "weakref.ref[Advisor]") -> None:
+def _close_at_exit(ref: weakref.ref[Advisor]) -> None:
     advisor = ref()
     if advisor is not None:
         advisor.close()
@@ -302,7 +304,7 @@ class Advisor:
                     self._cond.wait(remaining)
                 if self._closing:
                     return
-                batch = []
+                batch: list[_Pending] = []
                 while self._pending and len(batch) < cfg.max_batch:
                     batch.append(self._pending.popitem(last=False)[1])
                 self._stats.pending = len(self._pending)
@@ -324,7 +326,8 @@ class Advisor:
     def _run_batch(self, batch: list[_Pending]) -> None:
         timeout = self.config.batching.timeout_s
         now = time.perf_counter()
-        live, late = [], []
+        live: list[_Pending] = []
+        late: list[_Pending] = []
         for item in batch:
             (late if now - item.submitted > timeout else live).append(item)
         for item in late:  # waited too long in the queue: do not spend the model on it
@@ -464,8 +467,9 @@ class Advisor:
             for i, ctx in enumerate(chunk):
                 hit = self.cache.get(ctx) if use_cache else None
                 if hit is not None:
-                    results[i] = replace(hit, backend=f"{self.backend.name}+cache", latency_ms=0.0, step=step)
-                    self._stats.on_cache_hit(results[i])
+                    cached = replace(hit, backend=f"{self.backend.name}+cache", latency_ms=0.0, step=step)
+                    results[i] = cached
+                    self._stats.on_cache_hit(cached)
                 else:
                     todo.append(ctx)
                     idx.append(i)
@@ -534,34 +538,30 @@ class Advisor:
         finally:
             atexit.unregister(self._atexit_cb)
 
-    def __enter__(self) -> "Advisor":
+    def __enter__(self) -> Advisor:
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
 
 
-def build_advisor(config: LLMConfig | None = None, *, backend: Backend | None = None, source: str = "llm config") -> Advisor:
+def build_advisor(
+    config: LLMConfig | None = None, *, backend: Backend | None = None, source: str = "llm config"
+) -> Advisor:
     """The advisor for ``config`` (default: the packaged ``llm.yaml``), with its back end and journal.
 
     Raises a UserError at once for a missing model, an unreachable server (when
     ``check_on_start``), an unknown template field or an unwritable journal.
     """
     if config is None:
-        from hybrid_trader.llm.config import load_llm_config
-
         config = load_llm_config()
     prompts = PromptBuilder(config, source=source)
     if backend is None:
-        from hybrid_trader.llm.backends import make_backend
-
         backend = make_backend(config, prompts)
     if config.check_on_start:
         backend.check()
     journal = None
     if config.journal:
-        from hybrid_trader.llm.journal import Journal
-
         journal = Journal(config.journal, backend=backend.name, model=backend.describe(), mode=config.mode,
                           config=config.to_dict())
     return Advisor(config, backend, prompts=prompts, journal=journal)

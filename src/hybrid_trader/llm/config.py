@@ -40,7 +40,7 @@ Mode = Literal["score", "generate"]
 QueryMode = Literal["selective", "always", "never"]
 Trigger = Literal["uncertainty", "flat", "interval", "state_change"]
 Endpoint = Literal["completions", "chat"]
-TRIGGERS: tuple[str, ...] = ("uncertainty", "flat", "interval", "state_change")
+TRIGGERS: tuple[Trigger, ...] = ("uncertainty", "flat", "interval", "state_change")
 
 TEMPLATE_FIELDS: dict[str, str] = {
     "market": "root symbol, e.g. NQ",
@@ -93,10 +93,12 @@ def _check_template(template: str, allowed: Mapping[str, str] | tuple[str, ...],
               fix="name every field, e.g. {rsi:.0f}; write {{ and }} for literal braces")
         check(root in allowed, option, f"uses unknown template field '{{{root}}}'", value=root,
               fix=f"use one of: {', '.join(allowed)}.{did_you_mean(root, allowed)}")
-        if spec and "{" not in spec:
-            if not any(_formats(sample, spec) for sample in (1.5, 1, "text")):
-                raise ConfigError(f"cannot be rendered: format spec ':{spec}' of '{{{name}}}' fits no value",
-                                  key=option, fix="e.g. {rsi:.1f} for numbers, {vwap_distance:+.2%} for shares, {trend} for text")
+        if spec and "{" not in spec and not any(_formats(sample, spec) for sample in (1.5, 1, "text")):
+            raise ConfigError(
+                f"cannot be rendered: format spec ':{spec}' of '{{{name}}}' fits no value",
+                key=option,
+                fix="e.g. {rsi:.1f} for numbers, {vwap_distance:+.2%} for shares, {trend} for text",
+            )
 
 
 def _formats(value: Any, spec: str) -> bool:
@@ -270,7 +272,9 @@ class AsyncConfig:
     max_age_steps: int = 10
     """poll() no longer returns advice older than this many steps of its environment (stale) [steps]."""
     refresh_steps: int = 4
-    """While the model is busy, a waiting query is replaced by a newer one of its environment only once it is this many steps old, and never while the model answers in more than max_age_steps, three batches in a row (1: every step; contexts a busy model never reads cost training time) [steps]."""
+    """While the model is busy, a waiting query is replaced by a newer one of its environment only once it
+    is this many steps old, and never while the model answers in more than max_age_steps, three batches in a
+    row (1: every step; contexts a busy model never reads cost training time) [steps]."""
     timeout_s: float = 30.0
     """A query not answered within this long after submit counts as LLM_TIMEOUT and abstains [s]."""
     max_pending: int = 4096
@@ -278,7 +282,8 @@ class AsyncConfig:
     close_timeout_s: float = 60.0
     """close() waits at most this long for the batch in progress [s]."""
     circuit_errors: int = 5
-    """Consecutive failed back-end calls that open the circuit: no query is sent for circuit_cooldown_s, decisions are RL-only, and it is said loudly (0: never open)."""
+    """Consecutive failed back-end calls that open the circuit: no query is sent for circuit_cooldown_s,
+    decisions are RL-only, and it is said loudly (0: never open)."""
     circuit_cooldown_s: float = 60.0
     """An open circuit sends no query for this long, then one probe query tries the back end again [s]."""
     stall_warn_s: float = 10.0
@@ -288,7 +293,9 @@ class AsyncConfig:
         for name in ("max_batch", "refresh_steps", "max_pending"):
             check(getattr(self, name) >= 1, name, f"{getattr(self, name)} must be >= 1", fix="use 1 or more")
         check(self.max_age_steps >= 0, "max_age_steps", f"{self.max_age_steps} must be >= 0", fix="use 0 or more steps")
-        check(self.max_wait_ms >= 0, "max_wait_ms", f"{self.max_wait_ms} must be >= 0", fix="use 0 or more milliseconds")
+        check(
+            self.max_wait_ms >= 0, "max_wait_ms", f"{self.max_wait_ms} must be >= 0", fix="use 0 or more milliseconds"
+        )
         for name in ("timeout_s", "close_timeout_s", "circuit_cooldown_s", "stall_warn_s"):
             check(getattr(self, name) > 0, name, f"{getattr(self, name)} must be > 0",
                   fix="use a positive number of seconds")
@@ -422,7 +429,8 @@ class LLMConfig:
     journal: str | None = None
     """SQLite file recording every query and answer; None: no journal."""
     process: bool | None = None
-    """Run a local model (transformers, llama_cpp) in a child process so it never competes with training for the GIL; null: yes in a run (training, evaluation), no in llm ask and bench llm."""
+    """Run a local model (transformers, llama_cpp) in a child process so it never competes with training for
+    the GIL; null: yes in a run (training, evaluation), no in llm ask and bench llm."""
     process_threads: int = 1
     """Torch threads of that child process."""
     prompt: PromptConfig = field(default_factory=PromptConfig)

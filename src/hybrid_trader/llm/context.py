@@ -9,9 +9,10 @@ advisor never touches bars or features itself. Every number is in natural units
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 

@@ -25,13 +25,13 @@ seed 002's 0.5%.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Union
 
 from hybrid_trader.llm.config import QueryPolicyConfig
 from hybrid_trader.llm.context import AdvisorContext
 
-RLConfidence = Union[float, Callable[[], Union[float, None]], None]
+RLConfidence = float | Callable[[], float | None] | None
 """The RL policy's probability of its chosen action: a number, a function computing it (None: unknown), or None."""
 
 

@@ -8,6 +8,7 @@ can name it.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 from pathlib import Path
@@ -56,10 +57,8 @@ class FolderLock:
 
     def release(self) -> None:
         if self._fd is not None:
-            try:
+            with contextlib.suppress(OSError):  # the folder was removed meanwhile
                 os.ftruncate(self._fd, 0)
-            except OSError:  # pragma: no cover - the folder was removed meanwhile
-                pass
             os.close(self._fd)
             self._fd = None
 

@@ -11,11 +11,11 @@ import math
 from dataclasses import dataclass, field
 from typing import Literal
 
+from hybrid_trader.agent.fusion import FusionConfig
 from hybrid_trader.config import check
 from hybrid_trader.env.config import EnvConfig
 from hybrid_trader.env.risk_veto import RiskConfig
 from hybrid_trader.errors import UserError
-from hybrid_trader.agent.fusion import FusionConfig
 from hybrid_trader.llm.config import LLMConfig, packaged_llm_config
 
 
@@ -79,7 +79,8 @@ class PPOConfig:
     n_envs: int = 4
     """Parallel environments; each rollout step queries the policy once for all of them."""
     vec_env: Literal["dummy", "subproc"] = "dummy"
-    """Where environments run: dummy (all in the main process; fastest for this ~20 us numpy env, measured) or subproc (one process each, SubprocVecEnv)."""
+    """Where environments run: dummy (all in the main process; fastest for this ~20 us numpy env, measured)
+    or subproc (one process each, SubprocVecEnv)."""
     torch_threads: int = 1
     """Torch CPU threads (1 is fastest for these small networks on a busy machine)."""
     validate_distributions: bool = False
@@ -124,7 +125,9 @@ class PPOConfig:
             check(0 <= getattr(self, name) <= 1, name, f"{getattr(self, name)!r} is not in [0, 1]", fix="use e.g. 0.99")
         check(0 < self.clip_range < math.inf, "clip_range", f"{self.clip_range!r} must be > 0", fix="use e.g. 0.2")
         for name in ("ent_coef", "vf_coef"):
-            check(0 <= getattr(self, name) < math.inf, name, f"{getattr(self, name)!r} must be >= 0", fix="use e.g. 0.01")
+            check(
+                0 <= getattr(self, name) < math.inf, name, f"{getattr(self, name)!r} must be >= 0", fix="use e.g. 0.01"
+            )
         check(0 < self.max_grad_norm < math.inf, "max_grad_norm", f"{self.max_grad_norm!r} must be > 0",
               fix="use e.g. 0.5")
         check(self.target_kl is None or 0 < self.target_kl < math.inf, "target_kl", f"{self.target_kl!r} must be > 0",
@@ -174,7 +177,8 @@ class RunConfig:
     fusion: FusionConfig = field(default_factory=FusionConfig)
     risk: RiskConfig = field(default_factory=RiskConfig)
     llm: LLMConfig = field(default_factory=packaged_llm_config)
-    """Phase 3: the LLM advisor; a file's llm options are merged over the packaged defaults (hybrid_trader/configs/llm.yaml)."""
+    """Phase 3: the LLM advisor; a file's llm options are merged over the packaged defaults
+    (hybrid_trader/configs/llm.yaml)."""
 
     def __post_init__(self) -> None:
         self.validate()

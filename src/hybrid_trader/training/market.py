@@ -6,10 +6,14 @@ import signal
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from hybrid_trader.data import load_bars
 from hybrid_trader.data.bars import Bars
+from hybrid_trader.data.synthetic import generate_bars
 from hybrid_trader.env import EnvConfig, TradingEnv
+from hybrid_trader.env.risk_veto import RiskConfig, RiskVeto
+from hybrid_trader.features import compute_features
 from hybrid_trader.training.config import DataConfig, SplitConfig
-from hybrid_trader.training.splits import Split, time_split
+from hybrid_trader.training.splits import Split, time_split, walk_forward
 
 
 @dataclass(eq=False)
@@ -33,11 +37,7 @@ class Market:
 def load_bars_from_config(data: DataConfig) -> Bars:
     """The run's bars: the file in ``data.path`` or the built-in synthetic market."""
     if data.path:
-        from hybrid_trader.data import load_bars
-
         return load_bars(data.path, tz=data.tz, time_shift=data.time_shift, market=data.market, repair=data.repair)
-    from hybrid_trader.data.synthetic import generate_bars
-
     return generate_bars(
         days=data.synthetic_days, seed=data.synthetic_seed, edge=data.synthetic_edge, market=data.market or "NQ"
     )
@@ -45,8 +45,6 @@ def load_bars_from_config(data: DataConfig) -> Bars:
 
 def load_market(data: DataConfig, split: SplitConfig, bars: Bars | None = None) -> Market:
     """Load (or take) the bars, compute their features once and split the sessions by time."""
-    from hybrid_trader.features import compute_features
-
     bars = bars if bars is not None else load_bars_from_config(data)
     features = compute_features(bars)
     return Market(bars, features, make_split(bars.n_sessions, split))
@@ -61,8 +59,6 @@ def make_split(n_sessions: int, split: SplitConfig) -> Split:
     """
     if not split.folds:
         return time_split(n_sessions, split.train, split.val, split.test)
-    from hybrid_trader.training.splits import walk_forward
-
     test = max(1, int(n_sessions * split.test / split.folds))
     val = max(1, int(n_sessions * split.val / split.folds)) if split.val > 0 else 0
     train = max(1, n_sessions - split.folds * test - val) if split.anchored else \
@@ -72,7 +68,7 @@ def make_split(n_sessions: int, split: SplitConfig) -> Split:
 
 def env_factory(
     market: Market, env_config: EnvConfig, sessions: Sequence[int], seed: int, *, ignore_sigint: bool = False,
-    wrap: Callable | None = None, risk: object = None,
+    wrap: Callable | None = None, risk: RiskConfig | None = None,
 ) -> Callable[[], TradingEnv]:
     """A picklable constructor of one environment on ``sessions`` (for DummyVecEnv/SubprocVecEnv).
 
@@ -90,10 +86,8 @@ def env_factory(
     return make
 
 
-def make_veto(risk: object):
+def make_veto(risk: RiskConfig | None) -> RiskVeto | None:
     """A RiskVeto for an enabled RiskConfig, else None."""
-    if risk is None or not getattr(risk, "enable_risk_veto", False):
+    if risk is None or not risk.enable_risk_veto:
         return None
-    from hybrid_trader.env.risk_veto import RiskVeto
-
     return RiskVeto(risk)

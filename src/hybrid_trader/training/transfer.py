@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+from stable_baselines3.common.running_mean_std import RunningMeanStd
 from stable_baselines3.common.vec_env import VecNormalize
 
 from hybrid_trader.errors import UserError
@@ -46,7 +47,9 @@ def transfer_weights(src_policy: torch.nn.Module, dst_policy: torch.nn.Module) -
         source = src[key]
         if source.shape == target.shape:
             target.copy_(source)
-        elif key.startswith("action_net.") and source.shape[0] < target.shape[0] and source.shape[1:] == target.shape[1:]:
+        elif (
+            key.startswith("action_net.") and source.shape[0] < target.shape[0] and source.shape[1:] == target.shape[1:]
+        ):
             n_old = source.shape[0]
             target[:n_old].copy_(source)
             if key.endswith("weight"):
@@ -73,12 +76,15 @@ def transfer_normalization(src: VecNormalize | None, dst: VecNormalize | None) -
     """Carry observation statistics over to a (possibly wider) VecNormalize."""
     if src is None or dst is None:
         return
-    n = src.obs_rms.mean.shape[0]
-    dst.obs_rms.mean[:n] = src.obs_rms.mean
-    dst.obs_rms.var[:n] = src.obs_rms.var
-    dst.obs_rms.mean[n:] = 0.0
-    dst.obs_rms.var[n:] = 1.0
-    dst.obs_rms.count = src.obs_rms.count
+    src_rms, dst_rms = src.obs_rms, dst.obs_rms
+    if not (isinstance(src_rms, RunningMeanStd) and isinstance(dst_rms, RunningMeanStd)):
+        raise TypeError("transfer_normalization needs Box observations (one RunningMeanStd), not a Dict space")
+    n = src_rms.mean.shape[0]
+    dst_rms.mean[:n] = src_rms.mean
+    dst_rms.var[:n] = src_rms.var
+    dst_rms.mean[n:] = 0.0
+    dst_rms.var[n:] = 1.0
+    dst_rms.count = src_rms.count
     dst.clip_obs = src.clip_obs
     dst.epsilon = src.epsilon
-    assert np.isfinite(dst.obs_rms.var).all()
+    assert np.isfinite(dst_rms.var).all()

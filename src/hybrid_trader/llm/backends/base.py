@@ -73,12 +73,12 @@ class Backend(ABC):
     def generate(self, queries: Sequence[RenderedQuery], max_new_tokens: int, temperature: float) -> list[str]:
         """The model's continuation of each query (one line is enough)."""
 
-    def check(self) -> None:
+    def check(self) -> None:  # noqa: B027 - an optional hook: a no-op unless the back end can check
         """Raise a UserError when the back end cannot work (missing model, unreachable server)."""
 
     def describe(self) -> str:
         """Model description for journals and ``llm ask``."""
         return self.name
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - an optional hook: a no-op unless the back end holds resources
         """Release resources (idempotent)."""

@@ -16,6 +16,7 @@ process once per (library version, model file) and turns a crash into a
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import signal
@@ -30,8 +31,9 @@ import numpy as np
 from hybrid_trader.errors import UserError
 from hybrid_trader.llm.advice import ACTION_WORDS
 from hybrid_trader.llm.backends.base import Backend, BackendError
+from hybrid_trader.llm.backends.transformers_backend import surface_forms
 from hybrid_trader.llm.config import LLMConfig
-from hybrid_trader.llm.model_cache import check_gguf_file
+from hybrid_trader.llm.model_cache import check_gguf_file, gemma_gguf_path
 from hybrid_trader.llm.prompt import PromptBuilder, RenderedQuery
 
 _PROBE = """
@@ -78,8 +80,6 @@ def check_llama_cpp_runs(path: Path) -> None:
 
 
 def _first_tokens(llm, case_variants: bool) -> list[list[int]]:
-    from hybrid_trader.llm.backends.transformers_backend import surface_forms
-
     owner: dict[int, set[int]] = {}
     for a, word in enumerate(ACTION_WORDS):
         for form in surface_forms(word, case_variants):
@@ -118,8 +118,6 @@ class LlamaCppBackend(Backend):
                 raise UserError("GGUF model file not found", file=str(path), fix="check llm.llama_cpp.model_path")
             check_gguf_file(path)
         else:
-            from hybrid_trader.llm.model_cache import gemma_gguf_path
-
             path = gemma_gguf_path(config.transformers.cache_dir)
         self.model_path = path
         check_llama_cpp_runs(path)
@@ -180,7 +178,8 @@ class LlamaCppBackend(Backend):
                 for q in queries:
                     r = self.llm.create_completion(q.text, max_tokens=max_new_tokens, temperature=temperature,
                                                    stop=stop)
-                    texts.append(r["choices"][0]["text"])
+                    # stream=False (the default) returns one response; the stubs also allow an iterator
+                    texts.append(r["choices"][0]["text"])  # type: ignore[index]
         except Exception as err:  # noqa: BLE001
             raise BackendError(f"llama.cpp generation failed: {err}") from err
         return texts
@@ -188,8 +187,6 @@ class LlamaCppBackend(Backend):
     def close(self) -> None:
         llm = getattr(self, "llm", None)
         if llm is not None:
-            try:
+            with contextlib.suppress(Exception):
                 llm.close()
-            except Exception:  # noqa: BLE001
-                pass
-            self.llm = None
+            del self.llm

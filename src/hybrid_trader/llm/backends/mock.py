@@ -51,7 +51,8 @@ def mock_scores(ctx: AdvisorContext) -> tuple[np.ndarray, str]:
             s[Action.HOLD] += 0.8
         if ctx.consecutive_losses >= 3:
             s[Action.HOLD] += 2.5
-        reason = {2: "strong uptrend", 1: "uptrend", 0: "no clear trend", -1: "downtrend", -2: "strong downtrend"}[trend]
+        words = {2: "strong uptrend", 1: "uptrend", 0: "no clear trend", -1: "downtrend", -2: "strong downtrend"}
+        reason = words[trend]
         reason += f", RSI {rsi:.0f}"
     else:
         with_trend = trend * pos
@@ -60,7 +61,9 @@ def mock_scores(ctx: AdvisorContext) -> tuple[np.ndarray, str]:
         s[Action.MOVE_SL_TO_BE] = 1.2 if pnl > 0 else -2.0
         s[Action.ENABLE_TRAIL] = 0.6 * with_trend + (0.5 if pnl > 0 else -1.0)
         s[Action.DISABLE_TRAIL] = -0.8 * with_trend - 0.5
-        reason = "protect open profit" if pnl > 0 else ("trend with position" if with_trend > 0 else "let the stop work")
+        reason = (
+            "protect open profit" if pnl > 0 else ("trend with position" if with_trend > 0 else "let the stop work")
+        )
     return s, reason
 
 

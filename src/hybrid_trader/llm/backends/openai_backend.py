@@ -168,7 +168,8 @@ class OpenAIBackend(Backend):
             raise UserError(f"the server at {self.base_url} answered /models with {type(data).__name__}, "
                             "not an OpenAI model list", fix="check llm.openai.base_url (it must end with /v1)")
         items = data.get("data", [])
-        ids = [m.get("id") for m in (items if isinstance(items, list) else []) if isinstance(m, dict)]
+        ids = [str(m["id"]) for m in (items if isinstance(items, list) else [])
+               if isinstance(m, dict) and m.get("id") is not None]
         if not self.model:
             if not ids:
                 raise UserError(f"the server at {self.base_url} lists no model",

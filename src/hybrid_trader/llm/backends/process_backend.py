@@ -18,11 +18,13 @@ import multiprocessing as mp
 import signal
 import threading
 from collections.abc import Sequence
+from multiprocessing.context import SpawnProcess
 from typing import Any
 
 import numpy as np
 
 from hybrid_trader.errors import UserError
+from hybrid_trader.llm.backends import make_backend
 from hybrid_trader.llm.backends.base import Backend, BackendError, BackendTimeout
 
 START_TIMEOUT_S = 600.0
@@ -37,8 +39,6 @@ def _serve(conn: Any, config: Any, threads: int) -> None:  # pragma: no cover - 
         torch.set_num_threads(max(int(threads), 1))
     except ImportError:
         pass
-    from hybrid_trader.llm.backends import make_backend
-
     try:
         backend = make_backend(config)
         backend.check()
@@ -74,9 +74,9 @@ class ProcessBackend(Backend):
         ctx = mp.get_context("spawn")
         self._conn, child = ctx.Pipe()
         inner = config.replace(process=False) if hasattr(config, "replace") else config
-        self._proc = ctx.Process(target=_serve, args=(child, inner, threads), daemon=True,
-                                 name=f"llm-{config.backend}")
-        self._proc.start()
+        proc = ctx.Process(target=_serve, args=(child, inner, threads), daemon=True, name=f"llm-{config.backend}")
+        self._proc: SpawnProcess | None = proc
+        proc.start()
         child.close()
         self._lock = threading.Lock()
         self.name = f"{config.backend}"
@@ -88,8 +88,8 @@ class ProcessBackend(Backend):
         try:
             status, message, fix = self._conn.recv()
         except (EOFError, OSError):
-            self._proc.join(timeout=5)
-            code = self._proc.exitcode
+            proc.join(timeout=5)
+            code = proc.exitcode
             self.close()
             raise UserError(f"the {config.backend} model process exited while starting (code {code})",
                             fix="run 'hybrid-trader llm ask --backend " + config.backend + "' to see why") from None
@@ -100,8 +100,10 @@ class ProcessBackend(Backend):
 
     def _call(self, op: str, *args: Any) -> Any:
         with self._lock:
-            if not self._proc.is_alive():
-                raise BackendError(f"the {self.name} model process has exited (code {self._proc.exitcode})",
+            proc = self._proc
+            if proc is None or not proc.is_alive():
+                code = "closed" if proc is None else f"code {proc.exitcode}"
+                raise BackendError(f"the {self.name} model process has exited ({code})",
                                    fix="see its error above; the advisor abstains until it is rebuilt")
             try:
                 self._conn.send((op, args))
