@@ -1,0 +1,1 @@
+"""Learning from trading outcomes: hindsight labels, LoRA fine-tuning of the local LLM, its evaluation (docs/FINETUNE.md)."""
