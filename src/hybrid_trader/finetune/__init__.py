@@ -1,1 +1,4 @@
-"""Learning from trading outcomes: hindsight labels, LoRA fine-tuning of the local LLM, its evaluation (docs/FINETUNE.md)."""
+"""Learning from trading outcomes: hindsight labels, LoRA fine-tuning of the local LLM and its evaluation.
+
+See docs/FINETUNE.md.
+"""

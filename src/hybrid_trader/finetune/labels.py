@@ -42,7 +42,7 @@ class LabelConfig:
     """How hindsight labels are computed."""
 
     horizon: int | None = 60
-    """Bars after the fill over which a trade may run before it is closed at a bar's close; None: to the session's end."""
+    """Bars after the fill a trade may run before it is closed at a bar's close; None: to the session's end."""
     margin: float = 0.0
     """Net P&L [$] the best entry must exceed for it to beat HOLD (HOLD is worth 0)."""
 
