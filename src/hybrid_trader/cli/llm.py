@@ -80,6 +80,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     e.add_argument("--split", choices=("val", "test"), default="val", help="later days to measure on (default val)")
     e.add_argument("--max-states", type=int, default=200, help="labelled states, evenly spread (default 200)")
     e.add_argument("--batch", type=int, default=16, help="contexts per forward pass (default 16)")
+    e.add_argument("--cot", type=int, default=0, metavar="N",
+                   help="also run the chain of thought on N of the states: parse rate, latency, agreement (default 0)")
     e.set_defaults(func=_eval)
 
 
@@ -217,11 +219,17 @@ def _eval(args: argparse.Namespace) -> int:
     # torch and transformers load ~3 s; only this command pays them
     from hybrid_trader.finetune.pipeline import evaluate_run  # noqa: PLC0415
 
-    result = evaluate_run(args.run_dir, args.split, max_states=args.max_states, batch=args.batch)
+    result = evaluate_run(args.run_dir, args.split, max_states=args.max_states, batch=args.batch, cot=args.cot)
     print(f"# {result['split']} split, {result['states']} labelled states ({result['source']}); "
           f"adapter best step {result['adapter']['best_step']}")
     print(result["table"])
     print("labels: " + ", ".join(f"{k} {v:.1f}" for k, v in result["baselines"].items()))
+    cot = result.get("cot")
+    if cot:
+        print(f"# chain of thought (base model), {cot['decisions']} decisions one at a time")
+        for key, value in cot.items():
+            if key not in ("rows", "decisions") and value is not None:
+                print(f"  {key:<42}{value:>10.1f}")
     print(f"written: {result['path']}")
     print(json.dumps({"split": result["split"], "states": result["states"], "metrics": result["metrics"],
                       "baselines": result["baselines"]}))

@@ -60,7 +60,8 @@ class ExampleSet:
     def digest(self) -> str:
         """sha256 of the prompts and labels (names the data an adapter was trained on)."""
         h = hashlib.sha256()
-        h.update(json.dumps({"part": self.part, "t": self.labels.t.tolist(), "label": self.labels.label.tolist()}).encode())
+        ident = {"part": self.part, "t": self.labels.t.tolist(), "label": self.labels.label.tolist()}
+        h.update(json.dumps(ident).encode())
         for q in self.queries:
             h.update(q.prefix.encode())
             h.update(q.suffix.encode())
