@@ -63,7 +63,7 @@ class FinetuneConfig:
     """AdamW learning rate."""
     rank: int = 8
     """LoRA rank."""
-    alpha: float | None = None
+    alpha: int | None = None
     """LoRA scaling alpha; None: 2 x rank."""
     batch: int = 8
     """Examples per step (class balanced)."""
@@ -143,8 +143,10 @@ class Trainer:
         torch.manual_seed(config.seed)
         with quiet_load_progress():
             base = AutoModelForCausalLM.from_pretrained(str(self.model_dir), dtype=torch.float32,
-                                                        local_files_only=True).to(self.device)
-        lora = LoraConfig(r=config.rank, lora_alpha=config.alpha or 2 * config.rank, lora_dropout=0.0,
+                                                        local_files_only=True)
+        base.to(self.device)  # type: ignore[arg-type]  # transformers types .to() oddly (a decorated method)
+        alpha = int(config.alpha or 2 * config.rank)
+        lora = LoraConfig(r=config.rank, lora_alpha=alpha, lora_dropout=0.0,
                           target_modules=list(config.target_modules), task_type="CAUSAL_LM")
         self.model = get_peft_model(base, lora)
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
@@ -266,7 +268,7 @@ def finetune(run_dir: Path, llm_config: LLMConfig, train: ExampleSet, val: Examp
     torch = trainer.torch
     rng = np.random.default_rng(config.seed)
     step, history = 0, []
-    best = {"step": 0, "val_loss": float("inf")}
+    best: dict[str, Any] = {"step": 0, "val_loss": float("inf")}
     base_val = float("nan")
     bad_evals = 0
     if resume and checkpoints:  # without a checkpoint, --resume starts from step 0

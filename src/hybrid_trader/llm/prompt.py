@@ -214,7 +214,8 @@ class PromptBuilder:
             if unknown:
                 raise UserError(
                     f"llm.prompt.examples[{i}].context has unknown field '{unknown[0]}'", file=source,
-                    fix=f"use fields of the template: {', '.join(TEMPLATE_FIELDS)}.{did_you_mean(unknown[0], TEMPLATE_FIELDS)}",
+                    fix=f"use fields of the template: {', '.join(TEMPLATE_FIELDS)}."
+                        f"{did_you_mean(unknown[0], TEMPLATE_FIELDS)}",
                 )
         self._prefixes: dict[str, str] = {}
         # render once now so that bad format specs fail at start, not in the worker thread

@@ -153,7 +153,8 @@ def load_adapter(model, adapter_dir: str):
         return PeftModel.from_pretrained(model, str(adapter_dir)).merge_and_unload()
     except (OSError, ValueError, RuntimeError, KeyError) as err:
         raise UserError(f"cannot load the adapter: {str(err)[:300]}", file=str(adapter_dir),
-                        fix="point llm.transformers.adapter at a folder written by 'hybrid-trader llm finetune'") from None
+                        fix="point llm.transformers.adapter at a folder written by 'hybrid-trader llm finetune'",
+                        ) from None
 
 
 class TransformersBackend(Backend):
@@ -191,7 +192,8 @@ class TransformersBackend(Backend):
                 ).to(self.device)
         except (OSError, ValueError, RuntimeError, AssertionError) as err:  # AssertionError: no CUDA build
             raise UserError(f"cannot load the model: {err}", file=str(self.model_dir),
-                            fix="check llm.transformers.model/device; delete the cached folder to convert again") from None
+                            fix="check llm.transformers.model/device; delete the cached folder to convert again",
+                            ) from None
         self.adapter = None
         if t.adapter:
             self.adapter = check_adapter(t.adapter, self.model_dir, t.model)
@@ -343,7 +345,7 @@ class TransformersBackend(Backend):
                             at_newline = torch.isin(nxt, newline)
                             for b in range(B):
                                 if at_newline[b] and not done[b] and has_decision_line(
-                                        self.tokenizer.decode(gen[b], skip_special_tokens=True)):
+                                        str(self.tokenizer.decode(gen[b], skip_special_tokens=True))):
                                     is_stop[b] = True
                         for b in range(B):
                             if not done[b] and not is_stop[b]:
