@@ -130,7 +130,7 @@ def test_tiny_lora_run_changes_the_answer_of_gemma_when_trained_on_a_few_example
     target = int((np.bincount(before, minlength=3) == 0).argmax())  # an answer the base model never gives here
     labels = OutcomeLabels(t=pool.labels.t, session=pool.labels.session, pnl=pool.labels.pnl,
                            exit_index=pool.labels.exit_index, label=np.full(len(pool), target, np.int8))
-    taught = ExampleSet("train", pool.queries, labels, pool.source, pool.candidates)
+    taught = ExampleSet("train", pool.queries, labels, pool.source, pool.candidates, pool.labelled)
     trainer.train = trainer._encode(taught)
     after = before
     for _ in range(8):

@@ -47,7 +47,9 @@ class ExampleSet:
     source: str
     """Where the states come from: 'advice dataset' or 'every entry bar'."""
     candidates: int
-    """States considered before labelling (label coverage = len / candidates)."""
+    """States considered before labelling."""
+    labelled: int
+    """States that could be labelled, before any subsampling (label coverage = labelled / candidates)."""
 
     def __len__(self) -> int:
         return len(self.queries)
@@ -90,7 +92,7 @@ def build_examples(market: Market, run_config: RunConfig, llm_config: LLMConfig,
     states = advice_states(run_dir, part)
     source = "advice dataset" if states is not None else "every entry bar"
     labels, ok = build_labels(market, run_config.env, part, t=states, config=label_config, purpose=purpose)
-    candidates = len(ok)
+    candidates, labelled = len(ok), len(labels)
     if len(labels) == 0:
         raise UserError(f"no state of the {part} split can be labelled ({candidates} candidates from the {source})",
                         fix="check env.trade_start/last_entry, or collect advice on more states")
@@ -102,4 +104,5 @@ def build_examples(market: Market, run_config: RunConfig, llm_config: LLMConfig,
     account = AccountState(balance=50_000.0)
     queries = [builder.query(context_from_market(market.bars, market.features, int(t), account, ENTRY_MASK))
                for t in labels.t.tolist()]
-    return ExampleSet(part=part, queries=queries, labels=labels, source=source, candidates=candidates)
+    return ExampleSet(part=part, queries=queries, labels=labels, source=source, candidates=candidates,
+                      labelled=labelled)

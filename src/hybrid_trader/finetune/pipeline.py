@@ -91,7 +91,7 @@ def evaluate_run(run_dir: str | Path, split: str = "val", *, max_states: int = 2
     labels = LabelConfig(**meta.get("labels", {})) if meta.get("labels") else LabelConfig()
     examples = build_examples(run.market, run.config, run.llm, split, purpose="evaluate", run_dir=run.path,
                               label_config=labels, max_states=max_states)
-    coverage = len(examples.labels) / max(examples.candidates, 1)
+    coverage = examples.labelled / max(examples.candidates, 1)
     columns: dict[str, dict[str, float]] = {}
     probs: dict[str, list] = {}
     for name, cfg in (("base", run.llm), ("fine-tuned", adapter_config(run.llm, adapter_dir))):
