@@ -74,7 +74,7 @@ class Journal:
                 "INSERT INTO llm_runs (started_utc, backend, model, mode, config_json) VALUES (?, ?, ?, ?, ?)",
                 (_utc_now(), backend, model, mode, json.dumps(config, default=str)),
             )
-            self.run_id = int(cur.lastrowid)
+            self.run_id = int(cur.lastrowid or 0)  # an INSERT always sets it
             con.commit()
             con.close()
         except (sqlite3.Error, OSError) as err:

@@ -147,7 +147,7 @@ def convert_gguf(gguf: Path, out_dir: Path, log=None) -> Path:
                             fix=f"use {ACCEPTED_MODELS} whose architecture transformers supports "
                                 "(or the llama_cpp back end for this file)") from None
         # save_pretrained refuses a model that still records its GGUF quantisation
-        model.hf_quantizer = None
+        model.hf_quantizer = None  # type: ignore[assignment]  # transformers types the attribute loosely
         if hasattr(model.config, "quantization_config"):
             del model.config.quantization_config
         model.save_pretrained(str(tmp))

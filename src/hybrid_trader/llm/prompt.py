@@ -27,6 +27,7 @@ from hybrid_trader.errors import UserError, did_you_mean
 from hybrid_trader.llm.advice import ACTION_WORDS
 from hybrid_trader.llm.config import SYSTEM_FIELDS, TEMPLATE_FIELDS, LLMConfig
 from hybrid_trader.llm.context import AdvisorContext
+from hybrid_trader.markets import CONTRACTS
 
 COT_INSTRUCTION = (
     "Think in four short steps, one line each: 1. Market: the analysis. 2. Options: the legal actions. "
@@ -71,12 +72,8 @@ class _Text(str):
 
 
 def _market_name(market: str) -> str:
-    try:
-        from hybrid_trader.markets import CONTRACTS
-
-        return CONTRACTS[market].name
-    except (ImportError, KeyError):
-        return market
+    contract = CONTRACTS.get(market)
+    return contract.name if contract is not None else market
 
 
 def context_fields(ctx: AdvisorContext) -> dict[str, Any]:

@@ -189,7 +189,7 @@ class TransformersBackend(Backend):
             with quiet_load_progress():
                 self.model = AutoModelForCausalLM.from_pretrained(
                     str(self.model_dir), dtype=dtypes[t.dtype], local_files_only=True
-                ).to(self.device)
+                ).to(self.device)  # type: ignore[arg-type]  # transformers types .to() as a decorated method
         except (OSError, ValueError, RuntimeError, AssertionError) as err:  # AssertionError: no CUDA build
             raise UserError(f"cannot load the model: {err}", file=str(self.model_dir),
                             fix="check llm.transformers.model/device; delete the cached folder to convert again",
@@ -243,7 +243,7 @@ class TransformersBackend(Backend):
         except Exception:  # noqa: BLE001 - templates without a system role
             chat = [{"role": "user", "content": q.prefix.rstrip() + "\n\n" + sentinel}]
             rendered = self.tokenizer.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
-        head, tail = rendered.split(sentinel, 1)
+        head, tail = str(rendered).split(sentinel, 1)
         body, answer = q.suffix.rsplit("\n", 1)
         return head, body + tail + answer
 
@@ -313,7 +313,7 @@ class TransformersBackend(Backend):
                     logits = self._forward_last(prefix, [s for _, s in items])
                     probs = torch.softmax(logits, dim=-1)[:, self._flat_ids].cpu().numpy().astype(np.float64)
                     mass = np.zeros((len(items), len(ACTION_WORDS)))
-                    np.add.at(mass, (slice(None), self._owner), probs)
+                    mass[:, :] = [np.bincount(self._owner, weights=row, minlength=len(ACTION_WORDS)) for row in probs]
                     for (i, _), m in zip(items, mass):
                         out[i] = m
         except RuntimeError as err:  # e.g. out of memory
@@ -363,7 +363,7 @@ class TransformersBackend(Backend):
                         cache = o.past_key_values
                         logits = o.logits[:, -1, :].float()
                     for (i, _), g in zip(items, gen):
-                        texts[i] = self.tokenizer.decode(g, skip_special_tokens=True)
+                        texts[i] = str(self.tokenizer.decode(g, skip_special_tokens=True))
         except RuntimeError as err:
             raise BackendError(f"model generation failed: {err}", fix="lower llm.batching.max_batch") from err
         return texts
