@@ -71,7 +71,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     f.add_argument("--horizon", type=int, default=60, help="label horizon [bars] (default 60; 0: session end)")
     f.add_argument("--margin", type=float, default=0.0, help="net P&L [$] an entry must beat HOLD by (default 0)")
     f.add_argument("--seed", type=int, default=0, help="seed of the adapter and the sampler (default 0)")
-    f.add_argument("--device", default="cpu", help="torch device (default cpu; cuda when a GPU is present)")
+    f.add_argument("--device", default="auto", help="torch device (default auto: cuda when a GPU is present, else cpu)")
     f.add_argument("--resume", action="store_true", help="continue from the newest checkpoint")
     f.set_defaults(func=_finetune)
 

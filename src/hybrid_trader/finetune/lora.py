@@ -83,8 +83,8 @@ class FinetuneConfig:
     """Seed of the adapter's initialisation and of the batch sampler."""
     threads: int | None = None
     """torch.set_num_threads; None: torch's default."""
-    device: str = "cpu"
-    """Torch device (a GPU when given, e.g. cuda)."""
+    device: str = "auto"
+    """Torch device: auto (cuda when a GPU is present, else cpu), cpu, cuda, cuda:1, mps."""
 
     def __post_init__(self) -> None:
         for name in ("steps", "rank", "batch", "eval_every", "checkpoint_every", "patience", "val_examples",
@@ -138,7 +138,8 @@ class Trainer:
         self.model_name = t.model
         self.model_dir = resolve_model_dir(t.model, t.cache_dir)
         self.fingerprint = model_fingerprint(self.model_dir)
-        self.device = torch.device(config.device)
+        auto = "cuda" if torch.cuda.is_available() else "cpu"
+        self.device = torch.device(auto if config.device == "auto" else config.device)
         self.tokenizer = AutoTokenizer.from_pretrained(str(self.model_dir), local_files_only=True)
         torch.manual_seed(config.seed)
         with quiet_load_progress():
