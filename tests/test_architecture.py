@@ -5,7 +5,7 @@ Layers, lowest first (a module may import its own layer and those below):
     0  errors, markets, calendar, actions, account_state, config (the generic builder)
     1  data            2  features        3  env             4  llm
     5  agent           6  run             7  training, evaluation (training never imports evaluation)
-    8  bench, advise   9  cli
+    8  bench, advise, finetune   9  cli
 
 A project import inside a function must say why on its line or the line above (a
 comment naming the measured reason, e.g. the start-up time it saves).
@@ -26,7 +26,7 @@ PACKAGE = "hybrid_trader"
 LAYERS = {
     "errors": 0, "markets": 0, "calendar": 0, "actions": 0, "account_state": 0, "config": 0,
     "data": 1, "features": 2, "env": 3, "llm": 4, "agent": 5, "run": 6,
-    "training": 7, "evaluation": 7, "bench": 8, "advise": 8, "cli": 9,
+    "training": 7, "evaluation": 7, "bench": 8, "advise": 8, "finetune": 8, "cli": 9,
 }
 FORBIDDEN = {("training", "evaluation")}
 """Same-layer pairs that must not import each other (importer, imported)."""

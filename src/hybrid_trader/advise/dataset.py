@@ -56,8 +56,9 @@ def _short(obj: Any) -> str:
 def model_id(config: LLMConfig) -> str:
     """What model answers: back end and the model it names (not where a server runs)."""
     b = config.backend
-    if b == "transformers":
-        return f"transformers:{config.transformers.model}:{config.transformers.dtype}"
+    if b == "transformers":  # a fine-tuned adapter is another model (issue 15); none leaves the id unchanged
+        adapter = f":adapter={config.transformers.adapter}" if config.transformers.adapter else ""
+        return f"transformers:{config.transformers.model}:{config.transformers.dtype}{adapter}"
     if b == "openai":
         return f"openai:{config.openai.model or config.openai.base_url}"
     if b == "llama_cpp":

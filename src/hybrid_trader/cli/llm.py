@@ -1,8 +1,10 @@
-"""``hybrid-trader llm ask|prepare``: ask the LLM advisor about one bar; prepare the local model.
+"""``hybrid-trader llm ask|prepare|finetune|eval``: ask the LLM about one bar; prepare, fine-tune, evaluate it.
 
 ``llm ask`` prints the prompt the model sees, then the advice (distribution over the legal
-actions, confidence, coverage; in generation mode the written answer and its reason),
-and a JSON line last. Any failure (missing model, unreachable server, malformed answer,
+actions, confidence, coverage; in generation mode the written answer and its reason;
+with ``--cot`` the four reasoning steps), and a JSON line last. ``llm finetune`` trains
+a LoRA adapter on the run's training days (docs/FINETUNE.md); ``llm eval`` compares the
+base and fine-tuned models on later days. Any failure (missing model, unreachable server, malformed answer,
 unknown template field) is one error message with the fix, exit code 2.
 """
 
@@ -46,6 +48,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     a.add_argument("--position", choices=("flat", "long", "short"), default="flat",
                    help="pretend account position (default flat); long/short enter 10 bars earlier")
     a.add_argument("--balance", type=float, default=50_000.0, help="account balance [$] (default 50000)")
+    a.add_argument("--cot", action="store_true",
+                   help="chain of thought: generation mode, four reasoning steps, then ACTION | confidence | reason")
     add_llm_config_options(a)
     a.set_defaults(func=_ask)
 
@@ -54,9 +58,35 @@ def register(sub: argparse._SubParsersAction) -> None:
     pr.add_argument("--cache-dir", default=None, help="where converted models live")
     pr.set_defaults(func=_prepare)
 
+    f = lsub.add_parser("finetune", help="train a LoRA adapter on the run's training days (hindsight labels)")
+    f.add_argument("run_dir", metavar="RUN_DIR", help="run directory (its config.yaml: data, split, env, llm)")
+    f.add_argument("--steps", type=int, default=200, help="optimiser steps, the budget (default 200)")
+    f.add_argument("--lr", type=float, default=2e-4, help="learning rate (default 2e-4)")
+    f.add_argument("--rank", type=int, default=8, help="LoRA rank (default 8)")
+    f.add_argument("--batch", type=int, default=8, help="examples per step, class balanced (default 8)")
+    f.add_argument("--eval-every", type=int, default=20, help="steps between validation losses (default 20)")
+    f.add_argument("--patience", type=int, default=3, help="validations without improvement before stopping (3)")
+    f.add_argument("--val-examples", type=int, default=64, help="validation examples from later days (default 64)")
+    f.add_argument("--checkpoint-every", type=int, default=20, help="steps between checkpoints (default 20)")
+    f.add_argument("--horizon", type=int, default=60, help="label horizon [bars] (default 60; 0: session end)")
+    f.add_argument("--margin", type=float, default=0.0, help="net P&L [$] an entry must beat HOLD by (default 0)")
+    f.add_argument("--seed", type=int, default=0, help="seed of the adapter and the sampler (default 0)")
+    f.add_argument("--device", default="auto", help="torch device (default auto: cuda when a GPU is present, else cpu)")
+    f.add_argument("--resume", action="store_true", help="continue from the newest checkpoint")
+    f.set_defaults(func=_finetune)
+
+    e = lsub.add_parser("eval", help="base vs fine-tuned model against hindsight labels of later days")
+    e.add_argument("run_dir", metavar="RUN_DIR", help="run directory with RUN_DIR/llm_adapter")
+    e.add_argument("--split", choices=("val", "test"), default="val", help="later days to measure on (default val)")
+    e.add_argument("--max-states", type=int, default=200, help="labelled states, evenly spread (default 200)")
+    e.add_argument("--batch", type=int, default=16, help="contexts per forward pass (default 16)")
+    e.add_argument("--cot", type=int, default=0, metavar="N",
+                   help="also run the chain of thought on N of the states: parse rate, latency, agreement (default 0)")
+    e.set_defaults(func=_eval)
+
 
 def _prepare(args: argparse.Namespace) -> int:
-    from hybrid_trader.llm.model_cache import resolve_model_dir
+    from hybrid_trader.llm.model_cache import resolve_model_dir  # noqa: PLC0415 - keeps 'hybrid-trader --help' fast
 
     path = resolve_model_dir(args.model, args.cache_dir)
     print(f"model directory: {path}")
@@ -65,10 +95,10 @@ def _prepare(args: argparse.Namespace) -> int:
 
 
 def _load_market(args: argparse.Namespace):
-    try:
-        from hybrid_trader.data import load_bars
-        from hybrid_trader.data.synthetic import generate_bars
-        from hybrid_trader.features import compute_features
+    try:  # the data layer loads pandas and TA-Lib (~1 s); 'hybrid-trader --help' must not pay it
+        from hybrid_trader.data import load_bars  # noqa: PLC0415 - see above
+        from hybrid_trader.data.synthetic import generate_bars  # noqa: PLC0415 - see above
+        from hybrid_trader.features import compute_features  # noqa: PLC0415 - see above
     except ImportError as err:  # pragma: no cover - the data layer ships with the package
         raise UserError(f"the data layer is not available: {err}", fix="reinstall: pip install -e .") from None
     if args.data:
@@ -79,16 +109,23 @@ def _load_market(args: argparse.Namespace):
 
 
 def _ask(args: argparse.Namespace) -> int:
-    from hybrid_trader.llm.backends.transformers_backend import prefer_passive_openmp
+    # the LLM package loads numpy and the back ends; it waits until a command needs it (fast --help)
+    from hybrid_trader.llm.backends.transformers_backend import prefer_passive_openmp  # noqa: PLC0415
 
     prefer_passive_openmp()
     import numpy as np
 
-    from hybrid_trader.llm import AccountState, build_advisor, context_from_market, load_llm_config
-    from hybrid_trader.llm.advice import ACTION_WORDS, LLM_ILLEGAL_ACTION, LLM_PARSE_FAILURE
-    from hybrid_trader.markets import get_contract
+    # loaded after prefer_passive_openmp, which must run before torch is imported
+    from hybrid_trader.llm import AccountState, build_advisor, context_from_market, load_llm_config  # noqa: PLC0415
+    from hybrid_trader.llm.advice import ACTION_WORDS, LLM_ILLEGAL_ACTION, LLM_PARSE_FAILURE  # noqa: PLC0415
+    from hybrid_trader.llm.parsing import parse_cot_steps  # noqa: PLC0415 - as above
+    from hybrid_trader.markets import get_contract  # noqa: PLC0415 - as above
 
-    cfg = load_llm_config(args.config, llm_overrides(args))
+    overrides = llm_overrides(args)
+    if args.cot:
+        overrides.update({"mode": "generate", "prompt.chain_of_thought": True})
+        overrides.setdefault("generation.max_new_tokens", 200)
+    cfg = load_llm_config(args.config, overrides)
     bars, features = _load_market(args)
     n = len(bars)
     t = args.bar if args.bar >= 0 else n + args.bar
@@ -117,6 +154,11 @@ def _ask(args: argparse.Namespace) -> int:
         advice = advisor.advise_now([ctx], raise_errors=True)[0]
     finally:
         advisor.close()
+    steps = parse_cot_steps(advice.raw) if cfg.prompt.chain_of_thought and advice.raw else {}
+    if steps:
+        print("# reasoning " + "-" * 57)
+        for name, text in steps.items():
+            print(f"  {name}: {text}")
     if advice.raw is not None:
         print(f"answer: {advice.raw.strip()!r}")
     if advice.abstained and advice.abstain_reason == LLM_PARSE_FAILURE:
@@ -141,6 +183,54 @@ def _ask(args: argparse.Namespace) -> int:
         "action": advice.action_name, "confidence": round(advice.confidence, 4), "coverage": round(advice.coverage, 4),
         "probs": {w: round(float(p), 4) for w, p, ok in zip(ACTION_WORDS, advice.probs, ctx.legal) if ok},
         "abstained": advice.abstained, "abstain_reason": advice.abstain_reason, "reason": advice.reason,
-        "latency_ms": round(advice.latency_ms, 1),
+        "latency_ms": round(advice.latency_ms, 1), **({"reasoning": steps} if steps else {}),
     }))
+    return 0
+
+
+def _finetune(args: argparse.Namespace) -> int:
+    # torch, transformers and peft load ~3 s; only this command pays them
+    from hybrid_trader.finetune.labels import LabelConfig  # noqa: PLC0415
+    from hybrid_trader.finetune.lora import FinetuneConfig  # noqa: PLC0415
+    from hybrid_trader.finetune.pipeline import finetune_run  # noqa: PLC0415
+
+    config = FinetuneConfig(steps=args.steps, lr=args.lr, rank=args.rank, batch=args.batch, eval_every=args.eval_every,
+                            patience=args.patience, val_examples=args.val_examples,
+                            checkpoint_every=args.checkpoint_every, seed=args.seed, device=args.device)
+    labels = LabelConfig(horizon=args.horizon or None, margin=args.margin)
+    result, train, val = finetune_run(args.run_dir, config, labels, resume=args.resume)
+    print(f"train: {len(train)} labelled states ({train.source}), labels {train.labels.counts()}")
+    print(f"val:   {len(val)} states, labels {val.labels.counts()}")
+    state = "interrupted (resume with --resume)" if result.interrupted else (
+        "stopped early" if result.stopped_early else "finished")
+    print(f"{state} at step {result.step} (started at {result.start_step}); {result.seconds:.0f} s, "
+          f"{result.steps_per_s:.3f} steps/s")
+    print(f"validation loss: base {result.base_val_loss:.4f}, best {result.best_val_loss:.4f} at step "
+          f"{result.best_step}; adapter: {result.adapter_dir}")
+    print(json.dumps({"adapter_dir": str(result.adapter_dir), "step": result.step, "start_step": result.start_step,
+                      "best_step": result.best_step, "best_val_loss": round(result.best_val_loss, 5),
+                      "base_val_loss": round(result.base_val_loss, 5), "seconds": round(result.seconds, 1),
+                      "steps_per_s": round(result.steps_per_s, 4), "stopped_early": result.stopped_early,
+                      "interrupted": result.interrupted}))
+    return 130 if result.interrupted else 0
+
+
+def _eval(args: argparse.Namespace) -> int:
+    # torch and transformers load ~3 s; only this command pays them
+    from hybrid_trader.finetune.pipeline import evaluate_run  # noqa: PLC0415
+
+    result = evaluate_run(args.run_dir, args.split, max_states=args.max_states, batch=args.batch, cot=args.cot)
+    print(f"# {result['split']} split, {result['states']} labelled states ({result['source']}); "
+          f"adapter best step {result['adapter']['best_step']}")
+    print(result["table"])
+    print("labels: " + ", ".join(f"{k} {v:.1f}" for k, v in result["baselines"].items()))
+    cot = result.get("cot")
+    if cot:
+        print(f"# chain of thought (base model), {cot['decisions']} decisions one at a time")
+        for key, value in cot.items():
+            if key not in ("rows", "decisions") and value is not None:
+                print(f"  {key:<42}{value:>10.1f}")
+    print(f"written: {result['path']}")
+    print(json.dumps({"split": result["split"], "states": result["states"], "metrics": result["metrics"],
+                      "baselines": result["baselines"]}))
     return 0

@@ -319,6 +319,8 @@ class TransformersConfig:
     """torch.set_num_threads for the process; None leaves torch's default (it is process-wide)."""
     prefix_cache: bool = True
     """Compute the shared prefix's key/value cache once and reuse it for every batch."""
+    adapter: str | None = None
+    """LoRA adapter folder made by 'llm finetune' (e.g. runs/x/llm_adapter), merged into the model; None: the base."""
 
     def __post_init__(self) -> None:
         check(self.threads is None or self.threads >= 1, "threads", f"{self.threads} must be >= 1 or null",

@@ -13,9 +13,12 @@ Schema (see docs/LLM.md)::
                 step INTEGER, market TEXT, bar_time TEXT, prompt TEXT, answer TEXT,
                 probs_json TEXT, action INTEGER, action_name TEXT, confidence REAL,
                 coverage REAL, abstained INTEGER, abstain_reason TEXT, reason TEXT,
-                latency_ms REAL, backend TEXT, from_cache INTEGER)
+                latency_ms REAL, backend TEXT, from_cache INTEGER, reasoning_json TEXT)
 
 ``prompt`` holds the per-query part; the shared prefix is in ``llm_prefixes``.
+``reasoning_json`` holds a chain of thought's steps (``{"market": ..., "options": ...,
+"risks": ..., "decision": ...}``, see ``llm/parsing.py``), NULL for one-line answers; a
+journal made before the column existed gets it on open.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from typing import Any
 from hybrid_trader.errors import UserError
 from hybrid_trader.llm.advice import Advice
 from hybrid_trader.llm.context import AdvisorContext
+from hybrid_trader.llm.parsing import parse_cot_steps
 from hybrid_trader.llm.redact import redact
 
 SCHEMA = """
@@ -42,14 +46,14 @@ CREATE TABLE IF NOT EXISTS llm_queries (
     id INTEGER PRIMARY KEY, run_id INTEGER, wall_time_utc TEXT, env_index INTEGER, step INTEGER,
     market TEXT, bar_time TEXT, prompt TEXT, answer TEXT, probs_json TEXT, action INTEGER,
     action_name TEXT, confidence REAL, coverage REAL, abstained INTEGER, abstain_reason TEXT,
-    reason TEXT, latency_ms REAL, backend TEXT, from_cache INTEGER);
+    reason TEXT, latency_ms REAL, backend TEXT, from_cache INTEGER, reasoning_json TEXT);
 CREATE INDEX IF NOT EXISTS llm_queries_run ON llm_queries (run_id, env_index, step);
 """
 
 _INSERT = (
     "INSERT INTO llm_queries (run_id, wall_time_utc, env_index, step, market, bar_time, prompt, answer, probs_json, "
-    "action, action_name, confidence, coverage, abstained, abstain_reason, reason, latency_ms, backend, from_cache) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    "action, action_name, confidence, coverage, abstained, abstain_reason, reason, latency_ms, backend, from_cache, "
+    "reasoning_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 _STOP = object()
 
@@ -63,11 +67,14 @@ class Journal:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             con = sqlite3.connect(str(self.path))
             con.executescript(SCHEMA)
+            columns = {row[1] for row in con.execute("PRAGMA table_info(llm_queries)")}
+            if "reasoning_json" not in columns:  # a journal written before chains of thought were stored
+                con.execute("ALTER TABLE llm_queries ADD COLUMN reasoning_json TEXT")
             cur = con.execute(
                 "INSERT INTO llm_runs (started_utc, backend, model, mode, config_json) VALUES (?, ?, ?, ?, ?)",
                 (_utc_now(), backend, model, mode, json.dumps(config, default=str)),
             )
-            self.run_id = int(cur.lastrowid)
+            self.run_id = int(cur.lastrowid or 0)  # an INSERT always sets it
             con.commit()
             con.close()
         except (sqlite3.Error, OSError) as err:
@@ -96,7 +103,7 @@ class Journal:
             json.dumps([round(float(x), 6) for x in advice.probs]), int(advice.action), advice.action_name,
             float(advice.confidence), float(advice.coverage), int(advice.abstained), advice.abstain_reason,
             None if advice.reason is None else redact(advice.reason), float(advice.latency_ms), advice.backend,
-            int(advice.from_cache),
+            int(advice.from_cache), _reasoning(advice.raw),
         )
         self._queue.put(("row", row))
 
@@ -140,6 +147,14 @@ class Journal:
             self._closed = True
         self._queue.put(_STOP)
         self._thread.join(timeout)
+
+
+def _reasoning(raw: str | None) -> str | None:
+    """A chain of thought's steps as JSON (None when the answer has no step besides a decision)."""
+    steps = parse_cot_steps(raw)
+    if set(steps) <= {"decision"}:
+        return None
+    return json.dumps({k: redact(v) for k, v in steps.items()})
 
 
 def _utc_now() -> str:

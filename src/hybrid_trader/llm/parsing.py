@@ -5,6 +5,11 @@ answer, synonyms (LONG/SHORT/FLAT/WAIT/BREAKEVEN/TRAIL...), confidence as ``0.8`
 ``.8``, ``80%`` or ``80``, ``confidence: 0.8`` without pipes, a negated word skipped
 ("do not BUY, WAIT"). With a chain of thought, the text after the last "Decision" is read.
 An answer naming no action raises :class:`ParseError`.
+
+A chain of thought is four numbered steps (``1. Market: ... 2. Options: ... 3. Risks:
+... 4. Decision: ACTION | confidence | reason``); :func:`parse_cot_steps` splits it into
+its steps whatever the numbering, markdown or case, and tolerates missing steps and a
+first step whose header was part of the prompt.
 """
 
 from __future__ import annotations
@@ -37,10 +42,13 @@ def _phrase(p: str) -> str:
 
 _ENTRIES = sorted(((p, int(a)) for a, ps in SYNONYMS.items() for p in ps), key=lambda x: -len(x[0]))
 _ACTION_RE = re.compile(
-    r"(?<![A-Za-z0-9])(" + "|".join(f"(?P<a{i}>{_phrase(p)})" for i, (p, _) in enumerate(_ENTRIES)) + r")(?![A-Za-z0-9])",
+    r"(?<![A-Za-z0-9])("
+    + "|".join(f"(?P<a{i}>{_phrase(p)})" for i, (p, _) in enumerate(_ENTRIES))
+    + r")(?![A-Za-z0-9])",
     re.IGNORECASE,
 )
-_NEGATION_RE = re.compile(r"(?:\bnot|\bdon'?t|\bdo not|\bnever|\bavoid|\bno need to|\bwouldn'?t)\s*\**\s*$", re.IGNORECASE)
+_NEGATION_RE = re.compile(
+    r"(?:\bnot|\bdon'?t|\bdo not|\bnever|\bavoid|\bno need to|\bwouldn'?t)\s*\**\s*$", re.IGNORECASE)
 _NUMBER = r"(?<![\d.])(\d{1,3}(?:\.\d+)?|\.\d+)\s*(%)?"
 _NUMBER_RE = re.compile(_NUMBER)
 _CONF_RE = re.compile(r"conf(?:idence)?\W{0,4}" + _NUMBER, re.IGNORECASE)
@@ -132,3 +140,62 @@ def parse_answer(text: str, chain_of_thought: bool = False) -> ParsedAnswer:
     if reason:
         reason = re.sub(r"\s+", " ", reason).strip(" *`\"'")[:200] or None
     return ParsedAnswer(action=action, confidence=confidence, reason=reason)
+
+
+COT_STEPS: tuple[str, ...] = ("market", "options", "risks", "decision")
+"""The chain of thought's steps, in order (keys of :func:`parse_cot_steps`)."""
+COT_HEADERS: tuple[str, ...] = ("Market", "Options", "Risks", "Decision")
+"""How the prompt names the steps (``1. Market:`` ... ``4. Decision:``)."""
+_STEP_WORDS = {
+    "market": r"market(?:\s+analysis)?|analy[sz]e(?:\s+the\s+market)?|analysis",
+    "options": r"options?|list\s+the\s+options|alternatives",
+    "risks": r"risks?|weigh\s+the\s+risks|risk\s+assessment",
+    "decision": r"decision|decide|final\s+answer",
+}
+_STEP_RE = re.compile(
+    r"(?:^|\n|(?<=[.!?])\s)\W{0,4}(?:(?:step\s*)?(?P<num>[1-4])\s*[.):\-]\s*)?\**\s*(?P<word>"
+    + "|".join(f"(?P<{k}>{v})" for k, v in _STEP_WORDS.items())
+    + r")\s*\**\s*[:\-]",
+    re.IGNORECASE,
+)
+
+
+def parse_cot_steps(text: str | None) -> dict[str, str]:
+    """The steps of a written chain of thought, ``{"market": ..., "options": ..., "risks": ..., "decision": ...}``.
+
+    Only the steps found are returned (an answer with none gives ``{}``). Text before
+    the first header counts as the market analysis (the prompt may end with its
+    header). The first occurrence of each step wins; each text is one line of at most
+    300 characters, whitespace collapsed.
+    """
+    if not text:
+        return {}
+    body = str(text)
+    marks = []
+    for m in _STEP_RE.finditer(body):
+        key = next(k for k in COT_STEPS if m.group(k))
+        marks.append((m.start(), m.end(), key))
+    steps: dict[str, str] = {}
+    if marks and body[: marks[0][0]].strip():
+        steps["market"] = body[: marks[0][0]]
+    elif not marks and not _DECISION_RE.search(body):
+        return {}
+    for i, (_, end, key) in enumerate(marks):
+        stop = marks[i + 1][0] if i + 1 < len(marks) else len(body)
+        if key not in steps:
+            steps[key] = body[end:stop]
+    out = {}
+    for k in COT_STEPS:
+        if k in steps:
+            clean = re.sub(r"\s+", " ", steps[k]).strip(" *`\t-")[:300]
+            if clean:
+                out[k] = clean
+    return out
+
+
+def has_decision_line(text: str) -> bool:
+    """True once a chain of thought has written its decision with an action (generation may stop)."""
+    marks = list(_DECISION_RE.finditer(text))
+    if not marks:
+        return False
+    return _ACTION_RE.search(text[marks[-1].end():]) is not None

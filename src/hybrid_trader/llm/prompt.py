@@ -27,11 +27,29 @@ from hybrid_trader.errors import UserError, did_you_mean
 from hybrid_trader.llm.advice import ACTION_WORDS
 from hybrid_trader.llm.config import SYSTEM_FIELDS, TEMPLATE_FIELDS, LLMConfig
 from hybrid_trader.llm.context import AdvisorContext
+from hybrid_trader.markets import CONTRACTS
 
 COT_INSTRUCTION = (
-    "Think in four short steps: 1. Analyze the market. 2. List the options. 3. Weigh the risks. "
-    "4. Decide. End with a line 'Decision: ACTION | confidence | reason'."
+    "Think in four short steps, one line each: 1. Market: the analysis. 2. Options: the legal actions. "
+    "3. Risks: what could go wrong. 4. Decision: ACTION | confidence | reason."
 )
+COT_START = "1. Market:"
+"""How a chain-of-thought suffix ends: the model continues the first step (``llm/parsing.py`` reads the steps)."""
+
+
+def cot_example_answer(values: Mapping[str, Any], answer: str) -> str:
+    """A four-step worked answer for a few-shot example, written from its context values and its answer."""
+    rsi = values.get("rsi")
+    losses = values.get("consecutive_losses")
+    if isinstance(losses, int) and losses >= 2:
+        risk = f"{losses} losses in a row; stand aside unless the setup is clear"
+    elif isinstance(rsi, float) and not math.isnan(rsi) and (rsi >= 70 or rsi <= 30):
+        risk = "RSI is extreme: chasing risks a reversal"
+    else:
+        risk = "the stop is 1.5 ATR away; a fading trend would hit it"
+    market = f"{values.get('trend')}, RSI {format(rsi, '.0f')}, momentum {format(values.get('momentum'), '+.0f')}"
+    return (f"{COT_START} {market}.\n2. Options: {values.get('legal_actions')}.\n3. Risks: {risk}.\n"
+            f"4. Decision: {answer.strip()}")
 
 
 class _Num(float):
@@ -54,12 +72,8 @@ class _Text(str):
 
 
 def _market_name(market: str) -> str:
-    try:
-        from hybrid_trader.markets import CONTRACTS
-
-        return CONTRACTS[market].name
-    except (ImportError, KeyError):
-        return market
+    contract = CONTRACTS.get(market)
+    return contract.name if contract is not None else market
 
 
 def context_fields(ctx: AdvisorContext) -> dict[str, Any]:
@@ -197,7 +211,8 @@ class PromptBuilder:
             if unknown:
                 raise UserError(
                     f"llm.prompt.examples[{i}].context has unknown field '{unknown[0]}'", file=source,
-                    fix=f"use fields of the template: {', '.join(TEMPLATE_FIELDS)}.{did_you_mean(unknown[0], TEMPLATE_FIELDS)}",
+                    fix=f"use fields of the template: {', '.join(TEMPLATE_FIELDS)}."
+                        f"{did_you_mean(unknown[0], TEMPLATE_FIELDS)}",
                 )
         self._prefixes: dict[str, str] = {}
         # render once now so that bad format specs fail at start, not in the worker thread
@@ -214,6 +229,8 @@ class PromptBuilder:
             values[k] = _Num(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and k not in (
                 "trend_score", "position", "consecutive_losses") else (_Text(v) if isinstance(v, str) else v)
         body = _format(self.template, values, f"examples[{i}]", self.source)
+        if self.chain_of_thought:
+            return f"{body}\n{cot_example_answer(values, ex.answer)}"
         return f"{body}\n{self.answer_prefix} {ex.answer.strip()}"
 
     def prefix(self, market: str) -> str:
@@ -236,8 +253,12 @@ class PromptBuilder:
         return _format(self.template, context_fields(ctx), "context_template", self.source)
 
     def suffix(self, ctx: AdvisorContext) -> str:
-        """Per-query text: the rendered context, a newline and the answer prefix (no trailing space)."""
-        return f"{self.render_context(ctx)}\n{self.answer_prefix}"
+        """Per-query text: the rendered context, a newline and the answer prefix (no trailing space).
+
+        With a chain of thought the suffix ends with the first step's header instead
+        (:data:`COT_START`): the model writes the four steps, the decision last.
+        """
+        return f"{self.render_context(ctx)}\n{COT_START if self.chain_of_thought else self.answer_prefix}"
 
     def content_free_suffix(self, legal: np.ndarray | None = None) -> str:
         """The suffix of a content-free context (every value n/a), for contextual calibration."""

@@ -33,7 +33,8 @@ from hybrid_trader.errors import UserError
 from hybrid_trader.llm.advice import ACTION_WORDS
 from hybrid_trader.llm.backends.base import Backend, BackendError
 from hybrid_trader.llm.config import LLMConfig
-from hybrid_trader.llm.model_cache import quiet_load_progress, resolve_model_dir
+from hybrid_trader.llm.model_cache import check_adapter, quiet_load_progress, resolve_model_dir
+from hybrid_trader.llm.parsing import has_decision_line
 from hybrid_trader.llm.prompt import PromptBuilder, RenderedQuery
 
 log = logging.getLogger(__name__)
@@ -94,6 +95,68 @@ def action_first_tokens(tokenizer, case_variants: bool = True) -> list[list[int]
     return [sorted(ids) for ids in per_action]
 
 
+def batch_cache_view(cache, batch: int):
+    """A cache for ``batch`` rows that shares the prefix tensors (expanded views, no copies).
+
+    Cache layers never modify their tensors in place (``update`` concatenates into new
+    ones), so the stored prefix cache stays intact for the next batch.
+    """
+    view = copy.copy(cache)
+    layers = []
+    for layer in cache.layers:
+        new = copy.copy(layer)
+        if getattr(layer, "keys", None) is not None and layer.keys.numel():
+            new.keys = layer.keys.expand(batch, *layer.keys.shape[1:])
+            new.values = layer.values.expand(batch, *layer.values.shape[1:])
+        layers.append(new)
+    view.layers = layers
+    return view
+
+
+def suffix_inputs(torch, pad_id: int, prefix_len: int, s_ids: list[list[int]], device) -> dict:
+    """Model inputs of suffixes that follow a cached prefix of ``prefix_len`` tokens.
+
+    Padding sits *between* prefix and suffix, so the last position of every row is its
+    real last token; position ids skip the padding.
+    """
+    B, L, P = len(s_ids), max(len(s) for s in s_ids), prefix_len
+    ids = torch.full((B, L), pad_id, dtype=torch.long)
+    mask = torch.zeros((B, P + L), dtype=torch.long)
+    mask[:, :P] = 1
+    for i, s in enumerate(s_ids):
+        ids[i, L - len(s):] = torch.tensor(s)
+        mask[i, P + L - len(s):] = 1
+    pos = (mask.cumsum(-1) - 1).clamp(min=0)[:, P:]
+    return dict(input_ids=ids.to(device), attention_mask=mask.to(device), position_ids=pos.to(device))
+
+
+def full_inputs(torch, pad_id: int, p_ids: list[int], s_ids: list[list[int]], device) -> dict:
+    """Model inputs of whole sequences (prefix + suffix), left padded."""
+    full = [p_ids + s for s in s_ids]
+    B, T = len(full), max(len(f) for f in full)
+    ids = torch.full((B, T), pad_id, dtype=torch.long)
+    mask = torch.zeros((B, T), dtype=torch.long)
+    for i, f in enumerate(full):
+        ids[i, T - len(f):] = torch.tensor(f)
+        mask[i, T - len(f):] = 1
+    pos = (mask.cumsum(-1) - 1).clamp(min=0)
+    return dict(input_ids=ids.to(device), attention_mask=mask.to(device), position_ids=pos.to(device))
+
+
+def load_adapter(model, adapter_dir: str):
+    """The model with a LoRA adapter (peft) merged into its weights: inference costs what the base costs."""
+    try:
+        from peft import PeftModel
+    except ImportError:
+        raise UserError("llm.transformers.adapter needs peft", fix=_INSTALL_FIX) from None
+    try:
+        return PeftModel.from_pretrained(model, str(adapter_dir)).merge_and_unload()
+    except (OSError, ValueError, RuntimeError, KeyError) as err:
+        raise UserError(f"cannot load the adapter: {str(err)[:300]}", file=str(adapter_dir),
+                        fix="point llm.transformers.adapter at a folder written by 'hybrid-trader llm finetune'",
+                        ) from None
+
+
 class TransformersBackend(Backend):
     """A local causal language model (transformers), CPU or GPU."""
 
@@ -126,10 +189,15 @@ class TransformersBackend(Backend):
             with quiet_load_progress():
                 self.model = AutoModelForCausalLM.from_pretrained(
                     str(self.model_dir), dtype=dtypes[t.dtype], local_files_only=True
-                ).to(self.device)
+                ).to(self.device)  # type: ignore[arg-type]  # transformers types .to() as a decorated method
         except (OSError, ValueError, RuntimeError, AssertionError) as err:  # AssertionError: no CUDA build
             raise UserError(f"cannot load the model: {err}", file=str(self.model_dir),
-                            fix="check llm.transformers.model/device; delete the cached folder to convert again") from None
+                            fix="check llm.transformers.model/device; delete the cached folder to convert again",
+                            ) from None
+        self.adapter = None
+        if t.adapter:
+            self.adapter = check_adapter(t.adapter, self.model_dir, t.model)
+            self.model = load_adapter(self.model, t.adapter)
         self.model.eval()
         self.pad_id = self.tokenizer.pad_token_id
         if self.pad_id is None:
@@ -160,7 +228,8 @@ class TransformersBackend(Backend):
         return list(eos) if isinstance(eos, (list, tuple)) else [int(eos)]
 
     def describe(self) -> str:
-        return f"transformers:{self.model_dir}"
+        adapter = f" + adapter {self.config.transformers.adapter}" if self.adapter else ""
+        return f"transformers:{self.model_dir}{adapter}"
 
     # ------------------------------------------------------------------ text
     def _texts(self, q: RenderedQuery) -> tuple[str, str]:
@@ -174,7 +243,7 @@ class TransformersBackend(Backend):
         except Exception:  # noqa: BLE001 - templates without a system role
             chat = [{"role": "user", "content": q.prefix.rstrip() + "\n\n" + sentinel}]
             rendered = self.tokenizer.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
-        head, tail = rendered.split(sentinel, 1)
+        head, tail = str(rendered).split(sentinel, 1)
         body, answer = q.suffix.rsplit("\n", 1)
         return head, body + tail + answer
 
@@ -199,21 +268,7 @@ class TransformersBackend(Backend):
 
     @staticmethod
     def _batch_view(cache, batch: int):
-        """A cache for ``batch`` rows that shares the prefix tensors (expanded views, no copies).
-
-        Cache layers never modify their tensors in place (``update`` concatenates into new
-        ones), so the stored prefix cache stays intact for the next batch.
-        """
-        view = copy.copy(cache)
-        layers = []
-        for layer in cache.layers:
-            new = copy.copy(layer)
-            if getattr(layer, "keys", None) is not None and layer.keys.numel():
-                new.keys = layer.keys.expand(batch, *layer.keys.shape[1:])
-                new.values = layer.values.expand(batch, *layer.values.shape[1:])
-            layers.append(new)
-        view.layers = layers
-        return view
+        return batch_cache_view(cache, batch)
 
     # --------------------------------------------------------------- forward
     def _forward_last(self, prefix: str, suffixes: list[str], past_out: bool = False):
@@ -221,7 +276,7 @@ class TransformersBackend(Backend):
         torch = self.torch
         s_ids = [self.tokenizer(s, add_special_tokens=False).input_ids for s in suffixes]
         p_ids = self._encode_prefix(prefix)
-        B, L, P = len(s_ids), max(len(s) for s in s_ids), len(p_ids)
+        B, P = len(s_ids), len(p_ids)
         # The prefix cache is used unless the prefix alone overflows a sliding-window layer's cache
         # (those keep only the last window - 1 tokens). Past the window, attention follows the
         # model's own sliding-window rule, as in transformers' generate().
@@ -230,27 +285,11 @@ class TransformersBackend(Backend):
         )
         if use_cache:
             p_ids, p_cache = self._prefix(prefix)
-            ids = torch.full((B, L), self.pad_id, dtype=torch.long)
-            mask = torch.zeros((B, P + L), dtype=torch.long)
-            mask[:, :P] = 1
-            for i, s in enumerate(s_ids):
-                ids[i, L - len(s):] = torch.tensor(s)
-                mask[i, P + L - len(s):] = 1
-            pos = (mask.cumsum(-1) - 1).clamp(min=0)[:, P:]
-            cache = self._batch_view(p_cache, B)
-            kwargs = dict(input_ids=ids.to(self.device), attention_mask=mask.to(self.device),
-                          position_ids=pos.to(self.device), past_key_values=cache, use_cache=True)
+            kwargs = suffix_inputs(torch, self.pad_id, P, s_ids, self.device)
+            kwargs.update(past_key_values=self._batch_view(p_cache, B), use_cache=True)
         else:  # whole sequences, left padded
-            full = [p_ids + s for s in s_ids]
-            T = max(len(f) for f in full)
-            ids = torch.full((B, T), self.pad_id, dtype=torch.long)
-            mask = torch.zeros((B, T), dtype=torch.long)
-            for i, f in enumerate(full):
-                ids[i, T - len(f):] = torch.tensor(f)
-                mask[i, T - len(f):] = 1
-            pos = (mask.cumsum(-1) - 1).clamp(min=0)
-            kwargs = dict(input_ids=ids.to(self.device), attention_mask=mask.to(self.device),
-                          position_ids=pos.to(self.device), use_cache=past_out)
+            kwargs = full_inputs(torch, self.pad_id, p_ids, s_ids, self.device)
+            kwargs.update(use_cache=past_out)
         with torch.inference_mode():
             out = self.model(**kwargs, logits_to_keep=1)
         logits = out.logits[:, -1, :].float()
@@ -274,7 +313,7 @@ class TransformersBackend(Backend):
                     logits = self._forward_last(prefix, [s for _, s in items])
                     probs = torch.softmax(logits, dim=-1)[:, self._flat_ids].cpu().numpy().astype(np.float64)
                     mass = np.zeros((len(items), len(ACTION_WORDS)))
-                    np.add.at(mass, (slice(None), self._owner), probs)
+                    mass[:, :] = [np.bincount(self._owner, weights=row, minlength=len(ACTION_WORDS)) for row in probs]
                     for (i, _), m in zip(items, mass):
                         out[i] = m
         except RuntimeError as err:  # e.g. out of memory
@@ -291,7 +330,10 @@ class TransformersBackend(Backend):
                     B = len(items)
                     done = torch.zeros(B, dtype=torch.bool)
                     gen: list[list[int]] = [[] for _ in range(B)]
-                    stop = torch.tensor(self.stop_ids)
+                    # one line is an answer; a chain of thought runs over lines until its decision line ends
+                    cot = self.prompts.chain_of_thought
+                    stop = torch.tensor(self._eos_ids() if cot else self.stop_ids)
+                    newline = torch.tensor(self.stop_ids)
                     for _ in range(max_new_tokens):
                         if temperature > 0:
                             nxt = torch.multinomial(torch.softmax(logits / temperature, -1), 1)[:, 0]
@@ -299,6 +341,12 @@ class TransformersBackend(Backend):
                             nxt = logits.argmax(-1)
                         nxt = nxt.cpu()
                         is_stop = torch.isin(nxt, stop)
+                        if cot:
+                            at_newline = torch.isin(nxt, newline)
+                            for b in range(B):
+                                if at_newline[b] and not done[b] and has_decision_line(
+                                        str(self.tokenizer.decode(gen[b], skip_special_tokens=True))):
+                                    is_stop[b] = True
                         for b in range(B):
                             if not done[b] and not is_stop[b]:
                                 gen[b].append(int(nxt[b]))
@@ -315,7 +363,7 @@ class TransformersBackend(Backend):
                         cache = o.past_key_values
                         logits = o.logits[:, -1, :].float()
                     for (i, _), g in zip(items, gen):
-                        texts[i] = self.tokenizer.decode(g, skip_special_tokens=True)
+                        texts[i] = str(self.tokenizer.decode(g, skip_special_tokens=True))
         except RuntimeError as err:
             raise BackendError(f"model generation failed: {err}", fix="lower llm.batching.max_batch") from err
         return texts

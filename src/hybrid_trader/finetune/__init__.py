@@ -1,0 +1,4 @@
+"""Learning from trading outcomes: hindsight labels, LoRA fine-tuning of the local LLM and its evaluation.
+
+See docs/FINETUNE.md.
+"""

@@ -1,0 +1,168 @@
+"""The two commands' work on a run directory: fine-tune the LLM on its training days, evaluate it on later days."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from hybrid_trader.config import merge_overrides
+from hybrid_trader.errors import UserError
+from hybrid_trader.finetune.evaluate import format_table, label_baselines, outcome_metrics, score_examples
+from hybrid_trader.finetune.examples import ExampleSet, build_examples
+from hybrid_trader.finetune.labels import LABEL_ACTIONS, LabelConfig
+from hybrid_trader.finetune.lora import ADAPTER_DIR, FinetuneConfig, FinetuneResult, finetune
+from hybrid_trader.llm.backends.transformers_backend import TransformersBackend
+from hybrid_trader.llm.config import LLMConfig
+from hybrid_trader.llm.model_cache import ADAPTER_META
+from hybrid_trader.llm.parsing import ParseError, parse_answer, parse_cot_steps
+from hybrid_trader.llm.prompt import PromptBuilder
+from hybrid_trader.training.config import RunConfig
+from hybrid_trader.training.market import Market, load_market
+from hybrid_trader.training.runner import load_run_config
+
+EVAL_DIR = "llm_eval"
+"""Folder of ``llm eval``'s JSON results inside a run directory."""
+
+
+@dataclass
+class RunData:
+    """A run's configuration and market."""
+
+    path: Path
+    config: RunConfig
+    market: Market
+
+    @property
+    def llm(self) -> LLMConfig:
+        return self.config.llm
+
+
+def load_run(run_dir: str | Path) -> RunData:
+    path = Path(run_dir)
+    config = load_run_config(path)
+    return RunData(path, config, load_market(config.data, config.split))
+
+
+def finetune_run(run_dir: str | Path, config: FinetuneConfig, labels: LabelConfig, *, resume: bool = False,
+                 progress: bool = True, on_step=None) -> tuple[FinetuneResult, ExampleSet, ExampleSet]:
+    """Label the training days, take validation examples from the next split, train the adapter."""
+    run = load_run(run_dir)
+    train = build_examples(run.market, run.config, run.llm, "train", purpose="train", run_dir=run.path,
+                           label_config=labels)
+    val_part = "val" if len(run.market.split.val) else "test"
+    if val_part == "test":
+        raise UserError("the run has no validation days: early stopping would tune on test days",
+                        fix="give the run a validation split (split.val > 0)")
+    val = build_examples(run.market, run.config, run.llm, val_part, purpose="evaluate", run_dir=run.path,
+                         label_config=labels, max_states=config.val_examples)
+    result = finetune(run.path, run.llm, train, val, config, resume=resume, progress=progress, on_step=on_step,
+                      label_config=dataclasses.asdict(labels))
+    return result, train, val
+
+
+def adapter_config(llm: LLMConfig, adapter_dir: Path) -> LLMConfig:
+    """``llm`` with the adapter set (the fine-tuned model)."""
+    return dataclasses.replace(llm, transformers=dataclasses.replace(llm.transformers, adapter=str(adapter_dir)))
+
+
+def evaluate_run(run_dir: str | Path, split: str = "val", *, max_states: int = 200, batch: int = 16,
+                 progress: bool = True, cot: int = 0) -> dict[str, Any]:
+    """Base vs fine-tuned on ``split``'s labelled states; writes ``RUN_DIR/llm_eval/<split>.json``.
+
+    ``cot``: also run the chain of thought (base model) on that many of the states, one
+    at a time, and measure its parse rate, latency and agreement with scoring mode.
+    """
+    if split not in ("val", "test"):
+        raise UserError(f"--split {split!r}: evaluation is on later days", value=split, fix="use val or test")
+    run = load_run(run_dir)
+    adapter_dir = run.path / ADAPTER_DIR
+    meta_path = adapter_dir / ADAPTER_META
+    if not meta_path.is_file():
+        raise UserError("the run has no fine-tuned adapter", file=str(meta_path),
+                        fix=f"run: hybrid-trader llm finetune {run.path}")
+    meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    labels = LabelConfig(**meta.get("labels", {})) if meta.get("labels") else LabelConfig()
+    examples = build_examples(run.market, run.config, run.llm, split, purpose="evaluate", run_dir=run.path,
+                              label_config=labels, max_states=max_states)
+    coverage = examples.labelled / max(examples.candidates, 1)
+    columns: dict[str, dict[str, float]] = {}
+    probs: dict[str, list] = {}
+    for name, cfg in (("base", run.llm), ("fine-tuned", adapter_config(run.llm, adapter_dir))):
+        backend = TransformersBackend(cfg, PromptBuilder(cfg, source=str(run.path / "config.yaml")))
+        try:
+            p = score_examples(backend, examples, batch=batch, progress=progress, desc=name)
+        finally:
+            backend.close()
+        columns[name] = outcome_metrics(p, examples.labels.label, label_coverage=coverage)
+        probs[name] = p.round(5).tolist()
+    cot_result = cot_study(run.llm, examples, np.asarray(probs["base"]), cot, progress=progress) if cot else None
+    result = {
+        "split": split, "states": len(examples), "source": examples.source, "labels": dataclasses.asdict(labels),
+        "baselines": label_baselines(examples.labels.label), "metrics": columns,
+        "adapter": {"dir": str(adapter_dir), "best_step": meta.get("best_step"),
+                    "best_val_loss": meta.get("best_val_loss"), "base_model": meta.get("base_model")},
+        "t": examples.labels.t.tolist(), "label": examples.labels.label.tolist(), "probs": probs,
+        **({"cot": cot_result} if cot_result else {}),
+    }
+    out = run.path / EVAL_DIR / f"{split}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    result["table"] = format_table(columns)
+    result["path"] = str(out)
+    return result
+
+
+def cot_study(llm: LLMConfig, examples: ExampleSet, base_probs: np.ndarray, n: int, *, max_new_tokens: int = 200,
+              progress: bool = True) -> dict[str, Any]:
+    """The chain of thought on ``n`` of the examples (evenly spread), one decision at a time.
+
+    Returns the parse rate, the share of answers with all four steps, latency per
+    decision, agreement with scoring mode's top action (``base_probs``) and accuracy
+    against the hindsight labels, plus the first answers' steps as samples.
+    """
+    cfg = merge_overrides(llm, {"mode": "generate", "prompt.chain_of_thought": True,
+                                "generation.max_new_tokens": max_new_tokens}, source="llm eval --cot")
+    builder = PromptBuilder(cfg, source="llm eval --cot")
+    backend = TransformersBackend(cfg, builder)
+    pick = np.unique(np.linspace(0, len(examples) - 1, min(n, len(examples))).round().astype(np.int64))
+    legal = list(LABEL_ACTIONS)
+    rows: list[dict[str, Any]] = []
+    try:
+        for i in tqdm(pick.tolist(), desc="cot", unit="decision", disable=not progress, leave=False):
+            query = builder.query(examples.queries[i].context)
+            t0 = time.perf_counter()
+            text = backend.generate([query], max_new_tokens, 0.0)[0]
+            ms = (time.perf_counter() - t0) * 1000.0
+            try:
+                action: int | None = parse_answer(text, chain_of_thought=True).action
+            except ParseError:
+                action = None
+            scoring = legal[int(np.argmax(base_probs[i, legal]))]
+            rows.append({"t": int(examples.labels.t[i]), "latency_ms": round(ms, 1), "action": action,
+                         "scoring_action": scoring, "label": int(examples.labels.label[i]),
+                         "steps": parse_cot_steps(text), "tokens": len(backend.tokenizer(text).input_ids)})
+    finally:
+        backend.close()
+    parsed = [r for r in rows if r["action"] is not None]
+    lat = np.array([r["latency_ms"] for r in rows])
+    return {
+        "decisions": len(rows),
+        "Parse rate [%]": 100.0 * len(parsed) / max(len(rows), 1),
+        "Four steps [%]": 100.0 * sum(len(r["steps"]) == 4 for r in rows) / max(len(rows), 1),
+        "Latency median [ms]": float(np.median(lat)) if len(lat) else None,
+        "Latency max [ms]": float(lat.max()) if len(lat) else None,
+        "Tokens mean": float(np.mean([r["tokens"] for r in rows])) if rows else None,
+        "Agreement with scoring [%]": 100.0 * sum(r["action"] == r["scoring_action"] for r in parsed)
+        / max(len(parsed), 1),
+        "Accuracy vs labels [%]": 100.0 * sum(r["action"] == r["label"] for r in parsed) / max(len(parsed), 1),
+        "Scoring accuracy on the same states [%]": 100.0 * sum(r["scoring_action"] == r["label"] for r in rows)
+        / max(len(rows), 1),
+        "rows": rows,
+    }
