@@ -100,13 +100,19 @@ class HybridStatsCallback(BaseCallback):
         # replaced or dropped while it was busy: the seed's 0.5% failure must show here.
         answers = float(advisor.get("llm/total_queries", 0.0) or 0.0) + float(advisor.get("llm/cache_hits", 0.0) or 0.0)
         submitted = self.advice_env.submitted
-        self.stats.count_queries(answers - self.answers0, submitted - self.submitted0)
+        always_on = getattr(self.advice_env, "advise_batch", None) is not None
+        if always_on:
+            # every advised decision was answered for its own observation (age 0); the answers
+            # to the observations after a rollout's last step are counted with the next rollout
+            self.stats.count_queries(self.stats.advised, self.stats.advised)
+        else:
+            self.stats.count_queries(answers - self.answers0, submitted - self.submitted0)
         self.answers0, self.submitted0 = answers, submitted
         values = self.stats.values()
         values.pop("llm/queries")
         for key, value in values.items():
             rec(key, value)
-        rec("llm/configured_query_rate_pct", configured_query_rate_pct(self.llm_config.query))
+        rec("llm/configured_query_rate_pct", 100.0 if always_on else configured_query_rate_pct(self.llm_config.query))
         rec("llm/max_advice_age_steps", self.llm_config.batching.max_age_steps)
         if self.decision_steps:
             rec("fusion/risk_veto_pct", 100.0 * self.veto_steps / self.decision_steps)

@@ -11,8 +11,9 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import yaml
@@ -21,15 +22,25 @@ from stable_baselines3.common.callbacks import CallbackList
 from stable_baselines3.common.logger import Logger
 from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecMonitor, VecNormalize
 
-from hybrid_trader.config import to_dict
+from hybrid_trader.config import merge_overrides, to_dict
 from hybrid_trader.errors import UserError
 from hybrid_trader.run import RunDir
-from hybrid_trader.run.rundir import LLM_CONFIG, SPLIT
 from hybrid_trader.run.models import (
-    final_model, load_model, load_normalizer, newest_valid_checkpoint, restart_fix, save_model,
+    final_model,
+    load_model,
+    load_normalizer,
+    newest_valid_checkpoint,
+    restart_fix,
+    save_model,
 )
+from hybrid_trader.run.rundir import LLM_CONFIG, SPLIT
 from hybrid_trader.training.callbacks import (
-    CheckpointCallback, FreezeBodyCallback, JsonlWriter, StopOnSignal, TensorBoardContinued, TradingMetricsCallback,
+    CheckpointCallback,
+    FreezeBodyCallback,
+    JsonlWriter,
+    StopOnSignal,
+    TensorBoardContinued,
+    TradingMetricsCallback,
     ValidationCallback,
 )
 from hybrid_trader.training.config import RunConfig
@@ -187,6 +198,7 @@ def train_run(
         raise UserError(f"run directory {run.path} is not empty", fix=fix)
 
     # Everything checkable, before the folder exists.
+    config = with_default_student(config, init)
     market = market or load_market(config.data, config.split)
     split_info = _split_info(market)
     advisor, llm_config = _advisor(config, say)
@@ -247,7 +259,7 @@ def _resume(run: RunDir, config: RunConfig, *, market, extra_callbacks, say, qui
             raise UserError(
                 "--resume continues the run as it was configured; these settings contradict it:\n    "
                 + "\n    ".join(conflicts),
-                fix=f"drop those options (only --timesteps may change), or start a new run with another --out")
+                fix="drop those options (only --timesteps may change), or start a new run with another --out")
         status = run.read_status()
         done = int(status.get("total_timesteps") or 0)
         target = config.ppo.total_timesteps
@@ -289,6 +301,17 @@ def _resume(run: RunDir, config: RunConfig, *, market, extra_callbacks, say, qui
             venv.close()
 
 
+def with_default_student(config: RunConfig, init: Path | None) -> RunConfig:
+    """Phase 3 with ``llm.backend: student`` and no ``llm.student.path``: the student distilled into ``init``.
+
+    ``hybrid-trader advise distill P2_RUN`` writes ``P2_RUN/advice/student.pt``; the run's
+    config.yaml records the resolved path.
+    """
+    if config.env.phase != 3 or config.llm.backend != "student" or config.llm.student.path or init is None:
+        return config
+    return merge_overrides(config, {"llm.student.path": str(Path(init) / "advice" / "student.pt")})
+
+
 def _advisor(config: RunConfig, say) -> tuple[Any, Any]:
     """Phase 3: the LLM advisor (its start-up check runs here, before any file is written)."""
     if config.env.phase != 3:
@@ -297,8 +320,12 @@ def _advisor(config: RunConfig, say) -> tuple[Any, Any]:
 
     llm_config = config.llm_config()
     advisor = build_advisor(llm_config)
-    say(f"LLM advisor: {llm_config.backend} back end, {llm_config.mode} mode, query {llm_config.query.mode}, "
-        f"llm_weight {config.fusion.llm_weight}")
+    if callable(getattr(advisor.backend, "advise_batch", None)):
+        say(f"LLM advisor: {advisor.backend.describe()}, always on (every decision, one batched forward per step), "
+            f"fusion {config.fusion.mode}, llm_weight {config.fusion.llm_weight}")
+    else:
+        say(f"LLM advisor: {llm_config.backend} back end, {llm_config.mode} mode, query {llm_config.query.mode}, "
+            f"fusion {config.fusion.mode}, llm_weight {config.fusion.llm_weight}")
     return advisor, llm_config
 
 
