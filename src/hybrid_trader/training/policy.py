@@ -22,7 +22,7 @@ import torch as th
 from sb3_contrib.common.maskable.policies import MaskableActorCriticPolicy
 from stable_baselines3.common.policies import BaseModel
 
-from hybrid_trader.agent.advice_block import ADVICE, OBS_ADVICE
+from hybrid_trader.agent.advice_block import OBS_ADVICE
 from hybrid_trader.agent.fusion import fused_logits
 
 
@@ -51,10 +51,10 @@ class HybridMaskablePolicy(MaskableActorCriticPolicy):
         return data
 
     def _read_advice(self, obs: th.Tensor) -> None:
-        """Keep the advice blocks of ``obs`` for the distribution built next (None: no row has advice)."""
-        advice = obs[..., OBS_ADVICE].float()
-        # plain attribute, set past nn.Module.__setattr__ (its checks cost on every forward)
-        object.__setattr__(self, "_advice", advice if bool((advice[..., ADVICE.present] > 0.5).any()) else None)
+        """Keep the advice blocks of ``obs`` for the distribution built next (rows without advice add no prior)."""
+        # plain attribute, set past nn.Module.__setattr__ (its checks cost on every forward); no
+        # "any advice?" test: it costs as much as the prior it would skip
+        object.__setattr__(self, "_advice", obs[..., OBS_ADVICE].float())
 
     # The three distribution paths read the observation's advice first; the distribution
     # is then built from the latent in _get_action_dist_from_latent.
