@@ -72,3 +72,23 @@ def test_phase3_refuses_a_student_of_another_layout_when_names_differ(student_ma
     with pytest.raises(UserError, match="another observation layout"):
         build_vec_env(student_market, config, student_market.sessions("train"), 2, 0, normalize=True, advisor=advisor)
     assert advisor.backend.student.obs_dim < N_FEATURES  # the student reads the 228-value prefix
+
+
+def test_learned_fusion_trains_its_gate_and_logs_the_trust_when_run_with_the_student(tmp_path, student_market,
+                                                                                    student_p2):
+    from sb3_contrib import MaskablePPO
+
+    out = tmp_path / "p3"
+    train_run(student_cfg(3, 512, **{"fusion.mode": "learned", "fusion.llm_weight": 0.3, "fusion.w_max": 1.0}), out,
+              init=student_p2, market=student_market, quiet=True)
+    rows = [json.loads(line) for line in (out / "progress.jsonl").read_text().splitlines()]
+    logged = [r for r in rows if "fusion/gate_mean" in r]
+    assert len(logged) == 2  # one per rollout
+    assert logged[0]["fusion/gate_mean"] == pytest.approx(0.3, abs=1e-5)  # the first rollout: the constant prior
+    assert 0.0 <= logged[-1]["fusion/gate_mean"] <= 1.0 and logged[-1]["fusion/gate_std"] >= 0.0
+    assert any(k.startswith("fusion/trust_trend_") for k in logged[-1])
+    assert any(k.startswith("fusion/trust_vol_") for k in logged[-1])
+    model = MaskablePPO.load(out / "model.zip")
+    assert model.policy.fusion_mode == "learned"
+    # PPO's update moved the gate away from its zero-initialised last layer
+    assert model.policy.gate.out.weight.abs().sum().item() > 0

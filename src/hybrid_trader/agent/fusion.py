@@ -97,13 +97,14 @@ def log_prior(advice: Array) -> Array:
     return np.where(present, np.log(np.clip(probs, PROB_FLOOR, 1.0)), 0.0)
 
 
-def fused_logits(rl_logits: Array, advice: Array | None, llm_weight: float) -> Array:
+def fused_logits(rl_logits: Array, advice: Array | None, llm_weight: float | Array) -> Array:
     """``rl_logits + llm_weight * log p_llm`` (the RL logits themselves without advice or weight).
 
-    Masking comes after (illegal actions get probability zero), so only the legal
-    actions' relative prior matters.
+    ``llm_weight``: one constant, or one weight per row (``(n, 1)``, the learned gate's
+    ``w(s)``). Masking comes after (illegal actions get probability zero), so only the
+    legal actions' relative prior matters.
     """
-    if advice is None or not llm_weight:
+    if advice is None or (isinstance(llm_weight, (int, float)) and not llm_weight):
         return rl_logits
     return rl_logits + llm_weight * log_prior(advice)
 

@@ -73,7 +73,7 @@ def run(args: TrainBenchArgs) -> int:
     from hybrid_trader.training.runner import train_run
 
     phase = int(args.phase)
-    overrides = {"env.phase": phase, "ppo.n_envs": args.n_envs, "ppo.vec_env": args.vec_env,
+    overrides: dict[str, Any] = {"env.phase": phase, "ppo.n_envs": args.n_envs, "ppo.vec_env": args.vec_env,
                  "ppo.total_timesteps": args.steps, "ppo.seed": args.seed, "train.validate_every": 0,
                  "train.checkpoint_every": 10 ** 9, "train.progress_bar": False}
     if phase == 3:

@@ -216,8 +216,8 @@ class AdvisorVecEnv(VecEnvWrapper):
 
 
 def decision_confidence(decision: Any, env_index: int) -> float:
-    """RL confidence of environment ``env_index`` in a recorded decision ``(rl_logits, masks)``."""
-    logits, masks = decision
+    """RL confidence of environment ``env_index`` in a recorded decision ``(rl_logits, masks, ...)``."""
+    logits, masks = decision[0], decision[1]
     return rl_confidence(logits[env_index].tolist(), None if masks is None else masks[env_index].tolist())
 
 

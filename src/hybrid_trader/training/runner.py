@@ -123,7 +123,8 @@ def make_model(config: RunConfig, venv, init: Path | None = None):
         from hybrid_trader.training.policy import HybridMaskablePolicy
 
         policy = HybridMaskablePolicy
-        policy_kwargs["llm_weight"] = config.fusion.llm_weight
+        policy_kwargs.update(llm_weight=config.fusion.llm_weight, fusion_mode=config.fusion.mode,
+                             w_max=config.fusion.w_max, gate_hidden=config.fusion.gate_hidden)
     model = MaskablePPO(policy, venv, seed=ppo.seed, device=ppo.device, verbose=0, policy_kwargs=policy_kwargs,
                         **hyper)
     notes: list[str] = []

@@ -40,6 +40,8 @@ def transfer_weights(src_policy: torch.nn.Module, dst_policy: torch.nn.Module) -
             if p is lin.weight:
                 first_keys.add(name)
     for key, target in dst.items():
+        if key.startswith("gate.") and key not in src:
+            continue  # the learned fusion's gate is new in phase 3: it keeps its constant-prior start
         if key not in src:
             raise UserError(f"cannot initialise from the earlier run: its network has no '{key}'",
                             fix="use --init with a run of the previous phase trained by this version")

@@ -119,6 +119,11 @@ class Student:
     path: Path
     _numpy: NumpyStudent | None = None
 
+    @property
+    def device(self) -> torch.device:
+        """Where the network's weights are."""
+        return next(self.net.parameters()).device
+
     def check_layout(self, names: Sequence[str], what: str = "the observation") -> None:
         """Refuse observations laid out otherwise than the student's inputs."""
         theirs = layout_hash(names)
@@ -143,7 +148,7 @@ class Student:
         if obs.ndim != 2 or obs.shape[1] != self.obs_dim:
             raise UserError(f"the student expects observations of {self.obs_dim} features, got shape {obs.shape}",
                             file=str(self.path), fix="distil a student on observations of this layout")
-        if self.net.mean.device.type == "cpu":
+        if self.device.type == "cpu":
             if self._numpy is None:
                 self._numpy = NumpyStudent(self.net)
             return self._numpy(obs, no_legal_fix(masks))
@@ -152,7 +157,7 @@ class Student:
     @torch.no_grad()
     def advise_torch(self, obs: np.ndarray, masks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`advise` through the torch network (the reference the numpy forward is tested against)."""
-        device = self.net.mean.device
+        device = self.device
         m = torch.as_tensor(no_legal_fix(masks), device=device)
         logp, conf = self.net(torch.as_tensor(np.asarray(obs, dtype=np.float32), device=device), m)
         return logp.exp().cpu().numpy().astype(np.float32), torch.sigmoid(conf).cpu().numpy().astype(np.float32)
