@@ -24,7 +24,14 @@ from typing import Any
 
 import numpy as np
 
+from hybrid_trader.advise.collect import RunPolicy, collect_llm_config, collect_split
+from hybrid_trader.advise.distill import DistillConfig, distill
 from hybrid_trader.bench.args import TrainBenchArgs
+from hybrid_trader.config import merge_overrides
+from hybrid_trader.training.callbacks import EnvTimeCallback
+from hybrid_trader.training.config import RunConfig
+from hybrid_trader.training.market import load_market
+from hybrid_trader.training.runner import train_run
 
 
 def _last_record(run_dir: Path, key: str) -> Any:
@@ -52,10 +59,6 @@ def build_tiny_student(run_dir: Path, run_config: Any, market: Any, max_states: 
 
     Returns its fidelity on the validation days.
     """
-    # the advise package (dataset, pyarrow) loads only for a student bench
-    from hybrid_trader.advise.collect import RunPolicy, collect_llm_config, collect_split
-    from hybrid_trader.advise.distill import DistillConfig, distill
-
     llm = collect_llm_config(run_config, backend="mock", batch=256)
     policy = RunPolicy(run_dir)
     for split, n in (("train", max_states), ("val", max_states // 4)):
@@ -66,12 +69,6 @@ def build_tiny_student(run_dir: Path, run_config: Any, market: Any, max_states: 
 
 
 def run(args: TrainBenchArgs) -> int:
-    from hybrid_trader.config import merge_overrides
-    from hybrid_trader.training.callbacks import EnvTimeCallback
-    from hybrid_trader.training.config import RunConfig
-    from hybrid_trader.training.market import load_market
-    from hybrid_trader.training.runner import train_run
-
     phase = int(args.phase)
     overrides: dict[str, Any] = {"env.phase": phase, "ppo.n_envs": args.n_envs, "ppo.vec_env": args.vec_env,
                  "ppo.total_timesteps": args.steps, "ppo.seed": args.seed, "train.validate_every": 0,

@@ -34,8 +34,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # evaluation loads torch, SB3 and the environment (about 2 s): `hybrid-trader --help` must not pay it
     from hybrid_trader.evaluation.evaluate import HEADLINE, evaluate_run, format_table
-    from hybrid_trader.evaluation.metrics import jsonable
+    from hybrid_trader.evaluation.metrics import jsonable  # same reason
 
     overrides = {"path": args.data, "tz": args.tz, "time_shift": args.time_shift} if args.data else None
     out = evaluate_run(Path(args.run_dir), split=args.split, seeds=args.seeds, data_overrides=overrides,

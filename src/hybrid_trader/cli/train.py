@@ -46,8 +46,9 @@ def resolve_config(args: argparse.Namespace, base: Any = None) -> Any:
 
     Without --phase (and no env.phase in --config or --set) a new run is phase 1, as --help says.
     """
+    # the config builder and RunConfig load the llm and env configs: `hybrid-trader --help` must not pay them
     from hybrid_trader.config import load_yaml_config, merge_overrides, parse_overrides, read_yaml
-    from hybrid_trader.training.config import RunConfig
+    from hybrid_trader.training.config import RunConfig  # same reason as above
 
     config = load_yaml_config(args.config, RunConfig) if args.config else (base if base is not None else RunConfig())
     sets = parse_overrides(getattr(args, "overrides", []) or [])
@@ -71,7 +72,7 @@ def _file_sets_phase(path: str | None, read_yaml: Any) -> bool:
 def run(args: argparse.Namespace) -> int:
     # Training loads torch and SB3 (about 2 s): `hybrid-trader --help` registers this module and must not pay it.
     from hybrid_trader.evaluation.runner import validation_fn
-    from hybrid_trader.training.runner import default_run_dir, load_run_config, train_run
+    from hybrid_trader.training.runner import default_run_dir, load_run_config, train_run  # same reason
 
     if args.resume:
         if not args.out:
@@ -110,7 +111,7 @@ _PHASES = {1: "entries (HOLD/BUY/SELL)", 2: "position management, from a phase 1
 
 
 def _check_init(init: Path, phase: int) -> None:
-    from hybrid_trader.training.runner import load_run_config
+    from hybrid_trader.training.runner import load_run_config  # torch and SB3: not for --help
 
     if not init.is_dir():
         raise UserError(f"--init {init}: no such run directory")

@@ -124,7 +124,6 @@ def _evaluate(run: RunDir, config: RunConfig, data: dict, out_dir: Path, *, spli
 
         llm_config = config.llm_config()
         if llm_overrides:
-            from hybrid_trader.config import merge_overrides
 
             llm_config = merge_overrides(llm_config, llm_overrides, path="llm")
         fusion = dataclasses.replace(config.fusion, strategy=strategy) if strategy else config.fusion

@@ -27,6 +27,7 @@ from typing import Any
 
 from hybrid_trader import __version__
 from hybrid_trader.errors import UserError
+from hybrid_trader.evaluation.diagnose import diagnose
 from hybrid_trader.evaluation.metrics import SPECS, format_metric, metric_rows, metrics_from_json, summary_line
 from hybrid_trader.evaluation.results import StrategyResult, load_index, load_results, metrics_table, read_json, role_of
 from hybrid_trader.run import RunDir, data_identity, is_stale
@@ -135,7 +136,6 @@ def _diagnosis_html(run_dir: Path) -> str | None:
     run = RunDir(run_dir)
     if not (run.status_path.exists() or run.progress_path.exists()):
         return None
-    from hybrid_trader.evaluation.diagnose import diagnose
 
     try:
         dx = diagnose(run_dir)

@@ -23,6 +23,7 @@ from stable_baselines3.common.logger import Logger
 from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecMonitor, VecNormalize
 
 from hybrid_trader.config import merge_overrides, to_dict
+from hybrid_trader.data.loader import guess_market
 from hybrid_trader.errors import UserError
 from hybrid_trader.run import RunDir
 from hybrid_trader.run.models import (
@@ -34,6 +35,7 @@ from hybrid_trader.run.models import (
     save_model,
 )
 from hybrid_trader.run.rundir import LLM_CONFIG, SPLIT
+from hybrid_trader.training.advice_env import AdvisorVecEnv, PartialVecNormalize
 from hybrid_trader.training.callbacks import (
     CheckpointCallback,
     FreezeBodyCallback,
@@ -45,6 +47,7 @@ from hybrid_trader.training.callbacks import (
 )
 from hybrid_trader.training.config import RunConfig
 from hybrid_trader.training.market import Market, env_factory, load_market
+from hybrid_trader.training.policy import HybridMaskablePolicy
 from hybrid_trader.training.transfer import transfer_normalization, transfer_weights
 
 ValidationFactory = Callable[[Market, RunConfig], Callable[[Any], dict]]
@@ -59,8 +62,6 @@ def default_run_dir(config: RunConfig, root: str | Path = "runs") -> Path:
     data = Path(config.data.path).stem if config.data.path else f"synthetic-e{config.data.synthetic_edge:g}"
     market = config.env.market or config.data.market
     if market is None and config.data.path:
-        from hybrid_trader.data.loader import guess_market
-
         market = guess_market(Path(config.data.path))
     market = market or "NQ"
     stamp = time.strftime("%Y%m%d-%H%M%S")
@@ -95,8 +96,6 @@ def build_vec_env(market: Market, config: RunConfig, sessions, n_envs: int, seed
         venv = DummyVecEnv(fns)
     venv = VecMonitor(venv)
     if advisor is not None:
-        from hybrid_trader.training.advice_env import AdvisorVecEnv, PartialVecNormalize
-
         venv = AdvisorVecEnv(venv, advisor, market, max_age=advisor.config.batching.max_age_steps)
         if normalize:
             venv = PartialVecNormalize(venv, norm_obs=True, norm_reward=False, clip_obs=10.0, training=training)
@@ -120,8 +119,6 @@ def make_model(config: RunConfig, venv, init: Path | None = None):
     policy: Any = "MlpPolicy"
     policy_kwargs: dict[str, Any] = {"net_arch": list(ppo.net_arch)}
     if config.env.phase == 3:
-        from hybrid_trader.training.policy import HybridMaskablePolicy
-
         policy = HybridMaskablePolicy
         policy_kwargs.update(llm_weight=config.fusion.llm_weight, fusion_mode=config.fusion.mode,
                              w_max=config.fusion.w_max, gate_hidden=config.fusion.gate_hidden)
@@ -403,8 +400,6 @@ def _learn(run: RunDir, config: RunConfig, model, venv, market: Market, *, resum
 
 def _find_wrapper(venv):
     """The AdvisorVecEnv inside a wrapper stack."""
-    from hybrid_trader.training.advice_env import AdvisorVecEnv
-
     while not isinstance(venv, AdvisorVecEnv):
         venv = venv.venv
     return venv
