@@ -92,3 +92,20 @@ def test_learned_fusion_trains_its_gate_and_logs_the_trust_when_run_with_the_stu
     assert model.policy.fusion_mode == "learned"
     # PPO's update moved the gate away from its zero-initialised last layer
     assert model.policy.gate.out.weight.abs().sum().item() > 0
+
+
+def test_evaluation_advises_every_decision_and_reports_the_trust_when_fusion_is_learned(tmp_path, student_market,
+                                                                                      student_p2):
+    from hybrid_trader.evaluation.evaluate import evaluate_run
+
+    out = tmp_path / "p3"
+    train_run(student_cfg(3, 256, **{"fusion.mode": "learned"}), out, init=student_p2, market=student_market,
+              quiet=True)
+    ev = evaluate_run(out, split="test", seeds=1, market=student_market, quiet=True)
+    llm = ev.extra["llm"]
+    rate = [v for k, v in llm.items() if "query rate" in k.lower() and "configured" not in k.lower()]
+    assert rate and rate[0] == pytest.approx(100.0)
+    assert llm["Fusion mode"] == "learned"
+    trust = ev.extra["trust"]
+    assert 0.0 <= trust["fusion/gate_mean"] <= 1.0 and any(k.startswith("fusion/trust_trend_") for k in trust)
+    assert set(ev.extra["ablation"]) == {"hybrid (RL + LLM)", "RL only (llm_weight 0)"}
