@@ -16,7 +16,7 @@ def test_ablation_trains_evaluates_and_tabulates_every_variant_when_given_a_phas
     out = tmp_path / "ablation"
     table = run_ablation(student_p2, out, timesteps=256, seeds=(0, 1), split="test", say=lambda s: None)
     assert list(table["variants"]) == ["RL only", "constant prior + student", "learned fusion + student"]
-    for name, v in table["variants"].items():
+    for v in table["variants"].values():
         assert v["seeds"] == 2 and len(v["per_seed"]) == 2
         assert {"Net PnL [$]", "Sharpe (ann.)", "Trades"} <= set(v["mean"])
         assert sum(v["verdicts"].values()) == 2
