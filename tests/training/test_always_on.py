@@ -97,6 +97,7 @@ def test_learned_fusion_trains_its_gate_and_logs_the_trust_when_run_with_the_stu
 def test_evaluation_advises_every_decision_and_reports_the_trust_when_fusion_is_learned(tmp_path, student_market,
                                                                                       student_p2):
     from hybrid_trader.evaluation.evaluate import evaluate_run
+    from hybrid_trader.evaluation.report import write_report
 
     out = tmp_path / "p3"
     train_run(student_cfg(3, 256, **{"fusion.mode": "learned"}), out, init=student_p2, market=student_market,
@@ -109,3 +110,6 @@ def test_evaluation_advises_every_decision_and_reports_the_trust_when_fusion_is_
     trust = ev.extra["trust"]
     assert 0.0 <= trust["fusion/gate_mean"] <= 1.0 and any(k.startswith("fusion/trust_trend_") for k in trust)
     assert set(ev.extra["ablation"]) == {"hybrid (RL + LLM)", "RL only (llm_weight 0)"}
+    html = write_report(out).read_text()
+    assert "When the agent trusts the LLM" in html
+    assert any(f"{bucket} trend" in html for bucket in ("down", "flat", "up"))
