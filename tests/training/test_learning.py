@@ -11,6 +11,7 @@ unlucky trades: the test measures the learned edge, not the luck of the first da
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from hybrid_trader.config import merge_overrides
 from hybrid_trader.evaluation.evaluate import evaluate_run

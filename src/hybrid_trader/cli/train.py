@@ -31,10 +31,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_options(p, ("--phase",))
     add_data_options(p)
     p.add_argument("--config", metavar="FILE", help="YAML configuration (see docs/CONFIG.md); CLI options override it")
-    p.add_argument("--out", metavar="RUN_DIR", help="run directory (default runs/p<phase>-<market>-<data>-s<seed>-<time>)")
+    p.add_argument("--out", metavar="RUN_DIR",
+                   help="run directory (default runs/p<phase>-<market>-<data>-s<seed>-<time>)")
     add_options(p, ("--timesteps", "--n-envs", "--vec-env", "--seed"))
     p.add_argument("--init", metavar="RUN_DIR", help="start from this earlier-phase run (required for phases 2 and 3)")
-    p.add_argument("--resume", action="store_true", help="continue the run in --out from its newest valid checkpoint (only --timesteps may change)")
+    p.add_argument("--resume", action="store_true",
+                   help="continue the run in --out from its newest valid checkpoint (only --timesteps may change)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override any config value, e.g. --set ppo.learning_rate=1e-4 (repeatable)")
     add_options(p, ("--quiet", "--llm"))
@@ -102,7 +104,8 @@ def run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         return 130
     print(f"run directory: {run_dir}")
-    print(f"next: hybrid-trader evaluate {run_dir}   |   hybrid-trader report {run_dir}   |   hybrid-trader diagnose {run_dir}")
+    print(f"next: hybrid-trader evaluate {run_dir}   |   hybrid-trader report {run_dir}   |   "
+          f"hybrid-trader diagnose {run_dir}")
     return 0
 
 

@@ -145,7 +145,7 @@ class HybridAgentPolicy:
         self.name = name
         self.max_samples = max_samples
         self.step = 0
-        self.advice = None
+        self.advice: Advice | None = None
         self.stats = DecisionStats(max_age)
         self.reasons: dict[str, int] = {}
         self.samples: list[dict] = []

@@ -48,7 +48,8 @@ def transfer_weights(src_policy: torch.nn.Module, dst_policy: torch.nn.Module) -
         source = src[key]
         if source.shape == target.shape:
             target.copy_(source)
-        elif key.startswith("action_net.") and source.shape[0] < target.shape[0] and source.shape[1:] == target.shape[1:]:
+        elif (key.startswith("action_net.") and source.shape[0] < target.shape[0]
+              and source.shape[1:] == target.shape[1:]):
             n_old = source.shape[0]
             target[:n_old].copy_(source)
             if key.endswith("weight"):
