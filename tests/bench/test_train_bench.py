@@ -18,3 +18,13 @@ def test_bench_train_when_phase_3_reports_ratio_against_phase_2_and_llm_share(ca
     # the mock answers at once: the LLM took part in the timed phase 3 rollouts
     assert result["llm/total_queries"] > 0 and result["llm_query_rate_pct"] > 0
     assert "took" in lines[-2] and "x the time of phase 2" in lines[-2]
+
+
+def test_bench_train_when_llm_is_student_builds_one_and_advises_every_decision(capsys):
+    code = main(["bench", "train", "--phase", "3", "--llm", "student", "--steps", "256", "--n-envs", "2"])
+    assert code == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["llm_backend"] == "student" and result["fusion_mode"] == "constant"
+    assert result["llm_query_rate_pct"] == 100.0 and result["llm_advised_pct"] == 100.0
+    assert result["student_build_seconds"] > 0
+    assert result["student_metrics"]["Rows"] > 0 and "Top-1 agreement [%]" in result["student_metrics"]

@@ -95,7 +95,8 @@ def test_policy_not_changing_names_the_freeze_schedule_longer_than_the_run(tmp_p
     # The seed run: adapter_warmup_steps 100,000 with 81,920 steps trained.
     rd = write_run(tmp_path / "run", updates=20, n_steps=4096,
                    override={"train/approx_kl": 1.24e-10, "train/clip_fraction": 0.0},
-                   config="env:\n  phase: 3\nphase3:\n  adapter_warmup_steps: 100000\n  freeze_phase2_initially: true\n")
+                   config="env:\n  phase: 3\nphase3:\n  adapter_warmup_steps: 100000\n"
+                          "  freeze_phase2_initially: true\n")
     (f,) = diagnose_run(rd)
     assert f.code == "POLICY_NOT_CHANGING"
     assert f.evidence["config phase3.adapter_warmup_steps"] == 100_000
@@ -122,7 +123,8 @@ def test_seed_report_run_shows_all_its_failures(tmp_path):
 
 def test_advice_stale_when_the_model_answers_slower_than_max_age_even_with_no_advice_used(tmp_path):
     # Gemma on a CPU: answers arrive hundreds of steps late, so no advice is ever fresh enough to be read
-    rd = write_run(tmp_path / "run", phase=3, override={"llm/advice_age_mean_steps": None, "llm/answer_lag_steps": 240.0})
+    rd = write_run(tmp_path / "run", phase=3,
+                   override={"llm/advice_age_mean_steps": None, "llm/answer_lag_steps": 240.0})
     (f,) = diagnose_run(rd)
     assert f.code == "LLM_ADVICE_STALE" and "expire unread" in f.message
     assert f.evidence["model answer lag (mean) [steps]"] == pytest.approx(240.0)
@@ -339,3 +341,47 @@ def test_freeze_schedule_when_in_the_typed_config_is_named(tmp_path):
                    config="env:\n  phase: 2\nppo:\n  total_timesteps: 200000\ntrain:\n  freeze_body_steps: 90000\n")
     (f,) = diagnose_run(rd)
     assert f.evidence["config train.freeze_body_steps"] == 90_000 and "train.freeze_body_steps" in f.fix
+
+
+def student_run(tmp_path, agreement: float, query_rate: float = 100.0):
+    """A phase 3 run advised by a student whose student_metrics.json reports ``agreement`` on validation days."""
+    advice = tmp_path / "p2" / "advice"
+    advice.mkdir(parents=True)
+    (advice / "student_metrics.json").write_text(json.dumps({"metrics": {
+        "train": {"Top-1 agreement [%]": 97.0}, "val": {"Top-1 agreement [%]": agreement, "Rows": 800,
+                                                        "Majority baseline [%]": 41.0, "Mean KL [nats]": 0.4}}}))
+    config = f"env:\n  phase: 3\nllm:\n  backend: student\n  student:\n    path: {advice / 'student.pt'}\n"
+    return write_run(tmp_path / "run", phase=3, config=config,
+                     override={"llm/query_rate_pct": query_rate, "llm/configured_query_rate_pct": 100.0,
+                               "llm/advice_age_mean_steps": 0.0})
+
+
+def test_student_run_is_not_flagged_for_query_rate_when_every_decision_is_advised(tmp_path):
+    dx = diagnose(student_run(tmp_path, agreement=93.0))
+    assert dx.findings == []
+    assert {"LLM query rate", "student fidelity"} <= set(dx.checked)
+
+
+def test_student_fidelity_low_is_flagged_with_the_fix_when_held_out_agreement_is_below_80(tmp_path):
+    found = {f.code: f for f in diagnose_run(student_run(tmp_path, agreement=62.5))}
+    assert set(found) == {"STUDENT_FIDELITY_LOW"}
+    f = found["STUDENT_FIDELITY_LOW"]
+    assert f.evidence["top-1 agreement on val days [%]"] == 62.5 and f.evidence["threshold [%]"] == 80.0
+    assert "advise collect" in f.fix and "advise distill" in f.fix
+    assert Thresholds().min_student_agreement_pct == 80.0
+
+
+def test_student_fidelity_reads_the_test_days_when_the_student_was_scored_on_them(tmp_path):
+    rd = student_run(tmp_path, agreement=95.0)
+    path = tmp_path / "p2" / "advice" / "student_metrics.json"
+    data = json.loads(path.read_text())
+    data["metrics"]["test"] = {"Top-1 agreement [%]": 70.0}
+    path.write_text(json.dumps(data))
+    assert codes(rd) == ["STUDENT_FIDELITY_LOW"]
+
+
+def test_student_fidelity_is_skipped_with_a_reason_when_the_metrics_file_is_missing(tmp_path):
+    rd = student_run(tmp_path, agreement=95.0)
+    (tmp_path / "p2" / "advice" / "student_metrics.json").unlink()
+    dx = diagnose(rd)
+    assert dx.findings == [] and any("student_metrics.json" in s for s in dx.skipped)

@@ -80,3 +80,24 @@ def test_generate_names_the_students_top_action_when_asked(student_path):
 
 def backend_query(ctx):
     return PromptBuilder(load_llm_config(overrides={"backend": "mock"})).query(ctx)
+
+
+def test_numpy_forward_equals_the_torch_network_when_the_student_runs_on_cpu(tmp_path):
+    torch.manual_seed(1)
+    net = StudentNet(228, (32, 16))
+    with torch.no_grad():  # non-trivial normalisation, so that clipping and scaling are exercised
+        net.mean.normal_()
+        net.std.uniform_(0.2, 3.0)
+    path = tmp_path / "student.pt"
+    save_student(path, net, (32, 16), advice_hash="abc", advice_parts={"hash": "abc"}, metrics={}, created_by="test")
+    backend = StudentBackend(StudentConfig(path=str(path)))
+    rng = np.random.default_rng(0)
+    obs = (rng.normal(size=(64, 228)) * 4).astype(np.float32)
+    masks = rng.random((64, 6)) > 0.5
+    masks[0] = False  # no legal action: HOLD is made legal, as in the torch path
+    probs, conf = backend.advise_batch(obs, masks)
+    ref_probs, ref_conf = backend.student.advise_torch(obs, masks)
+    assert probs.dtype == np.float32 and conf.dtype == np.float32
+    np.testing.assert_allclose(probs, ref_probs, atol=1e-6)
+    np.testing.assert_allclose(conf, ref_conf, atol=1e-6)
+    assert (probs[1:][~masks[1:]] == 0).all() and probs[0, 0] == pytest.approx(1.0)

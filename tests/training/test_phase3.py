@@ -14,16 +14,15 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch as th
 
+from hybrid_trader.agent.advice_block import OBS_ADVICE_PRESENT, PHASE3_OBS_DIM
 from hybrid_trader.config import merge_overrides
 from hybrid_trader.llm import build_advisor
 from hybrid_trader.training.config import RunConfig
-from hybrid_trader.agent.advice_block import OBS_ADVICE_PRESENT, PHASE3_OBS_DIM
 from hybrid_trader.training.market import load_market
 from hybrid_trader.training.runner import build_vec_env, make_model, train_run
 
@@ -90,15 +89,21 @@ def test_phase3_starts_as_exactly_the_phase2_policy_when_initialised(market, pha
         venv.close()
 
 
-def test_stored_log_probs_equal_recomputed_ones_when_advice_shapes_the_policy(market, phase2_run):
+@pytest.mark.parametrize("mode", ["constant", "learned"])
+def test_stored_log_probs_equal_recomputed_ones_when_advice_shapes_the_policy(market, phase2_run, mode):
     from stable_baselines3.common.callbacks import CallbackList
     from stable_baselines3.common.utils import obs_as_tensor
 
-    config = cfg(3)
+    config = cfg(3, **{"fusion.mode": mode})
     advisor = build_advisor(config.llm_config())
     venv = build_vec_env(market, config, market.sessions("train"), 2, 0, normalize=True, advisor=advisor)
     try:
         model, _ = make_model(config, venv, init=phase2_run)
+        if mode == "learned":
+            # a gate as after some training: its trust varies from state to state
+            with th.no_grad():
+                th.manual_seed(0)
+                model.policy.gate.out.weight.normal_(0.0, 1.0)
         model._setup_learn(256, callback=None)
         callback = CallbackList([])
         callback.init_callback(model)
@@ -112,8 +117,13 @@ def test_stored_log_probs_equal_recomputed_ones_when_advice_shapes_the_policy(ma
         with th.no_grad():
             _, log_prob, _ = model.policy.evaluate_actions(obs_as_tensor(obs, "cpu"), actions, action_masks=masks)
             np.testing.assert_allclose(log_prob.numpy(), buf.log_probs.reshape(-1), atol=1e-5)
+            if mode == "learned":
+                trust = model.policy.trust(obs_as_tensor(obs, "cpu"),
+                                           model.policy.rl_logits(obs_as_tensor(obs, "cpu")), th.as_tensor(masks))
+                assert trust[advised].std() > 1e-3, "the gate's trust should vary across states"
             # The prior is really inside the distribution: without it the log-probabilities differ.
             model.policy.llm_weight = 0.0
+            model.policy.gate = None
             _, rl_only, _ = model.policy.evaluate_actions(obs_as_tensor(obs, "cpu"), actions, action_masks=masks)
         assert np.abs(rl_only.numpy() - buf.log_probs.reshape(-1))[advised].max() > 1e-3
     finally:

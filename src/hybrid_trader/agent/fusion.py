@@ -18,14 +18,16 @@ Every decision carries a reason code (``REASON_*``), greppable in decision logs.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, Sequence, TypeVar
+from typing import Literal, TypeVar
 
 import numpy as np
 import torch as th
 
 from hybrid_trader.actions import Action
 from hybrid_trader.agent.advice_block import ADVICE
+from hybrid_trader.config import check
 
 PROB_FLOOR = 1e-4
 """Smallest probability inside the log of the prior (keeps it finite)."""
@@ -55,7 +57,13 @@ class FusionConfig:
     """How the RL policy and the LLM advice are combined (the ``fusion`` section)."""
 
     llm_weight: float = 0.3
-    """w in logits = rl_logits + w * log p_llm (0 = RL only), as in the seeds."""
+    """w in logits = rl_logits + w * log p_llm (0 = RL only), as in the seeds; learned mode: w(s) at step 0."""
+    mode: Literal["constant", "learned"] = "constant"
+    """constant: w = llm_weight everywhere; learned: w(s) = w_max * sigmoid(gate(s)), trained by PPO's loss."""
+    w_max: float = 1.0
+    """learned: the largest trust the gate can give the LLM (w(s) in [0, w_max])."""
+    gate_hidden: int = 16
+    """learned: hidden units of the gate's MLP."""
     strategy: Literal["prior", "rules"] = "prior"
     """Decision at evaluation/execution: prior (best action of the trained fused distribution) or rules (seed 001)."""
     high_confidence: float = 0.9
@@ -64,6 +72,14 @@ class FusionConfig:
     """rules: the other side's confidence must be below this for an override."""
     uncertainty: float = 0.5
     """rules: both below this -> HOLD."""
+
+    def __post_init__(self) -> None:
+        check(self.llm_weight >= 0, "llm_weight", f"{self.llm_weight} must be >= 0", fix="use 0 (RL only) or more")
+        check(self.gate_hidden >= 1, "gate_hidden", f"{self.gate_hidden} must be >= 1", fix="use e.g. 16")
+        if self.mode == "learned":
+            check(0 < self.llm_weight < self.w_max, "w_max",
+                  f"learned fusion starts at llm_weight {self.llm_weight}, which must lie strictly between 0 and "
+                  f"w_max {self.w_max}", fix=f"use e.g. w_max {max(2 * self.llm_weight, 1.0):g} and llm_weight > 0")
 
 
 Array = TypeVar("Array", np.ndarray, th.Tensor)
@@ -75,19 +91,22 @@ def log_prior(advice: Array) -> Array:
     Works on numpy arrays and torch tensors alike (training's policy passes tensors).
     """
     probs = advice[..., ADVICE.probs]
-    present = advice[..., ADVICE.present_column] > 0.5
     if isinstance(advice, th.Tensor):
-        return th.where(present, probs.clamp(min=PROB_FLOOR, max=1.0).log(), 0.0)
+        # the presence flag is 0 or 1: multiplying by it is the where() of the numpy branch, in
+        # fewer tensor operations (this runs on every rollout step)
+        return probs.clamp(min=PROB_FLOOR, max=1.0).log() * (advice[..., ADVICE.present_column] > 0.5)
+    present = advice[..., ADVICE.present_column] > 0.5
     return np.where(present, np.log(np.clip(probs, PROB_FLOOR, 1.0)), 0.0)
 
 
-def fused_logits(rl_logits: Array, advice: Array | None, llm_weight: float) -> Array:
+def fused_logits(rl_logits: Array, advice: Array | None, llm_weight: float | Array) -> Array:
     """``rl_logits + llm_weight * log p_llm`` (the RL logits themselves without advice or weight).
 
-    Masking comes after (illegal actions get probability zero), so only the legal
-    actions' relative prior matters.
+    ``llm_weight``: one constant, or one weight per row (``(n, 1)``, the learned gate's
+    ``w(s)``). Masking comes after (illegal actions get probability zero), so only the
+    legal actions' relative prior matters.
     """
-    if advice is None or not llm_weight:
+    if advice is None or (isinstance(llm_weight, (int, float)) and not llm_weight):
         return rl_logits
     return rl_logits + llm_weight * log_prior(advice)
 

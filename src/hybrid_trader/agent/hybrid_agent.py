@@ -19,8 +19,9 @@ distribution and the advice.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Literal, Protocol
+from typing import Any, Literal, Protocol
 
 import numpy as np
 import torch as th
@@ -43,6 +44,9 @@ class RLPolicy(Protocol):
     def rl_logits(self, obs: th.Tensor) -> th.Tensor:
         """RL-only action logits ``(n, 6)`` of normalised phase 3 observations ``(n, d)``."""
         ...
+
+    # optional: ``trust(obs, rl_logits, masks) -> (n, 1) | None``, the learned gate's w(s)
+    # (HybridMaskablePolicy has it; None or absent: the constant fusion.llm_weight)
 
 
 @dataclass(frozen=True)
@@ -67,6 +71,8 @@ class Decision:
     """The usable advice the decision saw (None: none, abstained or too old)."""
     block: np.ndarray
     """The advice block that went into the observation."""
+    trust: float = 0.0
+    """The weight of the LLM prior in this decision: the learned gate's w(s), else fusion.llm_weight (0: none)."""
 
 
 class HybridAgent:
@@ -86,7 +92,7 @@ class HybridAgent:
 
     @classmethod
     def from_model(cls, model: Any, vec_normalize: Any, fusion: FusionConfig, *, max_age: int,
-                   use_llm: bool = True) -> "HybridAgent":
+                   use_llm: bool = True) -> HybridAgent:
         """The agent of a trained phase 3 model (``MaskablePPO``) and its ``VecNormalize`` (or None)."""
         normalize = vec_normalize.normalize_obs if vec_normalize is not None else None
         return cls(model.policy, fusion, max_age=max_age, normalize=normalize, use_llm=use_llm)
@@ -109,8 +115,17 @@ class HybridAgent:
         full = np.concatenate([np.asarray(obs, dtype=np.float32), block])
         x = self.normalize(full) if self.normalize is not None else full
         with th.no_grad():
-            rl_t = self.policy.rl_logits(th.as_tensor(np.asarray(x, dtype=np.float32)[None]))
-            fused_t = fused_logits(rl_t, th.as_tensor(block[None]), self.llm_weight)
+            x_t = th.as_tensor(np.asarray(x, dtype=np.float32)[None])
+            rl_t = self.policy.rl_logits(x_t)
+            weight: float | th.Tensor = self.llm_weight
+            gate = getattr(self.policy, "trust", None) if self.use_llm else None
+            learned = gate(x_t, rl_t, th.as_tensor(mask[None])) if gate is not None else None
+            if learned is not None:
+                weight = learned
+            fused_t = fused_logits(rl_t, th.as_tensor(block[None]), weight)
+        trust = 0.0
+        if advice is not None:
+            trust = float(learned.reshape(-1)[0]) if learned is not None else self.llm_weight
         rl = rl_t[0].numpy().astype(np.float64)
         rl_probs = masked_softmax(rl, mask)
         rl_action = int(np.argmax(rl_probs))
@@ -121,9 +136,9 @@ class HybridAgent:
             fused_by: Literal["prior", "rules"] = "rules"
         else:
             action = int(np.argmax(probs))
-            reason = REASON_PRIOR if advice is not None and self.llm_weight else REASON_RL_ONLY
+            reason = REASON_PRIOR if advice is not None and trust else REASON_RL_ONLY
             fused_by = "prior"
         return Decision(action=action, probs=probs, rl_action=rl_action, rl_probs=rl_probs,
                         rl_confidence=float(rl_probs[rl_action]), fused_by=fused_by, reason=reason,
-                        advice=advice, block=block)
+                        advice=advice, block=block, trust=trust)
 

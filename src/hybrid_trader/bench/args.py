@@ -84,6 +84,10 @@ class TrainBenchArgs(DataArgs):
     """Environments in the main process (dummy) or one subprocess each (subproc)."""
     steps: int = 20_480
     """Training steps to time."""
+    student: str | None = None
+    """Phase 3 with --llm student: the student.pt to use; None: the bench distils a tiny one from mock advice."""
+    fusion: Literal["constant", "learned"] = "constant"
+    """Phase 3: fusion.mode (constant prior or the learned gate)."""
 
     def __post_init__(self) -> None:
         check(self.llm in BACKEND_NAMES, "llm", f"{self.llm!r} is not an LLM back end",

@@ -4,8 +4,14 @@ With ``--phase 3`` it answers the phase 3 question: how much longer does trainin
 with the LLM advisor inside the loop? It trains a short phase 1 and phase 2 (the
 starting point), then times, from that same phase 2 run, a phase 2 continuation and a
 phase 3 run of ``--steps`` each (``--repeats`` times, alternating), and reports
-``phase3_over_phase2``: the ratio of their median ``model.learn`` wall times (model loading and the advisor's start-up are reported apart,
-as ``advisor_start_seconds``), with the share of decisions the LLM actually answered.
+``phase3_over_phase2``: the ratio of their median ``model.learn`` wall times (model
+loading and the advisor's start-up are reported apart, as ``advisor_start_seconds``),
+with the share of decisions the LLM actually answered.
+
+``--llm student`` (always-on: every decision advised by the distilled student) takes
+``--student PATH``, or builds a tiny student itself: it asks the mock advisor on the
+phase 2 run's training states and distils them (``student_build_seconds``, not timed
+against phase 2).
 """
 
 from __future__ import annotations
@@ -18,7 +24,14 @@ from typing import Any
 
 import numpy as np
 
+from hybrid_trader.advise.collect import RunPolicy, collect_llm_config, collect_split
+from hybrid_trader.advise.distill import DistillConfig, distill
 from hybrid_trader.bench.args import TrainBenchArgs
+from hybrid_trader.config import merge_overrides
+from hybrid_trader.training.callbacks import EnvTimeCallback
+from hybrid_trader.training.config import RunConfig
+from hybrid_trader.training.market import load_market
+from hybrid_trader.training.runner import train_run
 
 
 def _last_record(run_dir: Path, key: str) -> Any:
@@ -41,19 +54,30 @@ def _mean_record(run_dir: Path, key: str) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-def run(args: TrainBenchArgs) -> int:
-    from hybrid_trader.config import merge_overrides
-    from hybrid_trader.training.callbacks import EnvTimeCallback
-    from hybrid_trader.training.config import RunConfig
-    from hybrid_trader.training.market import load_market
-    from hybrid_trader.training.runner import train_run
+def build_tiny_student(run_dir: Path, run_config: Any, market: Any, max_states: int = 4000) -> dict:
+    """Distil a small student into ``run_dir/advice/student.pt`` from the mock advisor's advice on its train states.
 
+    Returns its fidelity on the validation days.
+    """
+    llm = collect_llm_config(run_config, backend="mock", batch=256)
+    policy = RunPolicy(run_dir)
+    for split, n in (("train", max_states), ("val", max_states // 4)):
+        collect_split(run_dir, split, llm, market=market, run_config=run_config, policy=policy, max_states=n,
+                      progress=False, say=lambda s: None)
+    out = distill(run_dir, DistillConfig(epochs=10, hidden=(64, 64)), say=lambda s: None)
+    return out["metrics"].get("val", {})
+
+
+def run(args: TrainBenchArgs) -> int:
     phase = int(args.phase)
-    overrides = {"env.phase": phase, "ppo.n_envs": args.n_envs, "ppo.vec_env": args.vec_env,
+    overrides: dict[str, Any] = {"env.phase": phase, "ppo.n_envs": args.n_envs, "ppo.vec_env": args.vec_env,
                  "ppo.total_timesteps": args.steps, "ppo.seed": args.seed, "train.validate_every": 0,
                  "train.checkpoint_every": 10 ** 9, "train.progress_bar": False}
     if phase == 3:
         overrides["llm.backend"] = args.llm
+        overrides["fusion.mode"] = args.fusion
+        if args.llm == "student" and args.student:
+            overrides["llm.student.path"] = str(Path(args.student).resolve())
     if args.data:
         overrides["data.path"] = args.data
         if args.tz:
@@ -75,6 +99,10 @@ def run(args: TrainBenchArgs) -> int:
             p2 = merge_overrides(config, {"env.phase": 2, "ppo.total_timesteps": short})
             train_run(p2, tmp_dir / "p2", market=market, init=init, quiet=True)
             init = tmp_dir / "p2"
+            if args.llm == "student" and not args.student:
+                start = time.perf_counter()
+                extra["student_metrics"] = build_tiny_student(init, p2, market)
+                extra["student_build_seconds"] = round(time.perf_counter() - start, 1)
         repeats = args.repeats if phase == 3 else 1
         p2_times: list[float] = []
         p3_times: list[float] = []
@@ -97,15 +125,20 @@ def run(args: TrainBenchArgs) -> int:
             extra["phase3_learn_seconds"] = round(float(np.median(p3_times)), 2)
             extra["phase2_runs_seconds"] = p2_times
             extra["phase3_runs_seconds"] = p3_times
-            extra["phase3_over_phase2"] = round(extra["phase3_learn_seconds"] / max(extra["phase2_learn_seconds"], 1e-9), 3)
+            extra["phase3_over_phase2"] = round(
+                extra["phase3_learn_seconds"] / max(extra["phase2_learn_seconds"], 1e-9), 3)
             extra["advisor_start_seconds"] = round(wall - status["wall_seconds"], 1)
             extra["llm_backend"] = config.llm.backend
+            extra["fusion_mode"] = config.fusion.mode
+            extra["llm_advised_pct"] = round(_mean_record(run_dir, "llm/advised_pct") or 0.0, 2)
             for key in ("llm/total_queries", "llm/avg_latency_ms", "llm/label_coverage", "llm/error_rate"):
                 extra[key] = _last_record(run_dir, key)
             steps_logged = max(status["total_timesteps"], 1)
             # query rate over the whole run: answered queries (cache hits included) per decision
             answered = float(extra["llm/total_queries"] or 0) + float(_last_record(run_dir, "llm/cache_hits") or 0)
             extra["llm_query_rate_pct"] = round(100.0 * answered / steps_logged, 3)
+            if config.llm.backend == "student":  # always-on: answered in the wrapper, logged per rollout
+                extra["llm_query_rate_pct"] = round(_mean_record(run_dir, "llm/query_rate_pct") or 0.0, 3)
             extra["llm_request_rate_pct"] = round(_mean_record(run_dir, "llm/request_rate_pct") or 0.0, 2)
     steps = status["total_timesteps"]
     learn = status["wall_seconds"] or wall
@@ -125,7 +158,8 @@ def run(args: TrainBenchArgs) -> int:
         "data": args.data or "synthetic",
         **extra,
     }
-    print(f"{result['train_steps_per_s']:,.0f} training steps/s; environment {result['env_time_share_pct']}% of wall time")
+    print(f"{result['train_steps_per_s']:,.0f} training steps/s; "
+          f"environment {result['env_time_share_pct']}% of wall time")
     if phase == 3:
         print(f"phase 3 ({result['llm_backend']}) took {result['phase3_over_phase2']:.2f}x the time of phase 2 "
               f"({result['phase3_learn_seconds']} s vs {result['phase2_learn_seconds']} s for {steps:,} steps, "

@@ -15,8 +15,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="evaluate a trained run on the test split against baselines",
         description="Run the deterministic masked policy of RUN_DIR on a split of days it never trained on, with "
         "the same costs and rules, next to baselines (flat, random legal actions at the agent's trade rate over "
-        "several seeds, a momentum rule). Writes RUN_DIR/eval/<split>/; with --data, RUN_DIR/eval/<data-stem>-<hash8>/<split>/ "
-        "(never over the run's own results). results.json records the model's and the data's sha256.",
+        "several seeds, a momentum rule). Writes RUN_DIR/eval/<split>/; with --data, "
+        "RUN_DIR/eval/<data-stem>-<hash8>/<split>/ (never over the run's own results). results.json records the "
+        "model's and the data's sha256. --ablation OUT: the variants ablation of a phase 2 run and its student.",
     )
     p.add_argument("run_dir", metavar="RUN_DIR", help="a run directory made by 'hybrid-trader train'")
     p.add_argument("--data", metavar="FILE", help="evaluate on these bars instead of the run's (same options as train)")
@@ -29,14 +30,25 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--strategy", choices=("prior", "rules"),
                    help="phase 3: decide with the trained fused distribution (prior) or seed 001's rules")
     p.add_argument("--no-ablation", action="store_true", help="phase 3: skip the RL-only ablation run")
+    p.add_argument("--ablation", metavar="OUT",
+                   help="RUN_DIR is a phase 2 run with a distilled student: train (or reuse) the variants RL only "
+                        "(phase 2 continued), constant prior + student and learned fusion + student for each seed "
+                        "under OUT, evaluate them on --split, write OUT/ablation.json and OUT/ABLATION.md")
+    p.add_argument("--ablation-steps", type=int, metavar="N",
+                   help="--ablation: training steps of every variant run (default: the phase 2 run's)")
+    p.add_argument("--ablation-seeds", type=int, default=3, metavar="K", help="--ablation: seeds 0..K-1 (default 3)")
+    p.add_argument("--student", metavar="FILE", help="--ablation: the student.pt (default RUN_DIR/advice/student.pt)")
     p.add_argument("--json", action="store_true", help="print one JSON object with everything as the last line")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    # evaluation loads torch, SB3 and the environment (about 2 s): `hybrid-trader --help` must not pay it
     from hybrid_trader.evaluation.evaluate import HEADLINE, evaluate_run, format_table
-    from hybrid_trader.evaluation.metrics import jsonable
+    from hybrid_trader.evaluation.metrics import jsonable  # same reason
 
+    if args.ablation:
+        return _ablation(args)
     overrides = {"path": args.data, "tz": args.tz, "time_shift": args.time_shift} if args.data else None
     out = evaluate_run(Path(args.run_dir), split=args.split, seeds=args.seeds, data_overrides=overrides,
                        quiet=args.json, llm_overrides=llm_key_overrides(overrides_from(args, ("--llm",))) or None,
@@ -54,4 +66,27 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(json.dumps(jsonable({"split": out.split, "dates": out.dates, "metrics": out.metrics,
                                     "random_seeds": out.random_seeds, "out_dir": str(out.out_dir), **out.extra})))
+    return 0
+
+
+def _ablation(args: argparse.Namespace) -> int:
+    # training and evaluation load torch, SB3 and the environment: `hybrid-trader --help` must not pay it
+    from hybrid_trader.errors import UserError
+    from hybrid_trader.evaluation.ablation import ablation_markdown, run_ablation  # same reason
+    from hybrid_trader.evaluation.metrics import jsonable  # same reason
+    from hybrid_trader.training.runner import load_run_config  # same reason
+
+    if args.data:
+        raise UserError("--ablation trains on the phase 2 run's bars; --data does not apply", fix="drop --data")
+    if args.ablation_seeds < 1:
+        raise UserError(f"--ablation-seeds {args.ablation_seeds}: need at least 1 seed")
+    steps = args.ablation_steps or load_run_config(Path(args.run_dir)).ppo.total_timesteps
+    say = (lambda s: None) if args.json else (lambda s: print(s, flush=True))
+    table = run_ablation(Path(args.run_dir), Path(args.ablation), timesteps=steps,
+                         seeds=tuple(range(args.ablation_seeds)), split=args.split, student=args.student, say=say)
+    if args.json:
+        print(json.dumps(jsonable(table)))
+    else:
+        print(ablation_markdown(table))
+        print(f"ablation: {Path(args.ablation) / 'ablation.json'}   {Path(args.ablation) / 'ABLATION.md'}")
     return 0

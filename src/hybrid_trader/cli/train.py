@@ -31,10 +31,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_options(p, ("--phase",))
     add_data_options(p)
     p.add_argument("--config", metavar="FILE", help="YAML configuration (see docs/CONFIG.md); CLI options override it")
-    p.add_argument("--out", metavar="RUN_DIR", help="run directory (default runs/p<phase>-<market>-<data>-s<seed>-<time>)")
+    p.add_argument("--out", metavar="RUN_DIR",
+                   help="run directory (default runs/p<phase>-<market>-<data>-s<seed>-<time>)")
     add_options(p, ("--timesteps", "--n-envs", "--vec-env", "--seed"))
     p.add_argument("--init", metavar="RUN_DIR", help="start from this earlier-phase run (required for phases 2 and 3)")
-    p.add_argument("--resume", action="store_true", help="continue the run in --out from its newest valid checkpoint (only --timesteps may change)")
+    p.add_argument("--resume", action="store_true",
+                   help="continue the run in --out from its newest valid checkpoint (only --timesteps may change)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override any config value, e.g. --set ppo.learning_rate=1e-4 (repeatable)")
     add_options(p, ("--quiet", "--llm"))
@@ -46,8 +48,9 @@ def resolve_config(args: argparse.Namespace, base: Any = None) -> Any:
 
     Without --phase (and no env.phase in --config or --set) a new run is phase 1, as --help says.
     """
+    # the config builder and RunConfig load the llm and env configs: `hybrid-trader --help` must not pay them
     from hybrid_trader.config import load_yaml_config, merge_overrides, parse_overrides, read_yaml
-    from hybrid_trader.training.config import RunConfig
+    from hybrid_trader.training.config import RunConfig  # same reason as above
 
     config = load_yaml_config(args.config, RunConfig) if args.config else (base if base is not None else RunConfig())
     sets = parse_overrides(getattr(args, "overrides", []) or [])
@@ -71,7 +74,7 @@ def _file_sets_phase(path: str | None, read_yaml: Any) -> bool:
 def run(args: argparse.Namespace) -> int:
     # Training loads torch and SB3 (about 2 s): `hybrid-trader --help` registers this module and must not pay it.
     from hybrid_trader.evaluation.runner import validation_fn
-    from hybrid_trader.training.runner import default_run_dir, load_run_config, train_run
+    from hybrid_trader.training.runner import default_run_dir, load_run_config, train_run  # same reason
 
     if args.resume:
         if not args.out:
@@ -101,7 +104,8 @@ def run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         return 130
     print(f"run directory: {run_dir}")
-    print(f"next: hybrid-trader evaluate {run_dir}   |   hybrid-trader report {run_dir}   |   hybrid-trader diagnose {run_dir}")
+    print(f"next: hybrid-trader evaluate {run_dir}   |   hybrid-trader report {run_dir}   |   "
+          f"hybrid-trader diagnose {run_dir}")
     return 0
 
 
@@ -110,7 +114,7 @@ _PHASES = {1: "entries (HOLD/BUY/SELL)", 2: "position management, from a phase 1
 
 
 def _check_init(init: Path, phase: int) -> None:
-    from hybrid_trader.training.runner import load_run_config
+    from hybrid_trader.training.runner import load_run_config  # torch and SB3: not for --help
 
     if not init.is_dir():
         raise UserError(f"--init {init}: no such run directory")

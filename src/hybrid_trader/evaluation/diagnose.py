@@ -64,6 +64,7 @@ CODES: dict[str, str] = {
     "LLM_AUTH_FAILED": "the LLM server refused the API key (HTTP 401/403)",
     "LLM_UNREACHABLE": "the LLM server could not be reached for the whole run",
     "HYBRID_EQUALS_RL_ONLY": "the hybrid agent's evaluation figures equal the RL-only ablation's: advice had no effect",
+    "STUDENT_FIDELITY_LOW": "the distilled student agrees too rarely with the LLM it imitates on held-out days",
 }
 
 
@@ -119,6 +120,8 @@ class Thresholds:
     """LLM_UNREACHABLE when connection errors are at least this share of the model queries sent [%]."""
     hybrid_equal_rel_tol: float = 1e-9
     """HYBRID_EQUALS_RL_ONLY when every figure of the two ablation columns differs by at most this (relative)."""
+    min_student_agreement_pct: float = 80.0
+    """STUDENT_FIDELITY_LOW when the student's top-1 agreement with its LLM on held-out days is below this [%]."""
 
 
 @dataclass
@@ -1043,6 +1046,47 @@ def check_hybrid_vs_rl_only(run: RunView, th: Thresholds) -> list[Finding] | Ski
                     evidence, fix)]
 
 
+STUDENT_AGREEMENT = "Top-1 agreement [%]"
+"""The fidelity figure of ``student_metrics.json`` (written by ``hybrid-trader advise distill``) that is checked."""
+
+
+def check_student_fidelity(run: RunView, th: Thresholds) -> list[Finding] | Skip:
+    """A run advised by the distilled student: its top-1 agreement with the LLM on held-out days."""
+    llm = run.llm
+    if llm is None or llm.backend != "student":
+        return Skip(None)
+    if not llm.student.path:
+        return Skip("llm.student.path is empty")
+    path = Path(llm.student.path).with_name("student_metrics.json")
+    if not path.is_file():
+        return Skip(f"{path} not found (written by hybrid-trader advise distill)")
+    try:
+        metrics = json.loads(path.read_text()).get("metrics", {})
+    except (OSError, ValueError, AttributeError) as err:
+        return Skip(f"{path} is not readable JSON ({type(err).__name__})")
+    # test days when collected (never used while distilling), else the validation days
+    split = next((s for s in ("test", "val") if isinstance(metrics.get(s), dict) and STUDENT_AGREEMENT in metrics[s]),
+                 None)
+    if split is None:
+        return Skip(f"{path} has no held-out {STUDENT_AGREEMENT!r}")
+    agree = float(metrics[split][STUDENT_AGREEMENT])
+    if agree >= th.min_student_agreement_pct:
+        return []
+    ev: dict[str, Any] = {f"top-1 agreement on {split} days [%]": agree, "threshold [%]": th.min_student_agreement_pct,
+                          "student": str(llm.student.path)}
+    for key in ("Majority baseline [%]", "Mean KL [nats]", "Rows"):
+        if key in metrics[split]:
+            ev[key] = metrics[split][key]
+    run_dir = Path(llm.student.path).parent.parent
+    return [Finding(
+        "STUDENT_FIDELITY_LOW", "error",
+        "the distilled student often advises otherwise than the LLM it stands for, so its advice is not the LLM's",
+        ev, f"collect more advice (hybrid-trader advise collect {run_dir} --sampled 2, and the val split) and "
+            f"distil longer or wider (hybrid-trader advise distill {run_dir} --epochs N); check with "
+            f"hybrid-trader advise compare {run_dir}",
+    )]
+
+
 # ---------------------------------------------------------------------------------------
 # The registry
 # ---------------------------------------------------------------------------------------
@@ -1060,5 +1104,6 @@ CHECKS: tuple[Check, ...] = (
     Check("trading rate", ("NEVER_TRADES", "OVERTRADING"), check_trading_rate),
     Check("train/validation gap", ("TRAIN_VAL_GAP",), check_train_val_gap),
     Check("hybrid vs RL-only", ("HYBRID_EQUALS_RL_ONLY",), check_hybrid_vs_rl_only),
+    Check("student fidelity", ("STUDENT_FIDELITY_LOW",), check_student_fidelity),
 )
 """Every check, in the order they run; each code of :data:`CODES` belongs to exactly one."""

@@ -124,16 +124,19 @@ def _evaluate(run: RunDir, config: RunConfig, data: dict, out_dir: Path, *, spli
 
         llm_config = config.llm_config()
         if llm_overrides:
-            from hybrid_trader.config import merge_overrides
 
             llm_config = merge_overrides(llm_config, llm_overrides, path="llm")
         fusion = dataclasses.replace(config.fusion, strategy=strategy) if strategy else config.fusion
         advisor = build_advisor(llm_config)
-        say(f"LLM advisor: {llm_config.backend} ({llm_config.mode} mode), fusion {fusion.strategy}, "
-            f"llm_weight {fusion.llm_weight}")
+        say(f"LLM advisor: {llm_config.backend} ({llm_config.mode} mode), fusion {fusion.strategy} "
+            f"({fusion.mode}), llm_weight {fusion.llm_weight}")
         agent_env = evaluation_env(market, config.env, sessions, risk_veto=make_veto(config.risk))
         try:
-            agent = run_policy(HybridAgentPolicy(model, vec, advisor, market, fusion), agent_env)
+            hybrid = HybridAgentPolicy(model, vec, advisor, market, fusion)
+            agent = run_policy(hybrid, agent_env)
+            hybrid.finish()  # learned fusion: the trust by trend and volatility (into the llm figures)
+            if "trust" in hybrid.result_extra:
+                agent.extra["trust"] = hybrid.result_extra["trust"]
             agent.extra.setdefault("llm", {}).update(
                 {k: v for k, v in advisor.stats().items() if k in ("llm/avg_latency_ms", "llm/p95_latency_ms",
                                                                   "llm/error_rate", "llm/label_coverage",
@@ -177,6 +180,8 @@ def _evaluate(run: RunDir, config: RunConfig, data: dict, out_dir: Path, *, spli
     if phase3:
         extra["llm"] = agent.extra.get("llm")
         extra["ablation"] = ablation_metrics
+        if agent.extra.get("trust"):
+            extra["trust"] = agent.extra["trust"]
     return EvaluationOutput(split, out_dir, metrics, random_stats, dates, per_seed, extra)
 
 

@@ -8,14 +8,18 @@ costs, fills and rules are identical.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
 import numpy as np
 
 from hybrid_trader.actions import ACTION_NAMES, Action
 from hybrid_trader.agent.fusion import FusionConfig
+from hybrid_trader.agent.gate import TREND_FEATURE, VOLATILITY_FEATURE, trust_buckets
 from hybrid_trader.agent.hybrid_agent import Decision, HybridAgent
 from hybrid_trader.agent.stats import DecisionStats
+from hybrid_trader.features.names import FEATURE_NAMES
+from hybrid_trader.llm.advice import Advice
 from hybrid_trader.llm.context import context_from_market
 from hybrid_trader.llm.stats import label
 
@@ -106,6 +110,13 @@ class AgentPolicy:
 
 PolicyFn = Callable[[np.ndarray, np.ndarray, Any], int]
 
+TREND_INDEX = FEATURE_NAMES.index(TREND_FEATURE)
+VOLATILITY_INDEX = FEATURE_NAMES.index(VOLATILITY_FEATURE)
+GATE_LABELS = {"fusion/gate_mean": "Trust w(s) (mean)", "fusion/gate_std": "Trust w(s) (std)",
+               **{f"fusion/trust_trend_{b}": f"Trust, {b} trend" for b in ("down", "flat", "up")},
+               **{f"fusion/trust_vol_{b}": f"Trust, {b} volatility" for b in ("low", "mid", "high")}}
+"""Labels of the gate's statistics in evaluation tables."""
+
 
 class HybridAgentPolicy:
     """The phase 3 agent at evaluation time: ``agent.HybridAgent`` + the LLM advisor (+ the env's risk veto).
@@ -116,6 +127,11 @@ class HybridAgentPolicy:
     advice is kept for up to ``max_age_steps`` steps. ``use_llm=False`` is the RL-only
     ablation: no queries and ``llm_weight`` 0. Statistics (``agent.stats.DecisionStats``,
     labelled from ``llm.stats``) and sample decisions go to ``result_extra``.
+
+    Always-on (a back end with ``advise_batch``, the distilled student): as in training,
+    every decision is advised, on the raw observation and the legal actions, age 0.
+    Learned fusion: the gate's trust of each advised decision is kept and summarised by
+    trend and volatility bucket (``agent.gate.trust_buckets``, "when the agent trusts the LLM").
     """
 
     def __init__(self, model: Any, vec_normalize: Any, advisor: Any, market: Any, fusion: FusionConfig, *,
@@ -129,19 +145,36 @@ class HybridAgentPolicy:
         self.name = name
         self.max_samples = max_samples
         self.step = 0
-        self.advice = None
+        self.advice: Advice | None = None
         self.stats = DecisionStats(max_age)
         self.reasons: dict[str, int] = {}
         self.samples: list[dict] = []
         self.result_extra: dict = {"role": "agent" if use_llm else "ablation"}
+        self.advise_batch = getattr(getattr(self.advisor, "backend", None), "advise_batch", None)
+        """Always-on: the back end's batched advice (the student); None: the query policy decides."""
+        student = getattr(getattr(self.advisor, "backend", None), "student", None)
+        self.student_dim = int(student.obs_dim) if student is not None else 0
+        self.trust: list[float] = []
+        self.trust_context: list[tuple[float, float]] = []
+        """Raw trend and volatility features of the advised decisions whose trust is kept."""
 
     def _current_advice(self):
         """The last advice with its age now (None: none yet)."""
         return None if self.advice is None else self.advice.with_age(self.step)
 
     def __call__(self, obs, mask, env) -> int:
-        decision = self.agent.decide(obs, mask, self._current_advice())
-        if self.advisor is not None:
+        if self.advise_batch is not None:
+            probs, conf = self.advise_batch(np.asarray(obs, dtype=np.float32)[None, :self.student_dim],
+                                            np.asarray(mask, dtype=bool)[None])
+            p = probs[0]
+            action = int(np.argmax(p))
+            self.advice = Advice(probs=p, action=action, confidence=float(conf[0]), coverage=1.0,
+                                 backend="student", step=self.step)
+            self.stats.count_queries(1, 1)
+            decision = self.agent.decide(obs, mask, self._current_advice())
+        else:
+            decision = self.agent.decide(obs, mask, self._current_advice())
+        if self.advisor is not None and self.advise_batch is None:
             ctx = context_from_market(self.market.bars, self.market.features, env.current_index,
                                       env.account_snapshot(), mask)
             if self.advisor.should_query(0, self.step, ctx, decision.rl_confidence):
@@ -149,12 +182,15 @@ class HybridAgentPolicy:
                 self.advice = self.advisor.advise_now([ctx], use_cache=True, env_index=0, step=self.step)[0]
                 self.stats.count_queries(1, 1)
                 decision = self.agent.decide(obs, mask, self._current_advice())
-        self._record(decision, env)
+        self._record(decision, env, obs)
         self.step += 1
         return decision.action
 
-    def _record(self, d: Decision, env) -> None:
+    def _record(self, d: Decision, env, obs: np.ndarray) -> None:
         self.stats.add(np.array([d.rl_action]), np.array([d.rl_confidence]), np.array([d.action]), d.block)
+        if d.advice is not None and self.fusion.mode == "learned" and self.use_llm:
+            self.trust.append(d.trust)
+            self.trust_context.append((float(obs[TREND_INDEX]), float(obs[VOLATILITY_INDEX])))
         self.reasons[d.reason] = self.reasons.get(d.reason, 0) + 1
         advice = d.advice
         if len(self.samples) < self.max_samples and (d.action != 0 or (advice is not None and advice.action != 0)):
@@ -181,7 +217,17 @@ class HybridAgentPolicy:
                 "Veto counts": dict(env.veto_counts),
                 "Fusion rules used": dict(self.reasons),
                 "LLM weight": self.agent.llm_weight,
+                "Fusion mode": self.fusion.mode,
                 "Strategy": self.fusion.strategy,
             },
             "sample_decisions": self.samples,
         })
+
+    def finish(self) -> None:
+        """Learned fusion: add the gate's trust by trend and volatility bucket to ``result_extra``."""
+        if not self.trust:
+            return
+        context = np.asarray(self.trust_context)
+        trust = trust_buckets(np.asarray(self.trust), context[:, 0], context[:, 1])
+        self.result_extra["trust"] = trust
+        self.result_extra["llm"].update({GATE_LABELS[k]: v for k, v in trust.items()})

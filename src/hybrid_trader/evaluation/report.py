@@ -26,7 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from hybrid_trader import __version__
+from hybrid_trader.agent.gate import GATE_STATISTICS, TREND_BUCKETS, VOLATILITY_BUCKETS
 from hybrid_trader.errors import UserError
+from hybrid_trader.evaluation.diagnose import diagnose
 from hybrid_trader.evaluation.metrics import SPECS, format_metric, metric_rows, metrics_from_json, summary_line
 from hybrid_trader.evaluation.results import StrategyResult, load_index, load_results, metrics_table, read_json, role_of
 from hybrid_trader.run import RunDir, data_identity, is_stale
@@ -39,11 +41,15 @@ MAX_DECISIONS = 50
 CSS = """
 body{font-family:-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:24px auto;max-width:1180px;color:#222;
 line-height:1.4;padding:0 16px}
-h1{font-size:1.5em;margin-bottom:.2em}h2{font-size:1.2em;border-bottom:1px solid #ddd;padding-bottom:.2em;margin-top:1.6em}
-.meta{color:#555;font-size:.9em}.headline{background:#f4f7fb;border-left:4px solid #08519c;padding:8px 12px;margin:12px 0}
-table{border-collapse:collapse;font-size:.88em;margin:8px 0}th,td{border:1px solid #ddd;padding:4px 8px;text-align:right;
+h1{font-size:1.5em;margin-bottom:.2em}
+h2{font-size:1.2em;border-bottom:1px solid #ddd;padding-bottom:.2em;margin-top:1.6em}
+.meta{color:#555;font-size:.9em}
+.headline{background:#f4f7fb;border-left:4px solid #08519c;padding:8px 12px;margin:12px 0}
+table{border-collapse:collapse;font-size:.88em;margin:8px 0}
+th,td{border:1px solid #ddd;padding:4px 8px;text-align:right;
 vertical-align:top}th{background:#f2f2f2}td.l,th.l{text-align:left}th.agent{background:#dbe7f5}
-tr:nth-child(even) td{background:#fafafa}figure{margin:12px 0}figure img{max-width:100%;height:auto;border:1px solid #eee}
+tr:nth-child(even) td{background:#fafafa}figure{margin:12px 0}
+figure img{max-width:100%;height:auto;border:1px solid #eee}
 figcaption{font-size:.85em;color:#555}pre{background:#f6f6f6;padding:10px;overflow:auto;font-size:.82em;
 border:1px solid #e4e4e4}.error{color:#b2182b;font-weight:bold}.warning{color:#b35806;font-weight:bold}
 .small{font-size:.85em;color:#555}
@@ -116,6 +122,24 @@ def _ablation_html(data: Any) -> str:
     return f"<pre>{_esc(json.dumps(data, indent=2))}</pre>"
 
 
+def _trust_html(trust: Mapping[str, Mapping]) -> str:
+    """The gate's mean trust per context bucket, one column per strategy."""
+    names = list(trust)
+    rows = [(f"fusion/trust_trend_{b}", f"{b} trend") for b in TREND_BUCKETS]
+    rows += [(f"fusion/trust_vol_{b}", f"{b} volatility") for b in VOLATILITY_BUCKETS]
+    rows += [("fusion/gate_mean", "all advised decisions"), ("fusion/gate_std", "spread (std) over them")]
+    out = ['<table><thead><tr><th class="l">context</th>' + "".join(f"<th>{_esc(n)}</th>" for n in names)
+           + "</tr></thead><tbody>"]
+    for key, text in rows:
+        if not any(key in trust[n] for n in names):
+            continue
+        cells = "".join(f"<td>{trust[n][key]:.3f}</td>" if isinstance(trust[n].get(key), (int, float))
+                        else "<td>-</td>" for n in names)
+        out.append(f'<tr title="{_esc(GATE_STATISTICS.get(key, ""))}"><td class="l">{_esc(text)}</td>{cells}</tr>')
+    out.append("</tbody></table>")
+    return "".join(out)
+
+
 def _sample_decisions(r: StrategyResult) -> list:
     """``extra["sample_decisions"]`` (or ``extra["decisions"]``) when it is a non-empty list of dicts."""
     for key in ("sample_decisions", "decisions"):
@@ -128,14 +152,14 @@ def _sample_decisions(r: StrategyResult) -> list:
 def _figure(title: str, png: bytes, file_name: str, caption: str) -> str:
     data = base64.b64encode(png).decode("ascii")
     return (f'<figure><img alt="{_esc(title)}" src="data:image/png;base64,{data}">'
-            f"<figcaption><b>{_esc(title)}.</b> {_esc(caption)} (also saved as {_esc(file_name)})</figcaption></figure>")
+            f"<figcaption><b>{_esc(title)}.</b> {_esc(caption)} "
+            f"(also saved as {_esc(file_name)})</figcaption></figure>")
 
 
 def _diagnosis_html(run_dir: Path) -> str | None:
     run = RunDir(run_dir)
     if not (run.status_path.exists() or run.progress_path.exists()):
         return None
-    from hybrid_trader.evaluation.diagnose import diagnose
 
     try:
         dx = diagnose(run_dir)
@@ -153,6 +177,55 @@ def _diagnosis_html(run_dir: Path) -> str | None:
     if dx.skipped:
         body += '<p class="small">Not checked: ' + _esc("; ".join(dx.skipped)) + "</p>"
     return body + '<p class="small">Same as <code>hybrid-trader diagnose RUN_DIR</code>.</p>'
+
+
+def _figures_html(results: list, prices: Any, agents: list, out_path: Path) -> list[str]:
+    """The report's figures as HTML, each also written as a PNG beside ``out_path``."""
+    from hybrid_trader.evaluation import figures  # matplotlib only when a report is written
+
+    stem = out_path.stem
+    figs: list[tuple[str, bytes, str]] = [
+        ("Equity", figures.equity_figure(results, prices),
+         "Account equity at each bar close, open profit and all costs included; baselines thinner, "
+         "seeds of one random baseline share a colour."),
+        ("Drawdown", figures.drawdown_figure(results, prices), "Dollars below the running peak of equity."),
+    ]
+    for a in agents[:3]:
+        figs.append((f"Trades of {a.name}", figures.trades_figure(a, prices),
+                     "Close price; triangles are entry fills (up: long, green; down: short, red), crosses the exits."))
+    if agents:
+        figs.append(("PnL per day", figures.daily_pnl_figure(agents[:3]),
+                     "Equity change per Globex trading day (18:00 to 17:00 ET)."))
+    fig_html = []
+    for k, (title, png, caption) in enumerate(figs):
+        slug = {"Equity": "equity", "Drawdown": "drawdown", "PnL per day": "daily_pnl"}.get(title)
+        if slug is None:
+            n = sum(1 for t, _, _ in figs[:k] if t.startswith("Trades of"))
+            slug = "trades" if n == 0 else f"trades_{n + 1}"
+        name = f"{stem}_{slug}.png"
+        (out_path.parent / name).write_bytes(png)
+        fig_html.append(_figure(title, png, name, caption))
+    return fig_html
+
+
+def _llm_sections(results: list) -> list[str]:
+    """LLM and fusion statistics, the learned trust and sample decisions (empty without an LLM)."""
+    sections: list[str] = []
+    llm = {r.name: r.extra["llm"] for r in results if isinstance(r.extra.get("llm"), Mapping)}
+    if llm:
+        sections += ["<h2>LLM &amp; fusion statistics</h2>", _stats_html(llm)]
+    trust = {r.name: r.extra["trust"] for r in results if isinstance(r.extra.get("trust"), Mapping)}
+    if trust:
+        sections += ["<h2>When the agent trusts the LLM</h2>",
+                     '<p class="small">Learned fusion: the mean weight w(s) the gate gives the LLM prior '
+                     "(logits = RL logits + w(s) log p_LLM) on the advised decisions, by trend (market_regime) "
+                     "and volatility (volatility_regime) of the bar.</p>", _trust_html(trust)]
+    decisions = [(r.name, _sample_decisions(r)) for r in results if _sample_decisions(r)]
+    if decisions:
+        sections.append("<h2>Sample decisions</h2>")
+        for name, ds in decisions:
+            sections += [f"<h3>{_esc(name)}</h3>", _decisions_html(ds)]
+    return sections
 
 
 def write_report(run_dir: str | Path, eval_dir: str | Path | None = None, *, split: str = "test",
@@ -177,32 +250,8 @@ def write_report(run_dir: str | Path, eval_dir: str | Path | None = None, *, spl
     out_path = Path(out) if out is not None else ed / "report.html"
     out_path.parent.mkdir(parents=True, exist_ok=True)
 
-    from hybrid_trader.evaluation import figures  # matplotlib only when a report is written
-
     agents = [r for i, r in enumerate(results) if role_of(r, i) == "agent"]
-    stem = out_path.stem
-    figs: list[tuple[str, bytes, str]] = [
-        ("Equity", figures.equity_figure(results, prices),
-         "Account equity at each bar close, open profit and all costs included; baselines thinner, "
-         "seeds of one random baseline share a colour."),
-        ("Drawdown", figures.drawdown_figure(results, prices), "Dollars below the running peak of equity."),
-    ]
-    for k, a in enumerate(agents[:3]):
-        figs.append((f"Trades of {a.name}", figures.trades_figure(a, prices),
-                     "Close price; triangles are entry fills (up: long, green; down: short, red), crosses the exits."))
-    if agents:
-        figs.append(("PnL per day", figures.daily_pnl_figure(agents[:3]),
-                     "Equity change per Globex trading day (18:00 to 17:00 ET)."))
-    fig_html = []
-    for k, (title, png, caption) in enumerate(figs):
-        slug = {"Equity": "equity", "Drawdown": "drawdown", "PnL per day": "daily_pnl"}.get(title)
-        if slug is None:
-            n = sum(1 for t, _, _ in figs[:k] if t.startswith("Trades of"))
-            slug = "trades" if n == 0 else f"trades_{n + 1}"
-        name = f"{stem}_{slug}.png"
-        (out_path.parent / name).write_bytes(png)
-        fig_html.append(_figure(title, png, name, caption))
-
+    fig_html = _figures_html(results, prices, agents, out_path)
     agent_cols = {r.name for r in agents}
     title = f"{rd.resolve().name}: {split} split"
     status = run.read_status()
@@ -236,14 +285,7 @@ def write_report(run_dir: str | Path, eval_dir: str | Path | None = None, *, spl
                  "Random baselines show mean ± std over seeds. Hover a row for its definition.</p>",
                  metrics_html(metrics, agent_cols), "<h2>Figures</h2>", *fig_html]
 
-    llm = {r.name: r.extra["llm"] for r in results if isinstance(r.extra.get("llm"), Mapping)}
-    if llm:
-        sections += ["<h2>LLM &amp; fusion statistics</h2>", _stats_html(llm)]
-    decisions = [(r.name, _sample_decisions(r)) for r in results if _sample_decisions(r)]
-    if decisions:
-        sections.append("<h2>Sample decisions</h2>")
-        for name, ds in decisions:
-            sections += [f"<h3>{_esc(name)}</h3>", _decisions_html(ds)]
+    sections += _llm_sections(results)
     ablation_path = run.ablation_path if ed == run.eval_dir(split) else ed.parent / ABLATION
     if ablation_path.is_file():
         sections += ["<h2>Ablation</h2>", _ablation_html(read_json(ablation_path, what="ablation table"))]

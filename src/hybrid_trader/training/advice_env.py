@@ -18,6 +18,11 @@ The query policy's uncertainty trigger reads the RL confidence of each environme
 last decision straight from the policy that took it (:meth:`AdvisorVecEnv.follow`),
 computed only when the trigger is checked.
 
+**Always-on** (a back end with ``advise_batch``: the distilled student, ``llm.backend:
+student``): every decision of every environment is advised, synchronously, in ONE
+batched forward per vector step on the raw observations (before normalisation) and the
+legal actions; no query policy, no thread, no waiting, age 0 (the query rate is 100%).
+
 ``PartialVecNormalize`` normalises the features and leaves the advice as it is
 (probabilities must stay probabilities for the prior).
 """
@@ -25,14 +30,24 @@ computed only when the trigger is checked.
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
 from stable_baselines3.common.vec_env import VecEnvWrapper, VecNormalize
 
-from hybrid_trader.agent.advice_block import N_FEATURES, OBS_ADVICE, PHASE3_OBS_DIM, block_bounds, write_advice
+from hybrid_trader.actions import N_ACTIONS
+from hybrid_trader.agent.advice_block import (
+    ADVICE,
+    N_FEATURES,
+    OBS_ADVICE,
+    PHASE3_OBS_DIM,
+    block_bounds,
+    write_advice,
+)
 from hybrid_trader.agent.fusion import rl_confidence
+from hybrid_trader.features.names import FEATURE_NAMES
 from hybrid_trader.llm.context import context_from_market
 
 LastDecision = Callable[[], Any]
@@ -86,6 +101,17 @@ class AdvisorVecEnv(VecEnvWrapper):
         self.advised_steps = 0
         self.age_sum = 0.0
         self.total_steps = 0
+        self.answered = 0
+        """Decisions the always-on back end answered itself (the threaded advisor counts its own)."""
+        self.advise_batch = always_on_advice(advisor)
+        """Always-on: the back end's ``(raw obs, masks) -> (probs, confidence)``; None: query policy + thread."""
+        student = getattr(getattr(advisor, "backend", None), "student", None)
+        self.student_dim = int(student.obs_dim) if student is not None else N_FEATURES
+        """Always-on: observation values the student reads (a prefix of the features)."""
+        if self.advise_batch is not None and student is not None:
+            student.check_layout(FEATURE_NAMES[:student.obs_dim], "the phase 3 observation's prefix")
+        self.last_block = np.zeros((self.num_envs, ADVICE.size), dtype=np.float32)
+        """Always-on: each environment's last advice block (the advice in force at a truncation)."""
 
     def follow(self, policy: Any) -> None:
         """Give the query policy the RL confidence of ``policy``'s rollout decisions.
@@ -101,6 +127,8 @@ class AdvisorVecEnv(VecEnvWrapper):
         obs = self.venv.reset()
         self.advisor.reset()
         infos = self.venv.unwrapped.reset_infos
+        if self.advise_batch is not None:
+            return self._always_on(obs, infos)
         return self._with_advice(obs, infos, np.ones(self.num_envs, dtype=bool))
 
     def step_wait(self):
@@ -112,10 +140,39 @@ class AdvisorVecEnv(VecEnvWrapper):
             terminal = infos[i].get("terminal_observation")
             if terminal is not None and terminal.shape == (N_FEATURES,):
                 # The value bootstrap of a truncated episode sees the advice that was in force.
-                infos[i]["terminal_observation"] = np.concatenate(
-                    [terminal, write_advice(self.last_advice[i], self.max_age, int(self.last_age[i]))]
-                ).astype(np.float32)
+                block = self.last_block[i] if self.advise_batch is not None else \
+                    write_advice(self.last_advice[i], self.max_age, int(self.last_age[i]))
+                infos[i]["terminal_observation"] = np.concatenate([terminal, block]).astype(np.float32)
+        if self.advise_batch is not None:
+            return self._always_on(obs, snaps), rewards, dones, infos
         return self._with_advice(obs, snaps, dones), rewards, dones, infos
+
+    def _always_on(self, obs: np.ndarray, infos) -> np.ndarray:
+        """Every environment's advice from one batched forward of the back end (age 0)."""
+        assert self.advise_batch is not None
+        n = self.num_envs
+        out = np.zeros((n, PHASE3_OBS_DIM), dtype=np.float32)
+        out[:, :N_FEATURES] = obs
+        masks = np.ones((n, N_ACTIONS), dtype=bool)
+        have = np.zeros(n, dtype=bool)
+        for i, info in enumerate(infos):
+            snap = info.get("advisor_account") if info else None
+            if snap is not None:
+                masks[i] = snap.mask
+                have[i] = True
+        probs, confidence = self.advise_batch(obs[:, :self.student_dim], masks)
+        block = out[:, OBS_ADVICE]
+        block[:, ADVICE.probs] = probs
+        block[:, ADVICE.confidence] = confidence
+        block[:, ADVICE.present] = 1.0
+        block[~have] = 0.0  # a view: writes into out
+        self.last_block[:] = block
+        k = int(have.sum())
+        self.total_steps += k
+        self.advised_steps += k
+        self.answered += k
+        self.submitted += k
+        return out
 
     def _with_advice(self, obs: np.ndarray, infos, new_episode: np.ndarray) -> np.ndarray:
         out = np.zeros((self.num_envs, PHASE3_OBS_DIM), dtype=np.float32)
@@ -159,6 +216,12 @@ class AdvisorVecEnv(VecEnvWrapper):
 
 
 def decision_confidence(decision: Any, env_index: int) -> float:
-    """RL confidence of environment ``env_index`` in a recorded decision ``(rl_logits, masks)``."""
-    logits, masks = decision
+    """RL confidence of environment ``env_index`` in a recorded decision ``(rl_logits, masks, ...)``."""
+    logits, masks = decision[0], decision[1]
     return rl_confidence(logits[env_index].tolist(), None if masks is None else masks[env_index].tolist())
+
+
+def always_on_advice(advisor: Any) -> Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]] | None:
+    """The advisor back end's batched advice (``advise_batch``, the student's) or None when it has none."""
+    fn = getattr(getattr(advisor, "backend", None), "advise_batch", None)
+    return fn if callable(fn) else None

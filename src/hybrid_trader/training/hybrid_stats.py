@@ -5,7 +5,9 @@ TensorBoard and ``progress.jsonl`` at the end of each rollout. Every key is defi
 with its meaning and unit, in :mod:`hybrid_trader.llm.stats` (``DECISION_STATISTICS`` for
 what is measured on the decisions, computed by ``agent.stats.DecisionStats`` as in
 evaluation; ``ADVISOR_STATISTICS`` for the advisor's counters copied here). Also logged:
-``fusion/veto_<CODE>``, veto counts by reason code (cumulative).
+``fusion/veto_<CODE>``, veto counts by reason code (cumulative), and with learned fusion
+the gate's statistics (``agent.gate.GATE_STATISTICS``: mean, spread, mean trust per trend
+and volatility bucket).
 """
 
 from __future__ import annotations
@@ -16,10 +18,15 @@ import numpy as np
 import torch as th
 from stable_baselines3.common.callbacks import BaseCallback
 
-from hybrid_trader.agent.advice_block import OBS_ADVICE
+from hybrid_trader.agent.advice_block import ADVICE, OBS_ADVICE
 from hybrid_trader.agent.fusion import best_probability
+from hybrid_trader.agent.gate import TREND_FEATURE, VOLATILITY_FEATURE, trust_buckets
 from hybrid_trader.agent.stats import DecisionStats, configured_query_rate_pct
+from hybrid_trader.features.names import FEATURE_NAMES
 from hybrid_trader.training.policy import RolloutDecision
+
+TREND_INDEX = FEATURE_NAMES.index(TREND_FEATURE)
+VOLATILITY_INDEX = FEATURE_NAMES.index(VOLATILITY_FEATURE)
 
 ADVISOR_KEYS = ("llm/total_queries", "llm/avg_latency_ms", "llm/p95_latency_ms", "llm/error_rate", "llm/timeouts",
                 "llm/errors", "llm/parse_failures", "llm/cache_hits", "llm/dropped", "llm/label_coverage",
@@ -49,6 +56,8 @@ class HybridStatsCallback(BaseCallback):
         self._masks: list[np.ndarray | None] = []
         self._actions: list[np.ndarray] = []
         self._obs: list[th.Tensor] = []
+        self._trust: list[th.Tensor] = []
+        self.gate_values: dict[str, float] = {}
 
     def _on_rollout_start(self) -> None:
         self._reset()
@@ -59,6 +68,8 @@ class HybridStatsCallback(BaseCallback):
             return True
         self._rl_logits.append(decision.rl_logits)
         self._masks.append(decision.masks)
+        if decision.trust is not None:
+            self._trust.append(decision.trust)
         self._actions.append(self.locals["actions"])
         obs = self.locals.get("obs_tensor")
         if isinstance(obs, th.Tensor):
@@ -86,6 +97,18 @@ class HybridStatsCallback(BaseCallback):
         actions = np.concatenate([np.asarray(a).reshape(-1) for a in self._actions])
         blocks = th.cat([obs[:, OBS_ADVICE] for obs in self._obs]).cpu().numpy()
         self.stats.add(rl_best, rl_conf, actions, blocks)
+        if self._trust and len(self._trust) == len(self._obs):
+            self.gate_values = self._gate_values(blocks)
+
+    def _gate_values(self, blocks: np.ndarray) -> dict[str, float]:
+        """Learned fusion: the gate's trust on the rollout's advised decisions, by trend and volatility."""
+        trust = th.cat(self._trust).reshape(-1).cpu().numpy()
+        advised = blocks[:, ADVICE.present] > 0.5
+        obs = th.cat(self._obs).cpu().numpy()[advised]
+        vec = self.model.get_vec_normalize_env()
+        # the buckets are on raw feature values
+        raw = np.asarray(vec.unnormalize_obs(obs) if vec is not None else obs)
+        return trust_buckets(trust[advised], raw[:, TREND_INDEX], raw[:, VOLATILITY_INDEX])
 
     def _on_rollout_end(self) -> None:
         self._reduce()
@@ -100,13 +123,21 @@ class HybridStatsCallback(BaseCallback):
         # replaced or dropped while it was busy: the seed's 0.5% failure must show here.
         answers = float(advisor.get("llm/total_queries", 0.0) or 0.0) + float(advisor.get("llm/cache_hits", 0.0) or 0.0)
         submitted = self.advice_env.submitted
-        self.stats.count_queries(answers - self.answers0, submitted - self.submitted0)
+        always_on = getattr(self.advice_env, "advise_batch", None) is not None
+        if always_on:
+            # every advised decision was answered for its own observation (age 0); the answers
+            # to the observations after a rollout's last step are counted with the next rollout
+            self.stats.count_queries(self.stats.advised, self.stats.advised)
+        else:
+            self.stats.count_queries(answers - self.answers0, submitted - self.submitted0)
         self.answers0, self.submitted0 = answers, submitted
         values = self.stats.values()
         values.pop("llm/queries")
         for key, value in values.items():
             rec(key, value)
-        rec("llm/configured_query_rate_pct", configured_query_rate_pct(self.llm_config.query))
+        for key, value in self.gate_values.items():
+            rec(key, value)
+        rec("llm/configured_query_rate_pct", 100.0 if always_on else configured_query_rate_pct(self.llm_config.query))
         rec("llm/max_advice_age_steps", self.llm_config.batching.max_age_steps)
         if self.decision_steps:
             rec("fusion/risk_veto_pct", 100.0 * self.veto_steps / self.decision_steps)

@@ -22,8 +22,10 @@ import torch as th
 from sb3_contrib.common.maskable.policies import MaskableActorCriticPolicy
 from stable_baselines3.common.policies import BaseModel
 
-from hybrid_trader.agent.advice_block import ADVICE, OBS_ADVICE
+from hybrid_trader.actions import N_ACTIONS
+from hybrid_trader.agent.advice_block import OBS_ADVICE
 from hybrid_trader.agent.fusion import fused_logits
+from hybrid_trader.agent.gate import TrustGate
 
 
 class RolloutDecision(NamedTuple):
@@ -33,53 +35,90 @@ class RolloutDecision(NamedTuple):
     """RL-only logits ``(n_envs, 6)`` (no prior)."""
     masks: np.ndarray | None
     """Legal actions ``(n_envs, 6)``; None: all legal."""
+    trust: th.Tensor | None = None
+    """Learned fusion: the gate's ``w(s)`` of each environment ``(n_envs, 1)``; None: constant weight."""
 
 
 class HybridMaskablePolicy(MaskableActorCriticPolicy):
-    """Maskable actor-critic whose action distribution includes the LLM prior."""
+    """Maskable actor-critic whose action distribution includes the LLM prior.
 
-    def __init__(self, *args: Any, llm_weight: float = 0.3, **kwargs: Any) -> None:
+    ``fusion_mode`` constant: ``w = llm_weight``; learned: ``w(s)`` from a
+    :class:`~hybrid_trader.agent.gate.TrustGate` (``self.gate``, its parameters in the
+    optimizer like the rest of the policy's), equal to ``llm_weight`` at step 0.
+    """
+
+    def __init__(self, *args: Any, llm_weight: float = 0.3, fusion_mode: str = "constant", w_max: float = 1.0,
+                 gate_hidden: int = 16, **kwargs: Any) -> None:
         self.llm_weight = float(llm_weight)
+        self.fusion_mode = str(fusion_mode)
+        self.w_max = float(w_max)
+        self.gate_hidden = int(gate_hidden)
         super().__init__(*args, **kwargs)
         self._advice: th.Tensor | None = None
+        self._obs: th.Tensor | None = None
+        self._masks: th.Tensor | None = None
         self.last_rl_logits: th.Tensor | None = None
+        self.last_trust: th.Tensor | None = None
         self.last_decision: RolloutDecision | None = None
+
+    def _build(self, lr_schedule: Any) -> None:
+        # the gate must exist before the parent builds the optimizer over self.parameters()
+        self.gate = TrustGate(self.llm_weight, self.w_max, self.gate_hidden) if self.fusion_mode == "learned" else None
+        super()._build(lr_schedule)
 
     def _get_constructor_parameters(self) -> dict[str, Any]:
         data = super()._get_constructor_parameters()
-        data["llm_weight"] = self.llm_weight
+        data.update(llm_weight=self.llm_weight, fusion_mode=self.fusion_mode, w_max=self.w_max,
+                    gate_hidden=self.gate_hidden)
         return data
 
-    def _read_advice(self, obs: th.Tensor) -> None:
-        """Keep the advice blocks of ``obs`` for the distribution built next (None: no row has advice)."""
-        advice = obs[..., OBS_ADVICE].float()
-        # plain attribute, set past nn.Module.__setattr__ (its checks cost on every forward)
-        object.__setattr__(self, "_advice", advice if bool((advice[..., ADVICE.present] > 0.5).any()) else None)
+    def _read_advice(self, obs: th.Tensor, action_masks: Any = None) -> None:
+        """Keep the advice blocks of ``obs`` (and, for the gate, ``obs`` and the legal actions) for the
+        distribution built next (rows without advice add no prior)."""
+        # plain attributes, set past nn.Module.__setattr__ (its checks cost on every forward); no
+        # "any advice?" test: it costs as much as the prior it would skip
+        object.__setattr__(self, "_advice", obs[..., OBS_ADVICE].float())
+        if self.gate is not None:
+            object.__setattr__(self, "_obs", obs)
+            masks = None if action_masks is None else \
+                th.as_tensor(action_masks, device=obs.device).bool().reshape(-1, N_ACTIONS)
+            object.__setattr__(self, "_masks", masks)
 
     # The three distribution paths read the observation's advice first; the distribution
     # is then built from the latent in _get_action_dist_from_latent.
     def forward(self, obs: th.Tensor, deterministic: bool = False, action_masks: np.ndarray | None = None):
-        self._read_advice(obs)
+        self._read_advice(obs, action_masks)
         out = super().forward(obs, deterministic, action_masks)
         rl_logits = self.last_rl_logits
         assert rl_logits is not None  # set by _get_action_dist_from_latent just now
         masks = None if action_masks is None else np.asarray(action_masks, dtype=bool).reshape(rl_logits.shape)
-        object.__setattr__(self, "last_decision", RolloutDecision(rl_logits, masks))
+        object.__setattr__(self, "last_decision", RolloutDecision(rl_logits, masks, self.last_trust))
         return out
 
     def evaluate_actions(self, obs: th.Tensor, actions: th.Tensor, action_masks: th.Tensor | None = None):
-        self._read_advice(obs)
+        self._read_advice(obs, action_masks)
         return super().evaluate_actions(obs, actions, action_masks)
 
     def get_distribution(self, obs: Any, action_masks: np.ndarray | None = None):
-        self._read_advice(obs)
+        self._read_advice(obs, action_masks)
         return super().get_distribution(obs, action_masks)
 
     def _get_action_dist_from_latent(self, latent_pi: th.Tensor):
         rl_logits = self.action_net(latent_pi)
         object.__setattr__(self, "last_rl_logits", rl_logits.detach())
-        logits = fused_logits(rl_logits, self._advice, self.llm_weight)
+        weight: float | th.Tensor = self.llm_weight
+        if self.gate is not None and self._advice is not None and self._obs is not None:
+            trust = self.gate(self._obs, rl_logits, self._advice, self._masks)
+            object.__setattr__(self, "last_trust", trust.detach())
+            weight = trust
+        logits = fused_logits(rl_logits, self._advice, weight)
         return self.action_dist.proba_distribution(action_logits=logits)
+
+    def trust(self, obs: th.Tensor, rl_logits: th.Tensor, masks: th.Tensor | None = None) -> th.Tensor | None:
+        """The learned trust ``w(s)`` ``(n, 1)`` of (normalised) observations; None in constant mode."""
+        if self.gate is None:
+            return None
+        return self.gate(obs.float(), rl_logits, obs[..., OBS_ADVICE].float(), masks)
 
     def rl_logits(self, obs: th.Tensor) -> th.Tensor:
         """RL-only action logits of (normalised) observations ``(n, d)``: no prior, no side effects."""

@@ -11,8 +11,9 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import yaml
@@ -21,19 +22,32 @@ from stable_baselines3.common.callbacks import CallbackList
 from stable_baselines3.common.logger import Logger
 from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecMonitor, VecNormalize
 
-from hybrid_trader.config import to_dict
+from hybrid_trader.config import merge_overrides, to_dict
+from hybrid_trader.data.loader import guess_market
 from hybrid_trader.errors import UserError
 from hybrid_trader.run import RunDir
-from hybrid_trader.run.rundir import LLM_CONFIG, SPLIT
 from hybrid_trader.run.models import (
-    final_model, load_model, load_normalizer, newest_valid_checkpoint, restart_fix, save_model,
+    final_model,
+    load_model,
+    load_normalizer,
+    newest_valid_checkpoint,
+    restart_fix,
+    save_model,
 )
+from hybrid_trader.run.rundir import LLM_CONFIG, SPLIT
+from hybrid_trader.training.advice_env import AdvisorVecEnv, PartialVecNormalize
 from hybrid_trader.training.callbacks import (
-    CheckpointCallback, FreezeBodyCallback, JsonlWriter, StopOnSignal, TensorBoardContinued, TradingMetricsCallback,
+    CheckpointCallback,
+    FreezeBodyCallback,
+    JsonlWriter,
+    StopOnSignal,
+    TensorBoardContinued,
+    TradingMetricsCallback,
     ValidationCallback,
 )
 from hybrid_trader.training.config import RunConfig
 from hybrid_trader.training.market import Market, env_factory, load_market
+from hybrid_trader.training.policy import HybridMaskablePolicy
 from hybrid_trader.training.transfer import transfer_normalization, transfer_weights
 
 ValidationFactory = Callable[[Market, RunConfig], Callable[[Any], dict]]
@@ -48,8 +62,6 @@ def default_run_dir(config: RunConfig, root: str | Path = "runs") -> Path:
     data = Path(config.data.path).stem if config.data.path else f"synthetic-e{config.data.synthetic_edge:g}"
     market = config.env.market or config.data.market
     if market is None and config.data.path:
-        from hybrid_trader.data.loader import guess_market
-
         market = guess_market(Path(config.data.path))
     market = market or "NQ"
     stamp = time.strftime("%Y%m%d-%H%M%S")
@@ -84,8 +96,6 @@ def build_vec_env(market: Market, config: RunConfig, sessions, n_envs: int, seed
         venv = DummyVecEnv(fns)
     venv = VecMonitor(venv)
     if advisor is not None:
-        from hybrid_trader.training.advice_env import AdvisorVecEnv, PartialVecNormalize
-
         venv = AdvisorVecEnv(venv, advisor, market, max_age=advisor.config.batching.max_age_steps)
         if normalize:
             venv = PartialVecNormalize(venv, norm_obs=True, norm_reward=False, clip_obs=10.0, training=training)
@@ -109,10 +119,9 @@ def make_model(config: RunConfig, venv, init: Path | None = None):
     policy: Any = "MlpPolicy"
     policy_kwargs: dict[str, Any] = {"net_arch": list(ppo.net_arch)}
     if config.env.phase == 3:
-        from hybrid_trader.training.policy import HybridMaskablePolicy
-
         policy = HybridMaskablePolicy
-        policy_kwargs["llm_weight"] = config.fusion.llm_weight
+        policy_kwargs.update(llm_weight=config.fusion.llm_weight, fusion_mode=config.fusion.mode,
+                             w_max=config.fusion.w_max, gate_hidden=config.fusion.gate_hidden)
     model = MaskablePPO(policy, venv, seed=ppo.seed, device=ppo.device, verbose=0, policy_kwargs=policy_kwargs,
                         **hyper)
     notes: list[str] = []
@@ -187,6 +196,7 @@ def train_run(
         raise UserError(f"run directory {run.path} is not empty", fix=fix)
 
     # Everything checkable, before the folder exists.
+    config = with_default_student(config, init)
     market = market or load_market(config.data, config.split)
     split_info = _split_info(market)
     advisor, llm_config = _advisor(config, say)
@@ -247,7 +257,7 @@ def _resume(run: RunDir, config: RunConfig, *, market, extra_callbacks, say, qui
             raise UserError(
                 "--resume continues the run as it was configured; these settings contradict it:\n    "
                 + "\n    ".join(conflicts),
-                fix=f"drop those options (only --timesteps may change), or start a new run with another --out")
+                fix="drop those options (only --timesteps may change), or start a new run with another --out")
         status = run.read_status()
         done = int(status.get("total_timesteps") or 0)
         target = config.ppo.total_timesteps
@@ -289,6 +299,17 @@ def _resume(run: RunDir, config: RunConfig, *, market, extra_callbacks, say, qui
             venv.close()
 
 
+def with_default_student(config: RunConfig, init: Path | None) -> RunConfig:
+    """Phase 3 with ``llm.backend: student`` and no ``llm.student.path``: the student distilled into ``init``.
+
+    ``hybrid-trader advise distill P2_RUN`` writes ``P2_RUN/advice/student.pt``; the run's
+    config.yaml records the resolved path.
+    """
+    if config.env.phase != 3 or config.llm.backend != "student" or config.llm.student.path or init is None:
+        return config
+    return merge_overrides(config, {"llm.student.path": str(Path(init) / "advice" / "student.pt")})
+
+
 def _advisor(config: RunConfig, say) -> tuple[Any, Any]:
     """Phase 3: the LLM advisor (its start-up check runs here, before any file is written)."""
     if config.env.phase != 3:
@@ -297,8 +318,12 @@ def _advisor(config: RunConfig, say) -> tuple[Any, Any]:
 
     llm_config = config.llm_config()
     advisor = build_advisor(llm_config)
-    say(f"LLM advisor: {llm_config.backend} back end, {llm_config.mode} mode, query {llm_config.query.mode}, "
-        f"llm_weight {config.fusion.llm_weight}")
+    if callable(getattr(advisor.backend, "advise_batch", None)):
+        say(f"LLM advisor: {advisor.backend.describe()}, always on (every decision, one batched forward per step), "
+            f"fusion {config.fusion.mode}, llm_weight {config.fusion.llm_weight}")
+    else:
+        say(f"LLM advisor: {llm_config.backend} back end, {llm_config.mode} mode, query {llm_config.query.mode}, "
+            f"fusion {config.fusion.mode}, llm_weight {config.fusion.llm_weight}")
     return advisor, llm_config
 
 
@@ -375,8 +400,6 @@ def _learn(run: RunDir, config: RunConfig, model, venv, market: Market, *, resum
 
 def _find_wrapper(venv):
     """The AdvisorVecEnv inside a wrapper stack."""
-    from hybrid_trader.training.advice_env import AdvisorVecEnv
-
     while not isinstance(venv, AdvisorVecEnv):
         venv = venv.venv
     return venv

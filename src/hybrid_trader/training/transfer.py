@@ -41,15 +41,16 @@ def transfer_weights(src_policy: torch.nn.Module, dst_policy: torch.nn.Module) -
             if p is lin.weight:
                 first_keys.add(name)
     for key, target in dst.items():
+        if key.startswith("gate.") and key not in src:
+            continue  # the learned fusion's gate is new in phase 3: it keeps its constant-prior start
         if key not in src:
             raise UserError(f"cannot initialise from the earlier run: its network has no '{key}'",
                             fix="use --init with a run of the previous phase trained by this version")
         source = src[key]
         if source.shape == target.shape:
             target.copy_(source)
-        elif (
-            key.startswith("action_net.") and source.shape[0] < target.shape[0] and source.shape[1:] == target.shape[1:]
-        ):
+        elif (key.startswith("action_net.") and source.shape[0] < target.shape[0]
+              and source.shape[1:] == target.shape[1:]):
             n_old = source.shape[0]
             target[:n_old].copy_(source)
             if key.endswith("weight"):

@@ -1,0 +1,184 @@
+"""The variants ablation of issue 14: does the LLM help, and does learned trust help more?
+
+From one phase 2 run (and the student distilled into it), on the same bars, splits and
+seeds, ``run_ablation`` trains (or reuses, when already finished) one run per variant
+and seed under ``OUT/<variant>-s<seed>/``, each for the same number of steps:
+
+=============================  ==============================================================
+variant                        run
+=============================  ==============================================================
+``RL only``                    phase 2 continued (no LLM)
+``constant prior + student``   phase 3, ``llm.backend: student``, ``fusion.mode: constant``
+``learned fusion + student``   phase 3, ``llm.backend: student``, ``fusion.mode: learned``
+=============================  ==============================================================
+
+then evaluates every run on the same split (``evaluate_run``) and reports, per variant,
+the mean and the spread (standard deviation) over seeds of net P&L, Sharpe, PSR, trades,
+the Apex verdicts, the query rate and the RL/LLM agreement. ``OUT/ablation.json`` holds
+everything (also what ``evaluate --ablation OUT --json`` prints), ``OUT/ABLATION.md`` the table.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from hybrid_trader.config import merge_overrides
+from hybrid_trader.errors import UserError
+from hybrid_trader.evaluation.evaluate import evaluate_run
+from hybrid_trader.evaluation.metrics import jsonable
+from hybrid_trader.evaluation.policies import GATE_LABELS
+from hybrid_trader.llm.stats import label
+from hybrid_trader.run import RunDir
+from hybrid_trader.run.files import atomic_write_text
+from hybrid_trader.training.config import RunConfig
+from hybrid_trader.training.market import load_market
+from hybrid_trader.training.runner import train_run
+
+FIGURES = ("Net PnL [$]", "Sharpe (ann.)", "PSR [%]", "Trades", "Max drawdown [$]")
+"""The agent's evaluation figures compared across variants (mean and spread over seeds)."""
+LLM_FIGURES = {label("llm/query_rate_pct"): "Query rate [%]", label("fusion/agreement_pct"): "Agreement [%]",
+               GATE_LABELS["fusion/gate_mean"]: "Trust w(s) (mean)"}
+"""LLM figures of the evaluation (``extra.llm`` labels) and their names in the ablation table."""
+VERDICT = "Apex verdict"
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One variant: its name, its folder stem and the config keys it sets over the phase 2 run's config."""
+
+    name: str
+    slug: str
+    overrides: dict
+
+
+def variants(student: str) -> tuple[Variant, ...]:
+    """The three trained variants, the phase 3 ones advised by ``student``."""
+    p3 = {"env.phase": 3, "llm.backend": "student", "llm.student.path": student}
+    return (
+        Variant("RL only", "rl-only", {"env.phase": 2}),
+        Variant("constant prior + student", "constant", {**p3, "fusion.mode": "constant"}),
+        Variant("learned fusion + student", "learned", {**p3, "fusion.mode": "learned"}),
+    )
+
+
+def _finished(run_dir: Path) -> bool:
+    status = RunDir(run_dir).read_status() if (run_dir / "status.json").exists() else {}
+    return status.get("state") == "finished" and (run_dir / "model.zip").exists()
+
+
+def run_ablation(p2_run: Path, out: Path, *, timesteps: int, seeds: Sequence[int] = (0, 1, 2), split: str = "test",
+                 student: str | None = None, say: Callable[[str], None] = print) -> dict:
+    """Train (or reuse) every variant x seed from ``p2_run`` into ``out``, evaluate them on ``split``; the table."""
+    p2_run, out = Path(p2_run), Path(out)
+    RunDir(p2_run).require()
+    base = RunDir(p2_run).load_config(RunConfig)
+    if base.env.phase != 2:
+        raise UserError(f"the ablation starts from a phase 2 run; {p2_run} is phase {base.env.phase}",
+                        fix="pass the phase 2 run the student was distilled into")
+    if len(seeds) < 1 or timesteps < 1:
+        raise UserError(f"need at least one seed and one step (seeds {list(seeds)}, timesteps {timesteps})")
+    student = str(Path(student).resolve()) if student else str((p2_run / "advice" / "student.pt").resolve())
+    if not Path(student).is_file():
+        raise UserError("no student to advise the phase 3 variants", file=student,
+                        fix=f"hybrid-trader advise collect {p2_run} && hybrid-trader advise distill {p2_run}")
+    out.mkdir(parents=True, exist_ok=True)
+    market = load_market(base.data, base.split)
+    runs: dict[str, list[Path]] = {}
+    common = {"ppo.total_timesteps": int(timesteps), "train.progress_bar": False}
+    for variant in variants(student):
+        runs[variant.name] = []
+        for seed in seeds:
+            run_dir = out / f"{variant.slug}-s{seed}"
+            runs[variant.name].append(run_dir)
+            if _finished(run_dir):
+                say(f"{variant.name}, seed {seed}: {run_dir} already trained")
+                continue
+            config = merge_overrides(base, {**variant.overrides, **common, "ppo.seed": int(seed)},
+                                     source="ablation variant")
+            say(f"{variant.name}, seed {seed}: training {timesteps:,} steps -> {run_dir}")
+            if run_dir.exists() and not any(run_dir.iterdir()):
+                run_dir.rmdir()
+            if run_dir.exists():
+                train_run(config, run_dir, resume=True, market=market, quiet=True)
+            else:
+                train_run(config, run_dir, init=p2_run, market=market, quiet=True)
+    table = evaluate_variants(runs, split=split, say=say)
+    table.update({"p2_run": str(p2_run), "student": student, "timesteps": int(timesteps), "seeds": list(seeds)})
+    atomic_write_text(out / "ablation.json", json.dumps(jsonable(table), indent=2))
+    atomic_write_text(out / "ABLATION.md", ablation_markdown(table) + "\n")
+    return table
+
+
+def evaluate_variants(runs: dict[str, list[Path]], *, split: str = "test",
+                      say: Callable[[str], None] = print) -> dict:
+    """Evaluate each variant's runs on ``split`` (the same days for all: checked); mean and spread per variant."""
+    out: dict[str, Any] = {"split": split, "variants": {}}
+    dates = None
+    for name, run_dirs in runs.items():
+        per_seed = []
+        for run_dir in run_dirs:
+            ev = evaluate_run(run_dir, split=split, seeds=1, quiet=True, ablation=False)
+            if dates is None:
+                dates = ev.dates
+            elif ev.dates != dates:
+                raise UserError(f"{run_dir} was evaluated on {ev.dates}, the other variants on {dates}",
+                                fix="train every variant from the same phase 2 run (same bars and split)")
+            agent = ev.metrics["agent"]
+            llm = ev.extra.get("llm") or {}
+            row = {k: agent.get(k) for k in (*FIGURES, VERDICT)}
+            row.update({short: llm.get(long) for long, short in LLM_FIGURES.items() if llm.get(long) is not None})
+            row["run"] = str(run_dir)
+            per_seed.append(row)
+            say(f"{name}: {run_dir.name} net P&L {_fmt(row.get('Net PnL [$]'))}, trades {row.get('Trades')}")
+        out["variants"][name] = summarise(per_seed)
+    out["dates"] = dates
+    return out
+
+
+def summarise(per_seed: list[dict]) -> dict:
+    """Mean and standard deviation over seeds of each numeric figure; verdict counts."""
+    keys = [k for k in (*FIGURES, *LLM_FIGURES.values()) if any(r.get(k) is not None for r in per_seed)]
+    mean: dict[str, float | None] = {}
+    std: dict[str, float | None] = {}
+    for k in keys:
+        values = [float(r[k]) for r in per_seed if isinstance(r.get(k), (int, float)) and math.isfinite(float(r[k]))]
+        mean[k] = float(np.mean(values)) if values else None
+        std[k] = float(np.std(values)) if values else None
+    verdicts: dict[str, int] = {}
+    for r in per_seed:
+        verdicts[str(r.get(VERDICT))] = verdicts.get(str(r.get(VERDICT)), 0) + 1
+    return {"seeds": len(per_seed), "mean": mean, "std": std, "verdicts": verdicts, "per_seed": per_seed}
+
+
+def _fmt(value: Any) -> str:
+    return f"{value:,.2f}" if isinstance(value, float) else ("-" if value is None else str(value))
+
+
+def ablation_markdown(table: dict) -> str:
+    """The variants as a Markdown table: one column per variant, ``mean ± std`` over seeds."""
+    names = list(table["variants"])
+    rows = ["| figure | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
+    keys = [k for k in (*FIGURES, *LLM_FIGURES.values())
+            if any(k in table["variants"][n]["mean"] for n in names)]
+    for k in keys:
+        cells = []
+        for n in names:
+            v = table["variants"][n]
+            m, s = v["mean"].get(k), v["std"].get(k)
+            cells.append("-" if m is None else f"{m:,.2f} ± {s:,.2f}")
+        rows.append(f"| {k} | " + " | ".join(cells) + " |")
+    rows.append(f"| {VERDICT} | " + " | ".join(
+        ", ".join(f"{verdict} {count}" for verdict, count in table["variants"][n]["verdicts"].items())
+        for n in names) + " |")
+    rows.append("| seeds | " + " | ".join(str(table["variants"][n]["seeds"]) for n in names) + " |")
+    head = f"Ablation on the {table['split']} split"
+    if table.get("dates"):
+        head += f" ({table['dates'][0]} to {table['dates'][1]})"
+    return head + ", mean ± std over seeds:\n\n" + "\n".join(rows)

@@ -1,0 +1,55 @@
+"""The variants ablation (evaluate --ablation): same phase 2 start, bars, split and seeds; mean and spread."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from hybrid_trader.cli.main import main
+from hybrid_trader.errors import UserError
+from hybrid_trader.evaluation.ablation import ablation_markdown, run_ablation, summarise
+from tests.training.conftest import student_market, student_p2  # noqa: F401 - session fixtures reused here
+
+
+def test_ablation_trains_evaluates_and_tabulates_every_variant_when_given_a_phase2_run(tmp_path, student_p2):  # noqa: F811
+    out = tmp_path / "ablation"
+    table = run_ablation(student_p2, out, timesteps=256, seeds=(0, 1), split="test", say=lambda s: None)
+    assert list(table["variants"]) == ["RL only", "constant prior + student", "learned fusion + student"]
+    for v in table["variants"].values():
+        assert v["seeds"] == 2 and len(v["per_seed"]) == 2
+        assert {"Net PnL [$]", "Sharpe (ann.)", "Trades"} <= set(v["mean"])
+        assert sum(v["verdicts"].values()) == 2
+    student = table["variants"]["learned fusion + student"]
+    assert student["mean"]["Query rate [%]"] == pytest.approx(100.0) and "Agreement [%]" in student["mean"]
+    assert "Trust w(s) (mean)" in student["mean"]
+    assert "Query rate [%]" not in table["variants"]["RL only"]["mean"]
+    saved = json.loads((out / "ablation.json").read_text())
+    assert saved["variants"].keys() == table["variants"].keys() and saved["seeds"] == [0, 1]
+    assert "| Net PnL [$] |" in (out / "ABLATION.md").read_text()
+    # a rerun reuses the finished runs (same figures: deterministic evaluation of the same models)
+    again = run_ablation(student_p2, out, timesteps=256, seeds=(0, 1), split="test", say=lambda s: None)
+    assert again["variants"]["RL only"]["mean"] == table["variants"]["RL only"]["mean"]
+
+
+def test_ablation_cli_prints_json_when_asked(tmp_path, student_p2, capsys):  # noqa: F811
+    code = main(["evaluate", str(student_p2), "--ablation", str(tmp_path / "a"), "--ablation-steps", "256",
+                 "--ablation-seeds", "1", "--json"])
+    assert code == 0
+    data = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert data["split"] == "test" and len(data["variants"]) == 3
+
+
+def test_ablation_is_refused_when_the_run_has_no_student(tmp_path, student_p2):  # noqa: F811
+    with pytest.raises(UserError, match="no student"):
+        run_ablation(student_p2, tmp_path / "a", timesteps=256, seeds=(0,), student=str(tmp_path / "none.pt"))
+
+
+def test_summary_gives_mean_spread_and_verdict_counts_when_seeds_differ():
+    s = summarise([{"Net PnL [$]": 100.0, "Trades": 4, "Apex verdict": "breached"},
+                   {"Net PnL [$]": -50.0, "Trades": 6, "Apex verdict": "neither"},
+                   {"Net PnL [$]": 10.0, "Trades": 5, "Apex verdict": "neither"}])
+    assert s["mean"]["Net PnL [$]"] == pytest.approx(20.0) and s["std"]["Net PnL [$]"] > 0
+    assert s["verdicts"] == {"breached": 1, "neither": 2}
+    md = ablation_markdown({"split": "test", "variants": {"x": s}})
+    assert "20.00 ±" in md and "neither 2" in md
