@@ -25,7 +25,7 @@ def test_layout_covers_every_value_once_when_laid_out():
     idx = np.arange(ADVICE.size)
     used = np.concatenate([idx[ADVICE.probs], [ADVICE.confidence, ADVICE.age, ADVICE.present]])
     assert sorted(used.tolist()) == idx.tolist()
-    assert PHASE3_OBS_DIM == N_FEATURES + ADVICE.size
+    assert N_FEATURES + ADVICE.size == PHASE3_OBS_DIM
     assert np.arange(PHASE3_OBS_DIM)[OBS_ADVICE][ADVICE.present] == OBS_ADVICE_PRESENT
 
 

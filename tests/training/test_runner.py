@@ -15,9 +15,9 @@ from stable_baselines3.common.callbacks import BaseCallback
 from hybrid_trader.cli.main import main
 from hybrid_trader.config import load_yaml_config, merge_overrides
 from hybrid_trader.errors import UserError
+from hybrid_trader.evaluation.runner import validation_fn
 from hybrid_trader.training.config import RunConfig
 from hybrid_trader.training.market import load_market
-from hybrid_trader.evaluation.runner import validation_fn
 from hybrid_trader.training.runner import train_run
 
 TINY = {"data.synthetic_days": 12, "ppo.n_steps": 128, "ppo.batch_size": 128, "ppo.n_envs": 2,

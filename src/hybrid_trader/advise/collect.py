@@ -25,11 +25,12 @@ import os
 import pickle
 import signal
 import time
+from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
 from multiprocessing import get_context
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -44,11 +45,11 @@ from hybrid_trader.advise.dataset import (
     state_key,
     write_chunk,
 )
+from hybrid_trader.config import merge_overrides
 from hybrid_trader.env import TradingEnv
 from hybrid_trader.errors import UserError
 from hybrid_trader.llm.async_advisor import build_advisor
 from hybrid_trader.llm.backends.student_backend import layout_hash, layout_names
-from hybrid_trader.config import merge_overrides
 from hybrid_trader.llm.config import LLMConfig, load_llm_config
 from hybrid_trader.llm.context import AdvisorContext, context_from_market
 from hybrid_trader.llm.prompt import PromptBuilder

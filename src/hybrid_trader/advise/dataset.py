@@ -29,9 +29,10 @@ import dataclasses
 import hashlib
 import json
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -159,11 +160,11 @@ class AdviceRows:
     def keys(self) -> set[tuple[int, int, int]]:
         return {state_key(a, b, c) for a, b, c in zip(self.t.tolist(), self.position.tolist(), self.mask.tolist())}
 
-    def take(self, index: np.ndarray) -> "AdviceRows":
+    def take(self, index: np.ndarray) -> AdviceRows:
         return AdviceRows(**{k: v[index] for k, v in self.__dict__.items()})
 
     @staticmethod
-    def concat(parts: Sequence["AdviceRows"]) -> "AdviceRows":
+    def concat(parts: Sequence[AdviceRows]) -> AdviceRows:
         names = list(AdviceRows.__dataclass_fields__)
         return AdviceRows(**{k: np.concatenate([getattr(p, k) for p in parts]) for k in names})
 
@@ -183,7 +184,7 @@ class AdviceRows:
         return table.replace_schema_metadata({META_KEY: json.dumps(meta).encode()})
 
     @staticmethod
-    def from_table(table: pa.Table) -> "AdviceRows":
+    def from_table(table: pa.Table) -> AdviceRows:
         def fixed(name: str) -> np.ndarray:
             col = table.column(name).combine_chunks()
             width = col.type.list_size
