@@ -105,7 +105,8 @@ class ObservationBuilder:
         else:
             obs[POSITION_SLICE] = 0.0
         obs[I_CAN_ENTER] = mask[1]
-        obs[I_CAN_MANAGE] = mask[3:].any() if manage_actions else 0.0
+        # three scalar reads cost a third of a slice's .any() (a ufunc reduce), every step
+        obs[I_CAN_MANAGE] = bool(mask[3] or mask[4] or mask[5]) if manage_actions else 0.0
         obs[I_HAS_POSITION] = side != 0
         if self.phase == 3:
             obs[MARKET_SLICE] = self._llm_market[t]

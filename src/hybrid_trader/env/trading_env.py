@@ -332,8 +332,7 @@ class TradingEnv(gym.Env):
         day_over = t >= self._win_last
         if day_over and not terminated:
             self._end_day()
-        self._record(t)
-        reward = (self.equity() - equity_before) / self.reward_scale
+        reward = (self._record(t) - equity_before) / self.reward_scale
         if breach:
             reward -= self.config.breach_penalty
 
@@ -419,9 +418,12 @@ class TradingEnv(gym.Env):
             return self.account.balance + b.side * (self._close[self._t] - b.entry) * b.dollars_per_point
         return self.account.balance
 
-    def _record(self, t: int) -> None:
-        self.equity_history[t] = self.equity()
+    def _record(self, t: int) -> float:
+        """Keep bar t's equity and position; returns the equity (the step's reward reads it)."""
+        equity = self.equity()
+        self.equity_history[t] = equity
         self.position_history[t] = self.broker.side * self.qty
+        return equity
 
     def action_masks(self) -> np.ndarray:
         """Legal actions in the current state (bool array, HOLD always legal)."""
