@@ -69,7 +69,8 @@ def test_read_names_the_folder_when_nothing_was_collected(tmp_path):
 
 def test_read_refuses_when_chunks_were_built_with_different_models(tmp_path):
     write_chunk(tmp_path, "train", rows(), META)
-    other = {**META, "advice": advice_identity(load_llm_config(overrides={"backend": "mock", "mock": {"coverage": 0.5}}))}
+    other_llm = load_llm_config(overrides={"backend": "mock", "mock": {"coverage": 0.5}})
+    other = {**META, "advice": advice_identity(other_llm)}
     write_chunk(tmp_path, "train", rows(t0=9), other)
     with pytest.raises(UserError) as err:
         read_split(tmp_path, "train")

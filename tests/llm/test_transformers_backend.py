@@ -85,7 +85,8 @@ def test_advisor_when_run_async_on_gemma_answers_with_ages(backend):
                                      "batching": {"max_batch": 4, "max_wait_ms": 200.0}})
     adv = Advisor(cfg, backend, prompts=PromptBuilder(cfg))
     try:
-        for env, ctx in enumerate(mixed_queries(backend.prompts) + [backend.prompts.query(make_context(rsi=float("nan")))]):
+        queries = mixed_queries(backend.prompts) + [backend.prompts.query(make_context(rsi=float("nan")))]
+        for env, ctx in enumerate(queries):
             t0 = time.perf_counter()
             adv.submit(env, 3, ctx.context)
             assert time.perf_counter() - t0 < 0.05
@@ -126,8 +127,10 @@ def test_missing_model_directory_when_configured_raises_user_error(tmp_path):
         TransformersBackend(cfg, PromptBuilder(cfg))
 
 
-GEMMA_CHAT = ("{{ bos_token }}{% for m in messages %}<start_of_turn>{{ 'model' if m['role'] == 'assistant' else 'user' }}\n"
-              "{{ m['content'] }}<end_of_turn>\n{% endfor %}{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}")
+GEMMA_CHAT = ("{{ bos_token }}{% for m in messages %}"
+              "<start_of_turn>{{ 'model' if m['role'] == 'assistant' else 'user' }}\n"
+              "{{ m['content'] }}<end_of_turn>\n{% endfor %}"
+              "{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}")
 
 
 def test_chat_template_when_enabled_wraps_prefix_and_query_in_the_chat(backend):

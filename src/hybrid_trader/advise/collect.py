@@ -58,7 +58,8 @@ from hybrid_trader.training.market import Market, load_market, make_veto
 from hybrid_trader.training.runner import find_model, load_run_config
 
 DEFAULT_WORKERS = 2
-"""Model processes for local models: 2 x 1 thread answered 7.3 contexts/s against 5.8 for 1 x 2 threads (Gemma 3 270M, 2 cores, docs/ADVISE.md)."""
+"""Model processes for local models: 2 x 1 thread answered 7.3 contexts/s against 5.8 for 1 x 2 threads
+(Gemma 3 270M, 2 cores, docs/ADVISE.md)."""
 
 
 def default_workers(config: LLMConfig) -> int:
@@ -117,7 +118,9 @@ class RunPolicy:
         if vec_path is not None:
             with open(vec_path, "rb") as f:
                 self.vec = pickle.load(f)
-        self.model_dim = int(self.model.observation_space.shape[0])
+        shape = self.model.observation_space.shape
+        assert shape is not None  # the trading env's observation space is a Box
+        self.model_dim = int(shape[0])
 
     def __call__(self, obs: np.ndarray, mask: np.ndarray, deterministic: bool) -> int:
         x = obs
@@ -218,6 +221,7 @@ def _init_worker(config: dict, threads: int) -> None:
 
 
 def _ask_in_worker(batch: list[AdvisorContext]) -> list[Answer]:
+    assert _WORKER_ADVISOR is not None  # _init_worker built it in this pool process
     return _answers(_WORKER_ADVISOR.advise_now(batch, use_cache=False, raise_errors=True))
 
 

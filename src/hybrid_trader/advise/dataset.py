@@ -32,7 +32,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, overload
 
 import numpy as np
 import pyarrow as pa
@@ -258,7 +258,14 @@ def _damaged(path: Path, err: Exception) -> UserError:
                      fix="delete this file and run 'hybrid-trader advise collect' again: it asks only its rows again")
 
 
-def read_split(run_dir: Path, split: str, *, expect: dict | None = None, required: bool = True) -> tuple[AdviceRows | None, dict | None]:
+@overload
+def read_split(run_dir: Path, split: str, *, expect: dict | None = None,
+               required: Literal[True] = True) -> tuple[AdviceRows, dict]: ...
+@overload
+def read_split(run_dir: Path, split: str, *, expect: dict | None = None,
+               required: bool) -> tuple[AdviceRows | None, dict | None]: ...
+def read_split(run_dir: Path, split: str, *, expect: dict | None = None,
+               required: bool = True) -> tuple[AdviceRows | None, dict | None]:
     """All chunks of a split and their common identity metadata.
 
     Every chunk must carry the same advice identity (and ``expect``'s, when given);

@@ -165,7 +165,7 @@ def distill(run_dir: Path, config: DistillConfig | None = None, *, say: Callable
     opt = torch.optim.Adam(net.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay)
     bce = torch.nn.BCEWithLogitsLoss()
     gen = torch.Generator().manual_seed(config.seed)
-    best = (math.inf, None, -1)
+    best: tuple[float, dict[str, torch.Tensor] | None, int] = (math.inf, None, -1)
     started = time.perf_counter()
     majority = int(np.bincount(np.argmax(np.where(masks.numpy(), p.numpy(), -1), axis=1), minlength=N_ACTIONS).argmax())
     for epoch in range(config.epochs):
@@ -211,8 +211,15 @@ def metrics_table(metrics: dict) -> str:
         cells = []
         for s in splits:
             v = metrics[s].get(label)
-            cells.append(("n/a" if v is None else (f"{v:,}" if label == "Rows" else f"{v:.3f}"
-                                                   if "KL" in label or "Confidence" in label else f"{v:.1f}")).rjust(10))
+            if v is None:
+                cell = "n/a"
+            elif label == "Rows":
+                cell = f"{v:,}"
+            elif "KL" in label or "Confidence" in label:
+                cell = f"{v:.3f}"
+            else:
+                cell = f"{v:.1f}"
+            cells.append(cell.rjust(10))
         lines.append(label.ljust(width) + "".join(cells))
     return "\n".join(lines)
 

@@ -26,7 +26,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="days to roll over (default train; 'all': train, val and test, each kept apart)")
     c.add_argument("--llm", choices=("transformers", "openai", "llama_cpp", "mock"),
                    help="back end (default: the run's llm section or --config, else transformers)")
-    c.add_argument("--config", help="LLM config YAML used instead of the run's llm section (merged over the packaged one)")
+    c.add_argument("--config",
+                   help="LLM config YAML used instead of the run's llm section (merged over the packaged one)")
     c.add_argument("--batch", type=int, default=None, help="contexts per model call (default: llm batching.max_batch)")
     c.add_argument("--workers", type=int, default=None,
                    help="processes asking the model, each with its own copy and cpu_count/N torch threads "
@@ -38,16 +39,21 @@ def register(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--no-progress", action="store_true", help="no progress bar")
     c.set_defaults(func=_collect)
 
-    d = asub.add_parser("distill", help="train the student network on the collected advice; report its fidelity")
+    d = asub.add_parser("distill",
+                        help="train the student network on the collected advice; report its fidelity")
     d.add_argument("run_dir", type=Path, help="a run directory with RUN_DIR/advice/train collected")
-    d.add_argument("--epochs", type=int, default=40, help="training epochs (default 40; the best validation epoch is kept)")
-    d.add_argument("--hidden", type=str, default="256,256", help="hidden layer sizes, comma separated (default 256,256)")
+    d.add_argument("--epochs", type=int, default=40,
+                   help="training epochs (default 40; the best validation epoch is kept)")
+    d.add_argument("--hidden", type=str, default="256,256",
+                   help="hidden layer sizes, comma separated (default 256,256)")
     d.add_argument("--seed", type=int, default=0, help="seed (default 0)")
     d.set_defaults(func=_distill)
 
-    m = asub.add_parser("compare", help="teacher (LLM) vs student on a collected split: fidelity and confusion table")
+    m = asub.add_parser("compare",
+                        help="teacher (LLM) vs student on a collected split: fidelity and confusion table")
     m.add_argument("run_dir", type=Path, help="a run directory with a distilled student")
-    m.add_argument("--split", choices=SPLIT_CHOICES, default="all", help="split to compare (default: every collected one)")
+    m.add_argument("--split", choices=SPLIT_CHOICES, default="all",
+                   help="split to compare (default: every collected one)")
     m.set_defaults(func=_compare)
 
 
@@ -94,13 +100,15 @@ def _distill(args: argparse.Namespace) -> int:
     try:
         hidden = tuple(int(h) for h in args.hidden.split(",") if h.strip())
     except ValueError:
-        raise UserError("--hidden must be sizes separated by commas", value=args.hidden, fix="e.g. --hidden 256,256") from None
+        raise UserError("--hidden must be sizes separated by commas", value=args.hidden,
+                        fix="e.g. --hidden 256,256") from None
     if not hidden or min(hidden) < 1 or args.epochs < 1:
         raise UserError("--hidden needs positive sizes and --epochs 1 or more", value=f"{args.hidden} / {args.epochs}")
     out = distill(args.run_dir, DistillConfig(epochs=args.epochs, hidden=hidden, seed=args.seed))
     info = out["info"]
     print(f"student: {info['train_rows']:,} training rows, validation on {info['validation']}, "
-          f"best epoch {info['best_epoch']}/{info['epochs']}, {info['seconds']} s -> {args.run_dir / 'advice' / 'student.pt'}")
+          f"best epoch {info['best_epoch']}/{info['epochs']}, {info['seconds']} s "
+          f"-> {args.run_dir / 'advice' / 'student.pt'}")
     print(metrics_table(out["metrics"]))
     print(json.dumps(out))
     return 0

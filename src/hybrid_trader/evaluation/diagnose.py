@@ -547,7 +547,7 @@ def check_policy_change(run: RunView, th: Thresholds) -> list[Finding] | Skip:
         evidence[f"config {k}"] = int(v) if float(v).is_integer() else v
     if steps is not None:
         evidence["steps trained"] = int(steps)
-    if suspects:
+    if suspects and steps is not None:
         key = next(iter(suspects))
         fix = (f"config {key} = {int(suspects[key]):,} is not shorter than the {int(steps):,} steps trained, so the "
                f"policy stayed frozen: make it a small part of the run (e.g. {max(1, int(steps * 0.1)):,}) or 0")

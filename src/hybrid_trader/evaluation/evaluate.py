@@ -19,7 +19,7 @@ import dataclasses
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -81,7 +81,7 @@ def evaluate_run(
     market: Any = None,
     quiet: bool = False,
     llm_overrides: dict | None = None,
-    strategy: str | None = None,
+    strategy: Literal["prior", "rules"] | None = None,
     ablation: bool = True,
 ) -> EvaluationOutput:
     run_dir = Path(run_dir)
@@ -102,7 +102,8 @@ def evaluate_run(
 
 
 def _evaluate(run: RunDir, config: RunConfig, data: dict, out_dir: Path, *, split: str, seeds: int, market: Any,
-              quiet: bool, llm_overrides: dict | None, strategy: str | None, ablation: bool) -> EvaluationOutput:
+              quiet: bool, llm_overrides: dict | None,
+              strategy: Literal["prior", "rules"] | None, ablation: bool) -> EvaluationOutput:
     run_dir = run.path
     market = market or load_market(config.data, config.split)
     sessions = sessions_for(market, split)
@@ -188,7 +189,7 @@ def _evaluate(run: RunDir, config: RunConfig, data: dict, out_dir: Path, *, spli
 def _mode(aggregated: dict) -> Any:
     """Most frequent value of an aggregated text metric ({"counts": {...}})."""
     counts = aggregated.get("counts") or {}
-    return max(counts, key=counts.get) if counts else None
+    return max(counts, key=lambda k: counts[k]) if counts else None
 
 
 HEADLINE = ["Net PnL [$]", "Return [%]", "Sharpe (ann.)", "Max drawdown [$]", "Win rate [%]", "Profit factor",

@@ -20,7 +20,7 @@ from __future__ import annotations
 import base64
 import html
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, Sequence, Set
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -60,7 +60,7 @@ def _esc(value: Any) -> str:
     return html.escape(str(value), quote=True)
 
 
-def _table(columns: Sequence[str], rows: Sequence[tuple[str, Sequence[str]]], *, agent_cols: set[str] = frozenset(),
+def _table(columns: Sequence[str], rows: Sequence[tuple[str, Sequence[str]]], *, agent_cols: Set[str] = frozenset(),
            row_titles: Mapping[str, str] | None = None, first: str = "") -> str:
     head = "".join(f'<th class="{"agent" if c in agent_cols else ""}">{_esc(c)}</th>' for c in columns)
     out = [f'<table><thead><tr><th class="l">{_esc(first)}</th>{head}</tr></thead><tbody>']
@@ -72,7 +72,7 @@ def _table(columns: Sequence[str], rows: Sequence[tuple[str, Sequence[str]]], *,
     return "".join(out)
 
 
-def metrics_html(metrics: Mapping[str, Mapping[str, Any]], agent_cols: set[str] = frozenset()) -> str:
+def metrics_html(metrics: Mapping[str, Mapping[str, Any]], agent_cols: Set[str] = frozenset()) -> str:
     """The metrics table: one column per strategy, one labelled row per metric."""
     cols = list(metrics)
     rows = [(key, [format_metric(key, metrics[c].get(key)) if key in metrics[c] else "" for c in cols])

@@ -21,7 +21,8 @@ One training run owns one folder (``hybrid-trader train --out RUN_DIR``)::
 
 Rules every writer follows (``hybrid_trader.run``):
 
-- one writer per folder: :meth:`RunDir.lock` (``train``), a :class:`~hybrid_trader.run.lock.FolderLock` on the output folder (``evaluate``);
+- one writer per folder: :meth:`RunDir.lock` (``train``), a
+  :class:`~hybrid_trader.run.lock.FolderLock` on the output folder (``evaluate``);
 - files written whole go through a temporary name, fsync and ``os.replace``, and their
   checksum into ``manifest.json`` (:class:`~hybrid_trader.run.files.Manifest`); readers
   verify them (:meth:`RunDir.verified`), so a damaged file is a UserError naming it;

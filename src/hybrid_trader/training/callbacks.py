@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.logger import KVWriter, TensorBoardOutputFormat
+from torch import nn
 from torch.utils.tensorboard import SummaryWriter
 
 from hybrid_trader.run import RunDir
@@ -28,10 +29,11 @@ class JsonlWriter(KVWriter):
     """SB3 logger output writing one JSON object per dump to ``progress.jsonl``."""
 
     def __init__(self, path: Path) -> None:
-        self.file = open(path, "a", encoding="utf-8")
+        # the file stays open for the writer's life; SB3 calls close() at the end
+        self.file = open(path, "a", encoding="utf-8")  # noqa: SIM115
 
     def write(self, key_values: dict[str, Any], key_excluded: dict, step: int = 0) -> None:
-        row = {}
+        row: dict[str, int | float | str | None] = {}
         for key, value in key_values.items():
             if hasattr(value, "item"):
                 value = value.item()
@@ -107,7 +109,7 @@ class CheckpointCallback(BaseCallback):
         self.run = run
         self.every = max(int(every), 1)
         self.keep = max(int(keep), 1)
-        self._next = None
+        self._next = 0  # set by _on_training_start
 
     def _on_training_start(self) -> None:
         self._next = (self.num_timesteps // self.every + 1) * self.every
@@ -142,7 +144,7 @@ class ValidationCallback(BaseCallback):
         self.path = Path(path)
         self.every = int(every)
         self.evaluate = evaluate
-        self._next = None
+        self._next: int | None = None
 
     def _on_training_start(self) -> None:
         self._next = (self.num_timesteps // self.every + 1) * self.every if self.every > 0 else None
@@ -172,7 +174,9 @@ class FreezeBodyCallback(BaseCallback):
         self.frozen = False
 
     def _set(self, frozen: bool) -> None:
-        for p in self.model.policy.mlp_extractor.parameters():
+        body = self.model.policy.mlp_extractor
+        assert isinstance(body, nn.Module)  # nn.Module.__getattr__ is typed Tensor | Module
+        for p in body.parameters():
             p.requires_grad_(not frozen)
         self.frozen = frozen
         self.logger.record("train/body_frozen", int(frozen))

@@ -15,12 +15,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
 import torch
 import yaml
 from sb3_contrib import MaskablePPO
 from stable_baselines3.common.callbacks import CallbackList
 from stable_baselines3.common.logger import Logger
-from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecMonitor, VecNormalize
+from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv, VecMonitor, VecNormalize
 
 from hybrid_trader.config import merge_overrides, to_dict
 from hybrid_trader.data.loader import guess_market
@@ -87,8 +88,10 @@ def build_vec_env(market: Market, config: RunConfig, sessions, n_envs: int, seed
     """
     subproc = config.ppo.vec_env == "subproc" and n_envs > 1
     risk = config.risk if config.env.phase == 3 else None
-    fns = [env_factory(market, config.env, sessions, seed + i, ignore_sigint=subproc, wrap=wrap, risk=risk)
-           for i in range(n_envs)]
+    fns: list[Callable[[], gym.Env]] = [
+        env_factory(market, config.env, sessions, seed + i, ignore_sigint=subproc, wrap=wrap, risk=risk)
+        for i in range(n_envs)]
+    venv: VecEnv
     if subproc:
         method = "fork" if sys.platform.startswith("linux") else "spawn"
         venv = SubprocVecEnv(fns, start_method=method)
@@ -111,7 +114,7 @@ def make_model(config: RunConfig, venv, init: Path | None = None):
     Returns ``(model, notes)`` where ``notes`` says which layers were adapted.
     """
     ppo = config.ppo
-    hyper = dict(
+    hyper: dict[str, Any] = dict(
         learning_rate=ppo.learning_rate, n_steps=ppo.n_steps, batch_size=ppo.batch_size, n_epochs=ppo.n_epochs,
         gamma=ppo.gamma, gae_lambda=ppo.gae_lambda, clip_range=ppo.clip_range, ent_coef=ppo.ent_coef,
         vf_coef=ppo.vf_coef, max_grad_norm=ppo.max_grad_norm, target_kl=ppo.target_kl,

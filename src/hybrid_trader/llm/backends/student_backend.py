@@ -60,6 +60,11 @@ def layout_hash(names: Sequence[str]) -> str:
 class StudentNet(nn.Module):
     """Normalise, clip, MLP body; heads: action logits (masked softmax) and confidence (sigmoid)."""
 
+    mean: torch.Tensor
+    """Per-feature mean of the training inputs (a registered buffer)."""
+    std: torch.Tensor
+    """Per-feature standard deviation of the training inputs (a registered buffer)."""
+
     def __init__(self, obs_dim: int, hidden: Sequence[int] = (128, 128)) -> None:
         super().__init__()
         self.register_buffer("mean", torch.zeros(obs_dim))
