@@ -136,7 +136,6 @@ def test_run_llm_section_when_partial_is_merged_over_the_packaged_defaults(tmp_p
     assert isinstance(cfg.llm, LLMConfig)
     assert cfg.llm.backend == "mock" and cfg.llm.query.interval == 3
     assert cfg.llm.query.cooldown == 2 and cfg.llm.prompt.examples == load_llm_config().prompt.examples
-    assert cfg.llm_config() is cfg.llm or cfg.llm_config() == cfg.llm.in_run()
 
 
 def test_llm_process_when_null_is_on_in_a_run_for_local_models_only():
@@ -144,9 +143,9 @@ def test_llm_process_when_null_is_on_in_a_run_for_local_models_only():
     from hybrid_trader.training.config import RunConfig
 
     assert RunConfig().llm.process is None
-    assert RunConfig().llm_config().process is True  # transformers: a child process while training
-    assert merge_overrides(RunConfig(), {"llm.backend": "mock"}).llm_config().process is False
-    assert merge_overrides(RunConfig(), {"llm.process": False}).llm_config().process is False
+    assert RunConfig().llm.in_run().process is True  # transformers: a child process while training
+    assert merge_overrides(RunConfig(), {"llm.backend": "mock"}).llm.in_run().process is False
+    assert merge_overrides(RunConfig(), {"llm.process": False}).llm.in_run().process is False
     assert load_llm_config().process is None  # llm ask: in process
 
 

@@ -18,7 +18,7 @@ from tests.training.conftest import student_cfg
 
 def test_every_decision_is_advised_by_the_student_when_backend_is_student(student_market, student_p2):
     config = with_default_student(student_cfg(3), student_p2)
-    advisor = build_advisor(config.llm_config())
+    advisor = build_advisor(config.llm.in_run())
     venv = build_vec_env(student_market, config, student_market.sessions("train"), 2, 0, normalize=True,
                          advisor=advisor)
     calls = []
@@ -67,7 +67,7 @@ def test_phase3_with_the_student_logs_a_query_rate_of_100_when_trained(tmp_path,
 
 def test_phase3_refuses_a_student_of_another_layout_when_names_differ(student_market, student_p2, monkeypatch):
     config = with_default_student(student_cfg(3), student_p2)
-    advisor = build_advisor(config.llm_config())
+    advisor = build_advisor(config.llm.in_run())
     monkeypatch.setattr(advisor.backend.student, "layout_hash", "0000000000000000")
     with pytest.raises(UserError, match="another observation layout"):
         build_vec_env(student_market, config, student_market.sessions("train"), 2, 0, normalize=True, advisor=advisor)

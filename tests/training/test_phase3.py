@@ -60,7 +60,7 @@ def test_phase3_starts_as_exactly_the_phase2_policy_when_initialised(market, pha
 
         vec2 = pickle.load(f)
     config = cfg(3)
-    advisor = build_advisor(config.llm_config())
+    advisor = build_advisor(config.llm.in_run())
     venv = build_vec_env(market, config, market.sessions("train"), 2, 0, normalize=True, advisor=advisor)
     try:
         model, notes = make_model(config, venv, init=phase2_run)
@@ -95,7 +95,7 @@ def test_stored_log_probs_equal_recomputed_ones_when_advice_shapes_the_policy(ma
     from stable_baselines3.common.utils import obs_as_tensor
 
     config = cfg(3, **{"fusion.mode": mode})
-    advisor = build_advisor(config.llm_config())
+    advisor = build_advisor(config.llm.in_run())
     venv = build_vec_env(market, config, market.sessions("train"), 2, 0, normalize=True, advisor=advisor)
     try:
         model, _ = make_model(config, venv, init=phase2_run)

@@ -303,7 +303,7 @@ class RunView:
         if self.config is None:
             return None
         try:
-            return self.config.llm_config()
+            return self.config.llm.in_run()
         except UserError:
             return None
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -29,6 +30,7 @@ from hybrid_trader.evaluation.metrics import compute_metrics, jsonable
 from hybrid_trader.evaluation.policies import AgentPolicy, FlatPolicy, HybridAgentPolicy, MomentumPolicy, RandomPolicy
 from hybrid_trader.evaluation.results import metrics_table, save_results
 from hybrid_trader.evaluation.runner import entry_rate, evaluation_env, run_policy
+from hybrid_trader.llm.health import HEALTH_STAT_NAMES
 from hybrid_trader.run import FolderLock, RunDir, data_identity, sha256_file
 from hybrid_trader.run.files import atomic_write_text
 from hybrid_trader.run.models import final_model, load_model, load_normalizer
@@ -50,6 +52,12 @@ class EvaluationOutput:
     per_seed: dict[str, dict] = field(default_factory=dict)
     """Metrics of each random-baseline seed, by strategy name (``random (seed k)``)."""
     extra: dict = field(default_factory=dict)
+
+
+def warn_loudly(text: str) -> None:
+    """Print ``text`` to stderr between rule lines, so that it is not read past."""
+    rule = "!" * 78
+    print(f"{rule}\nWARNING: {text}\n{rule}", file=sys.stderr, flush=True)
 
 
 def load_policy(run_dir: Path, device: str = "cpu", normalize: bool | None = None):
@@ -123,7 +131,7 @@ def _evaluate(run: RunDir, config: RunConfig, data: dict, out_dir: Path, *, spli
     if phase3:
         from hybrid_trader.llm import build_advisor  # phase 3 only: loads the advisor's back ends
 
-        llm_config = config.llm_config()
+        llm_config = config.llm.in_run()
         if llm_overrides:
 
             llm_config = merge_overrides(llm_config, llm_overrides, path="llm")
@@ -138,10 +146,13 @@ def _evaluate(run: RunDir, config: RunConfig, data: dict, out_dir: Path, *, spli
             hybrid.finish()  # learned fusion: the trust by trend and volatility (into the llm figures)
             if "trust" in hybrid.result_extra:
                 agent.extra["trust"] = hybrid.result_extra["trust"]
-            agent.extra.setdefault("llm", {}).update(
-                {k: v for k, v in advisor.stats().items() if k in ("llm/avg_latency_ms", "llm/p95_latency_ms",
-                                                                  "llm/error_rate", "llm/label_coverage",
-                                                                  "llm/cache_hits")})
+            kept = ("llm/avg_latency_ms", "llm/p95_latency_ms", "llm/error_rate", "llm/label_coverage",
+                    "llm/cache_hits", *HEALTH_STAT_NAMES)
+            agent.extra.setdefault("llm", {}).update({k: v for k, v in advisor.stats().items() if k in kept})
+            notice = advisor.health.rl_only_notice()
+            if notice:  # a failing back end: the "hybrid" figures are RL-only, and must not be read otherwise
+                agent.extra["llm_warning"] = notice
+                warn_loudly(notice)
             if ablation:
                 rl_only = run_policy(HybridAgentPolicy(model, vec, advisor, market, fusion, use_llm=False,
                                                        name="RL only"),
@@ -183,6 +194,8 @@ def _evaluate(run: RunDir, config: RunConfig, data: dict, out_dir: Path, *, spli
         extra["ablation"] = ablation_metrics
         if agent.extra.get("trust"):
             extra["trust"] = agent.extra["trust"]
+        if agent.extra.get("llm_warning"):
+            extra["llm_warning"] = agent.extra["llm_warning"]
     return EvaluationOutput(split, out_dir, metrics, random_stats, dates, per_seed, extra)
 
 

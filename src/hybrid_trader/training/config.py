@@ -183,14 +183,6 @@ class RunConfig:
     def __post_init__(self) -> None:
         self.validate()
 
-    def llm_config(self) -> LLMConfig:
-        """The advisor's configuration as a run uses it: ``self.llm`` with ``process`` null resolved.
-
-        In training a local model in the training process slows every step (GIL, CPU
-        threads), so ``llm.process: null`` means a child process for transformers and llama_cpp.
-        """
-        return self.llm.in_run()
-
     def validate(self) -> None:
         """Cross-section checks (the seed's frozen-policy run must be impossible)."""
         fb, total = self.train.freeze_body_steps, self.ppo.total_timesteps

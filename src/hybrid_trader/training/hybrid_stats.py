@@ -23,6 +23,7 @@ from hybrid_trader.agent.fusion import best_probability
 from hybrid_trader.agent.gate import TREND_FEATURE, VOLATILITY_FEATURE, trust_buckets
 from hybrid_trader.agent.stats import DecisionStats, configured_query_rate_pct
 from hybrid_trader.features.names import FEATURE_NAMES
+from hybrid_trader.llm.health import HEALTH_STAT_NAMES
 from hybrid_trader.training.policy import RolloutDecision
 
 TREND_INDEX = FEATURE_NAMES.index(TREND_FEATURE)
@@ -30,8 +31,8 @@ VOLATILITY_INDEX = FEATURE_NAMES.index(VOLATILITY_FEATURE)
 
 ADVISOR_KEYS = ("llm/total_queries", "llm/avg_latency_ms", "llm/p95_latency_ms", "llm/error_rate", "llm/timeouts",
                 "llm/errors", "llm/parse_failures", "llm/cache_hits", "llm/dropped", "llm/label_coverage",
-                "llm/answer_lag_steps")
-"""The advisor's statistics logged with each rollout."""
+                "llm/answer_lag_steps", *HEALTH_STAT_NAMES)
+"""The advisor's statistics logged with each rollout (its health: errors by kind, circuit, stalls)."""
 
 
 class HybridStatsCallback(BaseCallback):

@@ -319,7 +319,7 @@ def _advisor(config: RunConfig, say) -> tuple[Any, Any]:
         return None, None
     from hybrid_trader.llm import build_advisor  # phase 3 only: loads the advisor's back ends
 
-    llm_config = config.llm_config()
+    llm_config = config.llm.in_run()
     advisor = build_advisor(llm_config)
     if callable(getattr(advisor.backend, "advise_batch", None)):
         say(f"LLM advisor: {advisor.backend.describe()}, always on (every decision, one batched forward per step), "
@@ -353,7 +353,7 @@ def _learn(run: RunDir, config: RunConfig, model, venv, market: Market, *, resum
         from hybrid_trader.training.hybrid_stats import HybridStatsCallback  # phase 3 only
 
         _find_wrapper(venv).follow(model.policy)  # the query policy reads the RL confidence of its decisions
-        callbacks.append(HybridStatsCallback(_find_wrapper(venv), config.llm_config()))
+        callbacks.append(HybridStatsCallback(_find_wrapper(venv), config.llm.in_run()))
     if validation is not None and config.train.validate_every > 0 and len(market.sessions("val")):
         callbacks.append(ValidationCallback(run.validation_path, config.train.validate_every,
                                             validation(market, config)))
