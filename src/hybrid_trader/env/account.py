@@ -105,6 +105,8 @@ class PropFirmAccount:
 
     def __init__(self, rules: PropFirmRules) -> None:
         self.rules = rules
+        self._intraday = rules.trail_mode == "intraday"  # read on every bar: resolved once
+        self._daily_loss_limit = rules.daily_loss_limit
         self.reset()
 
     # ------------------------------------------------------------------ checks at set-up
@@ -190,15 +192,16 @@ class PropFirmAccount:
         """
         if self.breached:
             return RULE_OK
-        r = self.rules
         if self.balance > peak_eq:
             peak_eq = self.balance
-        if r.trail_mode == "intraday" and peak_eq > self.peak:
+        if self._intraday and peak_eq > self.peak:
+            r = self.rules
             self.peak = peak_eq
             self.threshold = min(max(self.threshold, peak_eq - r.trailing_drawdown), r.threshold_cap)
         if trough_eq <= self.threshold or self.balance <= self.threshold:
             return RULE_BREACH
-        if r.daily_loss_limit is not None and trough_eq - self.day_start_balance <= -r.daily_loss_limit:
+        limit = self._daily_loss_limit
+        if limit is not None and trough_eq - self.day_start_balance <= -limit:
             return RULE_DAILY_LOSS
         return RULE_OK
 

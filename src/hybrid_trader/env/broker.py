@@ -185,8 +185,12 @@ class Broker:
         side, entry, stop, target = self.side, self.entry, self.stop, self.target
         fav = h if side > 0 else lo
         adv = lo if side > 0 else h
-        self.mae = max(self.mae, side * (entry - adv))
-        self.mfe = max(self.mfe, side * (fav - entry))
+        mae = side * (entry - adv)
+        if mae > self.mae:  # comparisons, not max(): this runs on every bar in a position
+            self.mae = mae
+        mfe = side * (fav - entry)
+        if mfe > self.mfe:
+            self.mfe = mfe
         exit_price = math.nan
         reason = ""
         if side * (o - stop) <= 0:  # opened through the stop
