@@ -56,11 +56,11 @@ def run_probe(code: str, *args: str, what: str) -> None:
     if proc.returncode < 0:
         sig = signal.Signals(-proc.returncode).name
         raise UserError(
-            f"{what} crashed ({sig}) evaluating a few tokens on this machine: the installed llama-cpp-python "
-            "build does not run on this CPU",
-            fix="use --llm transformers (the same Gemma model), or rebuild llama-cpp-python from source: "
-                "CMAKE_ARGS='-DGGML_NATIVE=ON' pip install --no-binary llama-cpp-python --force-reinstall "
-                "llama-cpp-python")
+            f"{what} crashed ({sig}) evaluating a few tokens on this machine: this llama-cpp-python "
+            "version or build does not run the model here",
+            fix="use --llm transformers (the same Gemma model), or install the version the project pins "
+                "(0.3.36 crashes on Gemma 3 270M; 0.3.16 works): pip install -e '.[llama]' "
+                "(it compiles llama.cpp, about 4 minutes)")
     if proc.returncode != 0:
         tail = proc.stderr.strip().splitlines()[-1:] or ["(no message)"]
         raise UserError(f"{what} failed to evaluate a few tokens: {tail[0]}",
