@@ -99,6 +99,21 @@ def test_collect_stops_when_max_states_are_stored(run_dir, run_parts, mock_confi
     assert len(rows) == 70
 
 
+def test_max_states_spreads_over_the_whole_split_when_it_cuts(run_dir, run_parts, mock_config):
+    full = collect(run_dir, run_parts, mock_config, sampled=0).visited
+    shutil.rmtree(run_dir / "advice")
+    collect(run_dir, run_parts, mock_config, max_states=full // 4, sampled=0)
+    rows, _ = read_split(run_dir, "train")
+    assert len(rows) == full // 4
+    assert len(np.unique(rows.session)) == len(np.unique(read_all_sessions(run_dir, run_parts, mock_config)))
+
+
+def read_all_sessions(run_dir, run_parts, config):
+    shutil.rmtree(run_dir / "advice")
+    collect(run_dir, run_parts, config, sampled=0)
+    return read_split(run_dir, "train")[0].session
+
+
 def test_collect_removes_a_half_written_chunk_when_it_finds_one(run_dir, run_parts, mock_config):
     collect(run_dir, run_parts, mock_config, max_states=32, sampled=0)
     tmp = run_dir / "advice" / "train" / ".part-000002.parquet.tmp"

@@ -292,8 +292,10 @@ def collect_split(run_dir: Path, split: str, llm_config: LLMConfig, *, market: M
                              skip=stored.keys() if stored is not None else None)
     n_stored = len(stored) if stored is not None else 0
     todo = list(range(len(visited)))
-    if max_states is not None:
-        todo = todo[:max(int(max_states) - n_stored, 0)]
+    if max_states is not None and len(todo) > max(int(max_states) - n_stored, 0):
+        # a seeded random subset, in time order: spread over every day of the split, not its first days
+        keep = np.random.default_rng(run_config.ppo.seed).permutation(len(todo))[:max(int(max_states) - n_stored, 0)]
+        todo = sorted(int(i) for i in keep)
     obs_dim = len(visited.obs[0]) if len(visited) else (stored.obs.shape[1] if stored is not None else 0)
     meta = {"advice": identity, "obs_dim": obs_dim,
             "layout_hash": layout_hash(layout_names(obs_dim)) if obs_dim else "",
