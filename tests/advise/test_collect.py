@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 
 import numpy as np
 import pytest
 
-from hybrid_trader.advise.collect import LocalAsker, collect_llm_config, collect_split
+from hybrid_trader.advise.collect import LocalAsker, collect_llm_config, collect_split, rollout_states
 from hybrid_trader.advise.dataset import advice_identity, part_files, read_split
 from hybrid_trader.errors import UserError
 from hybrid_trader.llm.prompt import PromptBuilder
@@ -121,3 +122,11 @@ def test_collect_removes_a_half_written_chunk_when_it_finds_one(run_dir, run_par
     collect(run_dir, run_parts, mock_config, max_states=64, sampled=0)
     assert not tmp.exists()
     assert len(read_split(run_dir, "train")[0]) == 64
+
+
+def test_rollout_walks_every_day_when_the_account_breaches_on_the_first(run_parts):
+    cfg, market, policy = run_parts
+    # a $1 trailing drawdown: the first losing trade breaches the account
+    fragile = dataclasses.replace(cfg, env=dataclasses.replace(cfg.env, rules_overrides={"trailing_drawdown": 1.0}))
+    visited = rollout_states(market, fragile, policy, "train", sampled=1, seed=0)
+    assert set(visited.session) == set(market.sessions("train"))  # one account would leave later days HOLD-only

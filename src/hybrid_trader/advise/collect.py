@@ -134,10 +134,15 @@ class RunPolicy:
 
 def rollout_states(market: Market, run_config: RunConfig, policy: Callable, split: str, *, sampled: int = 1,
                    seed: int = 0, skip: set | None = None) -> VisitedStates:
-    """Walk the split's days with the policy (1 deterministic + ``sampled`` sampled passes); unique new states."""
+    """Walk the split's days with the policy (1 deterministic + ``sampled`` sampled passes); unique new states.
+
+    Each day is walked from a fresh account, as training's one-day episodes start: one
+    account over the whole split would stay breached after its first bad day, leaving
+    every later day with HOLD as the only legal action (nothing to ask).
+    """
     import torch  # noqa: PLC0415 - torch is loaded by sb3 already; imported here only to seed sampling
 
-    cfg = dataclasses.replace(run_config.env, episode_sessions=None, terminate_on_breach=False)
+    cfg = dataclasses.replace(run_config.env, episode_sessions=1, terminate_on_breach=True)
     sessions = list(market.sessions(split))
     if not sessions:
         raise UserError(f"the run's {split} split holds no trading day", fix="choose another --split")
@@ -146,9 +151,10 @@ def rollout_states(market: Market, run_config: RunConfig, policy: Callable, spli
     out = VisitedStates()
     seen = set(skip or ())
     session_id = market.bars.session_id
-    for k in range(sampled + 1):
-        torch.manual_seed(seed + k)
-        obs, _ = env.reset(seed=seed + k, options={"start": 0})
+    for k, day in ((k, day) for k in range(sampled + 1) for day in range(len(sessions))):
+        if day == 0:
+            torch.manual_seed(seed + k)
+        obs, _ = env.reset(seed=seed + k if day == 0 else None, options={"start": day})
         while True:
             mask = env.action_masks()
             full = np.zeros(6, dtype=bool)
