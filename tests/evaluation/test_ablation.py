@@ -8,7 +8,7 @@ import pytest
 
 from hybrid_trader.cli.main import main
 from hybrid_trader.errors import UserError
-from hybrid_trader.evaluation.ablation import ablation_markdown, run_ablation, summarise
+from hybrid_trader.evaluation.ablation import TEACHER_VARIANT, ablation_markdown, run_ablation, summarise
 from tests.training.conftest import student_market, student_p2  # noqa: F401 - session fixtures reused here
 
 
@@ -38,6 +38,22 @@ def test_ablation_cli_prints_json_when_asked(tmp_path, student_p2, capsys):  # n
     assert code == 0
     data = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert data["split"] == "test" and len(data["variants"]) == 3
+
+
+def test_ablation_adds_the_real_llm_variant_when_given_a_teacher(tmp_path, student_p2):  # noqa: F811
+    out = tmp_path / "ablation"
+    table = run_ablation(student_p2, out, timesteps=256, seeds=(0,), split="test", teacher="mock", say=lambda s: None)
+    assert list(table["variants"])[-1] == TEACHER_VARIANT and table["teacher"] == "mock"
+    row = table["variants"][TEACHER_VARIANT]["per_seed"][0]
+    assert row["run"] == table["variants"]["learned fusion + student"]["per_seed"][0]["run"]  # the same trained run
+    # evaluated apart: the student's evaluation of that run is still its own
+    assert (out / "learned-s0" / "eval" / "test-llm-mock" / "results.json").is_file()
+    info = json.loads((out / "learned-s0" / "eval" / "test" / "results.json").read_text())["info"]
+    assert info["llm_backend"] == "student"
+    info = json.loads((out / "learned-s0" / "eval" / "test-llm-mock" / "results.json").read_text())["info"]
+    assert info["llm_backend"] == "mock"
+    with pytest.raises(UserError, match="teacher"):
+        run_ablation(student_p2, out, timesteps=256, seeds=(0,), teacher="student", say=lambda s: None)
 
 
 def test_ablation_is_refused_when_the_run_has_no_student(tmp_path, student_p2):  # noqa: F811

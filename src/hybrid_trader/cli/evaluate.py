@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from hybrid_trader.cli.options import add_options, llm_key_overrides, overrides_from
+from hybrid_trader.llm.backends import BACKEND_NAMES
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -38,6 +39,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="--ablation: training steps of every variant run (default: the phase 2 run's)")
     p.add_argument("--ablation-seeds", type=int, default=3, metavar="K", help="--ablation: seeds 0..K-1 (default 3)")
     p.add_argument("--student", metavar="FILE", help="--ablation: the student.pt (default RUN_DIR/advice/student.pt)")
+    p.add_argument("--ablation-teacher", metavar="BACKEND", choices=[b for b in BACKEND_NAMES if b != "student"],
+                   help="--ablation: also evaluate the learned-fusion runs with this LLM back end asking "
+                        "asynchronously instead of the student (e.g. transformers: the real Gemma)")
     p.add_argument("--json", action="store_true", help="print one JSON object with everything as the last line")
     p.set_defaults(func=run)
 
@@ -83,7 +87,8 @@ def _ablation(args: argparse.Namespace) -> int:
     steps = args.ablation_steps or load_run_config(Path(args.run_dir)).ppo.total_timesteps
     say = (lambda s: None) if args.json else (lambda s: print(s, flush=True))
     table = run_ablation(Path(args.run_dir), Path(args.ablation), timesteps=steps,
-                         seeds=tuple(range(args.ablation_seeds)), split=args.split, student=args.student, say=say)
+                         seeds=tuple(range(args.ablation_seeds)), split=args.split, student=args.student,
+                         teacher=args.ablation_teacher, say=say)
     if args.json:
         print(json.dumps(jsonable(table)))
     else:

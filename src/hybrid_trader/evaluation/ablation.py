@@ -10,7 +10,14 @@ variant                        run
 ``RL only``                    phase 2 continued (no LLM)
 ``constant prior + student``   phase 3, ``llm.backend: student``, ``fusion.mode: constant``
 ``learned fusion + student``   phase 3, ``llm.backend: student``, ``fusion.mode: learned``
+``learned fusion + LLM``       (``teacher=``) the learned runs, evaluated with the real LLM
+                               (the teacher back end) asking asynchronously instead of the student
 =============================  ==============================================================
+
+The last variant trains nothing: it shows what the real LLM gives at evaluation when it
+advises only the decisions it can answer in time (its query rate), as in live trading
+without a student. Its evaluations go to ``RUN/eval/<split>-llm-<teacher>``, beside the
+student's.
 
 then evaluates every run on the same split (``evaluate_run``) and reports, per variant,
 the mean and the spread (standard deviation) over seeds of net P&L, Sharpe, PSR, trades,
@@ -73,9 +80,18 @@ def _finished(run_dir: Path) -> bool:
     return status.get("state") == "finished" and (run_dir / "model.zip").exists()
 
 
+TEACHER_VARIANT = "learned fusion + LLM (async)"
+"""The learned runs evaluated with the real LLM asking asynchronously (``teacher=``)."""
+
+
 def run_ablation(p2_run: Path, out: Path, *, timesteps: int, seeds: Sequence[int] = (0, 1, 2), split: str = "test",
-                 student: str | None = None, say: Callable[[str], None] = print) -> dict:
-    """Train (or reuse) every variant x seed from ``p2_run`` into ``out``, evaluate them on ``split``; the table."""
+                 student: str | None = None, teacher: str | None = None,
+                 say: Callable[[str], None] = print) -> dict:
+    """Train (or reuse) every variant x seed from ``p2_run`` into ``out``, evaluate them on ``split``; the table.
+
+    ``teacher``: an LLM back end name (e.g. ``transformers``); the learned runs are also
+    evaluated with it, asking asynchronously, in place of the student.
+    """
     p2_run, out = Path(p2_run), Path(out)
     RunDir(p2_run).require()
     base = RunDir(p2_run).load_config(RunConfig)
@@ -109,22 +125,38 @@ def run_ablation(p2_run: Path, out: Path, *, timesteps: int, seeds: Sequence[int
                 train_run(config, run_dir, resume=True, market=market, quiet=True)
             else:
                 train_run(config, run_dir, init=p2_run, market=market, quiet=True)
-    table = evaluate_variants(runs, split=split, say=say)
-    table.update({"p2_run": str(p2_run), "student": student, "timesteps": int(timesteps), "seeds": list(seeds)})
+    evals: dict[str, dict] = {}
+    if teacher:
+        if teacher == "student":
+            raise UserError("--ablation-teacher student: the teacher is the LLM the student was distilled from",
+                            fix="name its back end, e.g. transformers, llama_cpp or openai")
+        runs[TEACHER_VARIANT] = list(runs["learned fusion + student"])
+        evals[TEACHER_VARIANT] = {"llm_overrides": {"backend": teacher}, "tag": f"llm-{teacher}"}
+    table = evaluate_variants(runs, split=split, say=say, evals=evals)
+    table.update({"p2_run": str(p2_run), "student": student, "timesteps": int(timesteps), "seeds": list(seeds),
+                  "teacher": teacher})
     atomic_write_text(out / "ablation.json", json.dumps(jsonable(table), indent=2))
     atomic_write_text(out / "ABLATION.md", ablation_markdown(table) + "\n")
     return table
 
 
-def evaluate_variants(runs: dict[str, list[Path]], *, split: str = "test",
-                      say: Callable[[str], None] = print) -> dict:
-    """Evaluate each variant's runs on ``split`` (the same days for all: checked); mean and spread per variant."""
+def evaluate_variants(runs: dict[str, list[Path]], *, split: str = "test", say: Callable[[str], None] = print,
+                      evals: dict[str, dict] | None = None) -> dict:
+    """Evaluate each variant's runs on ``split`` (the same days for all: checked); mean and spread per variant.
+
+    ``evals[name]``: ``llm_overrides`` for that variant's evaluations, written under
+    ``RUN/eval/<split>-<tag>`` (not over the run's own evaluation).
+    """
     out: dict[str, Any] = {"split": split, "variants": {}}
     dates = None
     for name, run_dirs in runs.items():
         per_seed = []
+        options = (evals or {}).get(name, {})
         for run_dir in run_dirs:
-            ev = evaluate_run(run_dir, split=split, seeds=1, quiet=True, ablation=False)
+            where = RunDir(run_dir).eval_dir(split)
+            ev = evaluate_run(run_dir, split=split, seeds=1, quiet=True, ablation=False,
+                              llm_overrides=options.get("llm_overrides"),
+                              out_dir=where.with_name(f"{where.name}-{options['tag']}") if "tag" in options else None)
             if dates is None:
                 dates = ev.dates
             elif ev.dates != dates:

@@ -91,7 +91,12 @@ def evaluate_run(
     llm_overrides: dict | None = None,
     strategy: Literal["prior", "rules"] | None = None,
     ablation: bool = True,
+    out_dir: Path | None = None,
 ) -> EvaluationOutput:
+    """Evaluate a run on ``split``; results in ``out_dir`` (default ``RUN_DIR/eval/<split>``, or a
+    folder named after other data). ``llm_overrides`` change the advisor's settings for this
+    evaluation only (e.g. ``{"backend": "transformers"}``: the real LLM instead of the student):
+    give such an evaluation its own ``out_dir``."""
     run_dir = Path(run_dir)
     run = RunDir(run_dir).require()
     if seeds < 1:
@@ -102,7 +107,7 @@ def evaluate_run(
         config = merge_overrides(config, {f"data.{k}": v for k, v in data_overrides.items() if v is not None})
     data = data_identity(config.data)
     final_model(run, config.ppo.normalize_observations)  # a damaged or missing model file fails before any output
-    out_dir = run.eval_dir(split, None if data == own_data else data)
+    out_dir = Path(out_dir) if out_dir is not None else run.eval_dir(split, None if data == own_data else data)
     out_dir.mkdir(parents=True, exist_ok=True)
     with FolderLock(out_dir, f"evaluate {split}"):  # one writer per output folder; training may go on
         return _evaluate(run, config, data, out_dir, split=split, seeds=seeds, market=market, quiet=quiet,
@@ -128,15 +133,16 @@ def _evaluate(run: RunDir, config: RunConfig, data: dict, out_dir: Path, *, spli
     phase3 = config.env.phase == 3
     advisor = None
     ablation_metrics = None
+    llm_info: dict[str, str] = {}
     if phase3:
         from hybrid_trader.llm import build_advisor  # phase 3 only: loads the advisor's back ends
 
         llm_config = config.llm.in_run()
         if llm_overrides:
-
             llm_config = merge_overrides(llm_config, llm_overrides, path="llm")
         fusion = dataclasses.replace(config.fusion, strategy=strategy) if strategy else config.fusion
         advisor = build_advisor(llm_config)
+        llm_info = {"llm_backend": llm_config.backend, "llm": advisor.backend.describe()}
         say(f"LLM advisor: {llm_config.backend} ({llm_config.mode} mode), fusion {fusion.strategy} "
             f"({fusion.mode}), llm_weight {fusion.llm_weight}")
         agent_env = evaluation_env(market, config.env, sessions, risk_veto=make_veto(config.risk))
@@ -184,7 +190,7 @@ def _evaluate(run: RunDir, config: RunConfig, data: dict, out_dir: Path, *, spli
         atomic_write_text(ablation_path, json.dumps(jsonable(ablation_metrics), indent=2))
     save_results(results, prices, out_dir, metrics=table,
                  info={"split": split, "run_dir": str(run_dir), "model": str(model_path),
-                       "model_sha256": sha256_file(model_path), "data": data, "seeds": seeds, "entry_rate": rate})
+                       "model_sha256": sha256_file(model_path), "data": data, "seeds": seeds, "entry_rate": rate, **llm_info})
     (out_dir / "STALE.json").unlink(missing_ok=True)
     dates = (str(market.bars.session_dates[sessions.start]), str(market.bars.session_dates[sessions.stop - 1]))
     per_seed = {r.name: compute_metrics(r) for r in randoms}
