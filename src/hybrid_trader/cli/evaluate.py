@@ -40,8 +40,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--ablation-seeds", type=int, default=3, metavar="K", help="--ablation: seeds 0..K-1 (default 3)")
     p.add_argument("--student", metavar="FILE", help="--ablation: the student.pt (default RUN_DIR/advice/student.pt)")
     p.add_argument("--ablation-teacher", metavar="BACKEND", choices=[b for b in BACKEND_NAMES if b != "student"],
-                   help="--ablation: also evaluate the learned-fusion runs with this LLM back end asking "
-                        "asynchronously instead of the student (e.g. transformers: the real Gemma)")
+                   help="--ablation: also evaluate the learned-fusion runs with this LLM back end in the student's "
+                        "place, asked when the query policy says so (e.g. transformers: the real Gemma)")
     p.add_argument("--json", action="store_true", help="print one JSON object with everything as the last line")
     p.set_defaults(func=run)
 

@@ -11,12 +11,14 @@ variant                        run
 ``constant prior + student``   phase 3, ``llm.backend: student``, ``fusion.mode: constant``
 ``learned fusion + student``   phase 3, ``llm.backend: student``, ``fusion.mode: learned``
 ``learned fusion + LLM``       (``teacher=``) the learned runs, evaluated with the real LLM
-                               (the teacher back end) asking asynchronously instead of the student
+                               (the teacher back end) instead of the student, asked when the
+                               query policy says so
 =============================  ==============================================================
 
-The last variant trains nothing: it shows what the real LLM gives at evaluation when it
-advises only the decisions it can answer in time (its query rate), as in live trading
-without a student. Its evaluations go to ``RUN/eval/<split>-llm-<teacher>``, beside the
+The last variant trains nothing: it shows what the real LLM gives at evaluation in the
+student's place, asked (synchronously, as evaluation asks it: on minute bars its latency
+fits inside the bar) on the decisions the query policy picks, as in live trading without
+a student (its query rate is in the table). Its evaluations go to ``RUN/eval/<split>-llm-<teacher>``, beside the
 student's.
 
 then evaluates every run on the same split (``evaluate_run``) and reports, per variant,
@@ -80,8 +82,8 @@ def _finished(run_dir: Path) -> bool:
     return status.get("state") == "finished" and (run_dir / "model.zip").exists()
 
 
-TEACHER_VARIANT = "learned fusion + LLM (async)"
-"""The learned runs evaluated with the real LLM asking asynchronously (``teacher=``)."""
+TEACHER_VARIANT = "learned fusion + LLM (query policy)"
+"""The learned runs evaluated with the real LLM asked on the query policy's triggers (``teacher=``)."""
 
 
 def run_ablation(p2_run: Path, out: Path, *, timesteps: int, seeds: Sequence[int] = (0, 1, 2), split: str = "test",
@@ -90,7 +92,7 @@ def run_ablation(p2_run: Path, out: Path, *, timesteps: int, seeds: Sequence[int
     """Train (or reuse) every variant x seed from ``p2_run`` into ``out``, evaluate them on ``split``; the table.
 
     ``teacher``: an LLM back end name (e.g. ``transformers``); the learned runs are also
-    evaluated with it, asking asynchronously, in place of the student.
+    evaluated with it in place of the student, asked when the query policy says so.
     """
     p2_run, out = Path(p2_run), Path(out)
     RunDir(p2_run).require()
