@@ -21,6 +21,7 @@ import torch as th
 
 from hybrid_trader.agent.advice_block import OBS_ADVICE_PRESENT, PHASE3_OBS_DIM
 from hybrid_trader.config import merge_overrides
+from hybrid_trader.errors import UserError
 from hybrid_trader.llm import build_advisor
 from hybrid_trader.training.config import RunConfig
 from hybrid_trader.training.market import load_market
@@ -171,6 +172,30 @@ def test_evaluate_phase3_reports_llm_statistics_samples_and_ablation(phase3_run)
     assert {"rl_action", "llm_action", "executed", "rule"} <= set(agent["extra"]["sample_decisions"][0])
     html = write_report(phase3_run).read_text()
     assert "Ablation" in html and "LLM" in html and "Sample decisions" in html
+
+
+def test_evaluate_explains_the_first_sample_decisions_when_asked(phase3_run, tmp_path):
+    from hybrid_trader.evaluation.evaluate import evaluate_run
+    from hybrid_trader.evaluation.report import write_report
+    from hybrid_trader.evaluation.results import EXPLAINED_BY_KEY, REASONING_KEY
+
+    out = evaluate_run(phase3_run, split="test", seeds=1, quiet=True, ablation=False, explain=2, explain_llm="mock",
+                       out_dir=tmp_path / "eval")
+    figures = out.extra["explained"]
+    assert figures["explained"] == 2 and figures["decision_parsed_pct"] == figures["all_four_steps_pct"] == 100.0
+    results = json.loads((tmp_path / "eval" / "results.json").read_text())
+    samples = next(s for s in results["strategies"] if s["role"] == "agent")["extra"]["sample_decisions"]
+    assert [REASONING_KEY in s for s in samples[:3]] == [True, True, False]
+    assert samples[0][REASONING_KEY]["decision"] and "mock" in samples[0][EXPLAINED_BY_KEY]
+    html = write_report(phase3_run, tmp_path / "eval", split="test").read_text()
+    assert html.count('<tr class="cot">') == 2
+
+
+def test_evaluate_refuses_to_explain_when_the_run_is_not_phase3(phase2_run):
+    from hybrid_trader.evaluation.evaluate import evaluate_run
+
+    with pytest.raises(UserError, match="phase 3"):
+        evaluate_run(phase2_run, split="test", seeds=1, quiet=True, explain=2)
 
 
 def test_evaluate_phase3_with_seed_rules_when_strategy_rules(phase3_run):

@@ -36,7 +36,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--workers", type=int, default=None,
                    help="processes asking the model, each with its own copy and cpu_count/N torch threads "
                         "(default: measured best for the back end, see docs/ADVISE.md)")
-    c.add_argument("--max-states", type=int, default=None, help="stop once this many states of a split are stored: a seeded random subset spread over all the split's days")
+    c.add_argument("--max-states", type=int, default=None,
+                   help="stop once this many states of a split are stored: a seeded random subset "
+                        "spread over all the split's days")
     c.add_argument("--sampled", type=int, default=1,
                    help="sampled policy passes after the deterministic one (default 1; 0: deterministic only)")
     c.add_argument("--chunk", type=int, default=256, help="rows per written chunk (default 256)")

@@ -31,6 +31,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--strategy", choices=("prior", "rules"),
                    help="phase 3: decide with the trained fused distribution (prior) or seed 001's rules")
     p.add_argument("--no-ablation", action="store_true", help="phase 3: skip the RL-only ablation run")
+    p.add_argument("--explain", type=int, default=0, metavar="N",
+                   help="phase 3: the LLM explains the first N sample decisions in four steps (market, options, "
+                        "risks, decision), shown in the report; seconds each on a CPU (default 0)")
+    p.add_argument("--explain-llm", metavar="BACKEND", choices=[b for b in BACKEND_NAMES if b != "student"],
+                   help="--explain: the explaining back end (default the run's; a student run: transformers)")
     p.add_argument("--ablation", metavar="OUT",
                    help="RUN_DIR is a phase 2 run with a distilled student: train (or reuse) the variants RL only "
                         "(phase 2 continued), constant prior + student and learned fusion + student for each seed "
@@ -56,7 +61,8 @@ def run(args: argparse.Namespace) -> int:
     overrides = {"path": args.data, "tz": args.tz, "time_shift": args.time_shift} if args.data else None
     out = evaluate_run(Path(args.run_dir), split=args.split, seeds=args.seeds, data_overrides=overrides,
                        quiet=args.json, llm_overrides=llm_key_overrides(overrides_from(args, ("--llm",))) or None,
-                       strategy=args.strategy, ablation=not args.no_ablation)
+                       strategy=args.strategy, ablation=not args.no_ablation, explain=args.explain,
+                       explain_llm=args.explain_llm)
     if not args.json:
         print(format_table(out.metrics, HEADLINE))
         if out.extra.get("llm"):
@@ -66,6 +72,11 @@ def run(args: argparse.Namespace) -> int:
         if out.extra.get("ablation"):
             print("\nAblation (same bars, split and seeds):")
             print(format_table(out.extra["ablation"], HEADLINE, columns=list(out.extra["ablation"])))
+        if out.extra.get("explained"):
+            e = out.extra["explained"]
+            print(f"\nExplained {e['explained']} sample decisions (chain of thought): decision parsed "
+                  f"{e['decision_parsed_pct']:.0f}%, all four steps {e['all_four_steps_pct']:.0f}%, "
+                  f"median {e['median_latency_s']:.1f} s each (in the report's sample decisions)")
         print(f"results: {out.out_dir}   (report: hybrid-trader report {args.run_dir})")
     else:
         print(json.dumps(jsonable({"split": out.split, "dates": out.dates, "metrics": out.metrics,

@@ -118,13 +118,14 @@ def _ask(args: argparse.Namespace) -> int:
     # loaded after prefer_passive_openmp, which must run before torch is imported
     from hybrid_trader.llm import AccountState, build_advisor, context_from_market, load_llm_config  # noqa: PLC0415
     from hybrid_trader.llm.advice import ACTION_WORDS, LLM_ILLEGAL_ACTION, LLM_PARSE_FAILURE  # noqa: PLC0415
+    from hybrid_trader.llm.config import COT_MAX_NEW_TOKENS  # noqa: PLC0415 - as above
     from hybrid_trader.llm.parsing import parse_cot_steps  # noqa: PLC0415 - as above
     from hybrid_trader.markets import get_contract  # noqa: PLC0415 - as above
 
     overrides = llm_overrides(args)
     if args.cot:
         overrides.update({"mode": "generate", "prompt.chain_of_thought": True})
-        overrides.setdefault("generation.max_new_tokens", 200)
+        overrides.setdefault("generation.max_new_tokens", COT_MAX_NEW_TOKENS)
     cfg = load_llm_config(args.config, overrides)
     bars, features = _load_market(args)
     n = len(bars)

@@ -92,16 +92,25 @@ def evaluate_run(
     strategy: Literal["prior", "rules"] | None = None,
     ablation: bool = True,
     out_dir: Path | None = None,
+    explain: int = 0,
+    explain_llm: str | None = None,
 ) -> EvaluationOutput:
     """Evaluate a run on ``split``; results in ``out_dir`` (default ``RUN_DIR/eval/<split>``, or a
     folder named after other data). ``llm_overrides`` change the advisor's settings for this
     evaluation only (e.g. ``{"backend": "transformers"}``: the real LLM instead of the student):
-    give such an evaluation its own ``out_dir``."""
+    give such an evaluation its own ``out_dir``. ``explain``: the first ``explain`` sample
+    decisions of a phase 3 agent get the LLM's chain of thought (``evaluation.explain``;
+    ``explain_llm``: its back end)."""
     run_dir = Path(run_dir)
     run = RunDir(run_dir).require()
     if seeds < 1:
         raise UserError(f"--seeds {seeds}: need at least 1 seed for the random baseline")
     config = run.load_config(RunConfig)
+    if explain and config.env.phase != 3:
+        raise UserError(f"--explain needs a phase 3 run (the hybrid agent's sample decisions); {run_dir} is phase "
+                        f"{config.env.phase}", fix="drop --explain, or evaluate a phase 3 run")
+    if explain < 0:
+        raise UserError(f"--explain {explain}: give a number of decisions (0 or more)")
     own_data = data_identity(config.data)
     if data_overrides:
         config = merge_overrides(config, {f"data.{k}": v for k, v in data_overrides.items() if v is not None})
@@ -111,12 +120,14 @@ def evaluate_run(
     out_dir.mkdir(parents=True, exist_ok=True)
     with FolderLock(out_dir, f"evaluate {split}"):  # one writer per output folder; training may go on
         return _evaluate(run, config, data, out_dir, split=split, seeds=seeds, market=market, quiet=quiet,
-                         llm_overrides=llm_overrides, strategy=strategy, ablation=ablation)
+                         llm_overrides=llm_overrides, strategy=strategy, ablation=ablation, explain=explain,
+                         explain_llm=explain_llm)
 
 
 def _evaluate(run: RunDir, config: RunConfig, data: dict, out_dir: Path, *, split: str, seeds: int, market: Any,
               quiet: bool, llm_overrides: dict | None,
-              strategy: Literal["prior", "rules"] | None, ablation: bool) -> EvaluationOutput:
+              strategy: Literal["prior", "rules"] | None, ablation: bool, explain: int = 0,
+              explain_llm: str | None = None) -> EvaluationOutput:
     run_dir = run.path
     market = market or load_market(config.data, config.split)
     sessions = sessions_for(market, split)
@@ -150,6 +161,12 @@ def _evaluate(run: RunDir, config: RunConfig, data: dict, out_dir: Path, *, spli
             hybrid = HybridAgentPolicy(model, vec, advisor, market, fusion)
             agent = run_policy(hybrid, agent_env)
             hybrid.finish()  # learned fusion: the trust by trend and volatility (into the llm figures)
+            if explain:
+                from hybrid_trader.evaluation.explain import explain_decisions, explainer_config  # --explain only
+
+                explained = explain_decisions(hybrid.samples, hybrid.sample_contexts,
+                                              explainer_config(llm_config, explain_llm), explain, say=say)
+                agent.extra["explained"] = explained
             if "trust" in hybrid.result_extra:
                 agent.extra["trust"] = hybrid.result_extra["trust"]
             kept = ("llm/avg_latency_ms", "llm/p95_latency_ms", "llm/error_rate", "llm/label_coverage",
@@ -190,7 +207,8 @@ def _evaluate(run: RunDir, config: RunConfig, data: dict, out_dir: Path, *, spli
         atomic_write_text(ablation_path, json.dumps(jsonable(ablation_metrics), indent=2))
     save_results(results, prices, out_dir, metrics=table,
                  info={"split": split, "run_dir": str(run_dir), "model": str(model_path),
-                       "model_sha256": sha256_file(model_path), "data": data, "seeds": seeds, "entry_rate": rate, **llm_info})
+                       "model_sha256": sha256_file(model_path), "data": data, "seeds": seeds, "entry_rate": rate,
+                       **llm_info})
     (out_dir / "STALE.json").unlink(missing_ok=True)
     dates = (str(market.bars.session_dates[sessions.start]), str(market.bars.session_dates[sessions.stop - 1]))
     per_seed = {r.name: compute_metrics(r) for r in randoms}
@@ -202,6 +220,8 @@ def _evaluate(run: RunDir, config: RunConfig, data: dict, out_dir: Path, *, spli
             extra["trust"] = agent.extra["trust"]
         if agent.extra.get("llm_warning"):
             extra["llm_warning"] = agent.extra["llm_warning"]
+        if agent.extra.get("explained"):
+            extra["explained"] = agent.extra["explained"]
     return EvaluationOutput(split, out_dir, metrics, random_stats, dates, per_seed, extra)
 
 

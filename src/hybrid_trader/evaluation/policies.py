@@ -149,6 +149,8 @@ class HybridAgentPolicy:
         self.stats = DecisionStats(max_age)
         self.reasons: dict[str, int] = {}
         self.samples: list[dict] = []
+        self.sample_contexts: list = []
+        """The advisor context of each sample decision (for ``evaluate --explain``)."""
         self.result_extra: dict = {"role": "agent" if use_llm else "ablation"}
         self.advise_batch = getattr(getattr(self.advisor, "backend", None), "advise_batch", None)
         """Always-on: the back end's batched advice (the student); None: the query policy decides."""
@@ -205,6 +207,8 @@ class HybridAgentPolicy:
                 "advice_age": advice.age_steps if advice is not None else None,
                 "executed": ACTION_NAMES[d.action], "rule": d.reason,
             })
+            self.sample_contexts.append(context_from_market(self.market.bars, self.market.features, t,
+                                                            env.account_snapshot(), env.action_masks()))
         values = self.stats.values()
         shown = {label(k): values.get(k) for k in ("llm/queries", "llm/query_rate_pct", "llm/advised_pct",
                                                    "fusion/agreement_pct", "fusion/override_pct",

@@ -30,7 +30,16 @@ from hybrid_trader.agent.gate import GATE_STATISTICS, TREND_BUCKETS, VOLATILITY_
 from hybrid_trader.errors import UserError
 from hybrid_trader.evaluation.diagnose import diagnose
 from hybrid_trader.evaluation.metrics import SPECS, format_metric, metric_rows, metrics_from_json, summary_line
-from hybrid_trader.evaluation.results import StrategyResult, load_index, load_results, metrics_table, read_json, role_of
+from hybrid_trader.evaluation.results import (
+    EXPLAINED_BY_KEY,
+    REASONING_KEY,
+    StrategyResult,
+    load_index,
+    load_results,
+    metrics_table,
+    read_json,
+    role_of,
+)
 from hybrid_trader.run import RunDir, data_identity, is_stale
 from hybrid_trader.run.rundir import ABLATION, RESULTS
 from hybrid_trader.training.config import RunConfig
@@ -53,6 +62,7 @@ figure img{max-width:100%;height:auto;border:1px solid #eee}
 figcaption{font-size:.85em;color:#555}pre{background:#f6f6f6;padding:10px;overflow:auto;font-size:.82em;
 border:1px solid #e4e4e4}.error{color:#b2182b;font-weight:bold}.warning{color:#b35806;font-weight:bold}
 .small{font-size:.85em;color:#555}
+tr.cot td{background:#f7f7fb;font-size:.9em;padding-left:2em}
 """
 
 
@@ -99,14 +109,24 @@ def _stats_html(by_strategy: Mapping[str, Mapping[str, Any]]) -> str:
     return _table(cols, rows, first="statistic")
 
 
+def _reasoning_html(steps: Any, by: Any, width: int) -> str:
+    """One row under a decision: the LLM's four steps (market, options, risks, decision)."""
+    if not isinstance(steps, Mapping) or not steps:
+        return ""
+    lines = "".join(f"<div><b>{_esc(k)}</b>: {_esc(v)}</div>" for k, v in steps.items())
+    who = f'<div class="small">chain of thought by {_esc(by)}</div>' if by else ""
+    return f'<tr class="cot"><td class="l" colspan="{width}">{lines}{who}</td></tr>'
+
+
 def _decisions_html(decisions: Sequence[Mapping[str, Any]]) -> str:
     rows = [d for d in decisions if isinstance(d, Mapping)][:MAX_DECISIONS]
     keys: list[str] = []
     for d in rows:
-        keys.extend(k for k in d if k not in keys)
+        keys.extend(k for k in d if k not in keys and k not in (REASONING_KEY, EXPLAINED_BY_KEY))
     out = ["<table><thead><tr>" + "".join(f'<th class="l">{_esc(k)}</th>' for k in keys) + "</tr></thead><tbody>"]
     for d in rows:
         out.append("<tr>" + "".join(f'<td class="l">{_esc(_generic_value(d.get(k)))}</td>' for k in keys) + "</tr>")
+        out.append(_reasoning_html(d.get(REASONING_KEY), d.get(EXPLAINED_BY_KEY), len(keys)))
     out.append("</tbody></table>")
     more = len(decisions) - len(rows)
     if more > 0:

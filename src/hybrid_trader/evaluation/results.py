@@ -25,7 +25,8 @@ Conventions read from ``extra`` (all optional):
   per group (mean and std over seeds, :func:`~hybrid_trader.evaluation.metrics.aggregate_seeds`)
   instead of one column per seed; each seed's own metrics stay in ``results.json``.
 - ``extra["llm"]``: dict of LLM and fusion statistics; ``extra["sample_decisions"]``: a
-  list of dicts (one decision each). The report shows both when present.
+  list of dicts (one decision each; ``REASONING_KEY``/``EXPLAINED_BY_KEY`` hold the chain
+  of thought of an explained one, ``evaluate --explain``). The report shows both when present.
 """
 
 from __future__ import annotations
@@ -53,6 +54,10 @@ from hybrid_trader.evaluation.metrics import (
 from hybrid_trader.run.files import Manifest, atomic_write_bytes
 
 FORMAT = "hybrid_trader.eval_results/1"
+REASONING_KEY = "llm_reasoning"
+"""A sample decision's chain-of-thought steps (``{"market": ..., "options": ..., "risks": ..., "decision": ...}``)."""
+EXPLAINED_BY_KEY = "llm_explained_by"
+"""The back end that wrote a sample decision's chain of thought."""
 _TIME_COLUMNS = ("entry_time", "exit_time")
 _INT_COLUMNS = ("side", "contracts", "bars_held")
 _FLOAT_COLUMNS = ("entry_price", "exit_price", "gross_pnl", "costs", "net_pnl")

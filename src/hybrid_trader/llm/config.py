@@ -404,6 +404,10 @@ class StudentConfig:
     """torch.set_num_threads for the process; None leaves torch's default."""
 
 
+COT_MAX_NEW_TOKENS = 200
+"""Generation budget a chain of thought gets when the configuration leaves less (four steps and a decision)."""
+
+
 @dataclass
 class MockConfig:
     """Deterministic rule-based advice over the context (tests, fast training runs)."""
@@ -462,7 +466,8 @@ class LLMConfig:
         check(self.process_threads >= 1, "process_threads", f"{self.process_threads} must be >= 1", fix="use 1 or more")
         check(not (self.prompt.chain_of_thought and self.generation.max_new_tokens < 64), "generation.max_new_tokens",
               f"{self.generation.max_new_tokens} leaves no room for the chain of thought",
-              fix="the chain of thought needs room: use 200 or more, or set prompt.chain_of_thought: false")
+              fix=f"the chain of thought needs room: use {COT_MAX_NEW_TOKENS} or more, or set "
+                  "prompt.chain_of_thought: false")
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None, source: str = "llm config") -> LLMConfig:

@@ -23,6 +23,7 @@ import numpy as np
 from hybrid_trader.actions import Action
 from hybrid_trader.llm.advice import ACTION_WORDS
 from hybrid_trader.llm.backends.base import Backend
+from hybrid_trader.llm.prompt import COT_START
 from hybrid_trader.llm.config import MockConfig
 from hybrid_trader.llm.context import AdvisorContext
 from hybrid_trader.llm.prompt import RenderedQuery
@@ -100,7 +101,12 @@ class MockBackend(Backend):
             p = np.exp(s - s[np.isfinite(s)].max())
             p /= p.sum()
             a = int(np.argmax(p))
-            texts.append(f" {ACTION_WORDS[a]} | {p[a]:.2f} | {reason}")
+            answer = f"{ACTION_WORDS[a]} | {p[a]:.2f} | {reason}"
+            if q.suffix.endswith(COT_START):  # a chain of thought: the four steps, the decision last
+                legal = " ".join(w for w, ok in zip(ACTION_WORDS, q.context.legal) if ok)
+                answer = (f" {reason}.\n2. Options: {legal}.\n3. Risks: {q.context.position_status}, ATR {q.context.atr:.2f}.\n"
+                          f"4. Decision: {answer}")
+            texts.append(f" {answer}")
         return texts
 
     def describe(self) -> str:
