@@ -50,8 +50,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     d.add_argument("run_dir", type=Path, help="a run directory with RUN_DIR/advice/train collected")
     d.add_argument("--epochs", type=int, default=40,
                    help="training epochs (default 40; the best validation epoch is kept)")
-    d.add_argument("--hidden", type=str, default="256,256",
-                   help="hidden layer sizes, comma separated (default 256,256)")
+    d.add_argument("--hidden", type=str, default="64,64",
+                   help="hidden layer sizes, comma separated (default 64,64)")
     d.add_argument("--seed", type=int, default=0, help="seed (default 0)")
     d.set_defaults(func=_distill)
 
@@ -107,7 +107,7 @@ def _distill(args: argparse.Namespace) -> int:
         hidden = tuple(int(h) for h in args.hidden.split(",") if h.strip())
     except ValueError:
         raise UserError("--hidden must be sizes separated by commas", value=args.hidden,
-                        fix="e.g. --hidden 256,256") from None
+                        fix="e.g. --hidden 64,64") from None
     if not hidden or min(hidden) < 1 or args.epochs < 1:
         raise UserError("--hidden needs positive sizes and --epochs 1 or more", value=f"{args.hidden} / {args.epochs}")
     out = distill(args.run_dir, DistillConfig(epochs=args.epochs, hidden=hidden, seed=args.seed))

@@ -23,10 +23,9 @@ import numpy as np
 from hybrid_trader.actions import Action
 from hybrid_trader.llm.advice import ACTION_WORDS
 from hybrid_trader.llm.backends.base import Backend
-from hybrid_trader.llm.prompt import COT_START
 from hybrid_trader.llm.config import MockConfig
 from hybrid_trader.llm.context import AdvisorContext
-from hybrid_trader.llm.prompt import RenderedQuery
+from hybrid_trader.llm.prompt import COT_START, RenderedQuery
 
 
 def _finite(x: float, default: float) -> float:
@@ -104,8 +103,8 @@ class MockBackend(Backend):
             answer = f"{ACTION_WORDS[a]} | {p[a]:.2f} | {reason}"
             if q.suffix.endswith(COT_START):  # a chain of thought: the four steps, the decision last
                 legal = " ".join(w for w, ok in zip(ACTION_WORDS, q.context.legal) if ok)
-                answer = (f" {reason}.\n2. Options: {legal}.\n3. Risks: {q.context.position_status}, ATR {q.context.atr:.2f}.\n"
-                          f"4. Decision: {answer}")
+                answer = (f" {reason}.\n2. Options: {legal}.\n"
+                          f"3. Risks: {q.context.position_status}, ATR {q.context.atr:.2f}.\n4. Decision: {answer}")
             texts.append(f" {answer}")
         return texts
 
