@@ -130,3 +130,16 @@ def test_rollout_walks_every_day_when_the_account_breaches_on_the_first(run_part
     fragile = dataclasses.replace(cfg, env=dataclasses.replace(cfg.env, rules_overrides={"trailing_drawdown": 1.0}))
     visited = rollout_states(market, fragile, policy, "train", sampled=1, seed=0)
     assert set(visited.session) == set(market.sessions("train"))  # one account would leave later days HOLD-only
+
+
+def test_adapter_makes_another_model_when_collecting_with_a_finetuned_llm(run_parts, tmp_path):
+    cfg = run_parts[0]
+    (tmp_path / "llm_adapter").mkdir()
+    tuned = collect_llm_config(cfg, backend="transformers", adapter=str(tmp_path / "llm_adapter"))
+    assert tuned.transformers.adapter == str((tmp_path / "llm_adapter").resolve())
+    base = collect_llm_config(cfg, backend="transformers")
+    assert advice_identity(tuned)["model"] != advice_identity(base)["model"]  # a dataset of one refuses the other
+    with pytest.raises(UserError, match="transformers"):
+        collect_llm_config(cfg, backend="mock", adapter=str(tmp_path / "llm_adapter"))
+    with pytest.raises(UserError, match="not found"):
+        collect_llm_config(cfg, backend="transformers", adapter=str(tmp_path / "missing"))

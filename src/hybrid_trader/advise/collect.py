@@ -69,8 +69,10 @@ def default_workers(config: LLMConfig) -> int:
 
 # ------------------------------------------------------------------------------ config
 def collect_llm_config(run_config: RunConfig, config_path: str | None = None, backend: str | None = None,
-                       batch: int | None = None) -> LLMConfig:
+                       batch: int | None = None, adapter: str | None = None) -> LLMConfig:
     """The LLM configuration to ask: the run's ``llm`` section (or ``config_path`` instead), ``backend`` over it.
+
+    ``adapter``: a LoRA adapter folder for the transformers back end (``llm finetune``).
 
     The answer cache and journal are off (each state is asked once, the dataset is the
     record) and the model runs in the asking process (``workers`` give parallelism).
@@ -81,6 +83,14 @@ def collect_llm_config(run_config: RunConfig, config_path: str | None = None, ba
         over["backend"] = backend
     if batch:
         over["batching.max_batch"] = int(batch)
+    if adapter:
+        if (backend or base.backend) != "transformers":
+            raise UserError(f"--adapter is for the transformers back end, not {backend or base.backend}",
+                            fix="add --llm transformers, or drop --adapter")
+        if not Path(adapter).is_dir():
+            raise UserError("adapter folder not found", file=str(adapter),
+                            fix="give the folder hybrid-trader llm finetune wrote (RUN_DIR/llm_adapter)")
+        over["transformers.adapter"] = str(Path(adapter).resolve())
     return merge_overrides(base, over, source=config_path or "the run's config.yaml (llm section)")
 
 

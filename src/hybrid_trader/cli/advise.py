@@ -32,6 +32,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="back end (default: the run's llm section or --config, else transformers)")
     c.add_argument("--config",
                    help="LLM config YAML used instead of the run's llm section (merged over the packaged one)")
+    c.add_argument("--adapter", metavar="DIR",
+                   help="transformers: ask the base model with this LoRA adapter (llm finetune's RUN_DIR/llm_adapter); "
+                        "collect into a copy of the run (cp -r RUN RUN-ft; rm -r RUN-ft/advice): another model's "
+                        "dataset is refused in RUN/advice")
     c.add_argument("--batch", type=int, default=None, help="contexts per model call (default: llm batching.max_batch)")
     c.add_argument("--workers", type=int, default=None,
                    help="processes asking the model, each with its own copy and cpu_count/N torch threads "
@@ -83,7 +87,7 @@ def _collect(args: argparse.Namespace) -> int:
     if run_config.env.phase == 1:
         raise UserError("advice is collected from a phase 2 or 3 run (six actions)", file=str(args.run_dir),
                         fix="train phase 2 from it first: hybrid-trader train --phase 2 --init RUN_DIR")
-    llm_config = collect_llm_config(run_config, args.config, args.llm, args.batch)
+    llm_config = collect_llm_config(run_config, args.config, args.llm, args.batch, adapter=args.adapter)
     market = load_market(run_config.data, run_config.split)
     results = []
     for split in _splits(args.split):
