@@ -43,7 +43,7 @@ from tqdm.auto import tqdm
 from hybrid_trader import __version__
 from hybrid_trader.errors import UserError
 from hybrid_trader.finetune.examples import ExampleSet
-from hybrid_trader.llm.backends.transformers_backend import batch_cache_view, full_inputs, suffix_inputs
+from hybrid_trader.llm.backends.transformers_backend import batch_cache_view, full_inputs, quiet_peft, suffix_inputs
 from hybrid_trader.llm.config import LLMConfig
 from hybrid_trader.llm.model_cache import ADAPTER_META, model_fingerprint, quiet_load_progress, resolve_model_dir
 
@@ -149,7 +149,8 @@ class Trainer:
         alpha = int(config.alpha or 2 * config.rank)
         lora = LoraConfig(r=config.rank, lora_alpha=alpha, lora_dropout=0.0,
                           target_modules=list(config.target_modules), task_type="CAUSAL_LM")
-        self.model = get_peft_model(base, lora)
+        with quiet_peft():
+            self.model = get_peft_model(base, lora)
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         self.sliding_window = getattr(base.config, "sliding_window", None)
         self.train = self._encode(train)

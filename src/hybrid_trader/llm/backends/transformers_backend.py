@@ -22,10 +22,12 @@ a newline.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
 import threading
-from collections.abc import Sequence
+import warnings
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 
@@ -143,6 +145,14 @@ def full_inputs(torch, pad_id: int, p_ids: list[int], s_ids: list[list[int]], de
     return dict(input_ids=ids.to(device), attention_mask=mask.to(device), position_ids=pos.to(device))
 
 
+@contextlib.contextmanager
+def quiet_peft() -> Iterator[None]:
+    """Silence peft's call of a transformers API deprecated in 4.5x (a FutureWarning per load: noise to users)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+        yield
+
+
 def load_adapter(model, adapter_dir: str):
     """The model with a LoRA adapter (peft) merged into its weights: inference costs what the base costs."""
     try:
@@ -150,7 +160,8 @@ def load_adapter(model, adapter_dir: str):
     except ImportError:
         raise UserError("llm.transformers.adapter needs peft", fix=_INSTALL_FIX) from None
     try:
-        return PeftModel.from_pretrained(model, str(adapter_dir)).merge_and_unload()
+        with quiet_peft():
+            return PeftModel.from_pretrained(model, str(adapter_dir)).merge_and_unload()
     except (OSError, ValueError, RuntimeError, KeyError) as err:
         raise UserError(f"cannot load the adapter: {str(err)[:300]}", file=str(adapter_dir),
                         fix="point llm.transformers.adapter at a folder written by 'hybrid-trader llm finetune'",
