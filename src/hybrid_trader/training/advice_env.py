@@ -153,21 +153,24 @@ class AdvisorVecEnv(VecEnvWrapper):
         n = self.num_envs
         out = np.zeros((n, PHASE3_OBS_DIM), dtype=np.float32)
         out[:, :N_FEATURES] = obs
-        masks = np.ones((n, N_ACTIONS), dtype=bool)
-        have = np.zeros(n, dtype=bool)
-        for i, info in enumerate(infos):
-            snap = info.get("advisor_account") if info else None
-            if snap is not None:
-                masks[i] = snap.mask
-                have[i] = True
+        snaps = [info.get("advisor_account") if info else None for info in infos]
+        have = [snap is not None for snap in snaps]
+        k = sum(have)
+        if k == n:  # every step of training: one array from the snapshots' mask tuples
+            masks = np.array([snap.mask for snap in snaps], dtype=bool)
+        else:
+            masks = np.ones((n, N_ACTIONS), dtype=bool)
+            for i, snap in enumerate(snaps):
+                if snap is not None:
+                    masks[i] = snap.mask
         probs, confidence = self.advise_batch(obs[:, :self.student_dim], masks)
-        block = out[:, OBS_ADVICE]
+        block = out[:, OBS_ADVICE]  # a view: writes into out
         block[:, ADVICE.probs] = probs
         block[:, ADVICE.confidence] = confidence
         block[:, ADVICE.present] = 1.0
-        block[~have] = 0.0  # a view: writes into out
+        if k < n:
+            block[~np.asarray(have)] = 0.0
         self.last_block[:] = block
-        k = int(have.sum())
         self.total_steps += k
         self.advised_steps += k
         self.answered += k
