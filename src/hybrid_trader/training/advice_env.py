@@ -157,7 +157,7 @@ class AdvisorVecEnv(VecEnvWrapper):
         have = [snap is not None for snap in snaps]
         k = sum(have)
         if k == n:  # every step of training: one array from the snapshots' mask tuples
-            masks = np.array([snap.mask for snap in snaps], dtype=bool)
+            masks = np.array([snap.mask for snap in snaps if snap is not None], dtype=np.bool_)
         else:
             masks = np.ones((n, N_ACTIONS), dtype=bool)
             for i, snap in enumerate(snaps):
