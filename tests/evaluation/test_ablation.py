@@ -12,10 +12,12 @@ from hybrid_trader.evaluation.ablation import TEACHER_VARIANT, ablation_markdown
 from tests.training.conftest import student_market, student_p2  # noqa: F401 - session fixtures reused here
 
 
-def test_ablation_trains_evaluates_and_tabulates_every_variant_when_given_a_phase2_run(tmp_path, student_p2):  # noqa: F811
+def test_ablation_trains_evaluates_and_tabulates_every_variant_when_given_a_phase2_run(tmp_path, student_p2,  # noqa: F811
+                                                                                       monkeypatch):
     out = tmp_path / "ablation"
     table = run_ablation(student_p2, out, timesteps=256, seeds=(0, 1), split="test", say=lambda s: None)
-    assert list(table["variants"]) == ["RL only", "constant prior + student", "learned fusion + student"]
+    assert list(table["variants"]) == ["RL only", "RL only, phase 3", "constant prior + student",
+                                       "learned fusion + student"]
     for v in table["variants"].values():
         assert v["seeds"] == 2 and len(v["per_seed"]) == 2
         assert {"Net PnL [$]", "Sharpe (ann.)", "Trades"} <= set(v["mean"])
@@ -24,12 +26,23 @@ def test_ablation_trains_evaluates_and_tabulates_every_variant_when_given_a_phas
     assert student["mean"]["Query rate [%]"] == pytest.approx(100.0) and "Agreement [%]" in student["mean"]
     assert "Trust w(s) (mean)" in student["mean"]
     assert "Query rate [%]" not in table["variants"]["RL only"]["mean"]
+    control = table["variants"]["RL only, phase 3"]["mean"]
+    assert control.get("Query rate [%]") in (None, 0.0)  # the control is never advised
     saved = json.loads((out / "ablation.json").read_text())
     assert saved["variants"].keys() == table["variants"].keys() and saved["seeds"] == [0, 1]
     assert "| Net PnL [$] |" in (out / "ABLATION.md").read_text()
-    # a rerun reuses the finished runs (same figures: deterministic evaluation of the same models)
+    # a rerun reuses the finished runs and their evaluations (nothing trained or evaluated again)
+    def fail(*args, **kwargs):
+        raise AssertionError("evaluated again")
+
+    monkeypatch.setattr("hybrid_trader.evaluation.ablation.evaluate_run", fail)
     again = run_ablation(student_p2, out, timesteps=256, seeds=(0, 1), split="test", say=lambda s: None)
-    assert again["variants"]["RL only"]["mean"] == table["variants"]["RL only"]["mean"]
+    for name, v in table["variants"].items():
+        assert again["variants"][name]["mean"] == pytest.approx(v["mean"], nan_ok=True)
+    # an evaluation of a replaced model is not reused
+    (out / "rl-only-s0" / "eval" / "test" / "STALE.json").write_text("{}")
+    with pytest.raises(AssertionError, match="evaluated again"):
+        run_ablation(student_p2, out, timesteps=256, seeds=(0, 1), split="test", say=lambda s: None)
 
 
 def test_ablation_cli_prints_json_when_asked(tmp_path, student_p2, capsys):  # noqa: F811
@@ -37,7 +50,7 @@ def test_ablation_cli_prints_json_when_asked(tmp_path, student_p2, capsys):  # n
                  "--ablation-seeds", "1", "--json"])
     assert code == 0
     data = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert data["split"] == "test" and len(data["variants"]) == 3
+    assert data["split"] == "test" and len(data["variants"]) == 4
 
 
 def test_ablation_adds_the_real_llm_variant_when_given_a_teacher(tmp_path, student_p2):  # noqa: F811

@@ -38,7 +38,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="--explain: the explaining back end (default the run's; a student run: transformers)")
     p.add_argument("--ablation", metavar="OUT",
                    help="RUN_DIR is a phase 2 run with a distilled student: train (or reuse) the variants RL only "
-                        "(phase 2 continued), constant prior + student and learned fusion + student for each seed "
+                        "(phase 2 continued), RL only in phase 3 (no advice), constant prior + student and learned "
+                        "fusion + student for each seed "
                         "under OUT, evaluate them on --split, write OUT/ablation.json and OUT/ABLATION.md")
     p.add_argument("--ablation-steps", type=int, metavar="N",
                    help="--ablation: training steps of every variant run (default: the phase 2 run's)")

@@ -8,6 +8,8 @@ and seed under ``OUT/<variant>-s<seed>/``, each for the same number of steps:
 variant                        run
 =============================  ==============================================================
 ``RL only``                    phase 2 continued (no LLM)
+``RL only, phase 3``           phase 3 without advice (``llm.query.mode: never``): the risk veto
+                               and the observation of the LLM variants, no LLM (their control)
 ``constant prior + student``   phase 3, ``llm.backend: student``, ``fusion.mode: constant``
 ``learned fusion + student``   phase 3, ``llm.backend: student``, ``fusion.mode: learned``
 ``learned fusion + LLM``       (``teacher=``) the learned runs, evaluated with the real LLM
@@ -41,11 +43,13 @@ import numpy as np
 from hybrid_trader.config import merge_overrides
 from hybrid_trader.errors import UserError
 from hybrid_trader.evaluation.evaluate import evaluate_run
-from hybrid_trader.evaluation.metrics import jsonable
+from hybrid_trader.evaluation.metrics import jsonable, metrics_from_json
 from hybrid_trader.evaluation.policies import GATE_LABELS
+from hybrid_trader.evaluation.results import load_index, read_json
 from hybrid_trader.llm.stats import label
 from hybrid_trader.run import RunDir
 from hybrid_trader.run.files import atomic_write_text
+from hybrid_trader.run.rundir import METRICS, RESULTS, is_stale
 from hybrid_trader.training.config import RunConfig
 from hybrid_trader.training.market import load_market
 from hybrid_trader.training.runner import train_run
@@ -68,10 +72,13 @@ class Variant:
 
 
 def variants(student: str) -> tuple[Variant, ...]:
-    """The three trained variants, the phase 3 ones advised by ``student``."""
+    """The four trained variants, the LLM ones advised by ``student``."""
     p3 = {"env.phase": 3, "llm.backend": "student", "llm.student.path": student}
     return (
         Variant("RL only", "rl-only", {"env.phase": 2}),
+        # the control of the LLM variants: same environment (risk veto, 33 LLM features), advice block
+        # always empty; without it a difference could be the veto's, not the LLM's
+        Variant("RL only, phase 3", "rl-p3", {"env.phase": 3, "llm.backend": "mock", "llm.query.mode": "never"}),
         Variant("constant prior + student", "constant", {**p3, "fusion.mode": "constant"}),
         Variant("learned fusion + student", "learned", {**p3, "fusion.mode": "learned"}),
     )
@@ -156,16 +163,22 @@ def evaluate_variants(runs: dict[str, list[Path]], *, split: str = "test", say: 
         options = (evals or {}).get(name, {})
         for run_dir in run_dirs:
             where = RunDir(run_dir).eval_dir(split)
-            ev = evaluate_run(run_dir, split=split, seeds=1, quiet=True, ablation=False,
-                              llm_overrides=options.get("llm_overrides"),
-                              out_dir=where.with_name(f"{where.name}-{options['tag']}") if "tag" in options else None)
+            if "tag" in options:
+                where = where.with_name(f"{where.name}-{options['tag']}")
+            backend = (options.get("llm_overrides") or {}).get("backend")
+            stored = stored_evaluation(run_dir, split, where, backend)
+            if stored is None:
+                ev = evaluate_run(run_dir, split=split, seeds=1, quiet=True, ablation=False,
+                                  llm_overrides=options.get("llm_overrides"), out_dir=where)
+                stored = ev.metrics["agent"], ev.extra.get("llm") or {}, ev.dates
+            else:
+                say(f"{name}: {run_dir.name} already evaluated on {split} ({where})")
+            agent, llm, run_dates = stored
             if dates is None:
-                dates = ev.dates
-            elif ev.dates != dates:
-                raise UserError(f"{run_dir} was evaluated on {ev.dates}, the other variants on {dates}",
+                dates = run_dates
+            elif tuple(run_dates) != tuple(dates):
+                raise UserError(f"{run_dir} was evaluated on {run_dates}, the other variants on {dates}",
                                 fix="train every variant from the same phase 2 run (same bars and split)")
-            agent = ev.metrics["agent"]
-            llm = ev.extra.get("llm") or {}
             row = {k: agent.get(k) for k in (*FIGURES, VERDICT)}
             row.update({short: llm.get(long) for long, short in LLM_FIGURES.items() if llm.get(long) is not None})
             row["run"] = str(run_dir)
@@ -174,6 +187,32 @@ def evaluate_variants(runs: dict[str, list[Path]], *, split: str = "test", say: 
         out["variants"][name] = summarise(per_seed)
     out["dates"] = dates
     return out
+
+
+def stored_evaluation(run_dir: Path, split: str, where: Path, backend: str | None) -> tuple | None:
+    """``(agent metrics, llm figures, dates)`` of an evaluation already in ``where``, when it is of the
+    run's current model on ``split`` (with ``backend`` advising, when given); else None.
+
+    A rerun of the ablation (more seeds, a new variant) then evaluates only what is new;
+    an evaluation with the real LLM takes minutes.
+    """
+    run = RunDir(run_dir)
+    if not (where / RESULTS).is_file() or is_stale(where) or not (where / METRICS).is_file():
+        return None
+    try:
+        info = load_index(where).get("info") or {}
+        metrics = metrics_from_json(read_json(where / METRICS, what="metrics"))
+        dates = (read_json(run.split_path, what="split") or {}).get("dates", {}).get(split)
+        agent = next(s for s in load_index(where)["strategies"] if s.get("extra", {}).get("role") == "agent")
+    except (UserError, StopIteration, AttributeError, KeyError, TypeError):
+        return None
+    if info.get("split") != split or info.get("model_sha256") != run.model_sha256() or not dates:
+        return None
+    if backend is not None and info.get("llm_backend") != backend:
+        return None
+    if not isinstance(metrics, dict) or not isinstance(metrics.get("agent"), dict):
+        return None
+    return metrics["agent"], agent.get("extra", {}).get("llm") or {}, tuple(dates)
 
 
 def summarise(per_seed: list[dict]) -> dict:

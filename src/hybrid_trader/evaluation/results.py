@@ -52,6 +52,7 @@ from hybrid_trader.evaluation.metrics import (
     metrics_from_json,
 )
 from hybrid_trader.run.files import Manifest, atomic_write_bytes
+from hybrid_trader.run.rundir import METRICS, RESULTS
 
 FORMAT = "hybrid_trader.eval_results/1"
 REASONING_KEY = "llm_reasoning"
@@ -238,9 +239,9 @@ def save_results(
             "extra": r.extra,
         })
     table = metrics_table(results) if metrics is None else dict(metrics)
-    files[out / "metrics.json"] = _json_text(table).encode("utf-8")
+    files[out / METRICS] = _json_text(table).encode("utf-8")
     # results.json last: a folder whose index is there holds every file the index names
-    files[out / "results.json"] = _json_text({
+    files[out / RESULTS] = _json_text({
         "format": FORMAT,
         "written": datetime.now(UTC).isoformat(timespec="seconds"),
         "info": dict(info or {}),
@@ -299,9 +300,9 @@ def load_results(out_dir: str | Path) -> LoadedResults:
     fix = "run `hybrid-trader evaluate RUN_DIR --split SPLIT` first"
     if not out.is_dir():
         raise UserError("no evaluation results here (folder missing)", file=str(out), fix=fix)
-    index = read_json(out / "results.json", what="evaluation index", fix=fix)
+    index = read_json(out / RESULTS, what="evaluation index", fix=fix)
     if not isinstance(index, dict) or index.get("format") != FORMAT:
-        raise UserError(f"not an evaluation index of format {FORMAT}", file=str(out / "results.json"), fix=fix)
+        raise UserError(f"not an evaluation index of format {FORMAT}", file=str(out / RESULTS), fix=fix)
     px = _read_csv(out / index.get("prices_file", "prices.csv"))
     prices = pd.Series(px["price"].to_numpy(float), index=_to_eastern(_read_times(px["time"])), name="price")
 
@@ -325,12 +326,12 @@ def load_results(out_dir: str | Path) -> LoadedResults:
             target_hit_time=e.get("target_hit_time"),
             extra=extra,
         ))
-    metrics_path = out / "metrics.json"
+    metrics_path = out / METRICS
     metrics = metrics_from_json(read_json(metrics_path, what="metrics")) if metrics_path.exists() else {}
     return LoadedResults(results, prices, metrics)
 
 
 def load_index(out_dir: str | Path) -> dict[str, Any]:
     """The raw ``results.json`` of an evaluation folder (info, strategies with their metrics)."""
-    return read_json(Path(out_dir) / "results.json", what="evaluation index",
+    return read_json(Path(out_dir) / RESULTS, what="evaluation index",
                      fix="run `hybrid-trader evaluate RUN_DIR --split SPLIT` first")

@@ -67,6 +67,7 @@ JOURNAL = "llm_journal.sqlite"
 EVAL = "eval"
 ABLATION = "ablation.json"
 RESULTS = "results.json"
+METRICS = "metrics.json"
 STEP_KEY = "time/total_timesteps"
 """The step column of progress.jsonl and validation.jsonl."""
 
