@@ -45,12 +45,33 @@ def test_ablation_trains_evaluates_and_tabulates_every_variant_when_given_a_phas
         run_ablation(student_p2, out, timesteps=256, seeds=(0, 1), split="test", say=lambda s: None)
 
 
-def test_ablation_cli_prints_json_when_asked(tmp_path, student_p2, capsys):  # noqa: F811
+def test_ablation_cli_prints_json_and_writes_the_report_when_asked(tmp_path, student_p2, capsys):  # noqa: F811
     code = main(["evaluate", str(student_p2), "--ablation", str(tmp_path / "a"), "--ablation-steps", "256",
                  "--ablation-seeds", "1", "--json"])
     assert code == 0
     data = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert data["split"] == "test" and len(data["variants"]) == 4
+    html = (tmp_path / "a" / "report.html").read_text()
+    assert data["report"] == str(tmp_path / "a" / "report.html")
+    for name in data["variants"]:
+        assert name in html
+    assert html.count("data:image/png;base64,") == 2 and (tmp_path / "a" / "ablation_equity.png").stat().st_size
+    assert "seed 0" in html and "rl-p3-s0" in html  # one row per run
+    # `report OUT` on an ablation folder writes the variants report again
+    (tmp_path / "a" / "report.html").unlink()
+    assert main(["report", str(tmp_path / "a")]) == 0
+    assert (tmp_path / "a" / "report.html").is_file()
+
+
+def test_ablation_report_is_refused_when_the_folder_has_no_ablation(tmp_path):
+    from hybrid_trader.evaluation.ablation_report import is_ablation_dir, write_ablation_report
+
+    assert not is_ablation_dir(tmp_path)
+    with pytest.raises(UserError, match="no ablation"):
+        write_ablation_report(tmp_path)
+    (tmp_path / "ablation.json").write_text('{"variants": {}}')
+    with pytest.raises(UserError, match="no variants"):
+        write_ablation_report(tmp_path)
 
 
 def test_ablation_adds_the_real_llm_variant_when_given_a_teacher(tmp_path, student_p2):  # noqa: F811

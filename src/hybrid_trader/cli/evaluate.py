@@ -89,6 +89,7 @@ def _ablation(args: argparse.Namespace) -> int:
     # training and evaluation load torch, SB3 and the environment: `hybrid-trader --help` must not pay it
     from hybrid_trader.errors import UserError
     from hybrid_trader.evaluation.ablation import ablation_markdown, run_ablation  # same reason
+    from hybrid_trader.evaluation.ablation_report import write_ablation_report  # same reason
     from hybrid_trader.evaluation.metrics import jsonable  # same reason
     from hybrid_trader.training.runner import load_run_config  # same reason
 
@@ -101,9 +102,10 @@ def _ablation(args: argparse.Namespace) -> int:
     table = run_ablation(Path(args.run_dir), Path(args.ablation), timesteps=steps,
                          seeds=tuple(range(args.ablation_seeds)), split=args.split, student=args.student,
                          teacher=args.ablation_teacher, say=say)
+    report = write_ablation_report(Path(args.ablation))
     if args.json:
-        print(json.dumps(jsonable(table)))
+        print(json.dumps(jsonable({**table, "report": str(report)})))
     else:
         print(ablation_markdown(table))
-        print(f"ablation: {Path(args.ablation) / 'ablation.json'}   {Path(args.ablation) / 'ABLATION.md'}")
+        print(f"ablation: {Path(args.ablation) / 'ablation.json'}   {Path(args.ablation) / 'ABLATION.md'}   {report}")
     return 0

@@ -16,7 +16,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "`hybrid-trader evaluate` saved under RUN_DIR/eval/SPLIT/ (a run never evaluated, or evaluated with an "
         "older model, is evaluated first). Prints the report's path.",
     )
-    p.add_argument("run_dir", metavar="RUN_DIR", help="run directory (the --out of `hybrid-trader train`)")
+    p.add_argument("run_dir", metavar="RUN_DIR",
+                   help="run directory (the --out of `hybrid-trader train`), or the OUT folder of "
+                        "`hybrid-trader evaluate --ablation OUT` (the variants report, OUT/report.html)")
     p.add_argument("--split", default="test", choices=("train", "val", "test", "all"),
                    help="which evaluated split to report (default: test)")
     p.add_argument("--eval-dir", default=None, metavar="DIR",
@@ -28,9 +30,13 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _report(args: argparse.Namespace) -> int:
     # Evaluation loads torch and SB3 (about 2 s): `hybrid-trader --help` registers this module and must not pay it.
-    from hybrid_trader.evaluation.evaluate import evaluate_run
+    from hybrid_trader.evaluation.ablation_report import is_ablation_dir, write_ablation_report  # same reason
+    from hybrid_trader.evaluation.evaluate import evaluate_run  # same reason
     from hybrid_trader.evaluation.report import write_report  # same reason
 
+    if is_ablation_dir(args.run_dir):  # an `evaluate --ablation OUT` folder: the variants report
+        print(f"report: {write_ablation_report(args.run_dir, args.out)}")
+        return 0
     run = RunDir(args.run_dir)
     trained = run.model_path.exists() or bool(run.checkpoints())
     if args.eval_dir is None and run.exists() and trained:

@@ -182,6 +182,7 @@ def evaluate_variants(runs: dict[str, list[Path]], *, split: str = "test", say: 
             row = {k: agent.get(k) for k in (*FIGURES, VERDICT)}
             row.update({short: llm.get(long) for long, short in LLM_FIGURES.items() if llm.get(long) is not None})
             row["run"] = str(run_dir)
+            row["eval_dir"] = str(where)
             per_seed.append(row)
             say(f"{name}: {run_dir.name} net P&L {_fmt(row.get('Net PnL [$]'))}, trades {row.get('Trades')}")
         out["variants"][name] = summarise(per_seed)
@@ -234,24 +235,36 @@ def _fmt(value: Any) -> str:
     return f"{value:,.2f}" if isinstance(value, float) else ("-" if value is None else str(value))
 
 
-def ablation_markdown(table: dict) -> str:
-    """The variants as a Markdown table: one column per variant, ``mean ± std`` over seeds."""
+def ablation_rows(table: dict) -> tuple[list[str], list[tuple[str, list[str]]]]:
+    """The variants' names and the table's rows ``(figure, cells)``: ``mean ± std`` over seeds, verdicts, seeds."""
     names = list(table["variants"])
-    rows = ["| figure | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
     keys = [k for k in (*FIGURES, *LLM_FIGURES.values())
             if any(k in table["variants"][n]["mean"] for n in names)]
+    rows: list[tuple[str, list[str]]] = []
     for k in keys:
         cells = []
         for n in names:
             v = table["variants"][n]
             m, s = v["mean"].get(k), v["std"].get(k)
             cells.append("-" if m is None else f"{m:,.2f} ± {s:,.2f}")
-        rows.append(f"| {k} | " + " | ".join(cells) + " |")
-    rows.append(f"| {VERDICT} | " + " | ".join(
-        ", ".join(f"{verdict} {count}" for verdict, count in table["variants"][n]["verdicts"].items())
-        for n in names) + " |")
-    rows.append("| seeds | " + " | ".join(str(table["variants"][n]["seeds"]) for n in names) + " |")
+        rows.append((k, cells))
+    verdicts = [table["variants"][n]["verdicts"] for n in names]
+    rows.append((VERDICT, [", ".join(f"{verdict} {count}" for verdict, count in v.items()) for v in verdicts]))
+    rows.append(("seeds", [str(table["variants"][n]["seeds"]) for n in names]))
+    return names, rows
+
+
+def ablation_title(table: dict) -> str:
+    """``Ablation on the test split (first day to last day)``."""
     head = f"Ablation on the {table['split']} split"
     if table.get("dates"):
         head += f" ({table['dates'][0]} to {table['dates'][1]})"
-    return head + ", mean ± std over seeds:\n\n" + "\n".join(rows)
+    return head
+
+
+def ablation_markdown(table: dict) -> str:
+    """The variants as a Markdown table: one column per variant, ``mean ± std`` over seeds."""
+    names, rows = ablation_rows(table)
+    lines = ["| figure | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
+    lines += [f"| {label} | " + " | ".join(cells) + " |" for label, cells in rows]
+    return ablation_title(table) + ", mean ± std over seeds:\n\n" + "\n".join(lines)

@@ -169,3 +169,42 @@ def daily_pnl_figure(results: Sequence[StrategyResult]) -> bytes:
     axes[-1, 0].set_xlabel("trading day (Globex, month-day)")
     fig.tight_layout()
     return _png(fig)
+
+
+def variants_equity_figure(curves: dict[str, list[StrategyResult]], prices: pd.Series) -> bytes:
+    """Equity [$] of every run of every variant (one colour per variant, one line per seed)."""
+    fig, ax = plt.subplots(figsize=(WIDTH, HEIGHT))
+    initial = None
+    for i, (name, results) in enumerate(curves.items()):
+        color = (AGENT_COLORS + BASELINE_COLORS)[i % (len(AGENT_COLORS) + len(BASELINE_COLORS))]
+        for k, r in enumerate(results):
+            x, y = _on_bars(r.equity, prices)
+            ax.plot(x, y, color=color, lw=1.2, alpha=0.8, label=f"{name} ({len(results)} seeds)" if k == 0 else None)
+            initial = r.initial_balance
+    if initial is not None:
+        ax.axhline(initial, color="black", lw=0.6, ls=":", label="initial balance")
+    ax.set_ylabel("equity [$]")
+    ax.set_title("Equity of each variant's runs at each bar close (costs included)")
+    _date_axis(ax, prices)
+    ax.legend(loc="best", fontsize=8, ncol=2)
+    ax.grid(alpha=0.25)
+    return _png(fig)
+
+
+def variants_pnl_figure(values: dict[str, list[float]], label: str = "net P&L [$]") -> bytes:
+    """One dot per seed and the mean (a bar) of each variant's figure."""
+    fig, ax = plt.subplots(figsize=(WIDTH, HEIGHT * 0.8))
+    names = list(values)
+    for i, name in enumerate(names):
+        v = np.asarray([x for x in values[name] if x is not None and np.isfinite(x)], dtype=float)
+        color = (AGENT_COLORS + BASELINE_COLORS)[i % (len(AGENT_COLORS) + len(BASELINE_COLORS))]
+        if len(v):
+            ax.bar(i, v.mean(), color=color, alpha=0.35, width=0.6)
+            ax.scatter(np.full(len(v), i) + np.linspace(-0.15, 0.15, len(v)), v, color=color, zorder=3)
+    ax.axhline(0.0, color="black", lw=0.6)
+    ax.set_xticks(range(len(names)))
+    ax.set_xticklabels(names, rotation=12, fontsize=8)
+    ax.set_ylabel(label)
+    ax.set_title(f"{label} of each seed (dots) and their mean (bars)")
+    ax.grid(alpha=0.25, axis="y")
+    return _png(fig)
