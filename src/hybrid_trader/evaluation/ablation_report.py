@@ -17,7 +17,7 @@ from hybrid_trader import __version__
 from hybrid_trader.errors import UserError
 from hybrid_trader.evaluation.ablation import FIGURES, LLM_FIGURES, VERDICT, ablation_rows, ablation_title
 from hybrid_trader.evaluation.figures import variants_equity_figure, variants_pnl_figure
-from hybrid_trader.evaluation.report import CSS, _esc, _figure, _table
+from hybrid_trader.evaluation.report import _esc, _figure, _table, html_document
 from hybrid_trader.evaluation.results import StrategyResult, load_results, read_json, role_of
 from hybrid_trader.run import RunDir
 from hybrid_trader.run.rundir import ABLATION, RESULTS
@@ -106,8 +106,5 @@ def write_ablation_report(folder: str | Path, out: str | Path | None = None) -> 
     sections.append(f'<p class="small">Written by hybrid-trader {_esc(__version__)} on {stamp} from '
                     f"{_esc(path)}. Definitions of every figure: docs/EVALUATION.md; the variants: "
                     "docs/ADVISE.md.</p>")
-    doc = ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-           f"<title>{_esc(ablation_title(table))}</title><style>{CSS}</style></head><body>\n"
-           + "\n".join(sections) + "\n</body></html>\n")
-    out_path.write_text(doc, encoding="utf-8")
+    out_path.write_text(html_document(ablation_title(table), sections), encoding="utf-8")
     return out_path

@@ -93,10 +93,16 @@ def equity_figure(results: Sequence[StrategyResult], prices: pd.Series) -> bytes
         x, y = _on_bars(results[i].equity, prices)
         st = styles[i]
         ax.plot(x, y, color=st["color"], lw=st["lw"], alpha=st["alpha"], label=st["label"])
-    if results:
-        ax.axhline(results[0].initial_balance, color="black", lw=0.6, ls=":", label="initial balance")
+    return _equity_png(fig, ax, prices, results[0].initial_balance if results else None,
+                       "Equity at each bar close (costs included)")
+
+
+def _equity_png(fig: plt.Figure, ax: plt.Axes, prices: pd.Series, initial: float | None, title: str) -> bytes:
+    """An equity figure's initial-balance line, labels, date axis, legend and grid; the PNG."""
+    if initial is not None:
+        ax.axhline(initial, color="black", lw=0.6, ls=":", label="initial balance")
     ax.set_ylabel("equity [$]")
-    ax.set_title("Equity at each bar close (costs included)")
+    ax.set_title(title)
     _date_axis(ax, prices)
     ax.legend(loc="best", fontsize=8, ncol=2)
     ax.grid(alpha=0.25)
@@ -181,14 +187,7 @@ def variants_equity_figure(curves: dict[str, list[StrategyResult]], prices: pd.S
             x, y = _on_bars(r.equity, prices)
             ax.plot(x, y, color=color, lw=1.2, alpha=0.8, label=f"{name} ({len(results)} seeds)" if k == 0 else None)
             initial = r.initial_balance
-    if initial is not None:
-        ax.axhline(initial, color="black", lw=0.6, ls=":", label="initial balance")
-    ax.set_ylabel("equity [$]")
-    ax.set_title("Equity of each variant's runs at each bar close (costs included)")
-    _date_axis(ax, prices)
-    ax.legend(loc="best", fontsize=8, ncol=2)
-    ax.grid(alpha=0.25)
-    return _png(fig)
+    return _equity_png(fig, ax, prices, initial, "Equity of each variant's runs at each bar close (costs included)")
 
 
 def variants_pnl_figure(values: dict[str, list[float]], label: str = "net P&L [$]") -> bytes:

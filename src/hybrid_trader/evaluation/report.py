@@ -319,11 +319,15 @@ def write_report(run_dir: str | Path, eval_dir: str | Path | None = None, *, spl
     sections.append(f'<p class="small">Written by hybrid-trader {_esc(__version__)} on {stamp}. '
                     "Definitions of every metric: docs/EVALUATION.md.</p>")
 
-    doc = ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-           f"<title>{_esc(title)}</title><style>{CSS}</style></head><body>\n"
-           + "\n".join(sections) + "\n</body></html>\n")
-    out_path.write_text(doc, encoding="utf-8")
+    out_path.write_text(html_document(title, sections), encoding="utf-8")
     return out_path
+
+
+def html_document(title: str, sections: Sequence[str]) -> str:
+    """A self-contained page: the report's CSS inline, no scripts, the sections in order."""
+    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f"<title>{_esc(title)}</title><style>{CSS}</style></head><body>\n"
+            + "\n".join(sections) + "\n</body></html>\n")
 
 
 def _data_text(data: Any) -> str:
