@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -20,7 +21,8 @@ def test_ablation_trains_evaluates_and_tabulates_every_variant_when_given_a_phas
                                        "learned fusion + student"]
     for v in table["variants"].values():
         assert v["seeds"] == 2 and len(v["per_seed"]) == 2
-        assert {"Net PnL [$]", "Sharpe (ann.)", "Trades"} <= set(v["mean"])
+        assert {"Net PnL [$]", "Sharpe (ann.)", "Trades", "Net PnL, fresh days [$]", "Breached days, fresh"} \
+            <= set(v["mean"])
         assert sum(v["verdicts"].values()) == 2
     student = table["variants"]["learned fusion + student"]
     assert student["mean"]["Query rate [%]"] == pytest.approx(100.0) and "Agreement [%]" in student["mean"]
@@ -103,3 +105,30 @@ def test_summary_gives_mean_spread_and_verdict_counts_when_seeds_differ():
     assert s["verdicts"] == {"breached": 1, "neither": 2}
     md = ablation_markdown({"split": "test", "variants": {"x": s}})
     assert "20.00 ±" in md and "neither 2" in md
+
+
+class AlwaysBuy:
+    """Buys whenever an entry is legal (trades every day)."""
+
+    name = "always buy"
+
+    def __call__(self, obs, mask, env):
+        return 1 if mask[1] else 0
+
+
+def test_fresh_days_trade_every_day_when_one_account_would_stop_on_the_first(student_p2):  # noqa: F811
+    from hybrid_trader.evaluation.runner import FRESH_DAY_FIGURES, evaluation_env, run_fresh_days, run_policy
+    from hybrid_trader.run import RunDir
+    from hybrid_trader.training.config import RunConfig
+    from hybrid_trader.training.market import load_market
+
+    cfg = RunDir(student_p2).load_config(RunConfig)
+    market = load_market(cfg.data, cfg.split)
+    fragile = dataclasses.replace(cfg.env, rules_overrides={"trailing_drawdown": 1.0})  # the first loss breaches
+    sessions = market.sessions("test")
+    assert len(sessions) > 1
+    one = run_policy(AlwaysBuy(), evaluation_env(market, fragile, sessions))
+    fresh = run_fresh_days(AlwaysBuy, market, fragile, sessions)
+    assert set(fresh) == set(FRESH_DAY_FIGURES) and fresh["Days, fresh"] == len(sessions)
+    assert one.breach_time is not None and len({t.date() for t in one.trades["entry_time"]}) == 1
+    assert fresh["Breached days, fresh"] == len(sessions)  # every fresh day trades, and breaches on its first loss

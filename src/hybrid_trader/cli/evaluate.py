@@ -31,6 +31,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--strategy", choices=("prior", "rules"),
                    help="phase 3: decide with the trained fused distribution (prior) or seed 001's rules")
     p.add_argument("--no-ablation", action="store_true", help="phase 3: skip the RL-only ablation run")
+    p.add_argument("--fresh-days", action="store_true",
+                   help="the agent also trades each day from a fresh account: the day-by-day figures free of the "
+                        "path (on one account a bad first day can breach it or lock it out for the rest)")
     p.add_argument("--explain", type=int, default=0, metavar="N",
                    help="phase 3: the LLM explains the first N sample decisions in four steps (market, options, "
                         "risks, decision), shown in the report; seconds each on a CPU (default 0)")
@@ -63,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
     out = evaluate_run(Path(args.run_dir), split=args.split, seeds=args.seeds, data_overrides=overrides,
                        quiet=args.json, llm_overrides=llm_key_overrides(overrides_from(args, ("--llm",))) or None,
                        strategy=args.strategy, ablation=not args.no_ablation, explain=args.explain,
-                       explain_llm=args.explain_llm)
+                       explain_llm=args.explain_llm, fresh_days=args.fresh_days)
     if not args.json:
         print(format_table(out.metrics, HEADLINE))
         if out.extra.get("llm"):
@@ -73,6 +76,10 @@ def run(args: argparse.Namespace) -> int:
         if out.extra.get("ablation"):
             print("\nAblation (same bars, split and seeds):")
             print(format_table(out.extra["ablation"], HEADLINE, columns=list(out.extra["ablation"])))
+        if out.extra.get("fresh_days"):
+            print("\nThe agent, each day from a fresh account:")
+            for key, value in out.extra["fresh_days"].items():
+                print(f"  {key:<28} {value:,.2f}")
         if out.extra.get("explained"):
             e = out.extra["explained"]
             print(f"\nExplained {e['explained']} sample decisions (chain of thought): decision parsed "

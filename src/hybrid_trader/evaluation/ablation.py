@@ -56,6 +56,8 @@ from hybrid_trader.training.runner import train_run
 
 FIGURES = ("Net PnL [$]", "Sharpe (ann.)", "PSR [%]", "Trades", "Max drawdown [$]")
 """The agent's evaluation figures compared across variants (mean and spread over seeds)."""
+FRESH_FIGURES = ("Net PnL, fresh days [$]", "Sharpe, fresh days (ann.)", "Breached days, fresh")
+"""The same days traded each from a fresh account (``runner.run_fresh_days``): the policy free of the path."""
 LLM_FIGURES = {label("llm/query_rate_pct"): "Query rate [%]", label("fusion/agreement_pct"): "Agreement [%]",
                GATE_LABELS["fusion/gate_mean"]: "Trust w(s) (mean)"}
 """LLM figures of the evaluation (``extra.llm`` labels) and their names in the ablation table."""
@@ -169,17 +171,18 @@ def evaluate_variants(runs: dict[str, list[Path]], *, split: str = "test", say: 
             stored = stored_evaluation(run_dir, split, where, backend)
             if stored is None:
                 ev = evaluate_run(run_dir, split=split, seeds=1, quiet=True, ablation=False,
-                                  llm_overrides=options.get("llm_overrides"), out_dir=where)
-                stored = ev.metrics["agent"], ev.extra.get("llm") or {}, ev.dates
+                                  llm_overrides=options.get("llm_overrides"), out_dir=where, fresh_days=True)
+                stored = ev.metrics["agent"], ev.extra.get("llm") or {}, ev.dates, ev.extra["fresh_days"]
             else:
                 say(f"{name}: {run_dir.name} already evaluated on {split} ({where})")
-            agent, llm, run_dates = stored
+            agent, llm, run_dates, fresh = stored
             if dates is None:
                 dates = run_dates
             elif tuple(run_dates) != tuple(dates):
                 raise UserError(f"{run_dir} was evaluated on {run_dates}, the other variants on {dates}",
                                 fix="train every variant from the same phase 2 run (same bars and split)")
             row = {k: agent.get(k) for k in (*FIGURES, VERDICT)}
+            row.update({k: fresh.get(k) for k in FRESH_FIGURES})
             row.update({short: llm.get(long) for long, short in LLM_FIGURES.items() if llm.get(long) is not None})
             row["run"] = str(run_dir)
             row["eval_dir"] = str(where)
@@ -211,14 +214,15 @@ def stored_evaluation(run_dir: Path, split: str, where: Path, backend: str | Non
         return None
     if backend is not None and info.get("llm_backend") != backend:
         return None
-    if not isinstance(metrics, dict) or not isinstance(metrics.get("agent"), dict):
+    fresh = agent.get("extra", {}).get("fresh_days")
+    if not isinstance(metrics, dict) or not isinstance(metrics.get("agent"), dict) or not isinstance(fresh, dict):
         return None
-    return metrics["agent"], agent.get("extra", {}).get("llm") or {}, tuple(dates)
+    return metrics["agent"], agent.get("extra", {}).get("llm") or {}, tuple(dates), fresh
 
 
 def summarise(per_seed: list[dict]) -> dict:
     """Mean and standard deviation over seeds of each numeric figure; verdict counts."""
-    keys = [k for k in (*FIGURES, *LLM_FIGURES.values()) if any(r.get(k) is not None for r in per_seed)]
+    keys = [k for k in (*FIGURES, *FRESH_FIGURES, *LLM_FIGURES.values()) if any(r.get(k) is not None for r in per_seed)]
     mean: dict[str, float | None] = {}
     std: dict[str, float | None] = {}
     for k in keys:
@@ -238,7 +242,7 @@ def _fmt(value: Any) -> str:
 def ablation_rows(table: dict) -> tuple[list[str], list[tuple[str, list[str]]]]:
     """The variants' names and the table's rows ``(figure, cells)``: ``mean ± std`` over seeds, verdicts, seeds."""
     names = list(table["variants"])
-    keys = [k for k in (*FIGURES, *LLM_FIGURES.values())
+    keys = [k for k in (*FIGURES, *FRESH_FIGURES, *LLM_FIGURES.values())
             if any(k in table["variants"][n]["mean"] for n in names)]
     rows: list[tuple[str, list[str]]] = []
     for k in keys:

@@ -15,7 +15,14 @@ from typing import Any
 
 from hybrid_trader import __version__
 from hybrid_trader.errors import UserError
-from hybrid_trader.evaluation.ablation import FIGURES, LLM_FIGURES, VERDICT, ablation_rows, ablation_title
+from hybrid_trader.evaluation.ablation import (
+    FIGURES,
+    FRESH_FIGURES,
+    LLM_FIGURES,
+    VERDICT,
+    ablation_rows,
+    ablation_title,
+)
 from hybrid_trader.evaluation.figures import variants_equity_figure, variants_pnl_figure
 from hybrid_trader.evaluation.report import _esc, _figure, _table, html_document
 from hybrid_trader.evaluation.results import StrategyResult, load_results, read_json, role_of
@@ -79,8 +86,10 @@ def write_ablation_report(folder: str | Path, out: str | Path | None = None) -> 
                 "<h2>Variants</h2>",
                 '<p class="small">Every variant starts from the same phase 2 run and trains the same number of '
                 "steps on the same bars and split, once per seed; each run is evaluated on the same days, net of "
-                "costs, as one Apex account. Cells: mean ± standard deviation over seeds. <i>RL only, phase 3</i> "
-                "is the control of the LLM variants (the same risk veto and observation, never advised).</p>",
+                "costs, as one Apex account (and, in the <i>fresh days</i> rows, each day from a fresh account: the "
+                "policy free of the path, since a bad first day can breach the account or lock it out for the rest). "
+                "Cells: mean ± standard deviation over seeds. <i>RL only, phase 3</i> is the control of the LLM "
+                "variants (the same risk veto and observation, never advised).</p>",
                 _table(names, rows, first="figure")]
 
     pnl = {n: [r.get("Net PnL [$]") for r in v.get("per_seed", [])] for n, v in table["variants"].items()}
@@ -95,7 +104,7 @@ def write_ablation_report(folder: str | Path, out: str | Path | None = None) -> 
         (out_path.parent / name).write_bytes(png)
         sections.append(_figure(title, png, name, caption))
 
-    keys = [k for k in (*FIGURES, *LLM_FIGURES.values(), VERDICT)
+    keys = [k for k in (*FIGURES, *FRESH_FIGURES, *LLM_FIGURES.values(), VERDICT)
             if any(k in r for v in table["variants"].values() for r in v.get("per_seed", []))]
     seed_rows = []
     for name, variant in table["variants"].items():

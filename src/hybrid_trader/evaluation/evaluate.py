@@ -28,8 +28,8 @@ from hybrid_trader.config import merge_overrides
 from hybrid_trader.errors import UserError
 from hybrid_trader.evaluation.metrics import compute_metrics, jsonable
 from hybrid_trader.evaluation.policies import AgentPolicy, FlatPolicy, HybridAgentPolicy, MomentumPolicy, RandomPolicy
-from hybrid_trader.evaluation.results import metrics_table, save_results
-from hybrid_trader.evaluation.runner import entry_rate, evaluation_env, run_policy
+from hybrid_trader.evaluation.results import StrategyResult, metrics_table, save_results
+from hybrid_trader.evaluation.runner import entry_rate, evaluation_env, run_fresh_days, run_policy
 from hybrid_trader.llm.health import HEALTH_STAT_NAMES
 from hybrid_trader.run import FolderLock, RunDir, data_identity, sha256_file
 from hybrid_trader.run.files import atomic_write_text
@@ -94,13 +94,15 @@ def evaluate_run(
     out_dir: Path | None = None,
     explain: int = 0,
     explain_llm: str | None = None,
+    fresh_days: bool = False,
 ) -> EvaluationOutput:
     """Evaluate a run on ``split``; results in ``out_dir`` (default ``RUN_DIR/eval/<split>``, or a
     folder named after other data). ``llm_overrides`` change the advisor's settings for this
     evaluation only (e.g. ``{"backend": "transformers"}``: the real LLM instead of the student):
     give such an evaluation its own ``out_dir``. ``explain``: the first ``explain`` sample
     decisions of a phase 3 agent get the LLM's chain of thought (``evaluation.explain``;
-    ``explain_llm``: its back end)."""
+    ``explain_llm``: its back end). ``fresh_days``: the agent also trades each day from a
+    fresh account (``runner.run_fresh_days``; ``extra["fresh_days"]``)."""
     run_dir = Path(run_dir)
     run = RunDir(run_dir).require()
     if seeds < 1:
@@ -121,13 +123,13 @@ def evaluate_run(
     with FolderLock(out_dir, f"evaluate {split}"):  # one writer per output folder; training may go on
         return _evaluate(run, config, data, out_dir, split=split, seeds=seeds, market=market, quiet=quiet,
                          llm_overrides=llm_overrides, strategy=strategy, ablation=ablation, explain=explain,
-                         explain_llm=explain_llm)
+                         explain_llm=explain_llm, fresh_days=fresh_days)
 
 
 def _evaluate(run: RunDir, config: RunConfig, data: dict, out_dir: Path, *, split: str, seeds: int, market: Any,
               quiet: bool, llm_overrides: dict | None,
               strategy: Literal["prior", "rules"] | None, ablation: bool, explain: int = 0,
-              explain_llm: str | None = None) -> EvaluationOutput:
+              explain_llm: str | None = None, fresh_days: bool = False) -> EvaluationOutput:
     run_dir = run.path
     market = market or load_market(config.data, config.split)
     sessions = sessions_for(market, split)
@@ -142,51 +144,17 @@ def _evaluate(run: RunDir, config: RunConfig, data: dict, out_dir: Path, *, spli
         return evaluation_env(market, config.env, sessions)
 
     phase3 = config.env.phase == 3
-    advisor = None
     ablation_metrics = None
     llm_info: dict[str, str] = {}
     if phase3:
-        from hybrid_trader.llm import build_advisor  # phase 3 only: loads the advisor's back ends
-
-        llm_config = config.llm.in_run()
-        if llm_overrides:
-            llm_config = merge_overrides(llm_config, llm_overrides, path="llm")
-        fusion = dataclasses.replace(config.fusion, strategy=strategy) if strategy else config.fusion
-        advisor = build_advisor(llm_config)
-        llm_info = {"llm_backend": llm_config.backend, "llm": advisor.backend.describe()}
-        say(f"LLM advisor: {llm_config.backend} ({llm_config.mode} mode), fusion {fusion.strategy} "
-            f"({fusion.mode}), llm_weight {fusion.llm_weight}")
-        agent_env = evaluation_env(market, config.env, sessions, risk_veto=make_veto(config.risk))
-        try:
-            hybrid = HybridAgentPolicy(model, vec, advisor, market, fusion)
-            agent = run_policy(hybrid, agent_env)
-            hybrid.finish()  # learned fusion: the trust by trend and volatility (into the llm figures)
-            if explain:
-                from hybrid_trader.evaluation.explain import explain_decisions, explainer_config  # --explain only
-
-                explained = explain_decisions(hybrid.samples, hybrid.sample_contexts,
-                                              explainer_config(llm_config, explain_llm), explain, say=say)
-                agent.extra["explained"] = explained
-            if "trust" in hybrid.result_extra:
-                agent.extra["trust"] = hybrid.result_extra["trust"]
-            kept = ("llm/avg_latency_ms", "llm/p95_latency_ms", "llm/error_rate", "llm/label_coverage",
-                    "llm/cache_hits", *HEALTH_STAT_NAMES)
-            agent.extra.setdefault("llm", {}).update({k: v for k, v in advisor.stats().items() if k in kept})
-            notice = advisor.health.rl_only_notice()
-            if notice:  # a failing back end: the "hybrid" figures are RL-only, and must not be read otherwise
-                agent.extra["llm_warning"] = notice
-                warn_loudly(notice)
-            if ablation:
-                rl_only = run_policy(HybridAgentPolicy(model, vec, advisor, market, fusion, use_llm=False,
-                                                       name="RL only"),
-                                     evaluation_env(market, config.env, sessions, risk_veto=make_veto(config.risk)))
-                ablation_metrics = {"hybrid (RL + LLM)": compute_metrics(agent),
-                                    "RL only (llm_weight 0)": compute_metrics(rl_only)}
-        finally:
-            advisor.close()
+        agent, agent_env, ablation_metrics, llm_info = _phase3_agent(
+            model, vec, config, market, sessions, llm_overrides=llm_overrides, strategy=strategy, ablation=ablation,
+            explain=explain, explain_llm=explain_llm, fresh_days=fresh_days, say=say)
     else:
         agent_env = env()
         agent = run_policy(AgentPolicy(model, vec), agent_env, record_decisions=50)
+        if fresh_days:
+            agent.extra["fresh_days"] = run_fresh_days(lambda: AgentPolicy(model, vec), market, config.env, sessions)
     rate = entry_rate(agent, agent_env)
     results = [agent, run_policy(FlatPolicy(), env())]
     randoms = [run_policy(RandomPolicy(rate, seed=s), env()) for s in range(seeds)]
@@ -216,13 +184,60 @@ def _evaluate(run: RunDir, config: RunConfig, data: dict, out_dir: Path, *, spli
     if phase3:
         extra["llm"] = agent.extra.get("llm")
         extra["ablation"] = ablation_metrics
-        if agent.extra.get("trust"):
-            extra["trust"] = agent.extra["trust"]
-        if agent.extra.get("llm_warning"):
-            extra["llm_warning"] = agent.extra["llm_warning"]
-        if agent.extra.get("explained"):
-            extra["explained"] = agent.extra["explained"]
+    extra.update({k: agent.extra[k] for k in ("trust", "llm_warning", "explained", "fresh_days") if agent.extra.get(k)})
     return EvaluationOutput(split, out_dir, metrics, random_stats, dates, per_seed, extra)
+
+
+def _phase3_agent(model: Any, vec: Any, config: RunConfig, market: Any, sessions: Any, *,
+                  llm_overrides: dict | None, strategy: Literal["prior", "rules"] | None, ablation: bool,
+                  explain: int, explain_llm: str | None, fresh_days: bool,
+                  say: Any) -> tuple[StrategyResult, Any, dict | None, dict[str, str]]:
+    """The hybrid agent with its advisor over the split: ``(result, its env, RL-only ablation, llm info)``."""
+    from hybrid_trader.llm import build_advisor  # phase 3 only: loads the advisor's back ends
+
+    llm_config = config.llm.in_run()
+    if llm_overrides:
+        llm_config = merge_overrides(llm_config, llm_overrides, path="llm")
+    fusion = dataclasses.replace(config.fusion, strategy=strategy) if strategy else config.fusion
+    advisor = build_advisor(llm_config)
+    llm_info = {"llm_backend": llm_config.backend, "llm": advisor.backend.describe()}
+    say(f"LLM advisor: {llm_config.backend} ({llm_config.mode} mode), fusion {fusion.strategy} "
+        f"({fusion.mode}), llm_weight {fusion.llm_weight}")
+    agent_env = evaluation_env(market, config.env, sessions, risk_veto=make_veto(config.risk))
+    ablation_metrics = None
+    try:
+        hybrid = HybridAgentPolicy(model, vec, advisor, market, fusion)
+        agent = run_policy(hybrid, agent_env)
+        hybrid.finish()  # learned fusion: the trust by trend and volatility (into the llm figures)
+        if explain:
+            from hybrid_trader.evaluation.explain import explain_decisions, explainer_config  # --explain only
+
+            agent.extra["explained"] = explain_decisions(hybrid.samples, hybrid.sample_contexts,
+                                                         explainer_config(llm_config, explain_llm), explain, say=say)
+        if fresh_days:
+            def hybrid_policy() -> HybridAgentPolicy:
+                advisor.reset()  # each day from a fresh account: the query history starts again too
+                return HybridAgentPolicy(model, vec, advisor, market, fusion)
+
+            agent.extra["fresh_days"] = run_fresh_days(hybrid_policy, market, config.env, sessions,
+                                                       risk_veto=make_veto(config.risk))
+        if "trust" in hybrid.result_extra:
+            agent.extra["trust"] = hybrid.result_extra["trust"]
+        kept = ("llm/avg_latency_ms", "llm/p95_latency_ms", "llm/error_rate", "llm/label_coverage",
+                "llm/cache_hits", *HEALTH_STAT_NAMES)
+        agent.extra.setdefault("llm", {}).update({k: v for k, v in advisor.stats().items() if k in kept})
+        notice = advisor.health.rl_only_notice()
+        if notice:  # a failing back end: the "hybrid" figures are RL-only, and must not be read otherwise
+            agent.extra["llm_warning"] = notice
+            warn_loudly(notice)
+        if ablation:
+            rl_only = run_policy(HybridAgentPolicy(model, vec, advisor, market, fusion, use_llm=False, name="RL only"),
+                                 evaluation_env(market, config.env, sessions, risk_veto=make_veto(config.risk)))
+            ablation_metrics = {"hybrid (RL + LLM)": compute_metrics(agent),
+                                "RL only (llm_weight 0)": compute_metrics(rl_only)}
+    finally:
+        advisor.close()
+    return agent, agent_env, ablation_metrics, llm_info
 
 
 def _mode(aggregated: dict) -> Any:

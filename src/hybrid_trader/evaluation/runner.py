@@ -4,6 +4,11 @@
 order, carrying the account from day to day (as a prop-firm evaluation would), with
 ``terminate_on_breach`` off so that the whole period is covered: after a breach the
 account is flat for good, and the breach day is reported.
+
+``run_fresh_days`` trades each day of the split from a fresh account instead (as
+training's one-day episodes do): the policy's skill day by day, free of the path. On
+one account, a bad first day can breach it, or bring it near enough to its threshold
+that the risk veto refuses every later entry, and the later days then say nothing.
 """
 
 from __future__ import annotations
@@ -76,6 +81,47 @@ def collect_result(env: TradingEnv, name: str, extra: dict | None = None) -> Str
         target_hit_time=target,
         extra={**(extra or {}), "account": final_account},
     )
+
+
+FRESH_DAY_FIGURES = {
+    "Net PnL, fresh days [$]": "sum over the days of the net P&L of each day traded from a fresh account",
+    "Mean day, fresh [$]": "mean net P&L of a day traded from a fresh account",
+    "Sharpe, fresh days (ann.)": "mean / standard deviation of those days' P&L x sqrt(252)",
+    "Breached days, fresh": "days on which the fresh account breached the trailing threshold",
+    "Days, fresh": "days traded from a fresh account",
+}
+"""The figures of :func:`run_fresh_days` and their definitions."""
+
+
+def run_fresh_days(make_policy: Callable[[], Policy], market: Any, env_config: EnvConfig, sessions: Sequence[int],
+                   **env_kwargs: Any) -> dict[str, float]:
+    """Trade each day of ``sessions`` from a fresh account with a new policy from ``make_policy``; the figures.
+
+    The day's P&L is the equity at its end (positions are closed at the trading window's
+    end, or at the breach) less the account size, costs included.
+    """
+    cfg = dataclasses.replace(env_config, episode_sessions=1, terminate_on_breach=True)
+    env = TradingEnv(market.bars, market.features, cfg, sessions=list(sessions), **env_kwargs)
+    pnl: list[float] = []
+    breached = 0
+    for day in range(len(sessions)):
+        policy = make_policy()
+        obs, _ = env.reset(seed=0, options={"start": day})
+        while True:
+            obs, _, terminated, truncated, _ = env.step(policy(obs, env.action_masks(), env))
+            if terminated or truncated:
+                break
+        pnl.append(env.equity() - float(env.rules.account_size))
+        breached += int(terminated)
+    days = np.asarray(pnl, dtype=float)
+    std = float(days.std(ddof=1)) if len(days) > 1 else 0.0
+    return {
+        "Net PnL, fresh days [$]": float(days.sum()),
+        "Mean day, fresh [$]": float(days.mean()) if len(days) else float("nan"),
+        "Sharpe, fresh days (ann.)": float(days.mean() / std * np.sqrt(252)) if std > 0 else float("nan"),
+        "Breached days, fresh": float(breached),
+        "Days, fresh": float(len(days)),
+    }
 
 
 def entry_rate(result: StrategyResult, env: TradingEnv) -> float:
