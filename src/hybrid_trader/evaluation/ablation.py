@@ -170,6 +170,8 @@ def evaluate_variants(runs: dict[str, list[Path]], *, split: str = "test", say: 
             backend = (options.get("llm_overrides") or {}).get("backend")
             stored = stored_evaluation(run_dir, split, where, backend)
             if stored is None:
+                say(f"{name}: evaluating {run_dir.name} on {split}" + (f" with {backend} (minutes for a local LLM)"
+                                                                    if backend else ""))
                 ev = evaluate_run(run_dir, split=split, seeds=1, quiet=True, ablation=False,
                                   llm_overrides=options.get("llm_overrides"), out_dir=where, fresh_days=True)
                 stored = ev.metrics["agent"], ev.extra.get("llm") or {}, ev.dates, ev.extra["fresh_days"]
