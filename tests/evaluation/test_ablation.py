@@ -45,6 +45,14 @@ def test_ablation_trains_evaluates_and_tabulates_every_variant_when_given_a_phas
     (out / "rl-only-s0" / "eval" / "test" / "STALE.json").write_text("{}")
     with pytest.raises(AssertionError, match="evaluated again"):
         run_ablation(student_p2, out, timesteps=256, seeds=(0, 1), split="test", say=lambda s: None)
+    # nor one by another advisor in the run's own folder (evaluate RUN --llm mock)
+    (out / "rl-only-s0" / "eval" / "test" / "STALE.json").unlink()
+    from hybrid_trader.evaluation.evaluate import evaluate_run
+
+    evaluate_run(out / "learned-s0", split="test", seeds=1, quiet=True, ablation=False,
+                 llm_overrides={"backend": "mock"}, fresh_days=True)
+    with pytest.raises(AssertionError, match="evaluated again"):
+        run_ablation(student_p2, out, timesteps=256, seeds=(0, 1), split="test", say=lambda s: None)
 
 
 def test_ablation_cli_prints_json_and_writes_the_report_when_asked(tmp_path, student_p2, capsys):  # noqa: F811

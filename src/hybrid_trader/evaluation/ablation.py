@@ -196,8 +196,9 @@ def evaluate_variants(runs: dict[str, list[Path]], *, split: str = "test", say: 
 
 
 def stored_evaluation(run_dir: Path, split: str, where: Path, backend: str | None) -> tuple | None:
-    """``(agent metrics, llm figures, dates)`` of an evaluation already in ``where``, when it is of the
-    run's current model on ``split`` (with ``backend`` advising, when given); else None.
+    """``(agent metrics, llm figures, dates, fresh-day figures)`` of an evaluation already in ``where``, when
+    it is of the run's current model on ``split``, advised by ``backend`` (None: the run's own back end,
+    none in phase 2); else None.
 
     A rerun of the ablation (more seeds, a new variant) then evaluates only what is new;
     an evaluation with the real LLM takes minutes.
@@ -206,15 +207,19 @@ def stored_evaluation(run_dir: Path, split: str, where: Path, backend: str | Non
     if not (where / RESULTS).is_file() or is_stale(where) or not (where / METRICS).is_file():
         return None
     try:
-        info = load_index(where).get("info") or {}
+        index = load_index(where)
+        info = index.get("info") or {}
         metrics = metrics_from_json(read_json(where / METRICS, what="metrics"))
         dates = (read_json(run.split_path, what="split") or {}).get("dates", {}).get(split)
-        agent = next(s for s in load_index(where)["strategies"] if s.get("extra", {}).get("role") == "agent")
+        agent = next(s for s in index["strategies"] if s.get("extra", {}).get("role") == "agent")
+        config = run.load_config(RunConfig)
     except (UserError, StopIteration, AttributeError, KeyError, TypeError):
         return None
     if info.get("split") != split or info.get("model_sha256") != run.model_sha256() or not dates:
         return None
-    if backend is not None and info.get("llm_backend") != backend:
+    # an evaluation with another advisor (evaluate --llm ...) in the same folder is not this variant's
+    expected = backend or (config.llm.backend if config.env.phase == 3 else None)
+    if info.get("llm_backend") != expected:
         return None
     fresh = agent.get("extra", {}).get("fresh_days")
     if not isinstance(metrics, dict) or not isinstance(metrics.get("agent"), dict) or not isinstance(fresh, dict):
