@@ -25,6 +25,13 @@ def student_cfg(phase: int, steps: int = 256, **extra) -> RunConfig:
     return merge_overrides(RunConfig(), {**over, **extra})
 
 
+def train_phase2(root, cfg_of, market, steps: int = 256):
+    """Phase 1, then phase 2 from it, under ``root`` (``cfg_of(phase, steps)`` gives each config); the phase 2 run."""
+    train_run(cfg_of(1, steps), root / "p1", market=market, quiet=True)
+    train_run(cfg_of(2, steps), root / "p2", init=root / "p1", market=market, quiet=True)
+    return root / "p2"
+
+
 @pytest.fixture(scope="session")
 def student_market():
     c = student_cfg(1)
@@ -35,9 +42,7 @@ def student_market():
 def student_p2(tmp_path_factory, student_market):
     """A phase 2 run with RUN/advice/student.pt distilled from the mock advisor's advice on its states."""
     root = tmp_path_factory.mktemp("student")
-    train_run(student_cfg(1, 256), root / "p1", market=student_market, quiet=True)
-    train_run(student_cfg(2, 256), root / "p2", init=root / "p1", market=student_market, quiet=True)
-    run = root / "p2"
+    run = train_phase2(root, student_cfg, student_market)
     cfg = student_cfg(2, 256)
     llm = collect_llm_config(cfg, backend="mock", batch=64)
     policy = RunPolicy(run)

@@ -26,6 +26,7 @@ from hybrid_trader.llm import build_advisor
 from hybrid_trader.training.config import RunConfig
 from hybrid_trader.training.market import load_market
 from hybrid_trader.training.runner import build_vec_env, make_model, train_run
+from tests.training.conftest import train_phase2
 
 TINY = {"data.synthetic_days": 12, "data.synthetic_edge": 0.3, "ppo.n_steps": 128, "ppo.batch_size": 128,
         "ppo.n_envs": 2, "ppo.n_epochs": 2, "train.validate_every": 0, "train.progress_bar": False,
@@ -46,10 +47,7 @@ def market():
 
 @pytest.fixture(scope="module")
 def phase2_run(tmp_path_factory, market):
-    root = tmp_path_factory.mktemp("runs")
-    train_run(cfg(1, 512), root / "p1", market=market, quiet=True)
-    train_run(cfg(2, 512), root / "p2", init=root / "p1", market=market, quiet=True)
-    return root / "p2"
+    return train_phase2(tmp_path_factory.mktemp("runs"), cfg, market, 512)
 
 
 def test_phase3_starts_as_exactly_the_phase2_policy_when_initialised(market, phase2_run):

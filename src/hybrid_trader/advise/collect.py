@@ -20,6 +20,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 import os
 import pickle
@@ -161,7 +162,7 @@ def rollout_states(market: Market, run_config: RunConfig, policy: Callable, spli
     out = VisitedStates()
     seen = set(skip or ())
     session_id = market.bars.session_id
-    for k, day in ((k, day) for k in range(sampled + 1) for day in range(len(sessions))):
+    for k, day in itertools.product(range(sampled + 1), range(len(sessions))):
         if day == 0:
             torch.manual_seed(seed + k)
         obs, _ = env.reset(seed=seed + k if day == 0 else None, options={"start": day})

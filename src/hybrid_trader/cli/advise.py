@@ -10,10 +10,7 @@ import json
 from pathlib import Path
 
 from hybrid_trader.errors import UserError
-from hybrid_trader.llm.backends import BACKEND_NAMES
-
-TEACHERS = tuple(n for n in BACKEND_NAMES if n != "student")
-"""Back ends that can answer a collection (every registered one but the student, which learns from them)."""
+from hybrid_trader.llm.backends import TEACHER_NAMES
 
 SPLIT_CHOICES = ("train", "val", "test", "all")
 
@@ -28,7 +25,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     c.add_argument("run_dir", type=Path, help="a phase 2 or 3 run directory")
     c.add_argument("--split", choices=SPLIT_CHOICES, default="train",
                    help="days to roll over (default train; 'all': train, val and test, each kept apart)")
-    c.add_argument("--llm", choices=TEACHERS,
+    c.add_argument("--llm", choices=TEACHER_NAMES,
                    help="back end (default: the run's llm section or --config, else transformers)")
     c.add_argument("--config",
                    help="LLM config YAML used instead of the run's llm section (merged over the packaged one)")

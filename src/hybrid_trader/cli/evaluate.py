@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from hybrid_trader.cli.options import add_options, llm_key_overrides, overrides_from
-from hybrid_trader.llm.backends import BACKEND_NAMES
+from hybrid_trader.llm.backends import TEACHER_NAMES
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -37,7 +37,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--explain", type=int, default=0, metavar="N",
                    help="phase 3: the LLM explains the first N sample decisions in four steps (market, options, "
                         "risks, decision), shown in the report; seconds each on a CPU (default 0)")
-    p.add_argument("--explain-llm", metavar="BACKEND", choices=[b for b in BACKEND_NAMES if b != "student"],
+    p.add_argument("--explain-llm", metavar="BACKEND", choices=TEACHER_NAMES,
                    help="--explain: the explaining back end (default the run's; a student run: transformers)")
     p.add_argument("--ablation", metavar="OUT",
                    help="RUN_DIR is a phase 2 run with a distilled student: train (or reuse) the variants RL only "
@@ -48,7 +48,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="--ablation: training steps of every variant run (default: the phase 2 run's)")
     p.add_argument("--ablation-seeds", type=int, default=3, metavar="K", help="--ablation: seeds 0..K-1 (default 3)")
     p.add_argument("--student", metavar="FILE", help="--ablation: the student.pt (default RUN_DIR/advice/student.pt)")
-    p.add_argument("--ablation-teacher", metavar="BACKEND", choices=[b for b in BACKEND_NAMES if b != "student"],
+    p.add_argument("--ablation-teacher", metavar="BACKEND", choices=TEACHER_NAMES,
                    help="--ablation: also evaluate the learned-fusion runs with this LLM back end in the student's "
                         "place, asked when the query policy says so (e.g. transformers: the real Gemma)")
     p.add_argument("--json", action="store_true", help="print one JSON object with everything as the last line")

@@ -222,6 +222,8 @@ class TradingEnv(gym.Env):
         self.action_space = gym.spaces.Discrete(self.n_actions)
         self.observation_space = gym.spaces.Box(-OBS_BOUND, OBS_BOUND, shape=(self.obs_dim,), dtype=np.float32)
         self._mask = np.zeros(self.n_actions, dtype=bool)
+        self._equity = 0.0
+        """Equity at the last recorded bar (``_record``); set by every reset and step."""
         n = len(bars)
         self.equity_history = np.full(n, np.nan)
         self.position_history = np.zeros(n, dtype=np.int8)
@@ -311,7 +313,7 @@ class TradingEnv(gym.Env):
             self.invalid_actions += 1
             a = 0
         broker = self.broker
-        equity_before = self.equity()
+        equity_before = self._equity  # recorded at the end of the last step (or reset): nothing moved it since
         t = self._t
         pending = 0
         if a == Action.BUY:
@@ -419,8 +421,13 @@ class TradingEnv(gym.Env):
         return self.account.balance
 
     def _record(self, t: int) -> float:
-        """Keep bar t's equity and position; returns the equity (the step's reward reads it)."""
+        """Keep bar t's equity and position; returns the equity (the step's reward reads it).
+
+        The equity is also kept in ``self._equity`` until the next record: the next step's
+        starting equity and the observation's risk features read it instead of computing it again.
+        """
         equity = self.equity()
+        self._equity = equity
         self.equity_history[t] = equity
         self.position_history[t] = self.broker.side * self.qty
         return equity
@@ -471,7 +478,7 @@ class TradingEnv(gym.Env):
 
     def _observe(self) -> np.ndarray:
         mask = self._update_mask()
-        equity = self.equity() if self.phase == 3 else 0.0  # only the phase 3 risk features need it
+        equity = self._equity if self.phase == 3 else 0.0  # only the phase 3 risk features need it
         return self.observer.build(self._t, self.broker, mask, self.n_actions > 3, self.account, equity)
 
     def risk_features(self) -> tuple[float, float, float, float, float]:

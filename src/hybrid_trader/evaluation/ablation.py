@@ -141,7 +141,8 @@ def run_ablation(p2_run: Path, out: Path, *, timesteps: int, seeds: Sequence[int
         if teacher == "student":
             raise UserError("--ablation-teacher student: the teacher is the LLM the student was distilled from",
                             fix="name its back end, e.g. transformers, llama_cpp or openai")
-        runs[TEACHER_VARIANT] = list(runs["learned fusion + student"])
+        learned = next(v for v in variants(student) if v.slug == "learned")
+        runs[TEACHER_VARIANT] = list(runs[learned.name])
         evals[TEACHER_VARIANT] = {"llm_overrides": {"backend": teacher}, "tag": f"llm-{teacher}"}
     table = evaluate_variants(runs, split=split, say=say, evals=evals)
     table.update({"p2_run": str(p2_run), "student": student, "timesteps": int(timesteps), "seeds": list(seeds),

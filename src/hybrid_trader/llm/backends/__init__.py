@@ -24,7 +24,7 @@ if TYPE_CHECKING:  # annotations only; the config module imports this one
     from hybrid_trader.llm.config import LLMConfig
     from hybrid_trader.llm.prompt import PromptBuilder
 
-__all__ = ["BACKENDS", "BACKEND_NAMES", "BackendSpec", "backend_spec", "make_backend"]
+__all__ = ["BACKENDS", "BACKEND_NAMES", "TEACHER_NAMES", "BackendSpec", "backend_spec", "make_backend"]
 
 
 @dataclass(frozen=True)
@@ -58,6 +58,9 @@ BACKENDS: dict[str, BackendSpec] = {s.name: s for s in (
 )}
 BACKEND_NAMES: tuple[str, ...] = tuple(BACKENDS)
 """The back-end names, in the order the docs and ``--help`` list them."""
+TEACHER_NAMES: tuple[str, ...] = tuple(n for n in BACKEND_NAMES if n != "student")
+"""The back ends that are language models (every one but the student distilled from them): what
+``advise collect`` asks, ``--ablation-teacher`` evaluates with and ``--explain-llm`` explains with."""
 
 
 def backend_spec(name: str) -> BackendSpec:
