@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from hybrid_trader.cli.main import main
 
 
@@ -20,10 +22,19 @@ def test_bench_train_when_phase_3_reports_ratio_against_phase_2_and_llm_share(ca
     assert "took" in lines[-2] and "x the time of phase 2" in lines[-2]
 
 
-def test_bench_train_when_llm_is_student_builds_one_and_advises_every_decision(capsys):
-    code = main(["bench", "train", "--phase", "3", "--llm", "student", "--steps", "256", "--n-envs", "2"])
+def test_bench_train_when_llm_is_student_builds_one_advises_every_decision_and_breaks_the_time_down(capsys):
+    code = main(["bench", "train", "--phase", "3", "--llm", "student", "--steps", "256", "--n-envs", "2",
+                 "--breakdown"])
     assert code == 0
-    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    lines = capsys.readouterr().out.strip().splitlines()
+    result = json.loads(lines[-1])
+    segments = result["segments_us_per_step"]
+    # the student's forward and the advice wrapper exist in phase 3 only; both phases have the rest
+    assert segments["student forward"]["phase2_us"] == 0 < segments["student forward"]["phase3_us"]
+    assert segments["AdvisorVecEnv"]["phase3_us"] > 0 and segments["VecNormalize"]["phase2_us"] > 0
+    assert segments["rollout"]["extra_us"] == pytest.approx(
+        segments["rollout"]["phase3_us"] - segments["rollout"]["phase2_us"], abs=0.11)
+    assert any(line.startswith("student forward") for line in lines)
     assert result["llm_backend"] == "student" and result["fusion_mode"] == "constant"
     assert result["llm_query_rate_pct"] == 100.0 and result["llm_advised_pct"] == 100.0
     assert result["student_build_seconds"] > 0

@@ -88,6 +88,9 @@ class TrainBenchArgs(DataArgs):
     """Phase 3 with --llm student: the student.pt to use; None: the bench distils a tiny one from mock advice."""
     fusion: Literal["constant", "learned"] = "constant"
     """Phase 3: fusion.mode (constant prior or the learned gate)."""
+    breakdown: bool = False
+    """Time each segment of training (policy, prior, advice, each VecEnv layer, update) per vector step;
+    phase 3: in both phases, with phase 3's extra for each."""
 
     def __post_init__(self) -> None:
         check(self.llm in BACKEND_NAMES, "llm", f"{self.llm!r} is not an LLM back end",

@@ -12,6 +12,10 @@ with the share of decisions the LLM actually answered.
 ``--student PATH``, or builds a tiny student itself: it asks the mock advisor on the
 phase 2 run's training states and distils them (``student_build_seconds``, not timed
 against phase 2).
+
+``--breakdown`` times each segment of the loop (:mod:`hybrid_trader.bench.segments`) in
+every timed run, and prints the microseconds per vector step of each (with phase 3:
+both phases, medians over the repeats, and phase 3's extra): where the time goes.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import numpy as np
 from hybrid_trader.advise.collect import RunPolicy, collect_llm_config, collect_split
 from hybrid_trader.advise.distill import DistillConfig, distill
 from hybrid_trader.bench.args import TrainBenchArgs
+from hybrid_trader.bench.segments import SegmentTimer, compare, format_comparison, format_table
 from hybrid_trader.config import merge_overrides
 from hybrid_trader.training.callbacks import EnvTimeCallback
 from hybrid_trader.training.config import RunConfig
@@ -68,7 +73,8 @@ def build_tiny_student(run_dir: Path, run_config: Any, market: Any, max_states: 
     return out["metrics"].get("val", {})
 
 
-def run(args: TrainBenchArgs) -> int:
+def bench_config(args: TrainBenchArgs) -> RunConfig:
+    """The timed runs' configuration: no validation, no checkpoints, no progress bar."""
     phase = int(args.phase)
     overrides: dict[str, Any] = {"env.phase": phase, "ppo.n_envs": args.n_envs, "ppo.vec_env": args.vec_env,
                  "ppo.total_timesteps": args.steps, "ppo.seed": args.seed, "train.validate_every": 0,
@@ -84,7 +90,12 @@ def run(args: TrainBenchArgs) -> int:
             overrides["data.tz"] = args.tz
         if args.time_shift is not None:
             overrides["data.time_shift"] = args.time_shift
-    config = merge_overrides(RunConfig(), overrides)
+    return merge_overrides(RunConfig(), overrides)
+
+
+def run(args: TrainBenchArgs) -> int:
+    phase = int(args.phase)
+    config = bench_config(args)
     market = load_market(config.data, config.split)
     extra: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -106,40 +117,34 @@ def run(args: TrainBenchArgs) -> int:
         repeats = args.repeats if phase == 3 else 1
         p2_times: list[float] = []
         p3_times: list[float] = []
+        p2_segments: list[dict] = []
+        segments: list[dict] = []
         for r in range(repeats):
             if phase == 3:
                 # the same length of phase 2 from the same starting point, for the ratio; runs
-                # alternate so that a slow spell of a shared machine hits both alike
+                # alternate so that a slow spell of a shared machine hits both alike. Both get
+                # the same timing callbacks (each costs a little per step).
                 same = merge_overrides(config, {"env.phase": 2})
-                s2 = train_run(same, tmp_dir / f"p2-same-{r}", market=market, init=init, quiet=True)
+                same_timers: list[Any] = [EnvTimeCallback()] + ([SegmentTimer()] if args.breakdown else [])
+                s2 = train_run(same, tmp_dir / f"p2-same-{r}", market=market, init=init,
+                               extra_callbacks=same_timers, quiet=True)
                 p2_times.append(float(s2["wall_seconds"]))
+                if args.breakdown:
+                    p2_segments.append(same_timers[1].table())
             timer = EnvTimeCallback()
+            timers: list[Any] = [timer] + ([SegmentTimer()] if args.breakdown else [])
             start = time.perf_counter()
             run_dir = tmp_dir / f"run-{r}"
-            status = train_run(config, run_dir, market=market, init=init, extra_callbacks=[timer], quiet=True)
+            status = train_run(config, run_dir, market=market, init=init, extra_callbacks=timers, quiet=True)
             wall = time.perf_counter() - start
             p3_times.append(float(status["wall_seconds"]))
+            if args.breakdown:
+                segments.append(timers[1].table())
+        if args.breakdown:
+            extra["segments_us_per_step"] = compare(p2_segments, segments) if phase == 3 else \
+                {name: row["us_per_step"] for name, row in segments[0].items()}
         if phase == 3:
-            extra["repeats"] = repeats
-            extra["phase2_learn_seconds"] = round(float(np.median(p2_times)), 2)
-            extra["phase3_learn_seconds"] = round(float(np.median(p3_times)), 2)
-            extra["phase2_runs_seconds"] = p2_times
-            extra["phase3_runs_seconds"] = p3_times
-            extra["phase3_over_phase2"] = round(
-                extra["phase3_learn_seconds"] / max(extra["phase2_learn_seconds"], 1e-9), 3)
-            extra["advisor_start_seconds"] = round(wall - status["wall_seconds"], 1)
-            extra["llm_backend"] = config.llm.backend
-            extra["fusion_mode"] = config.fusion.mode
-            extra["llm_advised_pct"] = round(_mean_record(run_dir, "llm/advised_pct") or 0.0, 2)
-            for key in ("llm/total_queries", "llm/avg_latency_ms", "llm/label_coverage", "llm/error_rate"):
-                extra[key] = _last_record(run_dir, key)
-            steps_logged = max(status["total_timesteps"], 1)
-            # query rate over the whole run: answered queries (cache hits included) per decision
-            answered = float(extra["llm/total_queries"] or 0) + float(_last_record(run_dir, "llm/cache_hits") or 0)
-            extra["llm_query_rate_pct"] = round(100.0 * answered / steps_logged, 3)
-            if config.llm.backend == "student":  # always-on: answered in the wrapper, logged per rollout
-                extra["llm_query_rate_pct"] = round(_mean_record(run_dir, "llm/query_rate_pct") or 0.0, 3)
-            extra["llm_request_rate_pct"] = round(_mean_record(run_dir, "llm/request_rate_pct") or 0.0, 2)
+            extra.update(_phase3_figures(config, run_dir, status, wall, p2_times, p3_times))
     steps = status["total_timesteps"]
     learn = status["wall_seconds"] or wall
     result = {
@@ -165,6 +170,35 @@ def run(args: TrainBenchArgs) -> int:
               f"({result['phase3_learn_seconds']} s vs {result['phase2_learn_seconds']} s for {steps:,} steps, "
               f"median of {result['repeats']}); "
               f"the LLM answered {result['llm_query_rate_pct']}% of decisions")
+    if args.breakdown:
+        if phase == 3:
+            print(format_comparison(result["segments_us_per_step"]))
+        else:
+            print(format_table(result["segments_us_per_step"]))
     print(json.dumps(result))
     return 0
 
+
+def _phase3_figures(config: RunConfig, run_dir: Path, status: dict, wall: float, p2_times: list[float],
+                    p3_times: list[float]) -> dict[str, Any]:
+    """The phase 3 comparison: medians of both phases, their ratio, and what the LLM did in the last run."""
+    extra: dict[str, Any] = {"repeats": len(p3_times)}
+    extra["phase2_learn_seconds"] = round(float(np.median(p2_times)), 2)
+    extra["phase3_learn_seconds"] = round(float(np.median(p3_times)), 2)
+    extra["phase2_runs_seconds"] = p2_times
+    extra["phase3_runs_seconds"] = p3_times
+    extra["phase3_over_phase2"] = round(extra["phase3_learn_seconds"] / max(extra["phase2_learn_seconds"], 1e-9), 3)
+    extra["advisor_start_seconds"] = round(wall - status["wall_seconds"], 1)
+    extra["llm_backend"] = config.llm.backend
+    extra["fusion_mode"] = config.fusion.mode
+    extra["llm_advised_pct"] = round(_mean_record(run_dir, "llm/advised_pct") or 0.0, 2)
+    for key in ("llm/total_queries", "llm/avg_latency_ms", "llm/label_coverage", "llm/error_rate"):
+        extra[key] = _last_record(run_dir, key)
+    steps_logged = max(status["total_timesteps"], 1)
+    # query rate over the whole run: answered queries (cache hits included) per decision
+    answered = float(extra["llm/total_queries"] or 0) + float(_last_record(run_dir, "llm/cache_hits") or 0)
+    extra["llm_query_rate_pct"] = round(100.0 * answered / steps_logged, 3)
+    if config.llm.backend == "student":  # always-on: answered in the wrapper, logged per rollout
+        extra["llm_query_rate_pct"] = round(_mean_record(run_dir, "llm/query_rate_pct") or 0.0, 3)
+    extra["llm_request_rate_pct"] = round(_mean_record(run_dir, "llm/request_rate_pct") or 0.0, 2)
+    return extra

@@ -37,6 +37,10 @@ def add_dataclass_flags(p: argparse.ArgumentParser, cls: type, skip: tuple[str, 
             continue
         tp, ch = _flag_type(hints[f.name])
         default = f.default if f.default is not dataclasses.MISSING else None
+        if tp is bool:  # a switch: --name turns it on
+            p.add_argument("--" + f.name.replace("_", "-"), dest=f.name, action="store_true", default=None,
+                           help=docs.get(f.name))
+            continue
         p.add_argument("--" + f.name.replace("_", "-"), dest=f.name, type=tp, default=None,
                        choices=(choices or {}).get(f.name, ch),
                        help=f"{docs.get(f.name, '')} (default {default})" if default is not None else docs.get(f.name))

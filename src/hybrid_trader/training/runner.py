@@ -391,7 +391,7 @@ def _learn(run: RunDir, config: RunConfig, model, venv, market: Market, *, resum
     steps = model.num_timesteps - start_step
     status = run.write_status(
         state="finished", total_timesteps=int(model.num_timesteps), final_model=run.model_path.name,
-        wall_seconds=round(elapsed, 1), steps_per_second=round(steps / elapsed, 1) if elapsed > 0 else None,
+        wall_seconds=round(elapsed, 2), steps_per_second=round(steps / elapsed, 1) if elapsed > 0 else None,
     )
     logger.close()
     if had_model:

@@ -1,0 +1,158 @@
+"""Where training's time goes: wall time per part of PPO's loop (``bench train --breakdown``).
+
+:class:`SegmentTimer` is a callback that wraps, for the length of one ``learn``, the
+methods through which every training step passes, and adds up the time spent in each:
+
+==========================  ===================================================================
+segment                     time spent in
+==========================  ===================================================================
+``rollout``                 collecting the rollouts (``collect_rollouts``, all of the below but
+                            ``update``)
+``update``                  PPO's update (``train``: epochs of minibatch gradient steps)
+``policy forward``          the policy's rollout decisions (``policy.forward``)
+``action distribution``     building the action distribution from the latent (the LLM prior's
+                            operations in phase 3), in the rollout and the update
+``rollout buffer``          storing the steps (``rollout_buffer.add``)
+``student forward``         phase 3 always-on: the student's batched advice
+``<VecEnv class>``          each layer of the vectorised environment, *without* the layers
+                            it wraps (``DummyVecEnv``: the environments themselves;
+                            ``AdvisorVecEnv``: the advice wrapper, without the student's forward;
+                            ``VecNormalize``: phase 3's ``PartialVecNormalize`` too)
+==========================  ===================================================================
+
+Times are inclusive of what is called inside unless said otherwise; each is reported in
+seconds and in microseconds per vector step (one step of every environment). Each
+wrapper costs about a microsecond per call, in every phase alike.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.vec_env import VecEnv, VecEnvWrapper, VecNormalize
+
+ROLLOUT = "rollout"
+UPDATE = "update"
+POLICY_FORWARD = "policy forward"
+DISTRIBUTION = "action distribution"
+BUFFER = "rollout buffer"
+STUDENT = "student forward"
+
+
+class SegmentTimer(BaseCallback):
+    """Adds up the wall time of each segment of training (see the module's table)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seconds: dict[str, float] = {}
+        """Inclusive seconds per segment (VecEnv layers: with the layers they wrap; see :meth:`table`)."""
+        self.vector_steps = 0
+        self.learn_seconds = 0.0
+        self._layers: list[str] = []
+        self._restore: list[Callable[[], None]] = []
+        self._started = 0.0
+
+    def _wrap(self, owner: Any, attr: str, segment: str) -> None:
+        original = getattr(owner, attr)
+        seconds = self.seconds
+        seconds.setdefault(segment, 0.0)
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                seconds[segment] += time.perf_counter() - t0
+
+        had_own = attr in owner.__dict__
+        object.__setattr__(owner, attr, timed)  # past nn.Module.__setattr__ for the policy
+
+        def restore() -> None:
+            if owner.__dict__.get(attr) is not timed:  # another timer has removed it already
+                return
+            if had_own:
+                object.__setattr__(owner, attr, original)
+            else:
+                del owner.__dict__[attr]
+
+        self._restore.append(restore)
+
+    def _on_training_start(self) -> None:
+        model: Any = self.model  # an on-policy algorithm (MaskablePPO): it has a rollout buffer
+        self._wrap(model, "collect_rollouts", ROLLOUT)
+        self._wrap(model, "train", UPDATE)
+        self._wrap(model.policy, "forward", POLICY_FORWARD)
+        self._wrap(model.policy, "_get_action_dist_from_latent", DISTRIBUTION)
+        self._wrap(model.rollout_buffer, "add", BUFFER)
+        venv: VecEnv | None = self.training_env
+        self._layers = []
+        while venv is not None:
+            # both phases' normalisers under one name (phase 3's is a VecNormalize of the features only)
+            name = "VecNormalize" if isinstance(venv, VecNormalize) else type(venv).__name__
+            for attr in ("step_async", "step_wait", "env_method"):  # env_method: action_masks() every step
+                self._wrap(venv, attr, name)
+            if callable(getattr(venv, "advise_batch", None)):
+                self._wrap(venv, "advise_batch", STUDENT)
+            self._layers.append(name)
+            venv = venv.venv if isinstance(venv, VecEnvWrapper) else None
+        self._started = time.perf_counter()
+
+    def _on_step(self) -> bool:
+        self.vector_steps += 1
+        return True
+
+    def _on_training_end(self) -> None:
+        self.learn_seconds += time.perf_counter() - self._started
+        for restore in reversed(self._restore):  # the VecEnv and the model pickle again
+            restore()
+        self._restore = []
+
+    def table(self) -> dict[str, dict[str, float]]:
+        """``{segment: {"seconds", "us_per_step"}}``; VecEnv layers exclusive of the layers they wrap."""
+        own = dict(self.seconds)
+        for outer, inner in zip(self._layers, self._layers[1:]):
+            own[outer] = self.seconds[outer] - self.seconds[inner]
+        if STUDENT in own and self._layers:
+            advisor = next((name for name in self._layers if name == "AdvisorVecEnv"), None)
+            if advisor is not None:
+                own[advisor] -= own[STUDENT]
+        own["other"] = self.learn_seconds - own.get(ROLLOUT, 0.0) - own.get(UPDATE, 0.0)
+        steps = max(self.vector_steps, 1)
+        return {name: {"seconds": round(s, 4), "us_per_step": round(1e6 * s / steps, 1)} for name, s in own.items()}
+
+
+def compare(phase2: list[dict], phase3: list[dict]) -> dict[str, dict[str, float]]:
+    """Per segment: the median microseconds per vector step of both phases and phase 3's extra."""
+    import numpy as np  # noqa: PLC0415 - numpy only once the runs are over
+
+    out: dict[str, dict[str, float]] = {}
+    names = list(dict.fromkeys([*(k for t in phase3 for k in t), *(k for t in phase2 for k in t)]))
+    for name in names:
+        a = float(np.median([t.get(name, {}).get("us_per_step", 0.0) for t in phase2]))
+        b = float(np.median([t.get(name, {}).get("us_per_step", 0.0) for t in phase3]))
+        out[name] = {"phase2_us": round(a, 1), "phase3_us": round(b, 1), "extra_us": round(b - a, 1)}
+    return out
+
+
+NESTING = ("rollout holds the policy forward, the rollout buffer and the VecEnv layers; the policy forward "
+           "holds the rollout's action distribution")
+"""How the segments nest (printed under the tables)."""
+
+
+def format_comparison(rows: dict[str, dict[str, float]]) -> str:
+    """The comparison as an aligned text table (microseconds per vector step)."""
+    width = max(len(name) for name in rows) if rows else 10
+    lines = [f"{'segment':<{width}}  phase 2 [us/step]  phase 3 [us/step]  extra [us/step]"]
+    for name, row in rows.items():
+        lines.append(f"{name:<{width}}  {row['phase2_us']:>17,.1f}  {row['phase3_us']:>17,.1f}  "
+                     f"{row['extra_us']:>+15,.1f}")
+    return "\n".join([*lines, f"({NESTING})"])
+
+
+def format_table(table: dict[str, float]) -> str:
+    """One run's microseconds per vector step as an aligned text table."""
+    width = max(len(name) for name in table) if table else 10
+    return "\n".join([*(f"{name:<{width}}  {us:>10,.1f} us/step" for name, us in table.items()), f"({NESTING})"])

@@ -1,0 +1,61 @@
+"""``SegmentTimer``: where training's time goes, per segment and per vector step."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+
+from hybrid_trader.bench.segments import (
+    POLICY_FORWARD,
+    ROLLOUT,
+    UPDATE,
+    SegmentTimer,
+    compare,
+    format_comparison,
+)
+from hybrid_trader.config import merge_overrides
+from hybrid_trader.training.callbacks import EnvTimeCallback
+from hybrid_trader.training.config import RunConfig
+from hybrid_trader.training.runner import train_run
+
+TINY = {"data.synthetic_days": 8, "ppo.n_steps": 64, "ppo.batch_size": 64, "ppo.n_envs": 2, "ppo.n_epochs": 1,
+        "ppo.total_timesteps": 256, "train.validate_every": 0, "train.progress_bar": False,
+        "train.checkpoint_every": 1_000_000}
+
+
+def test_segments_add_up_and_leave_nothing_wrapped_when_training_ends(tmp_path):
+    timer, env_timer = SegmentTimer(), EnvTimeCallback()  # as the bench runs them: both wrap the VecEnv
+    status = train_run(merge_overrides(RunConfig(), TINY), tmp_path / "run", extra_callbacks=[env_timer, timer],
+                       quiet=True)
+    table = timer.table()
+    assert timer.vector_steps == status["total_timesteps"] // 2
+    us = {name: row["us_per_step"] for name, row in table.items()}
+    assert {ROLLOUT, UPDATE, POLICY_FORWARD, "VecNormalize", "VecMonitor", "DummyVecEnv", "other"} <= set(us)
+    assert all(row["seconds"] > 0 for name, row in table.items() if name != "other")
+    # the VecEnv layers are exclusive: together they are the outermost layer's inclusive time
+    layers = sum(table[name]["seconds"] for name in ("VecNormalize", "VecMonitor", "DummyVecEnv"))
+    assert layers == pytest.approx(timer.seconds["VecNormalize"], abs=1e-3)
+    assert us[ROLLOUT] > us[POLICY_FORWARD] and us[ROLLOUT] > layers * 1e6 / timer.vector_steps - 1.0
+    assert table[ROLLOUT]["seconds"] + table[UPDATE]["seconds"] + table["other"]["seconds"] == \
+        pytest.approx(timer.learn_seconds, abs=1e-3)
+    # both timers' wrappers are gone: the model and the VecEnv pickle again
+    venv = timer.training_env
+    while venv is not None:
+        assert not {"step_wait", "step_async", "env_method"} & set(vars(venv))
+        venv = getattr(venv, "venv", None)
+    assert not {"collect_rollouts", "train"} & set(vars(timer.model))
+    assert "forward" not in vars(timer.model.policy)
+    pickle.dumps(timer.training_env)
+
+
+def test_compare_when_given_runs_of_both_phases_gives_medians_and_the_extra():
+    p2 = [{"rollout": {"us_per_step": 100.0}}, {"rollout": {"us_per_step": 110.0}}, {"rollout": {"us_per_step": 90.0}}]
+    p3 = [{"rollout": {"us_per_step": 150.0}, "student forward": {"us_per_step": 20.0}},
+          {"rollout": {"us_per_step": 130.0}, "student forward": {"us_per_step": 30.0}},
+          {"rollout": {"us_per_step": 140.0}, "student forward": {"us_per_step": 25.0}}]
+    rows = compare(p2, p3)
+    assert rows["rollout"] == {"phase2_us": 100.0, "phase3_us": 140.0, "extra_us": 40.0}
+    assert rows["student forward"] == {"phase2_us": 0.0, "phase3_us": 25.0, "extra_us": 25.0}
+    text = format_comparison(rows)
+    assert "+40.0" in text and "student forward" in text.splitlines()[2]
