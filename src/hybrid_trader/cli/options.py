@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from hybrid_trader.config import field_docs
-from hybrid_trader.llm.backends import BACKENDS
+from hybrid_trader.llm.backends import BACKENDS, TEACHER_NAMES
 from hybrid_trader.llm.config import LLMConfig
 
 __all__ = ["OPTIONS", "CliOption", "add_options", "llm_key_overrides", "overrides_from"]
@@ -79,6 +79,9 @@ OPTIONS: dict[str, CliOption] = {o.flag: o for o in (
     # LLM advisor
     _opt("--llm", "llm.backend", help="phase 3: LLM advisor back end (llm.backend)"),
     _opt("--backend", "llm.backend", help="LLM back end (default: the config's, transformers)"),
+    _opt("--teacher", "llm.student.teacher", choices=TEACHER_NAMES,
+         help="phase 3 with --llm student: a language model that also answers, in its own worker, the decisions "
+              "llm.query picks, into RUN_DIR/advice/train for the next distillation (llm.student.teacher)"),
     _opt("--model", "llm.<backend>.model", metavar="MODEL",
          help="transformers: 'gemma-3-270m', a local model directory or a .gguf; openai: the server's model name; "
               "llama_cpp: a .gguf file (the key depends on the back end: llm.transformers.model, ...)"),

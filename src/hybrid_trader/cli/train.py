@@ -11,7 +11,8 @@ from hybrid_trader.errors import UserError
 
 DATA_FLAGS = ("--data", "--market", "--tz", "--time-shift", "--repair")
 """The data rows of the options table, shared with ``data check``."""
-TRAIN_FLAGS = (*DATA_FLAGS, "--phase", "--timesteps", "--n-envs", "--vec-env", "--seed", "--llm", "--quiet")
+TRAIN_FLAGS = (*DATA_FLAGS, "--phase", "--timesteps", "--n-envs", "--vec-env", "--seed", "--llm", "--teacher",
+               "--quiet")
 """Every table row ``train`` takes; :func:`resolve_config` maps them to config keys."""
 
 
@@ -39,7 +40,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="continue the run in --out from its newest valid checkpoint (only --timesteps may change)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override any config value, e.g. --set ppo.learning_rate=1e-4 (repeatable)")
-    add_options(p, ("--quiet", "--llm"))
+    add_options(p, ("--quiet", "--llm", "--teacher"))
     p.set_defaults(func=run)
 
 

@@ -42,7 +42,7 @@ import threading
 import time
 import weakref
 from collections import OrderedDict, deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -124,6 +124,9 @@ class Advisor:
         """Each of those batches took longer than ``max_age_steps``: renewing waiting queries cannot help."""
         self._thread: threading.Thread | None = None
         self._errors_logged = 0
+        self.on_answer: Callable[[int, int, Advice], None] | None = None
+        """Called in the worker with ``(env_index, step, advice)`` for every answer of the model
+        (abstentions included), delivered or not: the always-on teacher's record (``advise.teacher``)."""
         b = config.batching
         self.health = AdvisorHealth(b.circuit_errors, b.circuit_cooldown_s, describe=backend.describe)
         """Errors by kind and the circuit breaker (read ``health.circuit_open``, ``health.rl_only_notice()``)."""
@@ -367,6 +370,8 @@ class Advisor:
             self.cache.put(item.context, adv)
         if not self._deliver(item.env_index, adv, item.epoch):
             self._stats.on_dropped(1)
+        if self.on_answer is not None:
+            self.on_answer(item.env_index, item.step, adv)
         if self.journal is not None:
             q = query or self.prompts.query(item.context)
             self.journal.record(item.env_index, item.step, item.context, q.suffix, q.prefix, adv)

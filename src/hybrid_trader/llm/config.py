@@ -30,7 +30,7 @@ from typing import Any, ClassVar, Literal
 
 from hybrid_trader.config import ConfigError, check, from_dict, merge_overrides, read_yaml, redact
 from hybrid_trader.errors import UserError, did_you_mean
-from hybrid_trader.llm.backends import BACKEND_NAMES
+from hybrid_trader.llm.backends import BACKEND_NAMES, TEACHER_NAMES
 from hybrid_trader.llm.backends import BACKENDS as REGISTRY
 
 BACKENDS = BACKEND_NAMES
@@ -402,6 +402,14 @@ class StudentConfig:
     """Torch device of the student network."""
     threads: int | None = None
     """torch.set_num_threads for the process; None leaves torch's default."""
+    teacher: str | None = None
+    """Phase 3: a language-model back end (transformers, llama_cpp, openai, mock) that also answers, in its own
+    worker, the training decisions llm.query picks; its answers become rows of RUN_DIR/advice/train."""
+
+    def __post_init__(self) -> None:
+        if self.teacher is not None:
+            check(self.teacher in TEACHER_NAMES, "teacher", f"{self.teacher!r} is not a language-model back end",
+                  fix=f"use one of: {', '.join(TEACHER_NAMES)}, or null (no teacher)")
 
 
 COT_MAX_NEW_TOKENS = 200

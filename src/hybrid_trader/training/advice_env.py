@@ -22,6 +22,9 @@ computed only when the trigger is checked.
 student``): every decision of every environment is advised, synchronously, in ONE
 batched forward per vector step on the raw observations (before normalisation) and the
 legal actions; no query policy, no thread, no waiting, age 0 (the query rate is 100%).
+A teacher (``llm.student.teacher``, :mod:`hybrid_trader.advise.teacher`) may run beside
+it: offered each step's decisions, it answers those its query policy picks, in its own
+worker, into the run's advice dataset.
 
 ``PartialVecNormalize`` normalises the features and leaves the advice as it is
 (probabilities must stay probabilities for the prior).
@@ -78,7 +81,7 @@ class PartialVecNormalize(VecNormalize):
 class AdvisorVecEnv(VecEnvWrapper):
     """Appends the LLM's latest advice to each environment's observation; never waits for it."""
 
-    def __init__(self, venv, advisor: Any, market: Any, *, max_age: int) -> None:
+    def __init__(self, venv, advisor: Any, market: Any, *, max_age: int, teacher: Any = None) -> None:
         base = venv.observation_space
         if base.shape != (N_FEATURES,):
             raise ValueError(f"AdvisorVecEnv needs the phase 3 observation ({N_FEATURES},), got {base.shape}")
@@ -112,6 +115,12 @@ class AdvisorVecEnv(VecEnvWrapper):
             student.check_layout(FEATURE_NAMES[:student.obs_dim], "the phase 3 observation's prefix")
         self.last_block = np.zeros((self.num_envs, ADVICE.size), dtype=np.float32)
         """Always-on: each environment's last advice block (the advice in force at a truncation)."""
+        if teacher is not None and self.advise_batch is None:
+            raise ValueError("a teacher answers beside an always-on advisor (llm.backend: student) only")
+        self.teacher = teacher
+        """Always-on: the real LLM beside the student (``advise.teacher.TeacherLog``), or None."""
+        if teacher is not None:
+            teacher.advisor.expect_envs(self.num_envs)  # a batch is complete once every environment has a query
 
     def follow(self, policy: Any) -> None:
         """Give the query policy the RL confidence of ``policy``'s rollout decisions.
@@ -175,6 +184,11 @@ class AdvisorVecEnv(VecEnvWrapper):
         self.advised_steps += k
         self.answered += k
         self.submitted += k
+        if self.teacher is not None:
+            decision = self.last_decision() if self.last_decision is not None else None
+            rl_confidence_of = None if decision is None else \
+                (lambda i: functools.partial(decision_confidence, decision, i))
+            self.teacher.offer(obs, snaps, self.steps.tolist(), rl_confidence_of)
         return out
 
     def _with_advice(self, obs: np.ndarray, infos, new_episode: np.ndarray) -> np.ndarray:
@@ -213,9 +227,13 @@ class AdvisorVecEnv(VecEnvWrapper):
 
     def close(self) -> None:
         try:
-            self.advisor.close()
+            if self.teacher is not None:
+                self.teacher.close()  # writes every answer it recorded
         finally:
-            self.venv.close()
+            try:
+                self.advisor.close()
+            finally:
+                self.venv.close()
 
 
 def decision_confidence(decision: Any, env_index: int) -> float:

@@ -138,6 +138,10 @@ class HybridStatsCallback(BaseCallback):
             rec(key, value)
         for key, value in self.gate_values.items():
             rec(key, value)
+        teacher = getattr(self.advice_env, "teacher", None)
+        if teacher is not None:
+            for key, value in teacher.stats().items():
+                rec(key, value)
         rec("llm/configured_query_rate_pct", 100.0 if always_on else configured_query_rate_pct(self.llm_config.query))
         rec("llm/max_advice_age_steps", self.llm_config.batching.max_age_steps)
         if self.decision_steps:

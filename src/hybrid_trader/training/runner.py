@@ -80,11 +80,12 @@ def load_run_config(run_dir: Path) -> RunConfig:
 
 
 def build_vec_env(market: Market, config: RunConfig, sessions, n_envs: int, seed: int, *, normalize: bool,
-                  training: bool = True, wrap=None, advisor=None):
+                  training: bool = True, wrap=None, advisor=None, teacher=None):
     """Vectorised, monitored (and optionally normalised) environments over ``sessions``.
 
     Phase 3 (``advisor`` given): the advisor wrapper appends the advice to each
-    observation, and only the 261 features are normalised.
+    observation, and only the 261 features are normalised; ``teacher``: the real LLM
+    beside an always-on student (``advise.teacher.TeacherLog``).
     """
     subproc = config.ppo.vec_env == "subproc" and n_envs > 1
     risk = config.risk if config.env.phase == 3 else None
@@ -99,7 +100,7 @@ def build_vec_env(market: Market, config: RunConfig, sessions, n_envs: int, seed
         venv = DummyVecEnv(fns)
     venv = VecMonitor(venv)
     if advisor is not None:
-        venv = AdvisorVecEnv(venv, advisor, market, max_age=advisor.config.batching.max_age_steps)
+        venv = AdvisorVecEnv(venv, advisor, market, max_age=advisor.config.batching.max_age_steps, teacher=teacher)
         if normalize:
             venv = PartialVecNormalize(venv, norm_obs=True, norm_reward=False, clip_obs=10.0, training=training)
         return venv
@@ -204,7 +205,8 @@ def train_run(
     split_info = _split_info(market)
     advisor, llm_config = _advisor(config, say)
     venv = build_vec_env(market, config, market.sessions("train"), config.ppo.n_envs, config.ppo.seed,
-                         normalize=config.ppo.normalize_observations, advisor=advisor)
+                         normalize=config.ppo.normalize_observations, advisor=advisor,
+                         teacher=_teacher(config, market, say))
     created = False
     lock = None
     try:
@@ -285,7 +287,8 @@ def _resume(run: RunDir, config: RunConfig, *, market, extra_callbacks, say, qui
         say(market.describe())
         advisor, _ = _advisor(config, say)
         venv = build_vec_env(market, config, market.sessions("train"), config.ppo.n_envs, config.ppo.seed,
-                             normalize=config.ppo.normalize_observations, advisor=advisor)
+                             normalize=config.ppo.normalize_observations, advisor=advisor,
+                             teacher=_teacher(config, market, say))
         try:
             _set_torch(config)
             model = load_model(run, ckpt.model, env=venv, device=config.ppo.device)
@@ -330,6 +333,23 @@ def _advisor(config: RunConfig, say) -> tuple[Any, Any]:
     return advisor, llm_config
 
 
+def _teacher(config: RunConfig, market: Market, say) -> Any:
+    """Phase 3 with the student and ``llm.student.teacher``: the real LLM beside it, or None (``advise.teacher``)."""
+    teacher = config.llm.student.teacher
+    if config.env.phase != 3 or teacher is None:
+        return None
+    if config.llm.backend != "student":
+        raise UserError(f"llm.student.teacher ({teacher}) answers beside the student, but this run's back end is "
+                        f"{config.llm.backend}", fix="set llm.backend: student, or drop llm.student.teacher")
+    from hybrid_trader.advise.teacher import TeacherLog, teacher_config  # a phase 3 run with a teacher only
+    from hybrid_trader.llm import build_advisor  # phase 3 only: loads the advisor's back ends
+
+    log = TeacherLog(build_advisor(teacher_config(config.llm)), market, phase=config.env.phase)
+    say(f"teacher: {log.describe()} answers the decisions llm.query picks (mode {config.llm.query.mode}), "
+        "as fast as it can, into RUN_DIR/advice/train")
+    return log
+
+
 def _set_torch(config: RunConfig) -> None:
     torch.set_num_threads(config.ppo.torch_threads)
     # Checking every action distribution's arguments costs about a third of a policy step
@@ -352,8 +372,11 @@ def _learn(run: RunDir, config: RunConfig, model, venv, market: Market, *, resum
     if config.env.phase == 3:
         from hybrid_trader.training.hybrid_stats import HybridStatsCallback  # phase 3 only
 
-        _find_wrapper(venv).follow(model.policy)  # the query policy reads the RL confidence of its decisions
-        callbacks.append(HybridStatsCallback(_find_wrapper(venv), config.llm.in_run()))
+        wrapper = _find_wrapper(venv)
+        wrapper.follow(model.policy)  # the query policy reads the RL confidence of its decisions
+        if wrapper.teacher is not None:
+            wrapper.teacher.bind(run.path)  # the folder exists now: the teacher's rows go to its dataset
+        callbacks.append(HybridStatsCallback(wrapper, config.llm.in_run()))
     if validation is not None and config.train.validate_every > 0 and len(market.sessions("val")):
         callbacks.append(ValidationCallback(run.validation_path, config.train.validate_every,
                                             validation(market, config)))
