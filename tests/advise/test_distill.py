@@ -9,11 +9,11 @@ import pytest
 
 from hybrid_trader.advise.collect import collect_split
 from hybrid_trader.advise.compare import compare_split, confusion_table
-from hybrid_trader.advise.dataset import read_split
 from hybrid_trader.advise.distill import METRIC_LABELS, DistillConfig, distill, load_run_student, metrics_table
 from hybrid_trader.cli.main import main
 from hybrid_trader.errors import UserError
 from hybrid_trader.features.names import FEATURE_NAMES
+from hybrid_trader.run.advice_dataset import read_split
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@
    that each load their own model. Back-end failures stop the collection with one
    message (what was answered is kept); abstentions (low coverage, parse failures) are
    stored as answers.
-3. **Store** every answer in chunks (:mod:`hybrid_trader.advise.dataset`), flushed every
+3. **Store** every answer in chunks (:mod:`hybrid_trader.run.advice_dataset`), flushed every
    ``chunk`` rows and on any interruption. A rerun rolls the policy again (seconds),
    skips every key already stored and asks only the rest.
 """
@@ -36,7 +36,15 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
-from hybrid_trader.advise.dataset import (
+from hybrid_trader.config import merge_overrides
+from hybrid_trader.env import TradingEnv
+from hybrid_trader.errors import UserError
+from hybrid_trader.llm.async_advisor import build_advisor
+from hybrid_trader.llm.backends.student_backend import layout_hash, layout_names
+from hybrid_trader.llm.config import LLMConfig, load_llm_config
+from hybrid_trader.llm.context import AdvisorContext, context_from_market
+from hybrid_trader.llm.prompt import PromptBuilder
+from hybrid_trader.run.advice_dataset import (
     AdviceRows,
     advice_identity,
     check_same_advice,
@@ -46,14 +54,6 @@ from hybrid_trader.advise.dataset import (
     state_key,
     write_chunk,
 )
-from hybrid_trader.config import merge_overrides
-from hybrid_trader.env import TradingEnv
-from hybrid_trader.errors import UserError
-from hybrid_trader.llm.async_advisor import build_advisor
-from hybrid_trader.llm.backends.student_backend import layout_hash, layout_names
-from hybrid_trader.llm.config import LLMConfig, load_llm_config
-from hybrid_trader.llm.context import AdvisorContext, context_from_market
-from hybrid_trader.llm.prompt import PromptBuilder
 from hybrid_trader.training.config import RunConfig
 from hybrid_trader.training.market import Market, load_market, make_veto
 from hybrid_trader.training.runner import find_model, load_run_config

@@ -30,7 +30,6 @@ import torch
 
 from hybrid_trader import __version__
 from hybrid_trader.actions import N_ACTIONS
-from hybrid_trader.advise.dataset import SPLITS, AdviceRows, advice_dir, read_split
 from hybrid_trader.errors import UserError
 from hybrid_trader.llm.backends.student_backend import (
     Student,
@@ -40,6 +39,7 @@ from hybrid_trader.llm.backends.student_backend import (
     no_legal_fix,
     save_student,
 )
+from hybrid_trader.run.advice_dataset import SPLITS, AdviceRows, advice_dir, read_split
 
 EPS = 1e-8
 METRIC_LABELS = ("Rows", "Top-1 agreement [%]", "Mean KL [nats]", "Confidence MAE", "Confidence ECE",

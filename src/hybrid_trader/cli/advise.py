@@ -124,8 +124,8 @@ def _distill(args: argparse.Namespace) -> int:
 def _compare(args: argparse.Namespace) -> int:
     # compare pulls in torch (~1.5 s); the CLI's --help must not pay it
     from hybrid_trader.advise.compare import compare_split, confusion_table
-    from hybrid_trader.advise.dataset import part_files  # same reason as above
     from hybrid_trader.advise.distill import load_run_student, metrics_table  # same reason as above
+    from hybrid_trader.run.advice_dataset import part_files  # same reason as above
 
     student = load_run_student(args.run_dir)
     splits = _splits(args.split)

@@ -20,13 +20,13 @@ import numpy as np
 
 from hybrid_trader.account_state import AccountState
 from hybrid_trader.actions import Action
-from hybrid_trader.advise.dataset import masks_from_bits, read_split
 from hybrid_trader.errors import UserError
 from hybrid_trader.finetune.labels import LabelConfig, OutcomeLabels, Purpose, build_labels
 from hybrid_trader.llm.advice import ACTION_WORDS
 from hybrid_trader.llm.config import LLMConfig
 from hybrid_trader.llm.context import context_from_market
 from hybrid_trader.llm.prompt import PromptBuilder, RenderedQuery
+from hybrid_trader.run.advice_dataset import masks_from_bits, read_split
 from hybrid_trader.training.config import RunConfig
 from hybrid_trader.training.market import Market
 

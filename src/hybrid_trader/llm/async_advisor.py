@@ -126,7 +126,7 @@ class Advisor:
         self._errors_logged = 0
         self.on_answer: Callable[[int, int, Advice], None] | None = None
         """Called in the worker with ``(env_index, step, advice)`` for every answer of the model
-        (abstentions included), delivered or not: the always-on teacher's record (``advise.teacher``)."""
+        (abstentions included), delivered or not: the always-on teacher's record (``training.teacher``)."""
         b = config.batching
         self.health = AdvisorHealth(b.circuit_errors, b.circuit_cooldown_s, describe=backend.describe)
         """Errors by kind and the circuit breaker (read ``health.circuit_open``, ``health.rl_only_notice()``)."""

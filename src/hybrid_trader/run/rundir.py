@@ -18,6 +18,8 @@ One training run owns one folder (``hybrid-trader train --out RUN_DIR``)::
     RUN_DIR/eval/<split>/        evaluation on the run's own data (results.json, CSVs, report.html)
     RUN_DIR/eval/<stem>-<hash8>/<split>/   evaluation on other data (``evaluate --data``)
     RUN_DIR/eval/ablation.json   phase 3: hybrid vs RL-only on the test split
+    RUN_DIR/advice/<split>/      the LLM's advice on visited states, Parquet chunks (``run.advice_dataset``;
+                                 advise collect, a phase 3 teacher); advice/student.pt: advise distill
 
 Rules every writer follows (``hybrid_trader.run``):
 

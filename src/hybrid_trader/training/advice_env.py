@@ -22,7 +22,7 @@ computed only when the trigger is checked.
 student``): every decision of every environment is advised, synchronously, in ONE
 batched forward per vector step on the raw observations (before normalisation) and the
 legal actions; no query policy, no thread, no waiting, age 0 (the query rate is 100%).
-A teacher (``llm.student.teacher``, :mod:`hybrid_trader.advise.teacher`) may run beside
+A teacher (``llm.student.teacher``, :mod:`hybrid_trader.training.teacher`) may run beside
 it: offered each step's decisions, it answers those its query policy picks, in its own
 worker, into the run's advice dataset.
 
@@ -118,7 +118,7 @@ class AdvisorVecEnv(VecEnvWrapper):
         if teacher is not None and self.advise_batch is None:
             raise ValueError("a teacher answers beside an always-on advisor (llm.backend: student) only")
         self.teacher = teacher
-        """Always-on: the real LLM beside the student (``advise.teacher.TeacherLog``), or None."""
+        """Always-on: the real LLM beside the student (``training.teacher.TeacherLog``), or None."""
         if teacher is not None:
             teacher.advisor.expect_envs(self.num_envs)  # a batch is complete once every environment has a query
 

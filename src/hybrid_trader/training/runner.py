@@ -85,7 +85,7 @@ def build_vec_env(market: Market, config: RunConfig, sessions, n_envs: int, seed
 
     Phase 3 (``advisor`` given): the advisor wrapper appends the advice to each
     observation, and only the 261 features are normalised; ``teacher``: the real LLM
-    beside an always-on student (``advise.teacher.TeacherLog``).
+    beside an always-on student (``training.teacher.TeacherLog``).
     """
     subproc = config.ppo.vec_env == "subproc" and n_envs > 1
     risk = config.risk if config.env.phase == 3 else None
@@ -334,15 +334,15 @@ def _advisor(config: RunConfig, say) -> tuple[Any, Any]:
 
 
 def _teacher(config: RunConfig, market: Market, say) -> Any:
-    """Phase 3 with the student and ``llm.student.teacher``: the real LLM beside it, or None (``advise.teacher``)."""
+    """Phase 3 with the student and ``llm.student.teacher``: the real LLM beside it, or None (``training.teacher``)."""
     teacher = config.llm.student.teacher
     if config.env.phase != 3 or teacher is None:
         return None
     if config.llm.backend != "student":
         raise UserError(f"llm.student.teacher ({teacher}) answers beside the student, but this run's back end is "
                         f"{config.llm.backend}", fix="set llm.backend: student, or drop llm.student.teacher")
-    from hybrid_trader.advise.teacher import TeacherLog, teacher_config  # a phase 3 run with a teacher only
     from hybrid_trader.llm import build_advisor  # phase 3 only: loads the advisor's back ends
+    from hybrid_trader.training.teacher import TeacherLog, teacher_config  # teacher runs only: loads pyarrow
 
     log = TeacherLog(build_advisor(teacher_config(config.llm)), market, phase=config.env.phase)
     say(f"teacher: {log.describe()} answers the decisions llm.query picks (mode {config.llm.query.mode}), "

@@ -33,16 +33,6 @@ from typing import Any
 import numpy as np
 
 from hybrid_trader.account_state import AccountState
-from hybrid_trader.advise.dataset import (
-    AdviceRows,
-    advice_identity,
-    check_same_advice,
-    mask_bits,
-    read_split,
-    remove_temporaries,
-    state_key,
-    write_chunk,
-)
 from hybrid_trader.config import merge_overrides
 from hybrid_trader.errors import UserError
 from hybrid_trader.features.names import FEATURE_NAMES
@@ -50,6 +40,14 @@ from hybrid_trader.llm.advice import Advice
 from hybrid_trader.llm.backends.student_backend import layout_hash, layout_names
 from hybrid_trader.llm.config import LLMConfig
 from hybrid_trader.llm.context import AdvisorContext, context_from_market
+from hybrid_trader.run.advice_dataset import (
+    AdviceRows,
+    advice_identity,
+    check_same_advice,
+    read_split,
+    remove_temporaries,
+    write_chunk,
+)
 
 TRAINING_PASS = -1
 """The ``rollout`` of a row the teacher answered during phase 3 training (``advise collect``'s passes are >= 0)."""
@@ -149,8 +147,10 @@ class TeacherLog:
         for i, account in enumerate(accounts):
             if account is None or sum(account.mask) <= 1:
                 continue
-            mask = np.asarray(account.mask, dtype=bool)
-            key = state_key(account.t, int(np.sign(account.position)), int(mask_bits(mask[None])[0]))
+            mask = account.mask
+            # the dataset's key (state_key, mask_bits) in plain Python: this runs for every environment and step
+            key = (account.t, (account.position > 0) - (account.position < 0),
+                   sum(1 << a for a, legal in enumerate(mask) if legal))
             step = int(steps[i])
             if key in self._keys or not advisor.should_query(i, step, account,
                                                              confidence(i) if confidence is not None else None):

@@ -9,20 +9,19 @@ import pyarrow.parquet as pq
 import pytest
 
 from hybrid_trader.advise.collect import RunPolicy, collect_llm_config, collect_split
-from hybrid_trader.advise.dataset import META_KEY, advice_identity, part_files, read_split
 from hybrid_trader.advise.distill import DistillConfig, distill
-from hybrid_trader.advise.teacher import TRAINING_PASS, teacher_config
 from hybrid_trader.errors import UserError
 from hybrid_trader.features.names import FEATURE_NAMES
 from hybrid_trader.llm.backends.student_backend import load_student
+from hybrid_trader.run.advice_dataset import META_KEY, advice_identity, part_files, read_split
 from hybrid_trader.training.runner import train_run, with_default_student
-from tests.training.conftest import student_cfg, student_market, student_p2  # noqa: F401 - session fixtures reused
+from hybrid_trader.training.teacher import TRAINING_PASS, teacher_config
+from tests.training.conftest import student_cfg
 
 TEACHER = {"llm.student.teacher": "mock"}  # llm.query.mode always (STUDENT_TINY): every new state is offered
 
 
-def test_teacher_answers_training_decisions_into_the_run_s_dataset_when_set(tmp_path, student_market,  # noqa: F811
-                                                                           student_p2):  # noqa: F811
+def test_teacher_answers_training_decisions_into_the_run_s_dataset_when_set(tmp_path, student_market, student_p2):
     out = tmp_path / "p3"
     config = student_cfg(3, 512, **TEACHER)
     train_run(config, out, init=student_p2, market=student_market, quiet=True)
@@ -48,8 +47,7 @@ def test_teacher_answers_training_decisions_into_the_run_s_dataset_when_set(tmp_
     assert last["llm/query_rate_pct"] == pytest.approx(100.0)  # the student still advises every decision
 
 
-def test_collect_skips_the_teacher_s_states_when_continuing_its_dataset(tmp_path, student_market,  # noqa: F811
-                                                                        student_p2):  # noqa: F811
+def test_collect_skips_the_teacher_s_states_when_continuing_its_dataset(tmp_path, student_market, student_p2):
     out = tmp_path / "p3"
     config = student_cfg(3, 256, **TEACHER)
     train_run(config, out, init=student_p2, market=student_market, quiet=True)
@@ -68,8 +66,7 @@ def test_collect_skips_the_teacher_s_states_when_continuing_its_dataset(tmp_path
     assert load_student(out / "advice" / "student.pt").obs_dim == len(FEATURE_NAMES)
 
 
-def test_teacher_refuses_a_dataset_of_another_model_when_the_run_resumes(tmp_path, student_market,  # noqa: F811
-                                                                         student_p2):  # noqa: F811
+def test_teacher_refuses_a_dataset_of_another_model_when_the_run_resumes(tmp_path, student_market, student_p2):
     out = tmp_path / "p3"
     train_run(student_cfg(3, 256, **TEACHER), out, init=student_p2, market=student_market, quiet=True)
     # the run's dataset now holds another model's advice (as advise collect --llm X into it would leave)
@@ -83,8 +80,7 @@ def test_teacher_refuses_a_dataset_of_another_model_when_the_run_resumes(tmp_pat
         train_run(config, out, resume=True, market=student_market, quiet=True)
 
 
-def test_teacher_is_refused_when_the_back_end_is_not_the_student(tmp_path, student_market,  # noqa: F811
-                                                                 student_p2):  # noqa: F811
+def test_teacher_is_refused_when_the_back_end_is_not_the_student(tmp_path, student_market, student_p2):
     config = student_cfg(3, 256, **{**TEACHER, "llm.backend": "mock"})
     with pytest.raises(UserError, match="answers beside the student"):
         train_run(config, tmp_path / "p3", init=student_p2, market=student_market, quiet=True)

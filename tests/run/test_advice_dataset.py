@@ -5,7 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hybrid_trader.advise.dataset import (
+from hybrid_trader.errors import UserError
+from hybrid_trader.llm.config import load_llm_config
+from hybrid_trader.run.advice_dataset import (
     AdviceRows,
     advice_identity,
     check_same_advice,
@@ -15,8 +17,6 @@ from hybrid_trader.advise.dataset import (
     read_split,
     write_chunk,
 )
-from hybrid_trader.errors import UserError
-from hybrid_trader.llm.config import load_llm_config
 
 
 def rows(n: int = 5, d: int = 228, t0: int = 0) -> AdviceRows:
