@@ -149,7 +149,7 @@ class AdviceRows:
     context: np.ndarray
     """The rendered context the model read (text)."""
     rollout: np.ndarray
-    """Which policy pass visited the state first: 0 deterministic, k >= 1 sampled (int8)."""
+    """Which policy pass visited the state first: 0 deterministic, k >= 1 sampled; -1 a phase 3 teacher (int8)."""
 
     def __len__(self) -> int:
         return len(self.t)
