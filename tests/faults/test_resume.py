@@ -94,3 +94,31 @@ def test_resumed_tensorboard_purges_events_past_the_checkpoint_when_continued(ru
     assert len(files) == 2
     starts = [e for e in EventFileLoader(str(files[-1])).Load() if e.HasField("session_log")]
     assert starts and starts[0].session_log.status == starts[0].session_log.START and starts[0].step == 512
+
+
+def test_a_run_trained_on_a_relative_data_path_is_used_from_any_directory_when_it_moves_on(tmp_path, monkeypatch,
+                                                                                         capsys):
+    from hybrid_trader.data.synthetic import generate_bars
+
+    project, elsewhere = tmp_path / "project", tmp_path / "elsewhere"
+    project.mkdir()
+    elsewhere.mkdir()
+    generate_bars(12, seed=5).frame.tz_convert("America/New_York").tz_localize(None).to_csv(
+        project / "NQ_bars.csv", index_label="timestamp")
+    run = tmp_path / "runs" / "r"
+    monkeypatch.chdir(project)
+    assert main(train_args(run, 256, "--quiet", "--data", "NQ_bars.csv")) == 0
+    saved = load_yaml_config(run / "config.yaml", RunConfig)
+    assert saved.data.path == str(project / "NQ_bars.csv")  # recorded absolute
+    monkeypatch.chdir(elsewhere)
+    assert main(["evaluate", str(run), "--seeds", "1"]) == 0  # found from another directory
+    own = run / "eval" / "test" / "results.json"
+    assert own.exists()
+    # the same file named by a relative path is the run's own data: not a conflict, not another folder
+    monkeypatch.chdir(project)
+    capsys.readouterr()
+    assert main(["train", "--out", str(run), "--resume", "--data", "NQ_bars.csv", "--timesteps", "512",
+                 "--quiet"]) == 0
+    assert main(["evaluate", str(run), "--data", "NQ_bars.csv", "--seeds", "1"]) == 0
+    assert f"results: {run / 'eval' / 'test'}" in capsys.readouterr().out
+    assert sorted(p.name for p in (run / "eval").iterdir()) == ["test"]

@@ -31,10 +31,10 @@ from hybrid_trader.evaluation.policies import AgentPolicy, FlatPolicy, HybridAge
 from hybrid_trader.evaluation.results import StrategyResult, metrics_table, save_results
 from hybrid_trader.evaluation.runner import entry_rate, evaluation_env, run_fresh_days, run_policy
 from hybrid_trader.llm.health import HEALTH_STAT_NAMES
-from hybrid_trader.run import FolderLock, RunDir, data_identity, sha256_file
+from hybrid_trader.run import FolderLock, RunDir, data_identity, same_data, sha256_file
 from hybrid_trader.run.files import atomic_write_text
 from hybrid_trader.run.models import final_model, load_model, load_normalizer
-from hybrid_trader.training.config import RunConfig
+from hybrid_trader.training.config import RunConfig, with_absolute_data
 from hybrid_trader.training.market import load_market, make_veto
 
 
@@ -116,9 +116,11 @@ def evaluate_run(
     own_data = data_identity(config.data)
     if data_overrides:
         config = merge_overrides(config, {f"data.{k}": v for k, v in data_overrides.items() if v is not None})
+        config = with_absolute_data(config)
     data = data_identity(config.data)
     final_model(run, config.ppo.normalize_observations)  # a damaged or missing model file fails before any output
-    out_dir = Path(out_dir) if out_dir is not None else run.eval_dir(split, None if data == own_data else data)
+    out_dir = Path(out_dir) if out_dir is not None else \
+        run.eval_dir(split, None if same_data(data, own_data) else data)
     out_dir.mkdir(parents=True, exist_ok=True)
     with FolderLock(out_dir, f"evaluate {split}"):  # one writer per output folder; training may go on
         return _evaluate(run, config, data, out_dir, split=split, seeds=seeds, market=market, quiet=quiet,

@@ -40,7 +40,7 @@ from hybrid_trader.evaluation.results import (
     read_json,
     role_of,
 )
-from hybrid_trader.run import RunDir, data_identity, is_stale
+from hybrid_trader.run import RunDir, data_identity, is_stale, same_data
 from hybrid_trader.run.rundir import ABLATION, RESULTS
 from hybrid_trader.training.config import RunConfig
 
@@ -292,7 +292,7 @@ def write_report(run_dir: str | Path, eval_dir: str | Path | None = None, *, spl
                         f"resumed). Run <code>hybrid-trader evaluate {_esc(rd)} --split {_esc(split)}</code> "
                         "again.</p>")
     own = data_identity_of_config(run)
-    if isinstance(info.get("data"), Mapping) and own is not None and dict(info["data"]) != own:
+    if isinstance(info.get("data"), Mapping) and own is not None and not same_data(dict(info["data"]), own):
         sections.append('<p class="warning">These results used other bars than the run trained on: '
                         f"{_esc(_data_text(info['data']))}. The configuration below is the run's own "
                         f"(data: {_esc(_data_text(own))}).</p>")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from hybrid_trader.run.files import Manifest, atomic_write_bytes, atomic_write_text, sha256_file
 from hybrid_trader.run.lock import FolderLock
-from hybrid_trader.run.rundir import Checkpoint, RunDir, data_identity, is_stale, read_jsonl
+from hybrid_trader.run.rundir import Checkpoint, RunDir, data_identity, is_stale, read_jsonl, same_data
 
 __all__ = ["Checkpoint", "FolderLock", "Manifest", "RunDir", "atomic_write_bytes", "atomic_write_text",
-           "data_identity", "is_stale", "read_jsonl", "sha256_file"]
+           "data_identity", "is_stale", "read_jsonl", "same_data", "sha256_file"]

@@ -110,6 +110,16 @@ def data_identity(data: Any) -> dict[str, Any]:
                                         "edge": data.synthetic_edge, "market": data.market or "NQ"}}
 
 
+def same_data(a: dict[str, Any] | None, b: dict[str, Any] | None) -> bool:
+    """Whether two ``data_identity`` records are the same bars: the same file contents (sha256) loaded the
+    same way, whatever path named the file; records without a checksum must be equal."""
+    if a is None or b is None:
+        return a is b
+    if a.get("sha256") and b.get("sha256"):
+        return all(a.get(k) == b.get(k) for k in ("sha256", "tz", "time_shift", "market", "repair"))
+    return a == b
+
+
 class RunDir:
     """A run directory (see the module docstring for its layout)."""
 

@@ -7,8 +7,10 @@ and the resolved configuration is saved as ``RUN_DIR/config.yaml``.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal
 
 from hybrid_trader.agent.fusion import FusionConfig
@@ -194,3 +196,15 @@ class RunConfig:
                 "the policy would never be trained",
                 fix=f"use a freeze shorter than the run, e.g. {total // 10:,} (10%), or 0",
             )
+
+
+def with_absolute_data(config: RunConfig) -> RunConfig:
+    """``config`` with ``data.path`` made absolute (relative to the current directory, as it is loaded).
+
+    A run records its bars' path once; evaluate, resume, advise and report read it later,
+    often from another directory.
+    """
+    path = config.data.path
+    if not path or Path(path).is_absolute():
+        return config
+    return dataclasses.replace(config, data=dataclasses.replace(config.data, path=str(Path(path).resolve())))

@@ -46,7 +46,7 @@ from hybrid_trader.training.callbacks import (
     TradingMetricsCallback,
     ValidationCallback,
 )
-from hybrid_trader.training.config import RunConfig
+from hybrid_trader.training.config import RunConfig, with_absolute_data
 from hybrid_trader.training.market import Market, env_factory, load_market
 from hybrid_trader.training.policy import HybridMaskablePolicy
 from hybrid_trader.training.transfer import transfer_normalization, transfer_weights
@@ -200,7 +200,7 @@ def train_run(
         raise UserError(f"run directory {run.path} is not empty", fix=fix)
 
     # Everything checkable, before the folder exists.
-    config = with_default_student(config, init)
+    config = with_default_student(with_absolute_data(config), init)
     market = market or load_market(config.data, config.split)
     split_info = _split_info(market)
     advisor, llm_config = _advisor(config, say)
@@ -257,7 +257,8 @@ def _resume(run: RunDir, config: RunConfig, *, market, extra_callbacks, say, qui
                             fix="resume a run directory made by 'hybrid-trader train'")
         saved = run.load_config(RunConfig)
         run.verified(run.split_path, fix=f"restore {run.split_path}; it records the days this run trained on")
-        conflicts = resume_conflicts(saved, config)
+        config = with_absolute_data(config)  # the same file named by another path is the same data
+        conflicts = resume_conflicts(with_absolute_data(saved), config)
         if conflicts:
             raise UserError(
                 "--resume continues the run as it was configured; these settings contradict it:\n    "
