@@ -44,6 +44,7 @@ def test_teacher_answers_training_decisions_into_the_run_s_dataset_when_set(tmp_
     logged = [json.loads(line) for line in (out / "progress.jsonl").read_text().splitlines()]
     last = [r for r in logged if "llm/teacher_queued" in r][-1]
     assert last["llm/teacher_queued"] >= last["llm/teacher_answered"] > 0
+    assert last["llm/teacher_batch_size_avg"] > 2  # more than one query per environment (2) in a batch: the slots
     assert last["llm/query_rate_pct"] == pytest.approx(100.0)  # the student still advises every decision
 
 

@@ -119,8 +119,6 @@ class AdvisorVecEnv(VecEnvWrapper):
             raise ValueError("a teacher answers beside an always-on advisor (llm.backend: student) only")
         self.teacher = teacher
         """Always-on: the real LLM beside the student (``training.teacher.TeacherLog``), or None."""
-        if teacher is not None:
-            teacher.advisor.expect_envs(self.num_envs)  # a batch is complete once every environment has a query
 
     def follow(self, policy: Any) -> None:
         """Give the query policy the RL confidence of ``policy``'s rollout decisions.

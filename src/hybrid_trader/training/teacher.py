@@ -6,7 +6,9 @@ batched forward per step. The teacher runs beside it, in its own worker (a threa
 local model in its own child process, ``llm.process``), and answers, as fast as it can,
 the decisions the query policy ``llm.query`` picks among states it has not answered yet.
 Training never waits for it: a decision is offered, and the answer is recorded whenever
-it arrives, however late.
+it arrives, however late. The offers wait in ``llm.batching.max_batch`` slots (not one
+per environment), so the model answers full batches; when every slot waits, the oldest
+offer gives its place to the new one.
 
 Each answer is a row of the run's advice dataset, ``RUN_DIR/advice/train``, in the format
 and with the advice identity ``advise collect`` writes (the teacher's model, prompt and
@@ -53,6 +55,8 @@ TRAINING_PASS = -1
 """The ``rollout`` of a row the teacher answered during phase 3 training (``advise collect``'s passes are >= 0)."""
 SPLIT = "train"
 """The teacher answers training decisions: its rows go to the training split's dataset."""
+SLOT_BASE = 1_000_000
+"""The advisor's index of slot 0: apart from the environments' indices, which the query policy keys its memory by."""
 MAX_WAITING = 4096
 """Offered states kept while their answers are due; older ones (queries replaced in the queue) are forgotten."""
 
@@ -102,12 +106,18 @@ class TeacherLog:
         """Answers recorded (abstentions included)."""
         self.written = 0
         """Rows written to the dataset."""
+        self.slots = int(advisor.config.batching.max_batch)
+        """Offers waiting at once: the advisor's "environments" are these slots, so a batch can be full."""
         self._keys: set[tuple[int, int, int]] = set()
         self._waiting: dict[tuple[int, int], _Offered] = {}
+        """(slot, step) -> the offer, until its answer arrives or a later answer of its slot shows it replaced."""
+        self._slot_step: dict[int, int] = {}
+        """Slot -> step of its newest offer still waiting (free slots are absent)."""
         self._answers: deque[tuple[int, int, Advice]] = deque()
         self._rows: list[tuple[_Offered, Advice]] = []
         self._meta: dict[str, Any] = {}
         advisor.on_answer = self._answered
+        advisor.expect_envs(self.slots)  # a batch is complete once every slot has a query waiting
 
     def describe(self) -> str:
         return str(self.advisor.backend.describe())
@@ -156,11 +166,21 @@ class TeacherLog:
                                                              confidence(i) if confidence is not None else None):
                 continue
             context = context_from_market(bars, features, account.t, account, mask)
-            if advisor.submit(i, step, context, force=True):
+            slot = self._slot()
+            if advisor.submit(slot, step, context, force=True):
+                advisor.policy.mark(i, step, account)  # the query policy's memory is per environment, not slot
                 self._keys.add(key)
-                self._waiting[(i, step)] = _Offered(key, np.array(obs[i], dtype=np.float32), account, context)
+                self._waiting[(slot, step)] = _Offered(key, np.array(obs[i], dtype=np.float32), account, context)
+                self._slot_step[slot] = step
                 self.queued += 1
         self._collect()
+
+    def _slot(self) -> int:
+        """A free slot, else the one whose offer has waited longest (the new offer replaces it in the queue)."""
+        for slot in range(SLOT_BASE, SLOT_BASE + self.slots):
+            if slot not in self._slot_step:
+                return slot
+        return min(self._slot_step, key=self._slot_step.__getitem__)
 
     def _answered(self, env_index: int, step: int, advice: Advice) -> None:
         """The advisor's worker: queue the answer for the training thread (a deque append is atomic)."""
@@ -168,14 +188,16 @@ class TeacherLog:
 
     def _collect(self) -> None:
         while self._answers:
-            env_index, step, advice = self._answers.popleft()
-            offered = self._waiting.pop((env_index, step), None)
+            slot, step, advice = self._answers.popleft()
+            offered = self._waiting.pop((slot, step), None)
             if offered is not None:
                 self._rows.append((offered, advice))
                 self.answered += 1
-            # an environment's answers come in step order (one query per environment and batch): an
-            # earlier offer still waiting was replaced in the queue, and its state may be offered again
-            for k in [k for k in self._waiting if k[0] == env_index and k[1] < step]:
+            if self._slot_step.get(slot) == step:
+                del self._slot_step[slot]
+            # a slot's answers come in step order (one query per slot and batch): an earlier offer
+            # still waiting was replaced in the queue, and its state may be offered again
+            for k in [k for k in self._waiting if k[0] == slot and k[1] < step]:
                 self._keys.discard(self._waiting.pop(k).key)
         if len(self._waiting) > MAX_WAITING:  # a safety net: never more than this many offers kept
             for k in sorted(self._waiting, key=lambda k: k[1])[:len(self._waiting) - MAX_WAITING]:
@@ -214,9 +236,10 @@ class TeacherLog:
         """``llm/teacher_*`` figures for the training log."""
         out = {"llm/teacher_queued": float(self.queued), "llm/teacher_answered": float(self.answered),
                "llm/teacher_rows_written": float(self.written)}
-        latency = self.advisor.stats().get("llm/avg_latency_ms")
-        if latency is not None:
-            out["llm/teacher_latency_ms"] = float(latency)
+        advisor = self.advisor.stats()
+        for key in ("avg_latency_ms", "batch_size_avg"):
+            if advisor.get(f"llm/{key}") is not None:
+                out[f"llm/teacher_{key.removeprefix('avg_')}"] = float(advisor[f"llm/{key}"])
         return out
 
     def close(self) -> None:
