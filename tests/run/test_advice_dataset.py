@@ -15,6 +15,7 @@ from hybrid_trader.run.advice_dataset import (
     masks_from_bits,
     part_files,
     read_split,
+    visited_key,
     write_chunk,
 )
 
@@ -97,3 +98,9 @@ def test_mask_bits_round_trip_when_converted():
     masks = np.array([[1, 1, 1, 0, 0, 0], [1, 0, 0, 1, 1, 0], [1, 0, 0, 0, 0, 1]], bool)
     assert mask_bits(masks).tolist() == [7, 25, 33]
     assert np.array_equal(masks_from_bits(mask_bits(masks)), masks)
+
+
+def test_visited_key_when_given_one_state_has_the_bits_of_mask_bits_and_the_position_sign():
+    assert visited_key(12, 1, (True, True, True, False, False, False)) == (12, 1, 7)
+    assert visited_key(12, -2, np.array([1, 0, 0, 1, 1, 0], bool)) == (12, -1, 25)
+    assert visited_key(5, 0, [True, True, True]) == (5, 0, 7)  # a phase 1 mask: the same bits as padded

@@ -36,7 +36,6 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
-from hybrid_trader.config import merge_overrides
 from hybrid_trader.env import TradingEnv
 from hybrid_trader.errors import UserError
 from hybrid_trader.llm.async_advisor import build_advisor
@@ -48,10 +47,9 @@ from hybrid_trader.run.advice_dataset import (
     AdviceRows,
     advice_identity,
     check_same_advice,
-    mask_bits,
     read_split,
     remove_temporaries,
-    state_key,
+    visited_key,
     write_chunk,
 )
 from hybrid_trader.training.config import RunConfig
@@ -79,9 +77,7 @@ def collect_llm_config(run_config: RunConfig, config_path: str | None = None, ba
     record) and the model runs in the asking process (``workers`` give parallelism).
     """
     base = load_llm_config(config_path) if config_path else run_config.llm
-    over: dict[str, Any] = {"cache.enabled": False, "journal": None, "process": False}
-    if backend:
-        over["backend"] = backend
+    over: dict[str, Any] = {"process": False}
     if batch:
         over["batching.max_batch"] = int(batch)
     if adapter:
@@ -92,7 +88,7 @@ def collect_llm_config(run_config: RunConfig, config_path: str | None = None, ba
             raise UserError("adapter folder not found", file=str(adapter),
                             fix="give the folder hybrid-trader llm finetune wrote (RUN_DIR/llm_adapter)")
         over["transformers.adapter"] = str(Path(adapter).resolve())
-    return merge_overrides(base, over, source=config_path or "the run's config.yaml (llm section)")
+    return base.for_dataset(backend, over, source=config_path or "the run's config.yaml (llm section)")
 
 
 # ------------------------------------------------------------------------------ rollout
@@ -176,7 +172,7 @@ def rollout_states(market: Market, run_config: RunConfig, policy: Callable, spli
             else:
                 account = env.account_snapshot()
                 t = env.current_index
-                key = state_key(t, int(np.sign(account.position)), int(mask_bits(full[None])[0]))
+                key = visited_key(t, account.position, mask)
                 if key not in seen:
                     seen.add(key)
                     out.t.append(t)

@@ -28,11 +28,11 @@ wrapper costs about a microsecond per call, in every phase alike.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from typing import Any
 
-from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.vec_env import VecEnv, VecEnvWrapper, VecNormalize
+
+from hybrid_trader.training.callbacks import TimingCallback
 
 ROLLOUT = "rollout"
 UPDATE = "update"
@@ -42,43 +42,15 @@ BUFFER = "rollout buffer"
 STUDENT = "student forward"
 
 
-class SegmentTimer(BaseCallback):
+class SegmentTimer(TimingCallback):
     """Adds up the wall time of each segment of training (see the module's table)."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.seconds: dict[str, float] = {}
-        """Inclusive seconds per segment (VecEnv layers: with the layers they wrap; see :meth:`table`)."""
         self.vector_steps = 0
         self.learn_seconds = 0.0
         self._layers: list[str] = []
-        self._restore: list[Callable[[], None]] = []
         self._started = 0.0
-
-    def _wrap(self, owner: Any, attr: str, segment: str) -> None:
-        original = getattr(owner, attr)
-        seconds = self.seconds
-        seconds.setdefault(segment, 0.0)
-
-        def timed(*args: Any, **kwargs: Any) -> Any:
-            t0 = time.perf_counter()
-            try:
-                return original(*args, **kwargs)
-            finally:
-                seconds[segment] += time.perf_counter() - t0
-
-        had_own = attr in owner.__dict__
-        object.__setattr__(owner, attr, timed)  # past nn.Module.__setattr__ for the policy
-
-        def restore() -> None:
-            if owner.__dict__.get(attr) is not timed:  # another timer has removed it already
-                return
-            if had_own:
-                object.__setattr__(owner, attr, original)
-            else:
-                del owner.__dict__[attr]
-
-        self._restore.append(restore)
 
     def _on_training_start(self) -> None:
         model: Any = self.model  # an on-policy algorithm (MaskablePPO): it has a rollout buffer
@@ -106,19 +78,15 @@ class SegmentTimer(BaseCallback):
 
     def _on_training_end(self) -> None:
         self.learn_seconds += time.perf_counter() - self._started
-        for restore in reversed(self._restore):  # the VecEnv and the model pickle again
-            restore()
-        self._restore = []
+        super()._on_training_end()
 
     def table(self) -> dict[str, dict[str, float]]:
         """``{segment: {"seconds", "us_per_step"}}``; VecEnv layers exclusive of the layers they wrap."""
         own = dict(self.seconds)
         for outer, inner in zip(self._layers, self._layers[1:]):
             own[outer] = self.seconds[outer] - self.seconds[inner]
-        if STUDENT in own and self._layers:
-            advisor = next((name for name in self._layers if name == "AdvisorVecEnv"), None)
-            if advisor is not None:
-                own[advisor] -= own[STUDENT]
+        if STUDENT in own and "AdvisorVecEnv" in own:
+            own["AdvisorVecEnv"] -= own[STUDENT]
         own["other"] = self.learn_seconds - own.get(ROLLOUT, 0.0) - own.get(UPDATE, 0.0)
         steps = max(self.vector_steps, 1)
         return {name: {"seconds": round(s, 4), "us_per_step": round(1e6 * s / steps, 1)} for name, s in own.items()}

@@ -125,21 +125,22 @@ def run(args: TrainBenchArgs) -> int:
                 # alternate so that a slow spell of a shared machine hits both alike. Both get
                 # the same timing callbacks (each costs a little per step).
                 same = merge_overrides(config, {"env.phase": 2})
-                same_timers: list[Any] = [EnvTimeCallback()] + ([SegmentTimer()] if args.breakdown else [])
-                s2 = train_run(same, tmp_dir / f"p2-same-{r}", market=market, init=init,
-                               extra_callbacks=same_timers, quiet=True)
+                same_segments = SegmentTimer() if args.breakdown else None
+                s2 = train_run(same, tmp_dir / f"p2-same-{r}", market=market, init=init, quiet=True,
+                               extra_callbacks=[EnvTimeCallback(), *([same_segments] if same_segments else [])])
                 p2_times.append(float(s2["wall_seconds"]))
-                if args.breakdown:
-                    p2_segments.append(same_timers[1].table())
+                if same_segments is not None:
+                    p2_segments.append(same_segments.table())
             timer = EnvTimeCallback()
-            timers: list[Any] = [timer] + ([SegmentTimer()] if args.breakdown else [])
+            run_segments = SegmentTimer() if args.breakdown else None
             start = time.perf_counter()
             run_dir = tmp_dir / f"run-{r}"
-            status = train_run(config, run_dir, market=market, init=init, extra_callbacks=timers, quiet=True)
+            status = train_run(config, run_dir, market=market, init=init, quiet=True,
+                               extra_callbacks=[timer, *([run_segments] if run_segments else [])])
             wall = time.perf_counter() - start
             p3_times.append(float(status["wall_seconds"]))
-            if args.breakdown:
-                segments.append(timers[1].table())
+            if run_segments is not None:
+                segments.append(run_segments.table())
         if args.breakdown:
             extra["segments_us_per_step"] = compare(p2_segments, segments) if phase == 3 else \
                 {name: row["us_per_step"] for name, row in segments[0].items()}

@@ -490,6 +490,16 @@ class LLMConfig:
         """Copy with top-level fields replaced, e.g. ``cfg.replace(backend="mock")``."""
         return dataclasses.replace(self, **changes)
 
+    def for_dataset(self, backend: str | None = None, overrides: dict[str, Any] | None = None,
+                    source: str = "command line") -> LLMConfig:
+        """This config as it asks states for an advice dataset (``advise collect``, a phase 3 teacher):
+        ``backend`` over it, no answer cache (each state is asked once; the dataset is the record), no
+        journal, then ``overrides`` (dotted keys). What decides the advice identity is left as it is."""
+        over: dict[str, Any] = {"cache.enabled": False, "journal": None, **(overrides or {})}
+        if backend:
+            over["backend"] = backend
+        return merge_overrides(self, over, source=source)
+
     def in_run(self) -> LLMConfig:
         """This config as a run uses it: ``process`` null becomes true for a local model (transformers, llama_cpp)."""
         if self.process is not None:

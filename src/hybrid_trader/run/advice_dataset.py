@@ -119,6 +119,15 @@ def state_key(t: int, position: int, bits: int) -> tuple[int, int, int]:
     return int(t), int(position), int(bits)
 
 
+def visited_key(t: int, position: float, legal: Sequence[bool] | np.ndarray) -> tuple[int, int, int]:
+    """The key of a visited state from its bar, signed position and legal actions (3 or 6 of them).
+
+    Plain Python (one state at a time, in the collection walk and in phase 3's training loop);
+    the same bits as :func:`mask_bits`.
+    """
+    return int(t), (position > 0) - (position < 0), sum(1 << a for a, ok in enumerate(legal) if ok)
+
+
 # ------------------------------------------------------------------------------- rows
 @dataclass
 class AdviceRows:

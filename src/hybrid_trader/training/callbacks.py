@@ -191,54 +191,76 @@ class FreezeBodyCallback(BaseCallback):
         return True
 
 
-class EnvTimeCallback(BaseCallback):
-    """Measures the share of wall time spent inside ``VecEnv.step`` (for ``bench train``)."""
+class TimingCallback(BaseCallback):
+    """Adds up the wall time spent in chosen methods (of the model, its policy or the VecEnv) per segment.
+
+    Subclasses call :meth:`_wrap` in ``_on_training_start``: the method becomes an instance
+    attribute that times each call, for the length of one ``learn``; at its end every timing
+    wrapper of those methods is removed again (this timer's and any other's: they all end with
+    ``learn``), so that the model and the VecEnv pickle.
+    """
 
     def __init__(self) -> None:
         super().__init__()
-        self.env_seconds = 0.0
-        self._wrapped = False
+        self.seconds: dict[str, float] = {}
+        """Seconds per segment, inclusive of what the wrapped methods call."""
+        self._restore: list[Callable[[], None]] = []
 
-    def _on_training_start(self) -> None:
-        if self._wrapped:
-            return
-        venv = self.training_env
-        original = venv.step_wait
+    def _wrap(self, owner: Any, attr: str, segment: str) -> None:
+        original = getattr(owner, attr)
+        current = owner.__dict__.get(attr)
+        # whether the method was an instance attribute before any timer wrapped it (the advisor's advise_batch)
+        base_own = getattr(current, "timing_base_own", current is not None)
+        seconds = self.seconds
+        seconds.setdefault(segment, 0.0)
 
-        def timed_step_wait():
+        def timed(*args: Any, **kwargs: Any) -> Any:
             t0 = time.perf_counter()
-            out = original()
-            self.env_seconds += time.perf_counter() - t0
-            return out
+            try:
+                return original(*args, **kwargs)
+            finally:
+                seconds[segment] += time.perf_counter() - t0
 
-        original_async = venv.step_async
-
-        def timed_step_async(actions):
-            t0 = time.perf_counter()
-            original_async(actions)
-            self.env_seconds += time.perf_counter() - t0
-
-        original_method = venv.env_method
-
-        def timed_env_method(*args, **kwargs):  # action_masks() is fetched this way every step
-            t0 = time.perf_counter()
-            out = original_method(*args, **kwargs)
-            self.env_seconds += time.perf_counter() - t0
-            return out
-
-        venv.step_wait = timed_step_wait  # type: ignore[method-assign]
-        venv.step_async = timed_step_async  # type: ignore[method-assign]
-        venv.env_method = timed_env_method  # type: ignore[method-assign]
-        self._wrapped = True
+        timed.timing_original = original  # type: ignore[attr-defined]
+        timed.timing_base_own = base_own  # type: ignore[attr-defined]
+        object.__setattr__(owner, attr, timed)  # past nn.Module.__setattr__ for the policy
+        self._restore.append(lambda: _unwrap(owner, attr))
 
     def _on_training_end(self) -> None:
-        # Remove the timing wrappers (instance attributes) so that the VecEnv pickles again.
-        for name in ("step_wait", "step_async", "env_method"):
-            self.training_env.__dict__.pop(name, None)
-        self._wrapped = False
+        for restore in reversed(self._restore):
+            restore()
+        self._restore = []
 
     def _on_step(self) -> bool:
         return True
+
+
+def _unwrap(owner: Any, attr: str) -> None:
+    """Remove every timing wrapper of ``owner.attr`` (timers end together, with ``learn``)."""
+    current = owner.__dict__.get(attr)
+    if not hasattr(current, "timing_original"):
+        return  # another timer has unwrapped it already
+    base_own = current.timing_base_own
+    while hasattr(current, "timing_original"):
+        current = current.timing_original
+    if base_own:
+        object.__setattr__(owner, attr, current)
+    else:
+        del owner.__dict__[attr]
+
+
+class EnvTimeCallback(TimingCallback):
+    """Measures the share of wall time spent inside ``VecEnv.step`` (for ``bench train``)."""
+
+    def _on_training_start(self) -> None:
+        # action_masks() is fetched through env_method every step
+        for attr in ("step_async", "step_wait", "env_method"):
+            self._wrap(self.training_env, attr, "env")
+
+    @property
+    def env_seconds(self) -> float:
+        """Seconds spent in the VecEnv's step and env_method calls."""
+        return self.seconds.get("env", 0.0)
 
 
 class StopOnSignal(BaseCallback):

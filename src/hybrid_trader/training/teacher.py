@@ -35,7 +35,6 @@ from typing import Any
 import numpy as np
 
 from hybrid_trader.account_state import AccountState
-from hybrid_trader.config import merge_overrides
 from hybrid_trader.errors import UserError
 from hybrid_trader.features.names import FEATURE_NAMES
 from hybrid_trader.llm.advice import Advice
@@ -48,6 +47,7 @@ from hybrid_trader.run.advice_dataset import (
     check_same_advice,
     read_split,
     remove_temporaries,
+    visited_key,
     write_chunk,
 )
 
@@ -71,7 +71,7 @@ def teacher_config(llm: LLMConfig) -> LLMConfig:
     teacher = llm.student.teacher
     if teacher is None:
         raise ValueError("llm.student.teacher is not set")
-    return merge_overrides(llm, {"backend": teacher, "cache.enabled": False, "journal": None}).in_run()
+    return llm.for_dataset(teacher).in_run()
 
 
 @dataclass
@@ -158,9 +158,7 @@ class TeacherLog:
             if account is None or sum(account.mask) <= 1:
                 continue
             mask = account.mask
-            # the dataset's key (state_key, mask_bits) in plain Python: this runs for every environment and step
-            key = (account.t, (account.position > 0) - (account.position < 0),
-                   sum(1 << a for a, legal in enumerate(mask) if legal))
+            key = visited_key(account.t, account.position, mask)
             step = int(steps[i])
             if key in self._keys or not advisor.should_query(i, step, account,
                                                              confidence(i) if confidence is not None else None):
