@@ -7,14 +7,19 @@ Layers, lowest first (a module may import its own layer and those below):
     5  agent           6  run             7  training, evaluation (training never imports evaluation)
     8  bench, advise, finetune   9  cli
 
-A project import inside a function must say why on its line or the line above (a
-comment naming the measured reason, e.g. the start-up time it saves).
+A project import inside a function must say why it waits, in a comment on its line or
+just above its block of imports, naming the reason: what it loads or costs (``loads``,
+``pulls in``, ``measured``, ``--help``, seconds), when it is needed (``only``), or an
+ordering constraint (``must run before``, ``after``). Imports under ``if TYPE_CHECKING:``
+and modules named in strings for ``importlib.import_module`` (lazy tables) count as
+imports for the layer rules.
 """
 
 from __future__ import annotations
 
 import ast
 import functools
+import re
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +37,13 @@ FORBIDDEN = {("training", "evaluation")}
 """Same-layer pairs that must not import each other (importer, imported)."""
 
 
+REASON = re.compile(r"(--help|\bloads?\b|pulls? in|measured|\d\s?s\b|\bonly\b|must run before|\bafter\b|"
+                    r"start-?up|optional|import time|cycle)", re.IGNORECASE)
+"""What a comment must name for an import inside a function: its cost, when it is needed, or an ordering."""
+MODULE_STRING = re.compile(r"^(hybrid_trader(?:\.\w+)+)(?::\w+)?$")
+"""A string naming a project module (``pkg.module`` or ``pkg.module:Class``), as lazy import tables hold them."""
+
+
 @dataclass(frozen=True)
 class Edge:
     importer: str
@@ -39,6 +51,8 @@ class Edge:
     line: int
     in_function: bool
     commented: bool
+    kind: str = "import"
+    """``import``, ``type`` (under ``if TYPE_CHECKING:``: layers only, no cycle) or ``dynamic`` (a module string)."""
 
 
 def module_name(path: Path) -> str:
@@ -70,6 +84,42 @@ def _imported_names(node: ast.AST, module: str, is_package: bool) -> list[str]:
     return [root] + [f"{root}.{a.name}" for a in node.names]
 
 
+def _reason_for(lines: list[str], lineno: int, import_lines: set[int]) -> bool:
+    """A named reason on the import's line, or in the comment just above the block of imports it belongs to."""
+    n = lineno
+    while True:
+        here = lines[n - 1]
+        if "#" in here and REASON.search(here.split("#", 1)[1]):
+            return True
+        above = lines[n - 2].strip() if n > 1 else ""
+        if above.startswith("#"):
+            k = n - 1  # a comment block: any of its lines may name the reason
+            while k >= 1 and lines[k - 1].strip().startswith("#"):
+                if REASON.search(lines[k - 1]):
+                    return True
+                k -= 1
+            return False
+        if n - 1 in import_lines:
+            n -= 1  # the same block of imports: the reason above the first one covers it
+            continue
+        return False
+
+
+def _module_strings(tree: ast.AST, known: dict[str, Path]) -> list[tuple[str, int]]:
+    """Project modules named in string constants (or f-string prefixes) of a module: lazy import tables."""
+    out = []
+    for node in ast.walk(tree):
+        text = None
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            text = node.value
+        elif isinstance(node, ast.JoinedStr) and node.values and isinstance(node.values[0], ast.Constant):
+            text = str(node.values[0].value).rstrip(".")  # f"hybrid_trader.llm.{name}": at least the package
+        m = MODULE_STRING.match(text) if text else None
+        if m and _resolve(m.group(1), known):
+            out.append((m.group(1), node.lineno))
+    return out
+
+
 @functools.cache
 def edges() -> tuple[Edge, ...]:
     known = modules()
@@ -79,22 +129,24 @@ def edges() -> tuple[Edge, ...]:
         lines = text.splitlines()
         tree = ast.parse(text)
         parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
-        for node in ast.walk(tree):
-            if not isinstance(node, (ast.Import, ast.ImportFrom)):
-                continue
+        imports = [n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))]
+        import_lines = {line for n in imports for line in range(n.lineno, (n.end_lineno or n.lineno) + 1)}
+        for node in imports:
             in_function = type_checking = False
-            up = node
+            up: ast.AST = node
             while up in parents:
                 up = parents[up]
                 in_function |= isinstance(up, (ast.FunctionDef, ast.AsyncFunctionDef))
                 type_checking |= isinstance(up, ast.If) and "TYPE_CHECKING" in ast.unparse(up.test)
-            if type_checking:
-                continue
-            here, above = lines[node.lineno - 1], lines[node.lineno - 2] if node.lineno > 1 else ""
-            commented = "#" in here or above.strip().startswith("#")
+            commented = _reason_for(lines, node.lineno, import_lines)
             targets = {_resolve(n, known) for n in _imported_names(node, module, path.name == "__init__.py")
                        if n.startswith(PACKAGE)}
-            out += [Edge(module, t, node.lineno, in_function, commented) for t in targets if t and t != module]
+            kind = "type" if type_checking else "import"
+            out += [Edge(module, t, node.lineno, in_function, commented, kind) for t in targets if t and t != module]
+        for name, line in _module_strings(tree, known):
+            target = _resolve(name, known)
+            if target and target != module:
+                out.append(Edge(module, target, line, True, True, "dynamic"))
     return tuple(out)
 
 
@@ -147,8 +199,9 @@ def test_every_package_when_listed_has_a_layer():
 def test_imports_when_followed_form_no_cycle():
     graph: dict[str, set[str]] = defaultdict(set)
     for e in edges():
-        # a package's __init__ re-exporting its own modules is not a cycle between layers
-        if not e.imported.startswith(e.importer + "."):
+        # a package's __init__ re-exporting its own modules is not a cycle between layers; type-only imports
+        # never run
+        if e.kind != "type" and not e.imported.startswith(e.importer + "."):
             graph[e.importer].add(e.imported)
     assert cycles(graph) == []
 
@@ -166,4 +219,22 @@ def test_imports_when_checked_by_layer_never_go_upward():
 def test_project_imports_when_inside_a_function_say_why(module):
     bad = [f"{e.importer}:{e.line} imports {e.imported}" for e in edges()
            if e.importer == module and e.in_function and not e.commented]
-    assert bad == [], "move the import to the module top, or say on its line why it must wait"
+    assert bad == [], ("move the import to the module top, or name why it must wait in a comment on its line or "
+                       f"above its block of imports (matching {REASON.pattern})")
+
+
+def test_layer_rules_when_imports_are_type_only_or_dynamic_are_seen():
+    kinds = {e.kind for e in edges()}
+    assert {"import", "type", "dynamic"} <= kinds
+    dynamic = {(e.importer, e.imported) for e in edges() if e.kind == "dynamic"}
+    assert ("hybrid_trader.llm.backends", "hybrid_trader.llm.backends.student_backend") in dynamic
+    assert ("hybrid_trader.cli.main", "hybrid_trader.cli.advise") in dynamic
+
+
+def test_reason_when_only_a_bare_or_unrelated_comment_is_refused():
+    lines = ["def f():", "    import x  # noqa", "    # TODO", "    import y", "    # loads torch (~2 s)",
+             "    import z", "    import w"]
+    import_lines = {2, 4, 6, 7}
+    assert not _reason_for(lines, 2, import_lines)
+    assert not _reason_for(lines, 4, import_lines)
+    assert _reason_for(lines, 6, import_lines) and _reason_for(lines, 7, import_lines)

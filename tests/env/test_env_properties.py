@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from hybrid_trader.data.bars import Bars
 from hybrid_trader.env import EnvConfig, TradingEnv
+from hybrid_trader.env.account import AccountStatus
 
 from .helpers import stub_features
 
@@ -99,8 +100,8 @@ def test_rewards_sum_to_equity_change_when_no_breach(market):
     env = TradingEnv(bars, feats, EnvConfig(episode_sessions=None, rules_overrides={"trailing_drawdown": 1e9}))
     _, rewards, info = run_episode(env, seed=3)
     assert info["end_reason"] == "DATA_END"
-    assert rewards.sum() * env.reward_scale == pytest.approx(env.balance - env.rules.account_size, abs=1e-6)
-    assert sum(t.net_pnl for t in info["trades"]) == pytest.approx(env.balance - env.rules.account_size)
+    assert rewards.sum() * env.reward_scale == pytest.approx(env.account.balance - env.rules.account_size, abs=1e-6)
+    assert sum(t.net_pnl for t in info["trades"]) == pytest.approx(env.account.balance - env.rules.account_size)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -122,10 +123,10 @@ def test_random_legal_actions_never_reach_an_illegal_state(market, picks, seed, 
         assert legal[0] == 0  # HOLD is always legal
         action = int(legal[picks[k % len(picks)] % len(legal)])
         k += 1
-        held = (env.broker.entry_index, env.broker.stop) if env.position and not env.broker.trail_on else None
+        held = (env.broker.entry_index, env.broker.stop) if env.broker.side and not env.broker.trail_on else None
         _, reward, term, trunc, info = env.step(action)
         assert math.isfinite(reward)
-        side = env.position
+        side = env.broker.side
         if side != 0:
             # A position always has a finite stop...
             assert math.isfinite(env.broker.stop)
@@ -140,16 +141,16 @@ def test_random_legal_actions_never_reach_an_illegal_state(market, picks, seed, 
             last_entry_index, last_stop = env.broker.entry_index, env.broker.stop
         assert side in (-1, 0, 1)
         assert env.invalid_actions == 0
-        if env.breached:
-            assert not env.action_masks()[1:].any() or env.position != 0
+        if (env.account.status is AccountStatus.BREACHED):
+            assert not env.action_masks()[1:].any() or env.broker.side != 0
         if term or trunc:
             break
     trades = info["trades"]
     assert all(t.contracts == 1 for t in trades)
-    if env.breach_index >= 0:
-        assert all(t.entry_index <= env.breach_index for t in trades)
-        assert env.position == 0
-        after = env.position_history[env.breach_index + 1 :]
+    if env.account.breach_index >= 0:
+        assert all(t.entry_index <= env.account.breach_index for t in trades)
+        assert env.broker.side == 0
+        after = env.position_history[env.account.breach_index + 1 :]
         assert not after.any()
     # Trades never overlap and each exits after it enters.
     for a, b in zip(trades, trades[1:]):

@@ -67,4 +67,4 @@ def test_observation_and_mask_at_t_unchanged_when_every_later_bar_changes(phase)
         obs2, mask2, env2 = walk_to(changed, t, phase, entry_at)
         np.testing.assert_array_equal(obs, obs2, err_msg=f"observation at bar {t} saw the future")
         np.testing.assert_array_equal(mask, mask2, err_msg=f"mask at bar {t} saw the future")
-        assert env.trades == env2.trades
+        assert env.broker.trades == env2.broker.trades

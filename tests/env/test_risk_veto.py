@@ -29,7 +29,7 @@ def make_env(rows, risk: RiskConfig, **cfg) -> TradingEnv:
 def lose_trades(env: TradingEnv, n: int) -> None:
     for _ in range(n):
         env.step(Action.BUY)
-        while env.position:
+        while env.broker.side:
             env.step(Action.HOLD)
 
 
@@ -41,7 +41,7 @@ def test_entries_vetoed_when_consecutive_losses_reach_limit_then_lifted_after_co
             rows[i] = (r[0], 100.0, 100.0, 90.0, 100.0)
     env = make_env(rows, RiskConfig(max_consecutive_losses=3, min_win_rate=0.0, cooldown_bars=5))
     lose_trades(env, 3)
-    assert env.consecutive_losses == 3
+    assert env.account.consecutive_losses == 3
     mask = env.action_masks()
     assert not mask[Action.BUY] and not mask[Action.SELL] and mask[Action.HOLD]
     assert env.veto_counts[VETO_CONSECUTIVE_LOSSES] >= 1
@@ -116,14 +116,14 @@ def test_win_rate_when_trades_close_counts_the_last_ten_and_the_snapshot_says_no
         if r[0] >= "2024-01-03 09:31":
             rows[i] = (r[0], 100.0, 100.0, 90.0, 100.0)
     env = make_env(rows, RiskConfig(max_consecutive_losses=99, min_win_rate=0.0))
-    assert env.recent_win_rate != env.recent_win_rate  # NaN before any trade
+    assert env.account.recent_win_rate != env.account.recent_win_rate  # NaN before any trade
     assert math.isnan(env.account_snapshot().win_rate)
-    assert env.risk_features()[3] == 0.5
+    assert env.observer.risk_features(env.broker, env.account, env.equity())[3] == 0.5
     env.account.recent.extend([1] * 10)  # ten winners long ago ...
     lose_trades(env, 4)  # ... then four losers: the last ten hold six winners
-    assert env.recent_win_rate == pytest.approx(0.6)
+    assert env.account.recent_win_rate == pytest.approx(0.6)
     assert env.account_snapshot().win_rate == pytest.approx(0.6)
-    assert env.risk_features()[3] == pytest.approx(0.6)
+    assert env.observer.risk_features(env.broker, env.account, env.equity())[3] == pytest.approx(0.6)
 
 
 def test_veto_returns_codes_from_snapshot_and_account_when_given_no_env():
@@ -138,7 +138,7 @@ def test_veto_returns_codes_from_snapshot_and_account_when_given_no_env():
     assert veto.trail_veto(thin, account) == VETO_DRAWDOWN_BUFFER
     account.begin_day(0)
     for i in (1, 2):
-        account.settle(i, -10.0, -10.0)
+        account._book(i, -10.0, -10.0)
     streak = AccountState(balance=account.balance, consecutive_losses=2, t=10)
     assert veto.entry_veto(streak, account) == VETO_CONSECUTIVE_LOSSES
     later = AccountState(balance=account.balance, consecutive_losses=2, t=40)  # cooldown over

@@ -49,7 +49,7 @@ def test_trade_net_pnl_when_target_hit():
     set_bar(rows, "09:35", 105, 113, 104, 110)
     env = make_env(rows)
     env.step(Action.BUY)  # decided on 09:30's close, fills at 09:31 open + 1 tick = 100.25
-    assert env.balance == pytest.approx(50_000 - 2.0)
+    assert env.account.balance == pytest.approx(50_000 - 2.0)
     hold_until(env, "09:35")
     trade = env.trade_log().iloc[0]
     # Target = 100.25 + 12 = 112.25 (a limit: no slippage); 09:35's high 113 reaches it.
@@ -60,7 +60,7 @@ def test_trade_net_pnl_when_target_hit():
     assert trade.net_pnl == pytest.approx(236.0)
     assert trade.gross_pnl == pytest.approx(245.0)
     assert trade.costs == pytest.approx(9.0)
-    assert env.balance == pytest.approx(50_236.0)
+    assert env.account.balance == pytest.approx(50_236.0)
     assert str(trade.entry_time.strftime("%H:%M")) == "09:31"
 
 
@@ -106,15 +106,15 @@ def test_trailing_threshold_trails_then_stops_when_it_reaches_balance_plus_100()
     set_bar(rows, "09:32", 100, 150, 100, 140)
     set_bar(rows, "09:34", 140, 300, 140, 290)
     env = make_env(rows, target_atr=0.0, stop_atr=10.0)
-    assert env.threshold == 47_500
+    assert env.account.threshold == 47_500
     env.step(Action.BUY)  # long at 100.25, balance 49,998
     hold_until(env, "09:32")
     # Peak = 49,998 + (150 - 100.25) x 20 = 50,993 -> threshold 50,993 - 2,500 = 48,493.
-    assert env.peak == pytest.approx(50_993.0)
-    assert env.threshold == pytest.approx(48_493.0)
+    assert env.account.peak == pytest.approx(50_993.0)
+    assert env.account.threshold == pytest.approx(48_493.0)
     hold_until(env, "09:34")
     # Peak 49,998 + (300 - 100.25) x 20 = 53,993 would put it at 51,493; it stops at 50,000 + 100.
-    assert env.threshold == pytest.approx(50_100.0)
+    assert env.account.threshold == pytest.approx(50_100.0)
 
 
 def test_breach_terminates_when_intrabar_low_crosses_threshold():
@@ -131,7 +131,7 @@ def test_breach_terminates_when_intrabar_low_crosses_threshold():
     assert trade.exit_reason == EXIT_BREACH
     # Liquidated where equity met the threshold: 100.25 - 498/20 = 75.35, one tick worse.
     assert trade.exit_price == pytest.approx(75.10)
-    assert env.balance == pytest.approx(49_998 + (75.10 - 100.25) * 20 - 2)
+    assert env.account.balance == pytest.approx(49_998 + (75.10 - 100.25) * 20 - 2)
     assert reward < -5.0  # the loss plus the breach penalty
 
 
@@ -150,7 +150,7 @@ def test_forced_exit_at_1659_when_trading_window_runs_to_1700():
     assert trade.exit_time.strftime("%H:%M") == "16:59"
     assert trade.exit_price == pytest.approx(103 - 0.25)
     assert info["end_reason"] in ("DATA_END", "EPISODE_END")
-    assert env.position == 0
+    assert env.broker.side == 0
 
 
 def test_masks_when_flat_in_position_and_trailing():
@@ -208,7 +208,7 @@ def test_trail_stop_exits_when_price_falls_back():
 def test_masked_action_is_executed_as_hold_and_counted():
     env = make_env(flat_session())
     env.step(Action.DISABLE_TRAIL)
-    assert env.position == 0 and env.invalid_actions == 1
+    assert env.broker.side == 0 and env.invalid_actions == 1
 
 
 def test_reward_is_equity_change_in_reward_units():
@@ -240,4 +240,4 @@ def test_contracts_over_rules_limit_is_a_user_error():
 def test_micro_contracts_count_as_tenth_of_a_mini():
     bars = make_bars(flat_session(), market="MNQ")
     env = TradingEnv(bars, stub_features(bars), EnvConfig(market="MNQ", contracts=20))
-    assert math.isclose(env.point_value, 2.0)
+    assert math.isclose(env.contract.point_value, 2.0)

@@ -19,7 +19,7 @@ FOUR_STEPS = ("1. Market: uptrend above VWAP, RSI 62.\n2. Options: HOLD BUY SELL
 class ScriptedAdvisor:
     """Answers each context with the next scripted text; counts contexts."""
 
-    class backend:  # noqa: N801 - mimics advisor.backend
+    class backend:
         @staticmethod
         def describe() -> str:
             return "scripted"

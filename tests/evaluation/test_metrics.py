@@ -22,7 +22,6 @@ import pytest
 from hybrid_trader.evaluation.metrics import (
     METRIC_KEYS,
     aggregate_seeds,
-    apex_verdict,
     compute_metrics,
     daily_pnl,
     drawdown,
@@ -141,9 +140,10 @@ def test_apex_breach_day_is_the_globex_trading_date():
 
 
 def test_apex_passed_only_when_target_comes_before_breach():
-    assert apex_verdict(None, t("2024-01-02 10:00")) == "passed"
-    assert apex_verdict(t("2024-01-03 10:00"), t("2024-01-02 10:00")) == "passed"
-    assert apex_verdict(t("2024-01-02 10:00"), t("2024-01-03 10:00")) == "breached"
+    both = golden_result(breach_time=t("2024-01-03 10:00"), target_hit_time=t("2024-01-02 10:00"))
+    assert compute_metrics(both)["Apex verdict"] == "passed"
+    late = golden_result(breach_time=t("2024-01-02 10:00"), target_hit_time=t("2024-01-03 10:00"))
+    assert compute_metrics(late)["Apex verdict"] == "breached"
     m = compute_metrics(golden_result(target_hit_time=t("2024-01-04 09:31")))
     assert m["Apex verdict"] == "passed" and m["Target day"] == "2024-01-04"
 

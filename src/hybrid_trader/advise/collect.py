@@ -117,7 +117,7 @@ class RunPolicy:
     """The run's final policy on raw observations: normalised like in training, masked."""
 
     def __init__(self, run_dir: Path) -> None:
-        from sb3_contrib import MaskablePPO  # noqa: PLC0415 - sb3 costs ~2 s of import; 'advise --help' must not pay it
+        from sb3_contrib import MaskablePPO
 
         path, vec_path = find_model(run_dir)
         self.model = MaskablePPO.load(path, device="cpu")
@@ -147,7 +147,7 @@ def rollout_states(market: Market, run_config: RunConfig, policy: Callable, spli
     account over the whole split would stay breached after its first bad day, leaving
     every later day with HOLD as the only legal action (nothing to ask).
     """
-    import torch  # noqa: PLC0415 - torch is loaded by sb3 already; imported here only to seed sampling
+    import torch
 
     cfg = dataclasses.replace(run_config.env, episode_sessions=1, terminate_on_breach=True)
     sessions = list(market.sessions(split))
@@ -222,7 +222,7 @@ _WORKER_ADVISOR = None
 def _init_worker(config: dict, threads: int) -> None:
     global _WORKER_ADVISOR
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's: it flushes, then stops the pool
-    import torch  # noqa: PLC0415 - a spawned worker sets its own thread count before the model loads
+    import torch
 
     torch.set_num_threads(threads)
     cfg = LLMConfig.from_dict(config)

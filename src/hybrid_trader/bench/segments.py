@@ -94,7 +94,7 @@ class SegmentTimer(TimingCallback):
 
 def compare(phase2: list[dict], phase3: list[dict]) -> dict[str, dict[str, float]]:
     """Per segment: the median microseconds per vector step of both phases and phase 3's extra."""
-    import numpy as np  # noqa: PLC0415 - numpy only once the runs are over
+    import numpy as np
 
     out: dict[str, dict[str, float]] = {}
     names = list(dict.fromkeys([*(k for t in phase3 for k in t), *(k for t in phase2 for k in t)]))

@@ -17,6 +17,7 @@ from typing import Any
 
 from hybrid_trader.cli.options import add_options, llm_key_overrides, overrides_from
 from hybrid_trader.errors import UserError
+from hybrid_trader.llm.model_cache import resolve_model_dir
 
 LLM_FLAGS = ("--backend", "--model", "--base-url", "--generate")
 """The rows of the options table shared by ``llm ask`` and ``bench llm``."""
@@ -86,8 +87,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _prepare(args: argparse.Namespace) -> int:
-    from hybrid_trader.llm.model_cache import resolve_model_dir  # noqa: PLC0415 - keeps 'hybrid-trader --help' fast
-
     path = resolve_model_dir(args.model, args.cache_dir)
     print(f"model directory: {path}")
     print(json.dumps({"model_dir": str(path)}))
@@ -95,10 +94,11 @@ def _prepare(args: argparse.Namespace) -> int:
 
 
 def _load_market(args: argparse.Namespace):
-    try:  # the data layer loads pandas and TA-Lib (~1 s); 'hybrid-trader --help' must not pay it
-        from hybrid_trader.data import load_bars  # noqa: PLC0415 - see above
-        from hybrid_trader.data.synthetic import generate_bars  # noqa: PLC0415 - see above
-        from hybrid_trader.features import compute_features  # noqa: PLC0415 - see above
+    try:
+        # the data layer loads pandas and TA-Lib (~1 s); 'hybrid-trader --help' must not pay it
+        from hybrid_trader.data import load_bars
+        from hybrid_trader.data.synthetic import generate_bars
+        from hybrid_trader.features import compute_features
     except ImportError as err:  # pragma: no cover - the data layer ships with the package
         raise UserError(f"the data layer is not available: {err}", fix="reinstall: pip install -e .") from None
     if args.data:
@@ -110,17 +110,17 @@ def _load_market(args: argparse.Namespace):
 
 def _ask(args: argparse.Namespace) -> int:
     # the LLM package loads numpy and the back ends; it waits until a command needs it (fast --help)
-    from hybrid_trader.llm.backends.transformers_backend import prefer_passive_openmp  # noqa: PLC0415
+    from hybrid_trader.llm.backends.transformers_backend import prefer_passive_openmp
 
     prefer_passive_openmp()
     import numpy as np
 
     # loaded after prefer_passive_openmp, which must run before torch is imported
-    from hybrid_trader.llm import AccountState, build_advisor, context_from_market, load_llm_config  # noqa: PLC0415
-    from hybrid_trader.llm.advice import ACTION_WORDS, LLM_ILLEGAL_ACTION, LLM_PARSE_FAILURE  # noqa: PLC0415
-    from hybrid_trader.llm.config import COT_MAX_NEW_TOKENS  # noqa: PLC0415 - as above
-    from hybrid_trader.llm.parsing import parse_cot_steps  # noqa: PLC0415 - as above
-    from hybrid_trader.markets import get_contract  # noqa: PLC0415 - as above
+    from hybrid_trader.llm import AccountState, build_advisor, context_from_market, load_llm_config
+    from hybrid_trader.llm.advice import ACTION_WORDS, LLM_ILLEGAL_ACTION, LLM_PARSE_FAILURE
+    from hybrid_trader.llm.config import COT_MAX_NEW_TOKENS
+    from hybrid_trader.llm.parsing import parse_cot_steps
+    from hybrid_trader.markets import get_contract
 
     overrides = llm_overrides(args)
     if args.cot:
@@ -191,9 +191,9 @@ def _ask(args: argparse.Namespace) -> int:
 
 def _finetune(args: argparse.Namespace) -> int:
     # torch, transformers and peft load ~3 s; only this command pays them
-    from hybrid_trader.finetune.labels import LabelConfig  # noqa: PLC0415
-    from hybrid_trader.finetune.lora import FinetuneConfig  # noqa: PLC0415
-    from hybrid_trader.finetune.pipeline import finetune_run  # noqa: PLC0415
+    from hybrid_trader.finetune.labels import LabelConfig
+    from hybrid_trader.finetune.lora import FinetuneConfig
+    from hybrid_trader.finetune.pipeline import finetune_run
 
     config = FinetuneConfig(steps=args.steps, lr=args.lr, rank=args.rank, batch=args.batch, eval_every=args.eval_every,
                             patience=args.patience, val_examples=args.val_examples,
@@ -218,7 +218,7 @@ def _finetune(args: argparse.Namespace) -> int:
 
 def _eval(args: argparse.Namespace) -> int:
     # torch and transformers load ~3 s; only this command pays them
-    from hybrid_trader.finetune.pipeline import evaluate_run  # noqa: PLC0415
+    from hybrid_trader.finetune.pipeline import evaluate_run
 
     result = evaluate_run(args.run_dir, args.split, max_states=args.max_states, batch=args.batch, cot=args.cot)
     print(f"# {result['split']} split, {result['states']} labelled states ({result['source']}); "

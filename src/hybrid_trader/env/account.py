@@ -1,26 +1,32 @@
-"""The prop-firm account: balance, trailing threshold, daily limit, target, and its states.
+"""The prop-firm account as a state machine: balance, trailing threshold, daily limit, target.
 
 ``PropFirmAccount`` enforces every rule of a :class:`~hybrid_trader.env.rules.PropFirmRules`
-preset in one place (see ``rules.py`` for the rules themselves):
+preset through one table, :data:`TRANSITIONS`: (status, trigger) -> :class:`Transition`
+(the status entered, its reason code, the forced liquidation the broker executes, the
+verdict it gives). A trigger with no row in the current status raises
+:class:`InvalidTransition`. Once per bar the environment calls :meth:`PropFirmAccount.on_bar`
+after the broker's fills; the account books them, detects the triggers and, where a row
+says so, has the broker liquidate the position.
 
-=====================  =======================================================================
-rule                   enforced by
-=====================  =======================================================================
-max contracts          :meth:`PropFirmAccount.check_contracts` (at construction of the env)
-flat-by time           :meth:`PropFirmAccount.flat_by_minute` (the trading windows end there)
-trailing threshold     :meth:`PropFirmAccount.apply_bar` (intraday: the bar's favourable
-                       extreme incl. open profit) and :meth:`PropFirmAccount.end_day` (EOD)
-trail stop             the threshold never passes ``rules.threshold_cap``
-breach                 :meth:`PropFirmAccount.apply_bar`: equity at the bar's adverse extreme
-                       at or below the threshold -> ``BREACHED`` (final)
-daily loss limit       :meth:`PropFirmAccount.apply_bar` -> ``LOCKED_FOR_DAY`` until the next day
-profit target          :meth:`PropFirmAccount.settle` -> ``PASSED`` (trading goes on)
-=====================  =======================================================================
+=====================  ====================  =====================================================
+rule                   trigger               effect (row of :data:`TRANSITIONS`)
+=====================  ====================  =====================================================
+profit target          ``TARGET_REACHED``    ``PASSED`` (trading goes on), verdict ``passed``
+trailing threshold     ``THRESHOLD_TOUCHED`` liquidate at the threshold, ``BREACHED`` (final),
+                                             verdict ``breached`` (unless passed before)
+daily loss limit       ``DAILY_LOSS_HIT``    liquidate at the limit, ``LOCKED_FOR_DAY``
+                                             (``PASSED_LOCKED_FOR_DAY`` after a pass)
+flat-by time           ``SESSION_CLOSE``     liquidate at the close of the day's last bar
+                                             (the window never ends after ``flat_by``)
+new session            ``SESSION_OPEN``      a day lock ends
+max contracts          -                     :meth:`PropFirmAccount.check_contracts` (set-up)
+=====================  ====================  =====================================================
 
-Each state change is recorded with a reason code in :attr:`PropFirmAccount.events`;
-:func:`apex_verdict` turns the first target and breach into the evaluation's verdict.
-Adding a rule means adding a field to ``PropFirmRules`` (and presets), its check here,
-a reason code, and a test in ``tests/env/test_account.py``.
+The threshold trails the intraday peak of equity (balance plus open profit at each bar's
+favourable extreme) or, in ``eod`` mode, the closing balance; it never passes
+``rules.threshold_cap``. Each status change is kept with its reason code in
+:attr:`PropFirmAccount.events`; the evaluation's verdict is fixed once, by the first
+transition that gives one (:attr:`PropFirmAccount.verdict`).
 """
 
 from __future__ import annotations
@@ -29,28 +35,27 @@ import math
 from collections import deque
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from hybrid_trader.calendar import parse_hhmm
+from hybrid_trader.calendar import window_end_session_minute
+from hybrid_trader.env.broker import EXIT_BREACH, EXIT_DAILY_LOSS, EXIT_SESSION_END
 from hybrid_trader.env.rules import PropFirmRules
 from hybrid_trader.errors import UserError
 from hybrid_trader.markets import ContractSpec
+
+if TYPE_CHECKING:  # pragma: no cover
+    from hybrid_trader.env.broker import Broker
 
 RECENT_TRADES = 10
 """Trades in the recent win rate."""
 RECENT_HISTORY = 100
 """Trade outcomes kept for the risk veto."""
 
-# Reason codes of state changes.
+# Reason codes of status changes.
 BREACH_TRAILING_DRAWDOWN = "BREACH_TRAILING_DRAWDOWN"
 DAILY_LOSS_LIMIT = "DAILY_LOSS_LIMIT"
 PASS_PROFIT_TARGET = "PASS_PROFIT_TARGET"
 NEW_DAY = "NEW_DAY"
-
-# Rule events apply_bar returns (the env liquidates the position on either).
-RULE_OK = 0
-RULE_BREACH = 1
-RULE_DAILY_LOSS = 2
 
 
 class AccountStatus(StrEnum):
@@ -62,42 +67,108 @@ class AccountStatus(StrEnum):
     """The profit target was reached (trading goes on; a later breach does not undo the pass)."""
     LOCKED_FOR_DAY = "LOCKED_FOR_DAY"
     """The daily loss limit was hit: flat, no entries until the next session."""
+    PASSED_LOCKED_FOR_DAY = "PASSED_LOCKED_FOR_DAY"
+    """Passed, then the daily loss limit was hit: flat until the next session, then ``PASSED``."""
     BREACHED = "BREACHED"
     """The trailing threshold was touched: the account failed (final)."""
 
 
+class Trigger(StrEnum):
+    """What can happen to the account on a bar."""
+
+    TARGET_REACHED = "TARGET_REACHED"
+    """The balance reached the starting balance plus the profit target (the first time)."""
+    THRESHOLD_TOUCHED = "THRESHOLD_TOUCHED"
+    """Equity at the bar's adverse extreme, or the balance, at or below the trailing threshold."""
+    DAILY_LOSS_HIT = "DAILY_LOSS_HIT"
+    """Equity at the bar's adverse extreme lost the daily loss limit since the session began."""
+    SESSION_OPEN = "SESSION_OPEN"
+    """A session's trading window begins."""
+    SESSION_CLOSE = "SESSION_CLOSE"
+    """The last bar of a session's trading window (at or before the rules' flat-by time)."""
+
+
+class Verdict(StrEnum):
+    """The evaluation's outcome: fixed by the first of target and breach."""
+
+    PASSED = "passed"
+    BREACHED = "breached"
+    NEITHER = "neither"
+
+
+@dataclass(frozen=True)
+class Transition:
+    """One row of :data:`TRANSITIONS`."""
+
+    to: AccountStatus
+    """The status entered."""
+    code: str | None = None
+    """Reason code recorded in ``events`` (None: nothing recorded, e.g. a day that simply begins)."""
+    liquidate: str | None = None
+    """Exit reason of the forced liquidation the broker executes (None: none)."""
+    verdict: Verdict | None = None
+    """The verdict this transition gives when none was given before."""
+
+
+class InvalidTransition(RuntimeError):
+    """A trigger that has no row for the account's current status (a bug, never a user error)."""
+
+
+_S, _T = AccountStatus, Trigger
+_BREACH = Transition(_S.BREACHED, BREACH_TRAILING_DRAWDOWN, EXIT_BREACH, Verdict.BREACHED)
+_FLAT_BY = Transition(_S.ACTIVE, liquidate=EXIT_SESSION_END)
+
+TRANSITIONS: dict[tuple[AccountStatus, Trigger], Transition] = {
+    (_S.ACTIVE, _T.TARGET_REACHED): Transition(_S.PASSED, PASS_PROFIT_TARGET, verdict=Verdict.PASSED),
+    (_S.ACTIVE, _T.THRESHOLD_TOUCHED): _BREACH,
+    (_S.ACTIVE, _T.DAILY_LOSS_HIT): Transition(_S.LOCKED_FOR_DAY, DAILY_LOSS_LIMIT, EXIT_DAILY_LOSS),
+    (_S.ACTIVE, _T.SESSION_OPEN): Transition(_S.ACTIVE),
+    (_S.ACTIVE, _T.SESSION_CLOSE): _FLAT_BY,
+    (_S.PASSED, _T.THRESHOLD_TOUCHED): _BREACH,
+    (_S.PASSED, _T.DAILY_LOSS_HIT): Transition(_S.PASSED_LOCKED_FOR_DAY, DAILY_LOSS_LIMIT, EXIT_DAILY_LOSS),
+    (_S.PASSED, _T.SESSION_OPEN): Transition(_S.PASSED),
+    (_S.PASSED, _T.SESSION_CLOSE): Transition(_S.PASSED, liquidate=EXIT_SESSION_END),
+    (_S.LOCKED_FOR_DAY, _T.TARGET_REACHED): Transition(_S.PASSED_LOCKED_FOR_DAY, PASS_PROFIT_TARGET,
+                                                        verdict=Verdict.PASSED),
+    (_S.LOCKED_FOR_DAY, _T.THRESHOLD_TOUCHED): _BREACH,
+    (_S.LOCKED_FOR_DAY, _T.SESSION_OPEN): Transition(_S.ACTIVE, NEW_DAY),
+    (_S.LOCKED_FOR_DAY, _T.SESSION_CLOSE): Transition(_S.LOCKED_FOR_DAY),
+    (_S.PASSED_LOCKED_FOR_DAY, _T.THRESHOLD_TOUCHED): _BREACH,
+    (_S.PASSED_LOCKED_FOR_DAY, _T.SESSION_OPEN): Transition(_S.PASSED, NEW_DAY),
+    (_S.PASSED_LOCKED_FOR_DAY, _T.SESSION_CLOSE): Transition(_S.PASSED_LOCKED_FOR_DAY),
+    (_S.BREACHED, _T.SESSION_OPEN): Transition(_S.BREACHED),
+    (_S.BREACHED, _T.SESSION_CLOSE): Transition(_S.BREACHED),
+}
+"""The account's whole behaviour: (status, trigger) -> transition. A missing pair is invalid."""
+
+ENTRY_STATUSES = frozenset({AccountStatus.ACTIVE, AccountStatus.PASSED})
+"""Statuses in which the rules allow new entries."""
+_LOCKED = frozenset({AccountStatus.LOCKED_FOR_DAY, AccountStatus.PASSED_LOCKED_FOR_DAY})
+
+
+def verdict_of(breach_at: Any, target_at: Any) -> Verdict:
+    """The verdict from when the breach and the target happened (None: never; any ordered values).
+
+    For results that carry no account (made by hand, or saved before the account kept its
+    verdict); the account itself fixes its verdict at the transition.
+    """
+    if target_at is not None and (breach_at is None or target_at <= breach_at):
+        return Verdict.PASSED
+    if breach_at is not None:
+        return Verdict.BREACHED
+    return Verdict.NEITHER
+
+
 @dataclass(frozen=True)
 class AccountEvent:
-    """One state change of the account."""
+    """One status change of the account."""
 
     index: int
     """Bar index where it happened."""
     code: str
     """Reason code, e.g. ``BREACH_TRAILING_DRAWDOWN``."""
     status: AccountStatus
-    """The state entered."""
-
-
-def apex_verdict(breach_at: Any, target_at: Any) -> str:
-    """``"passed"`` when the target came no later than any breach, ``"breached"``, else ``"neither"``.
-
-    ``breach_at`` and ``target_at`` are bar indices or timestamps (any ordered values), None when never.
-    """
-    if target_at is not None and (breach_at is None or target_at <= breach_at):
-        return "passed"
-    if breach_at is not None:
-        return "breached"
-    return "neither"
-
-
-def liquidation_price(limit_equity: float, balance: float, entry: float, side: int, dollars_per_point: float,
-                      bar_open: float) -> float:
-    """Price (before slippage) at which the position's equity meets ``limit_equity``.
-
-    The bar's open when it gapped through that level.
-    """
-    level = entry + (limit_equity - balance) / (dollars_per_point * side)
-    return bar_open if side * (bar_open - level) < 0 else level
+    """The status entered."""
 
 
 class PropFirmAccount:
@@ -109,7 +180,7 @@ class PropFirmAccount:
         self._daily_loss_limit = rules.daily_loss_limit
         self.reset()
 
-    # ------------------------------------------------------------------ checks at set-up
+    # ------------------------------------------------------------------ set-up
     def check_contracts(self, contracts: int, contract: ContractSpec) -> None:
         """UserError when ``contracts`` of ``contract`` exceed the rules' max (a micro counts 1/10)."""
         r = self.rules
@@ -121,23 +192,17 @@ class PropFirmAccount:
                 fix=f"trade at most {r.max_contracts * (10 if contract.is_micro else 1)} contracts",
             )
 
-    def flat_by_minute(self) -> int:
-        """The flat-by time as minutes since midnight ET."""
-        return parse_hhmm(self.rules.flat_by, "flat_by")
+    def flat_by_session_minute(self) -> int:
+        """The flat-by time as a session minute (minutes since 18:00 ET): no trading window ends later."""
+        return window_end_session_minute(self.rules.flat_by, "flat_by", "rules")
 
-    # ------------------------------------------------------------------ state
     def reset(self) -> None:
         """A fresh account at the preset's starting balance."""
-        r = self.rules
-        self.balance = float(r.account_size)
+        self.balance = float(self.rules.account_size)
         self.peak = self.balance
-        self.threshold = r.initial_threshold
+        self.threshold = self.rules.initial_threshold
         self.status = AccountStatus.ACTIVE
-        self.breached = False
-        self.day_locked = False
-        self.passed = False
-        self.can_enter = True
-        """New entries allowed by the rules (not breached, not locked for the day)."""
+        self.verdict = Verdict.NEITHER
         self.breach_index = -1
         self.target_index = -1
         self.day_start_balance = self.balance
@@ -146,93 +211,118 @@ class PropFirmAccount:
         self.consecutive_losses = 0
         self.recent: deque[int] = deque(maxlen=RECENT_HISTORY)
         self.recent_win_rate = math.nan
-        """Share of winners among the last ``RECENT_TRADES`` trades (NaN before the first)."""
+        """Share of winners among the last ``RECENT_TRADES`` trades (NaN before the first); read every step."""
         self.last_exit_index = -1
 
-    def _enter(self, t: int, code: str, status: AccountStatus) -> None:
-        self.status = status
-        self.events.append(AccountEvent(t, code, status))
+    # ------------------------------------------------------------------ the state machine
+    @property
+    def can_enter(self) -> bool:
+        """New entries allowed by the rules (not breached, not locked for the day)."""
+        return self.status in ENTRY_STATUSES
 
+    def fire(self, t: int, trigger: Trigger, broker: Broker | None = None, bar_open: float = math.nan,
+             close: float = math.nan) -> Transition:
+        """Apply ``trigger`` at bar t: the row of :data:`TRANSITIONS`, its liquidation and its verdict.
+
+        Raises :class:`InvalidTransition` when the current status has no row for it.
+        """
+        row = self._row(t, trigger)
+        if row.liquidate is not None and broker is not None and broker.side:
+            if trigger is Trigger.SESSION_CLOSE:
+                trade, cash = broker.close_at_bar_close(t, close, row.liquidate)
+            else:
+                trade, cash = broker.liquidate(t, self._limit_equity(trigger), self.balance, bar_open, row.liquidate)
+            self._book(t, cash, trade.net_pnl)
+            row = self._row(t, trigger)  # booking the liquidation may have reached the target
+        if row.verdict is not None and self.verdict is Verdict.NEITHER:
+            self.verdict = row.verdict
+        if trigger is Trigger.THRESHOLD_TOUCHED:
+            self.breach_index = t
+        elif trigger is Trigger.TARGET_REACHED:
+            self.target_index = t
+        self.status = row.to
+        if row.code is not None:
+            self.events.append(AccountEvent(t, row.code, row.to))
+        return row
+
+    def _row(self, t: int, trigger: Trigger) -> Transition:
+        row = TRANSITIONS.get((self.status, trigger))
+        if row is None:
+            raise InvalidTransition(f"{trigger.value} is not a valid trigger in status {self.status.value} "
+                                    f"(bar {t}); see env.account.TRANSITIONS")
+        return row
+
+    def _limit_equity(self, trigger: Trigger) -> float:
+        """Equity at which a forced liquidation fills: the threshold, or the daily loss limit."""
+        if trigger is Trigger.THRESHOLD_TOUCHED:
+            return self.threshold
+        return self.day_start_balance - self.rules.daily_loss_limit  # type: ignore[operator]
+
+    # ------------------------------------------------------------------ one bar
     def begin_day(self, t: int) -> None:
         """A new session starts at bar t: the daily loss counts from here, a day lock ends."""
         self.day_first = t
         self.day_start_balance = self.balance
-        if self.day_locked:
-            self.day_locked = False
-            self.can_enter = not self.breached
-            if not self.breached:
-                self._enter(t, NEW_DAY, AccountStatus.PASSED if self.passed else AccountStatus.ACTIVE)
+        self.fire(t, Trigger.SESSION_OPEN)
 
-    def pay(self, amount: float) -> None:
-        """Take a cost (the entry commission) from the balance."""
-        self.balance -= amount
+    def on_bar(self, t: int, broker: Broker, bar_open: float, close: float, session_close: bool) -> bool:
+        """Book bar t's fills (``broker.on_bar`` ran first), apply every rule; True when it breached.
 
-    def settle(self, t: int, balance_change: float, net_pnl: float) -> None:
+        The position's equity at the bar's favourable and adverse prices (the broker's
+        ``bar_fav_pnl`` and ``bar_worst_pnl``, before any exit) drives the intraday
+        threshold and the breach and daily loss checks. On the last bar of the session's
+        window (``session_close``) any position left is closed at the bar's close.
+        """
+        if broker.bar_entry_cost:
+            self.balance -= broker.bar_entry_cost
+        balance = self.balance
+        peak_eq = balance + broker.bar_fav_pnl
+        trough_eq = balance + broker.bar_worst_pnl
+        closed = broker.bar_closed
+        if closed is not None:
+            self._book(t, broker.bar_cash, closed.net_pnl)
+        breached = False
+        if self.status is not AccountStatus.BREACHED:
+            if self.balance > peak_eq:
+                peak_eq = self.balance
+            if self._intraday:
+                self._trail(peak_eq)
+            if trough_eq <= self.threshold or self.balance <= self.threshold:
+                self.fire(t, Trigger.THRESHOLD_TOUCHED, broker, bar_open)
+                breached = True
+            elif (self._daily_loss_limit is not None and self.status not in _LOCKED
+                  and trough_eq - self.day_start_balance <= -self._daily_loss_limit):
+                self.fire(t, Trigger.DAILY_LOSS_HIT, broker, bar_open)
+        if session_close:
+            self.fire(t, Trigger.SESSION_CLOSE, broker, bar_open, close)
+            if not self._intraday and self.status is not AccountStatus.BREACHED:
+                self._trail(self.balance)
+        return breached
+
+    def _trail(self, peak: float) -> None:
+        """Move the trailing threshold up after a new peak (never down, never past the cap)."""
+        if peak > self.peak:
+            r = self.rules
+            self.peak = peak
+            self.threshold = min(max(self.threshold, peak - r.trailing_drawdown), r.threshold_cap)
+
+    def _book(self, t: int, balance_change: float, net_pnl: float) -> None:
         """Book a closed trade at bar t: balance, streaks, recent win rate, the profit target."""
         self.balance += balance_change
         win = net_pnl > 0
         self.recent.append(1 if win else 0)
-        recent = list(self.recent)[-RECENT_TRADES:]
-        self.recent_win_rate = sum(recent) / len(recent)
+        self.recent_win_rate = self.win_rate(RECENT_TRADES)
         self.consecutive_losses = 0 if win else self.consecutive_losses + 1
         self.last_exit_index = t
         if self.target_index < 0 and self.balance >= self.rules.account_size + self.rules.profit_target:
-            self.target_index = t
-            self.passed = True
-            if not self.breached and not self.day_locked:
-                self._enter(t, PASS_PROFIT_TARGET, AccountStatus.PASSED)
-
-    def apply_bar(self, t: int, peak_eq: float, trough_eq: float) -> int:
-        """Apply the trailing threshold and the daily loss limit to one bar.
-
-        ``peak_eq`` and ``trough_eq`` are the equity at the bar's favourable and adverse
-        prices. Returns :data:`RULE_BREACH` when the threshold is touched (the caller
-        liquidates, then calls :meth:`breach`), :data:`RULE_DAILY_LOSS` when the daily
-        limit is (liquidate, then :meth:`lock_for_day`), else :data:`RULE_OK`.
-        """
-        if self.breached:
-            return RULE_OK
-        if self.balance > peak_eq:
-            peak_eq = self.balance
-        if self._intraday and peak_eq > self.peak:
-            r = self.rules
-            self.peak = peak_eq
-            self.threshold = min(max(self.threshold, peak_eq - r.trailing_drawdown), r.threshold_cap)
-        if trough_eq <= self.threshold or self.balance <= self.threshold:
-            return RULE_BREACH
-        limit = self._daily_loss_limit
-        if limit is not None and trough_eq - self.day_start_balance <= -limit:
-            return RULE_DAILY_LOSS
-        return RULE_OK
-
-    def breach_limit(self) -> float:
-        """Equity at which the position is liquidated on a breach: the threshold."""
-        return self.threshold
-
-    def daily_loss_limit_equity(self) -> float:
-        """Equity at which the position is liquidated by the daily loss limit."""
-        return self.day_start_balance - self.rules.daily_loss_limit  # type: ignore[operator]
-
-    def breach(self, t: int) -> None:
-        self.breached = True
-        self.can_enter = False
-        self.breach_index = t
-        self._enter(t, BREACH_TRAILING_DRAWDOWN, AccountStatus.BREACHED)
-
-    def lock_for_day(self, t: int) -> None:
-        if not self.day_locked:
-            self._enter(t, DAILY_LOSS_LIMIT, AccountStatus.LOCKED_FOR_DAY)
-        self.day_locked = True
-        self.can_enter = False
-
-    def end_day(self) -> None:
-        """End of a session: the EOD trailing threshold moves from the closing balance."""
-        r = self.rules
-        if r.trail_mode == "eod" and not self.breached and self.balance > self.peak:
-            self.peak = self.balance
-            self.threshold = min(max(self.threshold, self.balance - r.trailing_drawdown), r.threshold_cap)
+            self.fire(t, Trigger.TARGET_REACHED)
 
     # ------------------------------------------------------------------ queries
+    def win_rate(self, last: int) -> float:
+        """Share of winners among the last ``last`` trades (NaN before the first)."""
+        recent = list(self.recent)[-last:]
+        return sum(recent) / len(recent) if recent else math.nan
+
     def drawdown_buffer(self, equity: float) -> float:
         """Share of the trailing allowance still left above the threshold at ``equity`` (1 = untouched)."""
         return (equity - self.threshold) / self.rules.trailing_drawdown
@@ -242,15 +332,6 @@ class PropFirmAccount:
         if self.last_exit_index < self.day_first:
             return 1 << 30
         return t - self.last_exit_index
-
-    def recent_outcomes(self) -> list[int]:
-        """Outcomes of the most recent trades (1 won, 0 lost), oldest first."""
-        return list(self.recent)
-
-    def verdict(self) -> str:
-        """The evaluation's verdict: ``passed``, ``breached`` or ``neither`` (see :func:`apex_verdict`)."""
-        return apex_verdict(self.breach_index if self.breach_index >= 0 else None,
-                            self.target_index if self.target_index >= 0 else None)
 
     def summary(self, sessions: int) -> dict[str, Any]:
         """The account at the end of an episode (``info["account"]``)."""
@@ -262,6 +343,6 @@ class PropFirmAccount:
             "target_index": self.target_index,
             "sessions": sessions,
             "status": self.status.value,
-            "verdict": self.verdict(),
+            "verdict": self.verdict.value,
             "events": [(e.index, e.code, e.status.value) for e in self.events],
         }

@@ -89,6 +89,16 @@ def trades_frame(trades: Sequence[Trade], index: pd.DatetimeIndex, bar_minutes: 
     return df
 
 
+def liquidation_price(limit_equity: float, balance: float, entry: float, side: int, dollars_per_point: float,
+                      bar_open: float) -> float:
+    """Price (before slippage) at which the position's equity meets ``limit_equity``.
+
+    The bar's open when it gapped through that level.
+    """
+    level = entry + (limit_equity - balance) / (dollars_per_point * side)
+    return bar_open if side * (bar_open - level) < 0 else level
+
+
 class Broker:
     """Fills and manages one position in one contract (at most one position at a time)."""
 
@@ -138,6 +148,16 @@ class Broker:
         """Favourable price of the last scanned bar that counts for the account."""
         self.bar_worst = 0.0
         """Adverse price of the last scanned bar that counts for the account."""
+        self.bar_entry_cost = 0.0
+        """Commission of an entry filled on the last bar (:meth:`on_bar`), 0 when none [$]."""
+        self.bar_fav_pnl = 0.0
+        """Open profit at the last bar's favourable price that counts, before any exit (0 when flat) [$]."""
+        self.bar_worst_pnl = 0.0
+        """Open profit at the last bar's adverse price that counts, before any exit (0 when flat) [$]."""
+        self.bar_closed: Trade | None = None
+        """The trade a stop or target closed on the last bar (None: none)."""
+        self.bar_cash = 0.0
+        """Balance change of ``bar_closed`` (its PnL less the exit commission) [$]."""
 
     # ------------------------------------------------------------------ orders
     def open(self, t: int, side: int, bar_open: float, atr: float) -> None:
@@ -174,6 +194,28 @@ class Broker:
             self.stop = level
 
     # ------------------------------------------------------------------ one bar
+    def on_bar(self, t: int, pending: int, o: float, h: float, lo: float, atr: float) -> None:
+        """Bar t: fill a pending entry (+1 buy, -1 sell, 0 none) at its open, then run stops and targets.
+
+        Leaves what the account books in ``bar_entry_cost``, ``bar_fav_pnl``, ``bar_worst_pnl``,
+        ``bar_closed`` and ``bar_cash`` (attributes: nothing is allocated per bar).
+        """
+        if pending:
+            self.open(t, pending, o, atr)
+            self.bar_entry_cost = self.commission
+        else:
+            self.bar_entry_cost = 0.0
+        self.bar_closed = None
+        side = self.side
+        if not side:
+            self.bar_fav_pnl = self.bar_worst_pnl = 0.0
+            return
+        exit_price = self.scan_bar(o, h, lo)
+        self.bar_fav_pnl = self.open_pnl(self.bar_fav)
+        self.bar_worst_pnl = self.open_pnl(self.bar_worst)
+        if exit_price == exit_price:
+            self.bar_closed, self.bar_cash = self.close(t, exit_price, self.exit_reason, at_close=False)
+
     def scan_bar(self, o: float, h: float, lo: float) -> float:
         """Check stop and target against one bar of an open position; returns the exit fill (NaN: still open).
 
@@ -240,6 +282,19 @@ class Broker:
         self.trail_on = False
         self.target = math.nan
         return trade, side * (price - self.entry) * dpp - self.commission
+
+    def liquidate(self, t: int, limit_equity: float, balance: float, bar_open: float,
+                  reason: str) -> tuple[Trade, float]:
+        """Force the position out on bar t where its equity met ``limit_equity`` (slippage paid).
+
+        At the bar's open when it gapped through that level (:func:`liquidation_price`).
+        """
+        price = liquidation_price(limit_equity, balance, self.entry, self.side, self.dollars_per_point, bar_open)
+        return self.close(t, price - self.side * self.slip, reason, at_close=False)
+
+    def close_at_bar_close(self, t: int, close: float, reason: str) -> tuple[Trade, float]:
+        """Close the position at bar t's close (slippage paid), e.g. at the end of the session."""
+        return self.close(t, close - self.side * self.slip, reason, at_close=True)
 
     def open_pnl(self, price: float) -> float:
         """Open profit of the position at ``price`` [$] (0 when flat)."""

@@ -73,8 +73,7 @@ class RiskVeto:
             return None
         if state.consecutive_losses >= c.max_consecutive_losses:
             return VETO_CONSECUTIVE_LOSSES
-        recent = account.recent_outcomes()
-        if len(recent) >= c.win_rate_window and sum(recent[-c.win_rate_window:]) / c.win_rate_window < c.min_win_rate:
+        if len(account.recent) >= c.win_rate_window and account.win_rate(c.win_rate_window) < c.min_win_rate:
             return VETO_LOW_WIN_RATE
         return None
 

@@ -62,40 +62,49 @@ class PropFirmRules:
         return self.account_size + self.trail_stop_offset
 
 
-# size: (trailing drawdown, profit target, max contracts)
-_APEX_LEGACY = {
-    "25K": (25_000, 1_500, 1_500, 4),
-    "50K": (50_000, 2_500, 3_000, 10),
-    "75K": (75_000, 2_750, 4_250, 12),
-    "100K": (100_000, 3_000, 6_000, 14),
-    "150K": (150_000, 5_000, 9_000, 17),
-    "250K": (250_000, 6_500, 15_000, 27),
-    "300K": (300_000, 7_500, 20_000, 35),
+def _preset(family: str, size: str, **fields: object) -> PropFirmRules:
+    return PropFirmRules(name=f"{family}/{size}", **fields)  # type: ignore[arg-type]
+
+
+# Apex legacy accounts: intraday trailing, stops trailing at the starting balance + $100.
+_APEX_LEGACY = {size: _preset("apex-legacy", size, account_size=bal, trailing_drawdown=dd, profit_target=target,
+                              max_contracts=maxc)
+                for size, bal, dd, target, maxc in [
+                    # size    account   trailing dd  target   max minis
+                    ("25K", 25_000, 1_500, 1_500, 4),
+                    ("50K", 50_000, 2_500, 3_000, 10),
+                    ("75K", 75_000, 2_750, 4_250, 12),
+                    ("100K", 100_000, 3_000, 6_000, 14),
+                    ("150K", 150_000, 5_000, 9_000, 17),
+                    ("250K", 250_000, 6_500, 15_000, 27),
+                    ("300K", 300_000, 7_500, 20_000, 35),
+                ]}
+
+
+def _apex_2026(trail_mode: str) -> dict[str, PropFirmRules]:
+    """Apex "4.0" (accounts bought from 1 March 2026): four sizes, the threshold trails until the target.
+
+    The daily loss limit applies to the EOD accounts only.
+    """
+    family = f"apex-2026-{trail_mode}"
+    return {size: _preset(family, size, account_size=bal, trailing_drawdown=dd, profit_target=target,
+                          max_contracts=maxc, trail_mode=trail_mode, trail_stop_offset=None,
+                          daily_loss_limit=dll if trail_mode == "eod" else None)
+            for size, bal, dd, target, maxc, dll in [
+                # size    account   trailing dd  target  max minis  daily loss limit (EOD)
+                ("25K", 25_000, 1_000, 1_500, 4, 500),
+                ("50K", 50_000, 2_000, 3_000, 6, 1_000),
+                ("100K", 100_000, 3_000, 6_000, 8, 1_500),
+                ("150K", 150_000, 4_000, 9_000, 12, 2_000),
+            ]}
+
+
+RULE_PRESETS: dict[str, dict[str, PropFirmRules]] = {
+    "apex-legacy": _APEX_LEGACY,
+    "apex-2026-intraday": _apex_2026("intraday"),
+    "apex-2026-eod": _apex_2026("eod"),
 }
-# Apex "4.0" (accounts bought from 1 March 2026): four sizes, intraday or EOD trailing.
-_APEX_2026 = {
-    "25K": (25_000, 1_000, 1_500, 4, 500),
-    "50K": (50_000, 2_000, 3_000, 6, 1_000),
-    "100K": (100_000, 3_000, 6_000, 8, 1_500),
-    "150K": (150_000, 4_000, 9_000, 12, 2_000),
-}
-
-
-def _build_presets() -> dict[str, dict[str, PropFirmRules]]:
-    presets: dict[str, dict[str, PropFirmRules]] = {"apex-legacy": {}, "apex-2026-intraday": {}, "apex-2026-eod": {}}
-    for size, (bal, dd, target, maxc) in _APEX_LEGACY.items():
-        presets["apex-legacy"][size] = PropFirmRules(f"apex-legacy/{size}", bal, dd, target, maxc)
-    for size, (bal, dd, target, maxc, dll) in _APEX_2026.items():
-        presets["apex-2026-intraday"][size] = PropFirmRules(
-            f"apex-2026-intraday/{size}", bal, dd, target, maxc, "intraday", None
-        )
-        presets["apex-2026-eod"][size] = PropFirmRules(
-            f"apex-2026-eod/{size}", bal, dd, target, maxc, "eod", None, dll
-        )
-    return presets
-
-
-RULE_PRESETS: dict[str, dict[str, PropFirmRules]] = _build_presets()
+"""Every preset by family and account size; each value a complete, named :class:`PropFirmRules`."""
 
 
 def get_rules(preset: str = "apex-legacy", account: str = "50K", **overrides: object) -> PropFirmRules:

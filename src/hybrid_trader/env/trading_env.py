@@ -20,14 +20,7 @@ from hybrid_trader.account_state import AccountState
 from hybrid_trader.actions import ACTION_NAMES, Action, n_actions
 from hybrid_trader.calendar import parse_hhmm, session_minute, window_end_session_minute
 from hybrid_trader.data.bars import Bars
-from hybrid_trader.env.account import (
-    RECENT_HISTORY,
-    RECENT_TRADES,
-    RULE_BREACH,
-    RULE_DAILY_LOSS,
-    PropFirmAccount,
-    liquidation_price,
-)
+from hybrid_trader.env.account import RECENT_HISTORY, RECENT_TRADES, PropFirmAccount
 from hybrid_trader.env.broker import (
     EXIT_BREACH,
     EXIT_BREAKEVEN,
@@ -180,23 +173,18 @@ class TradingEnv(gym.Env):
         self.risk_veto = risk_veto
 
         # Costs and scales.
-        self.point_value = self.contract.point_value
-        self.qty = cfg.contracts
         commission = self.contract.commission_per_side if cfg.commission_per_side is None else cfg.commission_per_side
         self.broker = Broker(
-            contracts=cfg.contracts, point_value=self.point_value, commission_per_side=float(commission),
+            contracts=cfg.contracts, point_value=self.contract.point_value, commission_per_side=float(commission),
             slippage_points=float(cfg.slippage_ticks) * self.contract.tick_size,
             stop_atr=cfg.stop_atr, target_atr=cfg.target_atr, trail_atr=cfg.trail_atr,
         )
-        self.dollars_per_point = self.broker.dollars_per_point
-        self.commission = self.broker.commission
-        self.slip = self.broker.slip
         atr = np.asarray(features.atr, dtype=np.float64)
         if cfg.reward_scale is None:
             median_atr = (
                 float(np.median(atr[features.warmup :])) if len(atr) > features.warmup else float(np.median(atr))
             )
-            self.reward_scale = max(median_atr, self.contract.tick_size) * self.dollars_per_point
+            self.reward_scale = max(median_atr, self.contract.tick_size) * self.broker.dollars_per_point
         else:
             self.reward_scale = float(cfg.reward_scale)
 
@@ -236,8 +224,7 @@ class TradingEnv(gym.Env):
         cfg = self.config
         start = session_minute(parse_hhmm(cfg.trade_start, "trade_start"))
         end = window_end_session_minute(cfg.trade_end, "trade_end")
-        flat_by = window_end_session_minute(self.rules.flat_by, "flat_by")
-        end = min(end, flat_by)
+        end = min(end, self.account.flat_by_session_minute())  # the rules' flat-by time ends every window
         last_entry = window_end_session_minute(cfg.last_entry, "last_entry")
         sm = session_minute(self.bars.minute_of_day.astype(np.int64))
         first_valid = max(int(self.features.warmup), WINDOW - 1)
@@ -271,6 +258,9 @@ class TradingEnv(gym.Env):
         options = options or {}
         wins = self._windows_by_session
         k = self.config.episode_sessions
+        if "start" in options and not 0 <= int(options["start"]) < len(wins):
+            raise ValueError(f"options['start'] {options['start']} is not a trading day of this environment "
+                             f"(0 to {len(wins) - 1}; see episode_windows)")
         if k is None:
             start = int(options.get("start", 0))
             self._episode = wins[start:]
@@ -332,8 +322,6 @@ class TradingEnv(gym.Env):
         breach = self._process_bar(t, pending)
         terminated = breach and self.config.terminate_on_breach
         day_over = t >= self._win_last
-        if day_over and not terminated:
-            self._end_day()
         reward = (self._record(t) - equity_before) / self.reward_scale
         if breach:
             reward -= self.config.breach_penalty
@@ -360,65 +348,18 @@ class TradingEnv(gym.Env):
 
     # ------------------------------------------------------------------ bar logic
     def _process_bar(self, t: int, pending: int) -> bool:
-        """Fill a pending entry at bar t's open, then run stops, targets and the rules. Returns breach."""
-        broker = self.broker
-        account = self.account
-        o = self._open[t]
-        if pending:
-            broker.open(t, pending, o, self._atr[t - 1])
-            account.pay(broker.commission)
-        side = broker.side
-        if side:
-            balance_pre = account.balance
-            entry = broker.entry
-            exit_price = broker.scan_bar(o, self._high[t], self._low[t])
-            dpp = broker.dollars_per_point
-            peak_eq = balance_pre + side * (broker.bar_fav - entry) * dpp
-            trough_eq = balance_pre + side * (broker.bar_worst - entry) * dpp
-            if exit_price == exit_price:
-                self._close_position(t, exit_price, broker.exit_reason, False)
-        else:
-            peak_eq = trough_eq = account.balance
-        event = account.apply_bar(t, peak_eq, trough_eq)
-        if not event:
-            return False
-        if event == RULE_BREACH:
-            if broker.side:
-                self._liquidate(t, account.breach_limit(), EXIT_BREACH)
-            account.breach(t)
-            return True
-        if event == RULE_DAILY_LOSS:
-            if broker.side:
-                self._liquidate(t, account.daily_loss_limit_equity(), EXIT_DAILY_LOSS)
-            account.lock_for_day(t)
-        return False
+        """Bar t: the broker fills and runs stops and targets, then the account applies the rules.
 
-    def _liquidate(self, t: int, limit_equity: float, reason: str) -> None:
-        """Close where equity met ``limit_equity`` (or at the bar's open if it gapped through)."""
-        b = self.broker
-        price = liquidation_price(limit_equity, self.account.balance, b.entry, b.side, b.dollars_per_point,
-                                  self._open[t])
-        self._close_position(t, price - b.side * b.slip, reason, False)
-
-    def _close_position(self, t: int, price: float, reason: str, at_close: bool) -> None:
-        trade, balance_change = self.broker.close(t, price, reason, at_close=at_close)
-        self.account.settle(t, balance_change, trade.net_pnl)
-
-    def _end_day(self) -> None:
-        """Close at the last bar of the day's window; EOD trailing moves here."""
-        t = self._win_last
-        b = self.broker
-        if b.side:
-            self._close_position(t, self._close[t] - b.side * b.slip, EXIT_SESSION_END, True)
-        self.account.end_day()
+        The account books the fills, and orders any forced liquidation (breach, daily loss,
+        the end of the day's window) from the broker itself. Returns True on a breach.
+        """
+        self.broker.on_bar(t, pending, self._open[t], self._high[t], self._low[t], self._atr[t - 1])
+        return self.account.on_bar(t, self.broker, self._open[t], self._close[t], t >= self._win_last)
 
     # ------------------------------------------------------------------ state
     def equity(self) -> float:
         """Balance plus open profit at the current bar's close [$]."""
-        b = self.broker
-        if b.side:
-            return self.account.balance + b.side * (self._close[self._t] - b.entry) * b.dollars_per_point
-        return self.account.balance
+        return self.account.balance + self.broker.open_pnl(self._close[self._t])
 
     def _record(self, t: int) -> float:
         """Keep bar t's equity and position; returns the equity (the step's reward reads it).
@@ -429,7 +370,7 @@ class TradingEnv(gym.Env):
         equity = self.equity()
         self._equity = equity
         self.equity_history[t] = equity
-        self.position_history[t] = self.broker.side * self.qty
+        self.position_history[t] = self.broker.side * self.broker.qty
         return equity
 
     def action_masks(self) -> np.ndarray:
@@ -481,67 +422,11 @@ class TradingEnv(gym.Env):
         equity = self._equity if self.phase == 3 else 0.0  # only the phase 3 risk features need it
         return self.observer.build(self._t, self.broker, mask, self.n_actions > 3, self.account, equity)
 
-    def risk_features(self) -> tuple[float, float, float, float, float]:
-        """The 5 risk-context features (scaled to about [-1, 1])."""
-        return self.observer.risk_features(self.broker, self.account, self.equity())
-
     # ------------------------------------------------------------------ read-only views
     @property
     def current_index(self) -> int:
         """Index of the bar whose close the agent is looking at."""
         return self._t
-
-    @property
-    def position(self) -> int:
-        return self.broker.side
-
-    @property
-    def balance(self) -> float:
-        """Realised account balance [$]."""
-        return self.account.balance
-
-    @property
-    def threshold(self) -> float:
-        """The prop-firm trailing threshold [$]."""
-        return self.account.threshold
-
-    @property
-    def peak(self) -> float:
-        return self.account.peak
-
-    @property
-    def breached(self) -> bool:
-        return self.account.breached
-
-    @property
-    def breach_index(self) -> int:
-        return self.account.breach_index
-
-    @property
-    def target_index(self) -> int:
-        return self.account.target_index
-
-    @property
-    def consecutive_losses(self) -> int:
-        return self.account.consecutive_losses
-
-    @property
-    def trades(self) -> list[Trade]:
-        """The closed trades of the episode so far."""
-        return self.broker.trades
-
-    @property
-    def recent_win_rate(self) -> float:
-        """Share of winners among the last 10 trades (NaN before the first)."""
-        return self.account.recent_win_rate
-
-    def recent_trades(self) -> list[int]:
-        """Outcomes of the most recent trades (1 won, 0 lost), oldest first."""
-        return self.account.recent_outcomes()
-
-    def bars_since_exit_today(self) -> int:
-        """Bars since the last exit in the current session (a large number when none today)."""
-        return self.account.bars_since_exit_today(self._t)
 
     def account_snapshot(self) -> AccountState:
         """The account at the current bar (NaN where undefined), for the risk veto and the advisor."""
@@ -551,7 +436,7 @@ class TradingEnv(gym.Env):
         return AccountState(
             t=self._t,
             position=side,
-            contracts=self.qty if side else 0,
+            contracts=b.qty if side else 0,
             entry_price=b.entry if side else math.nan,  # the one NaN object: equal snapshots compare equal
             unrealized_pnl=self.equity() - acc.balance,
             balance=acc.balance,
@@ -559,10 +444,6 @@ class TradingEnv(gym.Env):
             consecutive_losses=acc.consecutive_losses,
             mask=tuple(self._mask.tolist()),
         )
-
-    def drawdown_buffer(self) -> float:
-        """Share of the trailing allowance still left above the threshold (1 = untouched)."""
-        return self.account.drawdown_buffer(self.equity())
 
     # ------------------------------------------------------------------ reporting
     def trade_log(self) -> pd.DataFrame:

@@ -12,12 +12,12 @@ from collections.abc import Sequence
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
 
-from hybrid_trader.evaluation.metrics import daily_pnl, drawdown, trading_dates  # noqa: E402
-from hybrid_trader.evaluation.results import StrategyResult, role_of  # noqa: E402
+from hybrid_trader.evaluation.metrics import daily_pnl, drawdown, trading_dates
+from hybrid_trader.evaluation.results import StrategyResult, role_of
 
 LONG_COLOR = "#1a9850"
 SHORT_COLOR = "#d73027"

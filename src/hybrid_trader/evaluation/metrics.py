@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 from hybrid_trader.calendar import trading_date
-from hybrid_trader.env.account import apex_verdict as account_verdict
+from hybrid_trader.env.account import Verdict, verdict_of
 
 if TYPE_CHECKING:  # pragma: no cover
     from hybrid_trader.evaluation.results import StrategyResult
@@ -153,23 +153,17 @@ def probabilistic_sharpe_ratio(returns: Sequence[float] | np.ndarray, sr_benchma
 # ---------------------------------------------------------------------------------------
 # The metrics
 # ---------------------------------------------------------------------------------------
-def apex_verdict(breach_time: pd.Timestamp | None, target_hit_time: pd.Timestamp | None) -> str:
-    """``"passed"`` when the target was reached before any breach, ``"breached"``, else ``"neither"``.
-
-    The rule is the account's (:func:`hybrid_trader.env.account.apex_verdict`), applied to times.
-    """
-    breach = None if breach_time is None or pd.isna(breach_time) else pd.Timestamp(breach_time)
-    target = None if target_hit_time is None or pd.isna(target_hit_time) else pd.Timestamp(target_hit_time)
-    return account_verdict(breach, target)
-
-
 def result_verdict(result: StrategyResult) -> str:
-    """The verdict of a result: the account's own (``extra["account"]["verdict"]``, written by the
-    environment), else, for results without it (made by hand or saved before), from its times."""
+    """The verdict of a result: the account's own (``extra["account"]["verdict"]``, fixed by the
+    account's state machine), else, for results without it (made by hand or saved before), the same
+    rule applied to its breach and target times (:func:`hybrid_trader.env.account.verdict_of`)."""
     account = result.extra.get("account") if isinstance(result.extra, Mapping) else None
-    if isinstance(account, Mapping) and account.get("verdict") in ("passed", "breached", "neither"):
+    if isinstance(account, Mapping) and account.get("verdict") in tuple(Verdict):
         return str(account["verdict"])
-    return apex_verdict(result.breach_time, result.target_hit_time)
+    breach = None if result.breach_time is None or pd.isna(result.breach_time) else pd.Timestamp(result.breach_time)
+    target = (None if result.target_hit_time is None or pd.isna(result.target_hit_time)
+              else pd.Timestamp(result.target_hit_time))
+    return verdict_of(breach, target).value
 
 
 def compute_metrics(result: StrategyResult, *, trading_days_per_year: int = TRADING_DAYS_PER_YEAR) -> dict[str, Any]:

@@ -199,7 +199,7 @@ class HybridAgentPolicy:
             t = env.current_index
             self.samples.append({
                 "time": str(self.market.bars.frame.index[t]), "price": float(self.market.bars.close[t]),
-                "position": int(env.position), "rl_action": ACTION_NAMES[d.rl_action],
+                "position": int(env.broker.side), "rl_action": ACTION_NAMES[d.rl_action],
                 "rl_confidence": round(d.rl_confidence, 3),
                 "llm_action": ACTION_NAMES[advice.action] if advice is not None else None,
                 "llm_confidence": round(float(advice.confidence), 3) if advice is not None else None,

@@ -63,12 +63,12 @@ def collect_result(env: TradingEnv, name: str, extra: dict | None = None) -> Str
     position = pd.Series(env.position_history[visited].astype(np.int64), index=idx, name=name)
     trades = env.trade_log()
     time_index = env.bars.frame.index
-    breach = time_index[env.breach_index] if env.breach_index >= 0 else None
-    target = time_index[env.target_index] if env.target_index >= 0 else None
     account = env.account
+    breach = time_index[account.breach_index] if account.breach_index >= 0 else None
+    target = time_index[account.target_index] if account.target_index >= 0 else None
     final_account = {
         "status": account.status.value,
-        "verdict": account.verdict(),
+        "verdict": account.verdict.value,
         "events": [{"time": time_index[e.index], "code": e.code, "status": e.status.value} for e in account.events],
     }
     return StrategyResult(
@@ -104,7 +104,7 @@ def run_fresh_days(make_policy: Callable[[], Policy], market: Any, env_config: E
     env = TradingEnv(market.bars, market.features, cfg, sessions=list(sessions), **env_kwargs)
     pnl: list[float] = []
     breached = 0
-    for day in range(len(sessions)):
+    for day in range(len(env.episode_windows)):  # the usable days: a session too short to trade has none
         policy = make_policy()
         obs, _ = env.reset(seed=0, options={"start": day})
         while True:

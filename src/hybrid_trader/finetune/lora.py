@@ -120,9 +120,9 @@ class Trainer:
     """The model with its LoRA adapter, the tokenised examples and the optimiser."""
 
     def __init__(self, llm_config: LLMConfig, config: FinetuneConfig, train: ExampleSet, val: ExampleSet) -> None:
-        import torch  # noqa: PLC0415 - torch and peft cost ~3 s of import; 'llm --help' must not pay them
-        from peft import LoraConfig, get_peft_model  # noqa: PLC0415 - see above
-        from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: PLC0415 - see above
+        import torch
+        from peft import LoraConfig, get_peft_model
+        from transformers import AutoModelForCausalLM, AutoTokenizer
 
         self.torch = torch
         self.config = config
@@ -349,8 +349,8 @@ def _meta(best: dict, base_val: float, history: list, config: FinetuneConfig) ->
 
 def _load_checkpoint(trainer: Trainer, folder: Path, identity: dict, rng: np.random.Generator):
     """Restore adapter weights, optimiser and sampler from ``folder``; refuse another base model or data."""
-    from peft import set_peft_model_state_dict  # noqa: PLC0415 - peft is imported by Trainer already
-    from safetensors.torch import load_file  # noqa: PLC0415 - only needed when resuming
+    from peft import set_peft_model_state_dict
+    from safetensors.torch import load_file
 
     torch = trainer.torch
     try:

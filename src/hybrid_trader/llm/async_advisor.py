@@ -314,7 +314,7 @@ class Advisor:
             self._busy = True
             try:
                 self._run_batch(batch)
-            except Exception:  # noqa: BLE001 - the worker must survive anything
+            except Exception:
                 log.exception("LLM advisor worker: unexpected error; the batch abstains")
                 for item in batch:
                     current = self._results.get(item.env_index)
@@ -412,7 +412,7 @@ class Advisor:
                     texts = self.backend.generate(queries, cfg.generation.max_new_tokens, cfg.generation.temperature)
                     if len(texts) != len(queries):
                         raise BackendError(f"back end returned {len(texts)} answers for {len(queries)} queries")
-        except Exception as err:  # noqa: BLE001 - every back-end failure is an abstention here
+        except Exception as err:
             ms = (time.perf_counter() - t0) * 1000.0
             code = err.code if isinstance(err, BackendError) else LLM_ERROR
             kind = err.kind if isinstance(err, BackendError) else ERROR_OTHER

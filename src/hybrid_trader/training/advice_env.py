@@ -132,6 +132,7 @@ class AdvisorVecEnv(VecEnvWrapper):
     # ------------------------------------------------------------------ VecEnv API
     def reset(self):
         obs = self.venv.reset()
+        assert isinstance(obs, np.ndarray)  # a Box observation space: one array, never a dict or tuple
         self.advisor.reset()
         infos = self.venv.unwrapped.reset_infos
         if self.advise_batch is not None:
@@ -140,6 +141,7 @@ class AdvisorVecEnv(VecEnvWrapper):
 
     def step_wait(self):
         obs, rewards, dones, infos = self.venv.step_wait()
+        assert isinstance(obs, np.ndarray)  # a Box observation space: one array, never a dict or tuple
         self.steps += 1
         reset_infos = self.venv.unwrapped.reset_infos
         snaps = [reset_infos[i] if dones[i] else infos[i] for i in range(self.num_envs)]

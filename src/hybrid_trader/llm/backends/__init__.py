@@ -86,6 +86,7 @@ def make_backend(config: LLMConfig, prompts: PromptBuilder | None = None) -> Bac
     cls = _load_class(spec.class_path)
     if not spec.takes_prompts:
         return cls(getattr(config, spec.section))
-    if prompts is None:
-        prompts = _load_class("hybrid_trader.llm.prompt:PromptBuilder")(config)
+    if prompts is None:  # the prompt builder reads the config, which reads this registry: the caller makes it
+        raise ValueError(f"the {spec.name} back end needs the prompt builder: "
+                         "make_backend(config, PromptBuilder(config))")
     return cls(config, prompts)

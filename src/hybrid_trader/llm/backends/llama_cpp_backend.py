@@ -166,7 +166,7 @@ class LlamaCppBackend(Backend):
                     out[i] = [p[ids].sum() for ids in self.action_ids]
         except BackendError:
             raise
-        except Exception as err:  # noqa: BLE001 - llama.cpp raises plain exceptions
+        except Exception as err:
             raise BackendError(f"llama.cpp evaluation failed: {err}") from err
         return out
 
@@ -180,7 +180,7 @@ class LlamaCppBackend(Backend):
                                                    stop=stop)
                     # stream=False (the default) returns one response; the stubs also allow an iterator
                     texts.append(r["choices"][0]["text"])  # type: ignore[index]
-        except Exception as err:  # noqa: BLE001
+        except Exception as err:
             raise BackendError(f"llama.cpp generation failed: {err}") from err
         return texts
 

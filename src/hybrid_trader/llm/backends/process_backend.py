@@ -26,6 +26,7 @@ import numpy as np
 from hybrid_trader.errors import UserError
 from hybrid_trader.llm.backends import make_backend
 from hybrid_trader.llm.backends.base import Backend, BackendError, BackendTimeout
+from hybrid_trader.llm.prompt import PromptBuilder
 
 START_TIMEOUT_S = 600.0
 """Longest wait for the child to load its model (a first GGUF conversion takes about a minute)."""
@@ -40,12 +41,12 @@ def _serve(conn: Any, config: Any, threads: int) -> None:  # pragma: no cover - 
     except ImportError:
         pass
     try:
-        backend = make_backend(config)
+        backend = make_backend(config, PromptBuilder(config))
         backend.check()
     except UserError as err:
         conn.send(("user_error", err.message, err.fix))
         return
-    except Exception as err:  # noqa: BLE001 - reported to the parent, which raises it
+    except Exception as err:
         conn.send(("error", f"{type(err).__name__}: {err}", None))
         return
     conn.send(("ready", backend.describe(), None))
@@ -62,7 +63,7 @@ def _serve(conn: Any, config: Any, threads: int) -> None:  # pragma: no cover - 
             conn.send(("timeout", str(err), err.fix))
         except BackendError as err:
             conn.send(("error", str(err), err.fix))
-        except Exception as err:  # noqa: BLE001 - one failed call must not kill the server
+        except Exception as err:
             conn.send(("error", f"{type(err).__name__}: {err}", None))
     backend.close()
 

@@ -221,7 +221,7 @@ def load_student(path: str | Path, device: str = "cpu") -> Student:
         raise UserError("student file not found", file=str(path), fix=fix)
     try:
         data = torch.load(path, map_location=device, weights_only=True)
-    except Exception as err:  # noqa: BLE001 - any unreadable file is the same user problem
+    except Exception as err:
         raise UserError(f"not a readable student file ({type(err).__name__}: {str(err)[:120]})", file=str(path),
                         fix=f"the file is truncated or not a student; {fix}") from None
     if not isinstance(data, dict) or data.get("format") != STUDENT_FORMAT or "state_dict" not in data:

@@ -251,7 +251,7 @@ class TransformersBackend(Backend):
         chat = [{"role": "system", "content": q.prefix.rstrip()}, {"role": "user", "content": sentinel}]
         try:
             rendered = self.tokenizer.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
-        except Exception:  # noqa: BLE001 - templates without a system role
+        except Exception:
             chat = [{"role": "user", "content": q.prefix.rstrip() + "\n\n" + sentinel}]
             rendered = self.tokenizer.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
         head, tail = str(rendered).split(sentinel, 1)
