@@ -1,0 +1,27 @@
+"""The evaluation runner: fresh-day evaluations over any sessions a file has."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pandas as pd
+
+from hybrid_trader.data import generate_bars
+from hybrid_trader.data.bars import Bars
+from hybrid_trader.env import EnvConfig, TradingEnv
+from hybrid_trader.evaluation.policies import RandomPolicy
+from hybrid_trader.evaluation.runner import run_fresh_days
+from hybrid_trader.features import compute_features
+
+
+def test_fresh_days_trade_every_usable_day_when_some_sessions_cannot_be_traded():
+    full = generate_bars(days=5, seed=2, market="NQ")
+    last_day = full.frame.index[-1].normalize()
+    cut = full.frame[full.frame.index < last_day + pd.Timedelta(hours=9, minutes=35)]  # a last day of 5 bars
+    bars = Bars(frame=cut, market="NQ", bar_minutes=1, source="cut", findings=[])
+    market = SimpleNamespace(bars=bars, features=compute_features(bars))
+    every_session = list(range(len(bars.session_bounds)))  # the last has 5 bars in its window: no episode
+    usable = TradingEnv(bars, market.features, EnvConfig(phase=1), sessions=every_session).episode_windows
+    assert 0 < len(usable) < len(every_session)
+    figures = run_fresh_days(lambda: RandomPolicy(0.05, seed=1), market, EnvConfig(phase=1), every_session)
+    assert figures["Days, fresh"] == len(usable)
