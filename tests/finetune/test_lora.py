@@ -10,11 +10,12 @@ import pytest
 from hybrid_trader.errors import UserError
 from hybrid_trader.finetune.examples import ExampleSet
 from hybrid_trader.finetune.labels import LabelConfig, OutcomeLabels
-from hybrid_trader.finetune.lora import ADAPTER_DIR, FinetuneConfig, Trainer, checkpoint_dirs
+from hybrid_trader.finetune.lora import FinetuneConfig, Trainer, checkpoint_dirs
 from hybrid_trader.finetune.pipeline import adapter_config, finetune_run, load_run
 from hybrid_trader.llm.backends.transformers_backend import TransformersBackend
 from hybrid_trader.llm.model_cache import ADAPTER_META
 from hybrid_trader.llm.prompt import PromptBuilder
+from hybrid_trader.run.rundir import ADAPTER
 from tests.finetune.conftest import make_run
 
 TINY = dict(lr=1e-2, rank=4, batch=4, eval_every=2, checkpoint_every=2, val_examples=8, seed=3)
@@ -24,7 +25,7 @@ LABELS = LabelConfig(horizon=30)
 def adapter_weights(run_dir) -> dict:
     from safetensors.torch import load_file
 
-    return load_file(str(checkpoint_dirs(run_dir / ADAPTER_DIR)[-1] / "adapter_model.safetensors"))
+    return load_file(str(checkpoint_dirs(run_dir / ADAPTER)[-1] / "adapter_model.safetensors"))
 
 
 def test_interrupted_finetune_resumes_from_its_last_checkpoint_when_resumed(tmp_path, tiny_model):
@@ -39,7 +40,7 @@ def test_interrupted_finetune_resumes_from_its_last_checkpoint_when_resumed(tmp_
 
     with pytest.raises(RuntimeError, match="killed"):
         finetune_run(killed, FinetuneConfig(steps=4, **TINY), LABELS, progress=False, on_step=kill_at_3)
-    assert [p.name for p in checkpoint_dirs(killed / ADAPTER_DIR)] == ["step-000002"]
+    assert [p.name for p in checkpoint_dirs(killed / ADAPTER)] == ["step-000002"]
     result, _, _ = finetune_run(killed, FinetuneConfig(steps=4, **TINY), LABELS, resume=True, progress=False)
     assert (result.start_step, result.step) == (2, 4)
     a, b = adapter_weights(straight), adapter_weights(killed)
@@ -53,8 +54,8 @@ def test_ctrl_c_saves_a_checkpoint_of_the_last_step_when_finetuning_is_interrupt
 
     result, _, _ = finetune_run(tiny_run, FinetuneConfig(steps=6, **TINY), LABELS, progress=False, on_step=ctrl_c)
     assert result.interrupted and result.step == 3
-    assert checkpoint_dirs(tiny_run / ADAPTER_DIR)[-1].name == "step-000003"
-    meta = json.loads((tiny_run / ADAPTER_DIR / ADAPTER_META).read_text())
+    assert checkpoint_dirs(tiny_run / ADAPTER)[-1].name == "step-000003"
+    meta = json.loads((tiny_run / ADAPTER / ADAPTER_META).read_text())
     assert meta["finished"] is False and meta["data"]["train"] and meta["base_fingerprint"]
 
 
@@ -74,7 +75,7 @@ def test_adapter_round_trip_gives_the_trained_models_scores_when_loaded_by_the_b
     rng = np.random.default_rng(0)
     for _ in range(3):
         trainer.step(trainer.sample(rng))
-    folder = tiny_run / ADAPTER_DIR
+    folder = tiny_run / ADAPTER
     trainer.save_adapter(folder, {"base_model": run.llm.transformers.model,
                                   "base_fingerprint": trainer.fingerprint})
     trainer.model.eval()
@@ -95,7 +96,7 @@ def test_adapter_round_trip_gives_the_trained_models_scores_when_loaded_by_the_b
 
 def test_adapter_made_for_another_base_model_is_refused_naming_both(tiny_run):
     run = load_run(tiny_run)
-    folder = tiny_run / ADAPTER_DIR
+    folder = tiny_run / ADAPTER
     folder.mkdir()
     (folder / ADAPTER_META).write_text(json.dumps({"base_model": "phi-3-mini", "base_fingerprint": "0123abcd"}))
     cfg = adapter_config(run.llm, folder)

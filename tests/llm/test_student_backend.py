@@ -14,7 +14,7 @@ from hybrid_trader.llm.backends.student_backend import (
     StudentConfig,
     StudentNet,
     layout_names,
-    save_student,
+    student_bytes,
     student_from_options,
 )
 from hybrid_trader.llm.config import load_llm_config
@@ -26,7 +26,8 @@ def student_path(tmp_path):
     torch.manual_seed(0)
     net = StudentNet(228, (16,))
     path = tmp_path / "student.pt"
-    save_student(path, net, (16,), advice_hash="abc", advice_parts={"hash": "abc"}, metrics={}, created_by="test")
+    path.write_bytes(student_bytes(net, (16,), advice_hash="abc", advice_parts={"hash": "abc"}, metrics={},
+                                  created_by="test"))
     return path
 
 
@@ -89,7 +90,8 @@ def test_numpy_forward_equals_the_torch_network_when_the_student_runs_on_cpu(tmp
         net.mean.normal_()
         net.std.uniform_(0.2, 3.0)
     path = tmp_path / "student.pt"
-    save_student(path, net, (32, 16), advice_hash="abc", advice_parts={"hash": "abc"}, metrics={}, created_by="test")
+    path.write_bytes(student_bytes(net, (32, 16), advice_hash="abc", advice_parts={"hash": "abc"}, metrics={},
+                                  created_by="test"))
     backend = StudentBackend(StudentConfig(path=str(path)))
     rng = np.random.default_rng(0)
     obs = (rng.normal(size=(64, 228)) * 4).astype(np.float32)

@@ -111,7 +111,7 @@ def test_calibration_when_enabled_changes_the_distribution(backend):
     try:
         ctx = make_context()
         a, b = adv.advise_now([ctx])[0], plain.advise_now([ctx])[0]
-        assert "NQ" in adv._calibration and a.probs.sum() == pytest.approx(1.0, abs=1e-5)
+        assert "NQ" in adv.answerer._calibration and a.probs.sum() == pytest.approx(1.0, abs=1e-5)
         assert not np.allclose(a.probs, b.probs, atol=1e-3)
     finally:
         adv.close()

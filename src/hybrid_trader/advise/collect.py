@@ -39,6 +39,7 @@ from tqdm.auto import tqdm
 from hybrid_trader.env import TradingEnv
 from hybrid_trader.errors import UserError
 from hybrid_trader.llm.async_advisor import build_advisor
+from hybrid_trader.llm.backends import backend_spec
 from hybrid_trader.llm.backends.student_backend import layout_hash, layout_names
 from hybrid_trader.llm.config import LLMConfig, load_llm_config
 from hybrid_trader.llm.context import AdvisorContext, context_from_market
@@ -62,8 +63,10 @@ DEFAULT_WORKERS = 2
 
 
 def default_workers(config: LLMConfig) -> int:
-    """Worker processes when ``--workers`` is not given: 1 for servers and the mock, else DEFAULT_WORKERS."""
-    return DEFAULT_WORKERS if config.backend in ("transformers", "llama_cpp") else 1
+    """Worker processes when ``--workers`` is not given: DEFAULT_WORKERS for a model run in this machine's
+    memory whose threads can be set (its registry row), else 1 (servers, the mock)."""
+    spec = backend_spec(config.backend)
+    return DEFAULT_WORKERS if spec.local and spec.threads_field else 1
 
 
 # ------------------------------------------------------------------------------ config
@@ -226,10 +229,9 @@ def _init_worker(config: dict, threads: int) -> None:
 
     torch.set_num_threads(threads)
     cfg = LLMConfig.from_dict(config)
-    if cfg.backend == "transformers":
-        cfg.transformers.threads = threads
-    if cfg.backend == "llama_cpp":
-        cfg.llama_cpp.n_threads = threads
+    spec = backend_spec(cfg.backend)
+    if spec.threads_field:
+        setattr(getattr(cfg, spec.section), spec.threads_field, threads)
     _WORKER_ADVISOR = build_advisor(cfg)
 
 

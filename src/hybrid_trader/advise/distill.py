@@ -37,9 +37,17 @@ from hybrid_trader.llm.backends.student_backend import (
     layout_names,
     load_student,
     no_legal_fix,
-    save_student,
+    student_bytes,
 )
-from hybrid_trader.run.advice_dataset import SPLITS, AdviceRows, advice_dir, read_split
+from hybrid_trader.run.advice_dataset import (
+    SPLITS,
+    AdviceRows,
+    advice_dir,
+    read_split,
+    student_metrics_path,
+    student_path,
+)
+from hybrid_trader.run.files import atomic_write_bytes, atomic_write_text
 
 EPS = 1e-8
 METRIC_LABELS = ("Rows", "Top-1 agreement [%]", "Mean KL [nats]", "Confidence MAE", "Confidence ECE",
@@ -193,12 +201,10 @@ def distill(run_dir: Path, config: DistillConfig | None = None, *, say: Callable
             "advice_hash": meta["advice"]["hash"], "layout_hash": meta.get("layout_hash"),
             "train_rows": int(len(train)), "abstained_train_rows": int(train_all.abstained.sum())}
     out = {"metrics": metrics, "info": info}
-    folder = advice_dir(run_dir)
-    save_student(folder / "student.pt", net, config.hidden, advice_hash=meta["advice"]["hash"],
-                 advice_parts=meta["advice"], metrics=metrics, created_by=f"hybrid-trader {__version__}")
-    tmp = folder / "student_metrics.json.tmp"
-    tmp.write_text(json.dumps(out, indent=2))
-    tmp.replace(folder / "student_metrics.json")
+    atomic_write_bytes(student_path(run_dir), student_bytes(
+        net, config.hidden, advice_hash=meta["advice"]["hash"], advice_parts=meta["advice"], metrics=metrics,
+        created_by=f"hybrid-trader {__version__}"))
+    atomic_write_text(student_metrics_path(run_dir), json.dumps(out, indent=2))
     return out
 
 
@@ -226,4 +232,4 @@ def metrics_table(metrics: dict) -> str:
 
 def load_run_student(run_dir: Path) -> Student:
     """RUN_DIR/advice/student.pt."""
-    return load_student(advice_dir(run_dir) / "student.pt")
+    return load_student(student_path(run_dir))

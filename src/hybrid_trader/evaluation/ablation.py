@@ -48,8 +48,9 @@ from hybrid_trader.evaluation.policies import GATE_LABELS
 from hybrid_trader.evaluation.results import load_index, read_json
 from hybrid_trader.llm.stats import label
 from hybrid_trader.run import RunDir
+from hybrid_trader.run.advice_dataset import student_path
 from hybrid_trader.run.files import atomic_write_text
-from hybrid_trader.run.rundir import METRICS, RESULTS, is_stale
+from hybrid_trader.run.rundir import METRICS, MODEL, RESULTS, STATUS, is_stale
 from hybrid_trader.training.config import RunConfig
 from hybrid_trader.training.market import load_market
 from hybrid_trader.training.runner import train_run
@@ -87,8 +88,8 @@ def variants(student: str) -> tuple[Variant, ...]:
 
 
 def _finished(run_dir: Path) -> bool:
-    status = RunDir(run_dir).read_status() if (run_dir / "status.json").exists() else {}
-    return status.get("state") == "finished" and (run_dir / "model.zip").exists()
+    status = RunDir(run_dir).read_status() if (run_dir / STATUS).exists() else {}
+    return status.get("state") == "finished" and (run_dir / MODEL).exists()
 
 
 TEACHER_VARIANT = "learned fusion + LLM (query policy)"
@@ -111,7 +112,7 @@ def run_ablation(p2_run: Path, out: Path, *, timesteps: int, seeds: Sequence[int
                         fix="pass the phase 2 run the student was distilled into")
     if len(seeds) < 1 or timesteps < 1:
         raise UserError(f"need at least one seed and one step (seeds {list(seeds)}, timesteps {timesteps})")
-    student = str(Path(student).resolve()) if student else str((p2_run / "advice" / "student.pt").resolve())
+    student = str(Path(student).resolve()) if student else str(student_path(p2_run).resolve())
     if not Path(student).is_file():
         raise UserError("no student to advise the phase 3 variants", file=student,
                         fix=f"hybrid-trader advise collect {p2_run} && hybrid-trader advise distill {p2_run}")

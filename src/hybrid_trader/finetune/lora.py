@@ -46,8 +46,9 @@ from hybrid_trader.finetune.examples import ExampleSet
 from hybrid_trader.llm.backends.transformers_backend import batch_cache_view, full_inputs, quiet_peft, suffix_inputs
 from hybrid_trader.llm.config import LLMConfig
 from hybrid_trader.llm.model_cache import ADAPTER_META, model_fingerprint, quiet_load_progress, resolve_model_dir
+from hybrid_trader.run.files import staged_dir
+from hybrid_trader.run.rundir import ADAPTER
 
-ADAPTER_DIR = "llm_adapter"
 """Folder of the fine-tuned adapter inside a run directory."""
 CHECKPOINTS = "checkpoints"
 STATE_FILE = "state.pt"
@@ -225,23 +226,10 @@ class Trainer:
 
     # ------------------------------------------------------------------ files
     def save_adapter(self, folder: Path, meta: dict) -> None:
-        """The adapter (peft files) and its metadata, written to a temporary folder and renamed."""
-        tmp = folder.with_name(folder.name + ".tmp")
-        shutil.rmtree(tmp, ignore_errors=True)
-        self.model.save_pretrained(str(tmp))
-        (tmp / ADAPTER_META).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
-        _replace_dir(tmp, folder)
-
-
-def _replace_dir(tmp: Path, folder: Path) -> None:
-    """Move ``tmp`` to ``folder``, keeping subfolders of ``folder`` that ``tmp`` lacks (checkpoints)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    for item in tmp.iterdir():
-        target = folder / item.name
-        if target.is_dir():
-            shutil.rmtree(target)
-        item.replace(target)
-    tmp.rmdir()
+        """The adapter (peft files) and its metadata, written whole (``run.files.staged_dir``); checkpoints stay."""
+        with staged_dir(folder, keep=(CHECKPOINTS,)) as tmp:
+            self.model.save_pretrained(str(tmp))
+            (tmp / ADAPTER_META).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
 
 
 def checkpoint_dirs(adapter_dir: Path) -> list[Path]:
@@ -256,7 +244,7 @@ def finetune(run_dir: Path, llm_config: LLMConfig, train: ExampleSet, val: Examp
     ``on_step(step)`` is called after each step (tests use it to interrupt). Ctrl-C
     saves a checkpoint of the last finished step and returns ``interrupted=True``.
     """
-    adapter_dir = Path(run_dir) / ADAPTER_DIR
+    adapter_dir = Path(run_dir) / ADAPTER
     checkpoints = checkpoint_dirs(adapter_dir)
     if not resume and (adapter_dir / ADAPTER_META).exists():
         raise UserError("this run already has a fine-tuned adapter", file=str(adapter_dir),
@@ -283,15 +271,11 @@ def finetune(run_dir: Path, llm_config: LLMConfig, train: ExampleSet, val: Examp
         trainer.save_adapter(adapter_dir, {**identity, **_meta(best, base_val, history, config)})
 
     def checkpoint(at: int) -> None:
-        folder = adapter_dir / CHECKPOINTS / f"step-{at:06d}"
-        tmp = folder.with_name(folder.name + ".tmp")
-        shutil.rmtree(tmp, ignore_errors=True)
-        trainer.model.save_pretrained(str(tmp))
-        torch.save({"step": at, "optimizer": trainer.optimizer.state_dict(), "rng": rng.bit_generator.state,
-                    "history": history, "best": best, "base_val": base_val, "bad_evals": bad_evals,
-                    "identity": identity}, tmp / STATE_FILE)
-        shutil.rmtree(folder, ignore_errors=True)
-        tmp.rename(folder)
+        with staged_dir(adapter_dir / CHECKPOINTS / f"step-{at:06d}") as tmp:
+            trainer.model.save_pretrained(str(tmp))
+            torch.save({"step": at, "optimizer": trainer.optimizer.state_dict(), "rng": rng.bit_generator.state,
+                        "history": history, "best": best, "base_val": base_val, "bad_evals": bad_evals,
+                        "identity": identity}, tmp / STATE_FILE)
         for old in checkpoint_dirs(adapter_dir)[:-config.keep_checkpoints]:
             shutil.rmtree(old, ignore_errors=True)
 

@@ -17,17 +17,17 @@ from hybrid_trader.errors import UserError
 from hybrid_trader.finetune.evaluate import format_table, label_baselines, outcome_metrics, score_examples
 from hybrid_trader.finetune.examples import ExampleSet, build_examples
 from hybrid_trader.finetune.labels import LABEL_ACTIONS, LabelConfig
-from hybrid_trader.finetune.lora import ADAPTER_DIR, FinetuneConfig, FinetuneResult, finetune
+from hybrid_trader.finetune.lora import FinetuneConfig, FinetuneResult, finetune
 from hybrid_trader.llm.backends.transformers_backend import TransformersBackend
 from hybrid_trader.llm.config import LLMConfig
 from hybrid_trader.llm.model_cache import ADAPTER_META
 from hybrid_trader.llm.parsing import ParseError, parse_answer, parse_cot_steps
 from hybrid_trader.llm.prompt import PromptBuilder
+from hybrid_trader.run.rundir import ADAPTER, LLM_EVAL
 from hybrid_trader.training.config import RunConfig
 from hybrid_trader.training.market import Market, load_market
 from hybrid_trader.training.runner import load_run_config
 
-EVAL_DIR = "llm_eval"
 """Folder of ``llm eval``'s JSON results inside a run directory."""
 
 
@@ -82,7 +82,7 @@ def evaluate_run(run_dir: str | Path, split: str = "val", *, max_states: int = 2
     if split not in ("val", "test"):
         raise UserError(f"--split {split!r}: evaluation is on later days", value=split, fix="use val or test")
     run = load_run(run_dir)
-    adapter_dir = run.path / ADAPTER_DIR
+    adapter_dir = run.path / ADAPTER
     meta_path = adapter_dir / ADAPTER_META
     if not meta_path.is_file():
         raise UserError("the run has no fine-tuned adapter", file=str(meta_path),
@@ -111,7 +111,7 @@ def evaluate_run(run_dir: str | Path, split: str = "val", *, max_states: int = 2
         "t": examples.labels.t.tolist(), "label": examples.labels.label.tolist(), "probs": probs,
         **({"cot": cot_result} if cot_result else {}),
     }
-    out = run.path / EVAL_DIR / f"{split}.json"
+    out = run.path / LLM_EVAL / f"{split}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
     result["table"] = format_table(columns)

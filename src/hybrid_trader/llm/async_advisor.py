@@ -31,6 +31,12 @@ instead of waiting on a dead server, and it is logged loudly. A call that has no
 returned after ``batching.stall_warn_s`` is reported while it waits. Every error text
 passes through :func:`~hybrid_trader.llm.redact.redact` before it is logged, journaled or
 raised.
+
+Three parts, each testable alone: this module queues and batches; :mod:`answering`
+(:class:`~hybrid_trader.llm.answering.Answerer`) asks the model, with calibration, health
+and the circuit breaker; :mod:`recording` (:class:`~hybrid_trader.llm.recording.Recorder`)
+counts, caches, journals and hands on each answer. ``advise_now`` (the synchronous path)
+goes through the same answerer and recorder as the worker.
 """
 
 from __future__ import annotations
@@ -45,29 +51,23 @@ from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-import numpy as np
-
 from hybrid_trader.errors import UserError
 from hybrid_trader.llm.advice import (
     LLM_ERROR,
-    LLM_PARSE_FAILURE,
     LLM_TIMEOUT,
     Advice,
     abstention,
-    advice_from_choice,
-    advice_from_mass,
 )
+from hybrid_trader.llm.answering import Answerer
 from hybrid_trader.llm.backends import make_backend
-from hybrid_trader.llm.backends.base import ERROR_OTHER, Backend, BackendError
+from hybrid_trader.llm.backends.base import Backend
 from hybrid_trader.llm.cache import AdviceCache
 from hybrid_trader.llm.config import LLMConfig, load_llm_config
 from hybrid_trader.llm.context import AdvisorContext
-from hybrid_trader.llm.health import LLM_CIRCUIT_OPEN, AdvisorHealth, StallWatch
 from hybrid_trader.llm.journal import Journal
-from hybrid_trader.llm.parsing import ParseError, parse_answer
 from hybrid_trader.llm.prompt import PromptBuilder, RenderedQuery
 from hybrid_trader.llm.query_policy import QueryPolicy, RLConfidence
-from hybrid_trader.llm.redact import redact
+from hybrid_trader.llm.recording import Recorder
 from hybrid_trader.llm.stats import AdvisorStats
 
 log = logging.getLogger(__name__)
@@ -102,14 +102,18 @@ class Advisor:
         self.policy = QueryPolicy(config.query)
         self.cache = AdviceCache(config.cache)
         self._stats = AdvisorStats()
-        self.journal = journal
+        self.answerer = Answerer(config, backend, self.prompts)
+        """Asks the model: calibration, health and the circuit breaker (``llm.answering``)."""
+        self.recorder = Recorder(scored=config.mode == "score", cache=self.cache, stats=self._stats,
+                                 prompts=self.prompts, journal=journal)
+        """Statistics, cache, ``on_answer`` and the journal of every answer (``llm.recording``)."""
+        self.health = self.answerer.health
+        """Errors by kind and the circuit breaker (read ``health.circuit_open``, ``health.rl_only_notice()``)."""
         self._cond = threading.Condition(threading.Lock())
         self._pending: OrderedDict[int, _Pending] = OrderedDict()
         self._results: dict[int, Advice] = {}
         self._results_lock = threading.Lock()
         self._epochs: dict[int, int] = {}
-        self._backend_lock = threading.Lock()
-        self._calibration: dict[str, np.ndarray] = {}
         self._closed = False
         self._closing = False
         self._busy = False
@@ -123,18 +127,23 @@ class Advisor:
         self._slow_model = False
         """Each of those batches took longer than ``max_age_steps``: renewing waiting queries cannot help."""
         self._thread: threading.Thread | None = None
-        self._errors_logged = 0
-        self.on_answer: Callable[[int, int, Advice], None] | None = None
-        """Called in the worker with ``(env_index, step, advice)`` for every answer of the model
-        (abstentions included), delivered or not: the always-on teacher's record (``training.teacher``)."""
-        b = config.batching
-        self.health = AdvisorHealth(b.circuit_errors, b.circuit_cooldown_s, describe=backend.describe)
-        """Errors by kind and the circuit breaker (read ``health.circuit_open``, ``health.rl_only_notice()``)."""
-        timeout = getattr(getattr(config, backend.name, None), "request_timeout_s", None)
-        self._stall = StallWatch(b.stall_warn_s, backend.describe, self.health, timeout_s=timeout)
         # a per-instance callable (partials compare by identity), holding only a weak reference
         self._atexit_cb = functools.partial(_close_at_exit, weakref.ref(self))
         atexit.register(self._atexit_cb)
+
+    @property
+    def journal(self) -> Journal | None:
+        return self.recorder.journal
+
+    @property
+    def on_answer(self) -> Callable[[int, int, Advice], None] | None:
+        """Called in the worker with ``(env_index, step, advice)`` for every answer of the model
+        (abstentions included), delivered or not: the always-on teacher's record (``training.teacher``)."""
+        return self.recorder.on_answer
+
+    @on_answer.setter
+    def on_answer(self, hook: Callable[[int, int, Advice], None] | None) -> None:
+        self.recorder.on_answer = hook
 
     # =================================================================== async API
     def submit(self, env_index: int, step: int, context: AdvisorContext, *, rl_confidence: RLConfidence = None,
@@ -344,7 +353,7 @@ class Advisor:
         clock = self._clock
         picked_at = [(item.env_index, clock.get(item.env_index, item.step)) for item in live]
         polls = self._stats.polls
-        advices = self._answer(queries, raise_errors=False)
+        advices = self.answerer.answer(queries)
         done = time.perf_counter()
         if self._stats.polls != polls:  # the callers stepped meanwhile (not paused, e.g. in a PPO update)
             lag = max(clock.get(env, at) - at for env, at in picked_at)
@@ -362,96 +371,11 @@ class Advisor:
             self._finish(item, adv, q)
 
     def _finish(self, item: _Pending, adv: Advice, query: RenderedQuery | None) -> None:
-        if adv.abstain_reason == LLM_CIRCUIT_OPEN:  # never sent: not a model query, nothing to journal
-            self._deliver(item.env_index, adv, item.epoch)
-            return
-        self._stats.on_result(adv, scored=self.config.mode == "score")
-        if not adv.abstained:
-            self.cache.put(item.context, adv)
-        if not self._deliver(item.env_index, adv, item.epoch):
+        delivered = self._deliver(item.env_index, adv, item.epoch)
+        if self.recorder.record(item.env_index, item.step, item.context, adv, query) and not delivered:
             self._stats.on_dropped(1)
-        if self.on_answer is not None:
-            self.on_answer(item.env_index, item.step, adv)
-        if self.journal is not None:
-            q = query or self.prompts.query(item.context)
-            self.journal.record(item.env_index, item.step, item.context, q.suffix, q.prefix, adv)
 
     # ============================================================ answering
-    def _calibration_for(self, market: str) -> np.ndarray | None:
-        if not (self.config.scoring.calibrate and self.config.mode == "score"):
-            return None
-        cal = self._calibration.get(market)
-        if cal is None:
-            mass = self.backend.score([self.prompts.content_free_query(market)])[0]
-            cal = np.asarray(mass, dtype=np.float64)
-            self._calibration[market] = cal
-        return cal
-
-    def _answer(self, queries: Sequence[RenderedQuery], raise_errors: bool) -> list[Advice]:
-        """One back-end call for the batch; failures become abstentions (or UserError if ``raise_errors``)."""
-        name = self.backend.name
-        cfg = self.config
-        if not self.health.allow():
-            self.health.on_skipped(len(queries))
-            if raise_errors:
-                raise UserError(f"the {name} back end is not asked: {self.health.consecutive} calls failed in a row "
-                                f"(last: {self.health.last_error})", fix="fix the LLM server, then retry")
-            return [abstention(q.context.legal, LLM_CIRCUIT_OPEN, backend=name, raw=self.health.last_error)
-                    for q in queries]
-        t0 = time.perf_counter()
-        self._stall.begin()
-        try:
-            with self._backend_lock:
-                if cfg.mode == "score":
-                    cals = {q.context.market: self._calibration_for(q.context.market) for q in queries}
-                    mass = np.asarray(self.backend.score(queries), dtype=np.float64)
-                    if mass.shape != (len(queries), 6):
-                        raise BackendError(f"back end returned scores of shape {mass.shape}, "
-                                           f"expected ({len(queries)}, 6)")
-                else:
-                    texts = self.backend.generate(queries, cfg.generation.max_new_tokens, cfg.generation.temperature)
-                    if len(texts) != len(queries):
-                        raise BackendError(f"back end returned {len(texts)} answers for {len(queries)} queries")
-        except Exception as err:
-            ms = (time.perf_counter() - t0) * 1000.0
-            code = err.code if isinstance(err, BackendError) else LLM_ERROR
-            kind = err.kind if isinstance(err, BackendError) else ERROR_OTHER
-            text = redact(err)
-            self.health.on_failure(kind, text[:300], len(queries))
-            if raise_errors:
-                fix = getattr(err, "fix", None) if isinstance(err, BackendError) else None
-                if isinstance(err, UserError):
-                    raise
-                raise UserError(f"the {name} back end failed ({code}, {kind}): {text}",
-                                fix=fix or "see docs/LLM.md, troubleshooting") from None
-            if self._errors_logged < 5:
-                self._errors_logged += 1
-                log.warning("LLM back end %s failed (%s, %s): %s", name, code, kind, text)
-            return [abstention(q.context.legal, code, backend=name, latency_ms=ms, raw=text[:500])
-                    for q in queries]
-        finally:
-            self._stall.end()
-        self.health.on_success(len(queries))
-        ms = (time.perf_counter() - t0) * 1000.0
-        out: list[Advice] = []
-        if cfg.mode == "score":
-            for q, m in zip(queries, mass):
-                out.append(advice_from_mass(m, q.context.legal, min_coverage=cfg.scoring.min_coverage, backend=name,
-                                            latency_ms=ms, calibration=cals.get(q.context.market)))
-        else:
-            for q, text in zip(queries, texts):
-                try:
-                    parsed = parse_answer(text, chain_of_thought=self.prompts.chain_of_thought)
-                except ParseError:
-                    self.health.on_parse_failure()
-                    out.append(abstention(q.context.legal, LLM_PARSE_FAILURE, backend=name, latency_ms=ms,
-                                          raw=redact(text)))
-                    continue
-                conf = parsed.confidence if parsed.confidence is not None else cfg.generation.default_confidence
-                out.append(advice_from_choice(parsed.action, conf, q.context.legal, backend=name,
-                                              reason=parsed.reason, latency_ms=ms, raw=text))
-        return out
-
     # ============================================================ sync API
     def advise_now(self, contexts: Sequence[AdvisorContext], *, use_cache: bool = False,
                    raise_errors: bool = False, env_index: int = -1, step: int = -1) -> list[Advice]:
@@ -481,17 +405,11 @@ class Advisor:
             if todo:
                 queries = [self.prompts.query(c) for c in todo]
                 self._stats.on_batch(len(todo))
-                advices = self._answer(queries, raise_errors=raise_errors)
+                advices = self.answerer.answer(queries, raise_errors=raise_errors)
                 for i, q, adv in zip(idx, queries, advices):
                     adv = replace(adv, step=step)
                     results[i] = adv
-                    if adv.abstain_reason == LLM_CIRCUIT_OPEN:  # not sent: no model query, no journal row
-                        continue
-                    self._stats.on_result(adv, scored=self.config.mode == "score")
-                    if not adv.abstained:
-                        self.cache.put(q.context, adv)
-                    if self.journal is not None:
-                        self.journal.record(env_index, step, q.context, q.suffix, q.prefix, adv)
+                    self.recorder.record(env_index, step, q.context, adv, q)
             out.extend(r for r in results if r is not None)
         return out
 
@@ -532,14 +450,9 @@ class Advisor:
         if dropped:
             self._stats.on_dropped(dropped)
         self._closed = True
-        self._stall.close()
-        notice = self.health.rl_only_notice()
-        if notice:
-            log.warning(notice)
-        if self.journal is not None:
-            self.journal.close()
+        self.recorder.close()
         try:
-            self.backend.close()
+            self.answerer.close()
         finally:
             atexit.unregister(self._atexit_cb)
 

@@ -41,7 +41,9 @@ import pyarrow.parquet as pq
 from hybrid_trader import __version__
 from hybrid_trader.actions import N_ACTIONS
 from hybrid_trader.errors import UserError
+from hybrid_trader.llm.backends import backend_spec
 from hybrid_trader.llm.config import LLMConfig
+from hybrid_trader.run.rundir import ADVICE, STUDENT, STUDENT_METRICS
 
 SPLITS = ("train", "val", "test")
 META_KEY = b"hybrid_trader.advice"
@@ -55,18 +57,11 @@ def _short(obj: Any) -> str:
 
 
 def model_id(config: LLMConfig) -> str:
-    """What model answers: back end and the model it names (not where a server runs)."""
-    b = config.backend
-    if b == "transformers":  # a fine-tuned adapter is another model (issue 15); none leaves the id unchanged
-        adapter = f":adapter={config.transformers.adapter}" if config.transformers.adapter else ""
-        return f"transformers:{config.transformers.model}:{config.transformers.dtype}{adapter}"
-    if b == "openai":
-        return f"openai:{config.openai.model or config.openai.base_url}"
-    if b == "llama_cpp":
-        return f"llama_cpp:{config.llama_cpp.model_path or 'gemma-3-270m'}"
-    if b == "mock":
-        return f"mock:coverage={config.mock.coverage:g}"
-    return f"{b}:{_short(getattr(config, b, None))}"
+    """What model answers: back end and the model it names (its registry row's ``identity``; not where a
+    server runs)."""
+    spec = backend_spec(config.backend)
+    section = getattr(config, spec.section, None)
+    return f"{spec.name}:{spec.identity(section) if spec.identity else _short(section)}"
 
 
 def advice_identity(config: LLMConfig) -> dict[str, str]:
@@ -214,7 +209,16 @@ class AdviceRows:
 
 # ------------------------------------------------------------------------------- files
 def advice_dir(run_dir: Path) -> Path:
-    return Path(run_dir) / "advice"
+    return Path(run_dir) / ADVICE
+
+
+def student_path(run_dir: Path) -> Path:
+    """RUN_DIR/advice/student.pt: the student ``advise distill`` writes and phase 3 reads by default."""
+    return advice_dir(run_dir) / STUDENT
+
+
+def student_metrics_path(run_dir: Path) -> Path:
+    return advice_dir(run_dir) / STUDENT_METRICS
 
 
 def split_dir(run_dir: Path, split: str) -> Path:

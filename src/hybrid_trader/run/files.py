@@ -9,9 +9,12 @@ can tell a damaged or swapped file from a good one (:meth:`Manifest.verify`).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+import shutil
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +70,37 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
 
 def atomic_write_text(path: str | Path, text: str) -> Path:
     return atomic_write_bytes(path, text.encode("utf-8"))
+
+
+@contextlib.contextmanager
+def staged_dir(folder: str | Path, *, keep: Sequence[str] = ()) -> Iterator[Path]:
+    """A folder written whole: fill the yielded temporary folder; on success it replaces ``folder``.
+
+    A failure while filling leaves ``folder`` as it was (the temporary folder is removed).
+    A new folder appears by one rename; an existing one has each entry replaced by a rename,
+    and its entries named in ``keep`` that the new one lacks stay (e.g. ``checkpoints``):
+    they are never moved, so no interruption can lose them.
+    """
+    folder = Path(folder)
+    tmp = folder.with_name(folder.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    try:
+        yield tmp
+        if not folder.exists():
+            tmp.replace(folder)
+        else:
+            for old in folder.iterdir():
+                if old.name not in keep and not (tmp / old.name).exists():
+                    shutil.rmtree(old) if old.is_dir() else old.unlink()
+            for item in tmp.iterdir():
+                target = folder / item.name
+                if target.is_dir():
+                    shutil.rmtree(target)
+                item.replace(target)
+        _fsync_dir(folder.parent)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 class Manifest:

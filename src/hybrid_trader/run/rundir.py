@@ -19,7 +19,10 @@ One training run owns one folder (``hybrid-trader train --out RUN_DIR``)::
     RUN_DIR/eval/<stem>-<hash8>/<split>/   evaluation on other data (``evaluate --data``)
     RUN_DIR/eval/ablation.json   phase 3: hybrid vs RL-only on the test split
     RUN_DIR/advice/<split>/      the LLM's advice on visited states, Parquet chunks (``run.advice_dataset``;
-                                 advise collect, a phase 3 teacher); advice/student.pt: advise distill
+                                 advise collect, a phase 3 teacher); advice/student.pt and
+                                 advice/student_metrics.json: advise distill
+    RUN_DIR/llm_adapter/         llm finetune: the LoRA adapter, its metadata and checkpoints/
+    RUN_DIR/llm_eval/<split>.json  llm eval: base vs fine-tuned against hindsight labels
 
 Rules every writer follows (``hybrid_trader.run``):
 
@@ -70,6 +73,16 @@ EVAL = "eval"
 ABLATION = "ablation.json"
 RESULTS = "results.json"
 METRICS = "metrics.json"
+ADVICE = "advice"
+"""The LLM's advice dataset (one folder per split, ``run.advice_dataset``) and the student distilled from it."""
+STUDENT = "student.pt"
+"""In ``advice/``: the distilled student (``advise distill``)."""
+STUDENT_METRICS = "student_metrics.json"
+"""In ``advice/``: the student's fidelity on held-out days."""
+ADAPTER = "llm_adapter"
+"""The LoRA adapter of ``llm finetune`` (peft files, metadata, ``checkpoints/``)."""
+LLM_EVAL = "llm_eval"
+"""``llm eval`` results, one JSON file per split."""
 STEP_KEY = "time/total_timesteps"
 """The step column of progress.jsonl and validation.jsonl."""
 

@@ -27,6 +27,7 @@ from hybrid_trader.config import merge_overrides, to_dict
 from hybrid_trader.data.loader import guess_market
 from hybrid_trader.errors import UserError
 from hybrid_trader.run import RunDir
+from hybrid_trader.run.advice_dataset import student_path
 from hybrid_trader.run.models import (
     final_model,
     load_model,
@@ -314,7 +315,7 @@ def with_default_student(config: RunConfig, init: Path | None) -> RunConfig:
     """
     if config.env.phase != 3 or config.llm.backend != "student" or config.llm.student.path or init is None:
         return config
-    return merge_overrides(config, {"llm.student.path": str(Path(init) / "advice" / "student.pt")})
+    return merge_overrides(config, {"llm.student.path": str(student_path(Path(init)).resolve())})
 
 
 def _advisor(config: RunConfig, say) -> tuple[Any, Any]:

@@ -14,8 +14,9 @@ read the registry without an import cycle.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from hybrid_trader.errors import UserError, did_you_mean
 
@@ -43,22 +44,37 @@ class BackendSpec:
     """Runs the model in this machine's memory, so ``llm.process`` may move it to a child process."""
     takes_prompts: bool = True
     """Its constructor is ``Class(config, prompts)``; otherwise ``Class(config.<section>)``."""
+    identity: Callable[[Any], str] | None = None
+    """What model answers, from its config section (part of the advice identity: datasets, students,
+    calibrations built with another are refused); None: a hash of the whole section."""
+    threads_field: str | None = None
+    """Field of its section that sets its CPU threads (advise collect's workers set it); None: none."""
+
+    @property
+    def language_model(self) -> bool:
+        """Answers from a language model (not the student distilled from one)."""
+        return self.name != "student"
 
 
 BACKENDS: dict[str, BackendSpec] = {s.name: s for s in (
+    # a fine-tuned adapter is another model; none leaves the id unchanged
     BackendSpec("transformers", "hybrid_trader.llm.backends.transformers_backend:TransformersBackend",
-                "transformers", "model", local=True),
-    BackendSpec("openai", "hybrid_trader.llm.backends.openai_backend:OpenAIBackend", "openai", "model", local=False),
+                "transformers", "model", local=True, threads_field="threads",
+                identity=lambda c: f"{c.model}:{c.dtype}" + (f":adapter={c.adapter}" if c.adapter else "")),
+    BackendSpec("openai", "hybrid_trader.llm.backends.openai_backend:OpenAIBackend", "openai", "model", local=False,
+                identity=lambda c: f"{c.model or c.base_url}"),
     BackendSpec("llama_cpp", "hybrid_trader.llm.backends.llama_cpp_backend:LlamaCppBackend",
-                "llama_cpp", "model_path", local=True),
-    BackendSpec("mock", "hybrid_trader.llm.backends.mock:MockBackend", "mock", "", local=False, takes_prompts=False),
+                "llama_cpp", "model_path", local=True, threads_field="n_threads",
+                identity=lambda c: f"{c.model_path or 'gemma-3-270m'}"),
+    BackendSpec("mock", "hybrid_trader.llm.backends.mock:MockBackend", "mock", "", local=False, takes_prompts=False,
+                identity=lambda c: f"coverage={c.coverage:g}"),
     # the student is a small network: fast in process, no child process needed
     BackendSpec("student", "hybrid_trader.llm.backends.student_backend:StudentBackend", "student", "path",
                 local=False, takes_prompts=False),
 )}
 BACKEND_NAMES: tuple[str, ...] = tuple(BACKENDS)
 """The back-end names, in the order the docs and ``--help`` list them."""
-TEACHER_NAMES: tuple[str, ...] = tuple(n for n in BACKEND_NAMES if n != "student")
+TEACHER_NAMES: tuple[str, ...] = tuple(n for n, s in BACKENDS.items() if s.language_model)
 """The back ends that are language models (every one but the student distilled from them): what
 ``advise collect`` asks, ``--ablation-teacher`` evaluates with and ``--explain-llm`` explains with."""
 

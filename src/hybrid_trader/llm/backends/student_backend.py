@@ -21,6 +21,7 @@ layout is refused (:class:`~hybrid_trader.errors.UserError` naming both layouts)
 from __future__ import annotations
 
 import hashlib
+import io
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -100,9 +101,9 @@ def no_legal_fix(masks: np.ndarray) -> np.ndarray:
     return masks
 
 
-def save_student(path: Path, net: StudentNet, hidden: Sequence[int], *, advice_hash: str,
-                 advice_parts: dict, metrics: dict, created_by: str) -> None:
-    """Write the student file (atomically: temp file + rename)."""
+def student_bytes(net: StudentNet, hidden: Sequence[int], *, advice_hash: str, advice_parts: dict, metrics: dict,
+                  created_by: str) -> bytes:
+    """The student file's bytes (the run layer writes them: ``run.files.atomic_write_bytes``)."""
     obs_dim = int(net.mean.shape[0])
     names = layout_names(obs_dim)
     payload = {
@@ -111,10 +112,9 @@ def save_student(path: Path, net: StudentNet, hidden: Sequence[int], *, advice_h
         "advice_parts": dict(advice_parts), "metrics": metrics, "created_by": created_by,
         "state_dict": net.state_dict(),
     }
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(payload, tmp)
-    tmp.replace(path)
+    buffer = io.BytesIO()
+    torch.save(payload, buffer)
+    return buffer.getvalue()
 
 
 @dataclass
