@@ -47,6 +47,7 @@ from hybrid_trader.llm.prompt import PromptBuilder
 from hybrid_trader.run.advice_dataset import (
     AdviceRows,
     advice_identity,
+    advice_lock,
     check_same_advice,
     read_split,
     remove_temporaries,
@@ -291,7 +292,22 @@ def collect_split(run_dir: Path, split: str, llm_config: LLMConfig, *, market: M
                   run_config: RunConfig | None = None, policy: Callable | None = None, workers: int | None = None,
                   max_states: int | None = None, sampled: int = 1, chunk: int = 256, progress: bool = True,
                   asker: Any = None, say: Callable[[str], None] = print) -> CollectResult:
-    """Collect (or continue collecting) one split's advice into ``RUN_DIR/advice/<split>/``."""
+    """Collect (or continue collecting) one split's advice into ``RUN_DIR/advice/<split>/``.
+
+    Holds ``RUN_DIR/advice/.lock`` throughout: a second writer (another collect, a phase 3
+    teacher, distill) is refused at once, naming the process that writes.
+    """
+    with advice_lock(Path(run_dir), f"advise collect {split}"):
+        return _collect_split(run_dir, split, llm_config, market=market, run_config=run_config, policy=policy,
+                              workers=workers, max_states=max_states, sampled=sampled, chunk=chunk,
+                              progress=progress, asker=asker, say=say)
+
+
+def _collect_split(run_dir: Path, split: str, llm_config: LLMConfig, *, market: Market | None = None,
+                  run_config: RunConfig | None = None, policy: Callable | None = None, workers: int | None = None,
+                  max_states: int | None = None, sampled: int = 1, chunk: int = 256, progress: bool = True,
+                  asker: Any = None, say: Callable[[str], None] = print) -> CollectResult:
+    """:func:`collect_split` without the lock."""
     run_dir = Path(run_dir)
     run_config = run_config or load_run_config(run_dir)
     identity = advice_identity(llm_config)

@@ -43,6 +43,7 @@ from hybrid_trader.run.advice_dataset import (
     SPLITS,
     AdviceRows,
     advice_dir,
+    advice_lock,
     read_split,
     student_metrics_path,
     student_path,
@@ -140,7 +141,15 @@ def _holdout_by_days(rows: AdviceRows, share: float = 0.15) -> tuple[AdviceRows,
 
 
 def distill(run_dir: Path, config: DistillConfig | None = None, *, say: Callable[[str], None] = print) -> dict:
-    """Train the student on RUN_DIR's advice; write ``student.pt`` and ``student_metrics.json``; return the metrics."""
+    """Train the student on RUN_DIR's advice; write ``student.pt`` and ``student_metrics.json``; return the metrics.
+
+    Holds ``RUN_DIR/advice/.lock``: the dataset cannot change under it, nor the student under a collect.
+    """
+    with advice_lock(Path(run_dir), "advise distill"):
+        return _distill(run_dir, config, say=say)
+
+
+def _distill(run_dir: Path, config: DistillConfig | None = None, *, say: Callable[[str], None] = print) -> dict:
     config = config or DistillConfig()
     run_dir = Path(run_dir)
     torch.set_num_threads(config.threads)

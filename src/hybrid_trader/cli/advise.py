@@ -1,4 +1,4 @@
-"""``hybrid-trader advise collect|distill|compare``: the LLM's advice on visited states, distilled into a student.
+"""``hybrid-trader advise collect|distill|compare|check``: the LLM's advice on visited states, distilled into a student.
 
 See docs/ADVISE.md. A JSON line is printed last by every command.
 """
@@ -45,6 +45,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--chunk", type=int, default=256, help="rows per written chunk (default 256)")
     c.add_argument("--no-progress", action="store_true", help="no progress bar")
     c.set_defaults(func=_collect)
+
+    k = asub.add_parser("check", help="find damaged, lost and unrecorded chunks and states stored twice in a "
+                                      "run's advice (exit 1 when any); --repair keeps every good row once")
+    k.add_argument("run_dir", type=Path, help="a run directory with RUN_DIR/advice")
+    k.add_argument("--split", choices=SPLIT_CHOICES, default="all", help="split to check (default: every one)")
+    k.add_argument("--repair", action="store_true",
+                   help="rewrite each split with a problem as one chunk holding every readable row once (the "
+                        "first of each state); damaged chunks are dropped, so 'advise collect' asks their states "
+                        "again")
+    k.set_defaults(func=_check)
 
     d = asub.add_parser("distill",
                         help="train the student network on the collected advice; report its fidelity")
@@ -98,6 +108,37 @@ def _collect(args: argparse.Namespace) -> int:
         results.append(r.to_dict())
     print(json.dumps({"collect": results}))
     return 0
+
+
+def _check(args: argparse.Namespace) -> int:
+    # the dataset layer loads pyarrow (~0.3 s); the CLI's --help must not pay it
+    from hybrid_trader.run.advice_dataset import advice_dir, advice_lock, check_split, part_files, repair_split
+
+    if not advice_dir(args.run_dir).is_dir():
+        raise UserError("no advice in this run", file=str(advice_dir(args.run_dir)),
+                        fix=f"run: hybrid-trader advise collect {args.run_dir}")
+    splits = [s for s in _splits(args.split) if part_files(args.run_dir, s) or args.split != "all"]
+    out, bad = [], 0
+    with advice_lock(args.run_dir, "advise check" + (" --repair" if args.repair else "")):
+        for split in splits:
+            c = check_split(args.run_dir, split)
+            if args.repair and not c.ok:
+                before = c
+                c = repair_split(args.run_dir, split)
+                print(f"{split}: repaired: {before.rows:,} rows -> {c.rows:,} ({before.duplicates:,} stored twice "
+                      f"dropped, {len(before.problems)} bad chunk(s) left out)")
+            print(f"{split}: {c.chunks} chunk(s), {c.rows:,} rows, {c.keys:,} states, {c.duplicates:,} stored twice"
+                  + ("" if c.ok else f", {len(c.problems)} problem(s)"))
+            for file, why in c.problems:
+                print(f"  {file}: {why}")
+            bad += not c.ok
+            out.append({"split": split, "chunks": c.chunks, "rows": c.rows, "states": c.keys,
+                        "duplicates": c.duplicates, "problems": [{"file": f, "problem": w} for f, w in c.problems],
+                        "ok": c.ok})
+    if bad and not args.repair:
+        print(f"fix: hybrid-trader advise check {args.run_dir} --repair")
+    print(json.dumps({"check": out}))
+    return 1 if bad else 0
 
 
 def _distill(args: argparse.Namespace) -> int:

@@ -2,7 +2,9 @@
 
 Layout::
 
-    RUN_DIR/advice/<split>/part-000001.parquet   one chunk of answered states (train, val, test)
+    RUN_DIR/advice/.lock                         one writer at a time (collect, a teacher, distill, repair)
+    RUN_DIR/advice/<split>/part-000001-<id>.parquet  one chunk of answered states (train, val, test)
+    RUN_DIR/advice/<split>/manifest.json         sha256 and size of every chunk written
     RUN_DIR/advice/student.pt                    the distilled student (advise distill)
     RUN_DIR/advice/student_metrics.json          its fidelity on held-out days
 
@@ -21,6 +23,14 @@ from what they expect, naming both hashes and which parts differ.
 
 Rows are keyed by ``(t, position, mask)``: the bar index, the position side and the
 legal-action mask as bits. A state is asked once per key.
+
+Integrity: one writer holds ``RUN_DIR/advice/.lock`` (:func:`advice_lock`); chunk names
+carry a random part, so two writers can never replace each other's chunk; each chunk's
+sha256 goes into the split's manifest and its pages carry CRC checksums. A reader refuses
+a chunk that is damaged (a flipped bit included), missing from the disk though recorded
+(lost rows), or on the disk though never recorded (a second writer's), and a split with
+a key twice; :func:`check_split` lists every such problem and :func:`repair_split` keeps
+one row per key (``hybrid-trader advise check RUN [--repair]``).
 """
 
 from __future__ import annotations
@@ -28,7 +38,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
+import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +53,9 @@ from hybrid_trader.actions import N_ACTIONS
 from hybrid_trader.errors import UserError
 from hybrid_trader.llm.backends import backend_spec
 from hybrid_trader.llm.config import LLMConfig
+from hybrid_trader.run.files import MANIFEST as MANIFEST_NAME
+from hybrid_trader.run.files import Manifest, sha256_file
+from hybrid_trader.run.lock import FolderLock
 from hybrid_trader.run.rundir import ADVICE, STUDENT, STUDENT_METRICS
 
 SPLITS = ("train", "val", "test")
@@ -229,25 +242,39 @@ def part_files(run_dir: Path, split: str) -> list[Path]:
     return sorted(split_dir(run_dir, split).glob(PART_GLOB))
 
 
+def advice_lock(run_dir: Path, what: str) -> FolderLock:
+    """The writer lock of ``RUN_DIR/advice`` (use as a context manager); a second writer gets a UserError."""
+    folder = advice_dir(run_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    return FolderLock(folder, what)
+
+
+def chunk_bytes(rows: AdviceRows, meta: dict, split: str) -> bytes:
+    """One chunk's Parquet bytes, with its identity metadata and a CRC on every page."""
+    sink = pa.BufferOutputStream()
+    pq.write_table(rows.to_table({**meta, "split": split, "created_by": f"hybrid-trader {__version__}"}), sink,
+                   write_page_checksum=True)
+    return sink.getvalue().to_pybytes()
+
+
 def write_chunk(run_dir: Path, split: str, rows: AdviceRows, meta: dict) -> Path:
-    """Write one chunk atomically (temp file, fsync, rename) as the next ``part-NNNNNN.parquet``."""
+    """Write one chunk atomically as the next ``part-NNNNNN-<id>.parquet`` and record its sha256.
+
+    The caller holds :func:`advice_lock`; the random ``<id>`` keeps even two writers without it
+    from replacing each other's chunk (their extra chunks are then refused as unrecorded).
+    """
     folder = split_dir(run_dir, split)
     folder.mkdir(parents=True, exist_ok=True)
     existing = part_files(run_dir, split)
     seq = int(existing[-1].stem.split("-")[1]) + 1 if existing else 1
-    path = folder / f"part-{seq:06d}.parquet"
-    tmp = folder / f".part-{seq:06d}.parquet.tmp"
-    pq.write_table(rows.to_table({**meta, "split": split, "created_by": f"hybrid-trader {__version__}"}), tmp)
-    with open(tmp, "rb") as f:
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    return path
+    path = folder / f"part-{seq:06d}-{secrets.token_hex(4)}.parquet"
+    return Manifest(folder).write(path, chunk_bytes(rows, meta, split))
 
 
 def remove_temporaries(run_dir: Path, split: str) -> int:
-    """Delete ``.tmp`` files an interrupted write left behind; returns how many."""
+    """Delete the temporary files an interrupted write left behind; returns how many."""
     n = 0
-    for tmp in split_dir(run_dir, split).glob(".part-*.tmp"):
+    for tmp in split_dir(run_dir, split).glob(".*.tmp*"):
         tmp.unlink(missing_ok=True)
         n += 1
     return n
@@ -292,6 +319,12 @@ def read_split(run_dir: Path, split: str, *, expect: dict | None = None,
             raise UserError(f"no advice collected for the {split} split", file=str(folder),
                             fix=f"run: hybrid-trader advise collect {run_dir} --split {split}")
         return None, None
+    problems = chunk_problems(run_dir, split)
+    if problems:
+        path, problem = problems[0]
+        raise UserError(f"advice chunk {problem}" + (f" (and {len(problems) - 1} more problems)" if len(problems) > 1
+                                                    else ""), file=str(path),
+                        fix=f"run: hybrid-trader advise check {run_dir} --repair (keeps every good row once)")
     parts, meta = [], None
     for path in files:
         m = read_meta(path)
@@ -305,12 +338,113 @@ def read_split(run_dir: Path, split: str, *, expect: dict | None = None,
                                 f"{ref.get('layout_hash')}", file=str(path),
                                 fix="collect each run's advice in its own run directory")
         meta = meta or m
-        try:
-            table = pq.read_table(path)
-        except (pa.ArrowInvalid, OSError) as err:
-            raise _damaged(path, err) from None
-        if table.num_rows == 0:
-            raise _damaged(path, ValueError("0 rows"))
-        parts.append(AdviceRows.from_table(table))
+        parts.append(_read_rows(path))
     rows = AdviceRows.concat(parts)
+    twice = len(rows) - len(rows.keys())
+    if twice:
+        raise UserError(f"the {split} advice holds {twice} rows whose state is there already (a key twice)",
+                        file=str(folder), fix=f"run: hybrid-trader advise check {run_dir} --repair")
     return rows, meta
+
+
+def _read_rows(path: Path) -> AdviceRows:
+    try:
+        table = pq.read_table(path, page_checksum_verification=True)
+    except (pa.ArrowInvalid, OSError) as err:
+        raise _damaged(path, err) from None
+    if table.num_rows == 0:
+        raise _damaged(path, ValueError("0 rows"))
+    return AdviceRows.from_table(table)
+
+
+def chunk_problems(run_dir: Path, split: str) -> list[tuple[Path, str]]:
+    """Chunks whose bytes differ from their record, recorded chunks gone, and chunks never recorded.
+
+    A split written before manifests (none there) has nothing to compare: ``[]``.
+    """
+    folder = split_dir(run_dir, split)
+    manifest = Manifest(folder)
+    recorded = manifest.entries()
+    if not recorded:
+        return []
+    out: list[tuple[Path, str]] = []
+    on_disk = {p.name: p for p in part_files(run_dir, split)}
+    for name, entry in recorded.items():
+        path = folder / name
+        if name not in on_disk:
+            out.append((path, "is recorded in the manifest but missing: its rows are lost"))
+        elif path.stat().st_size != entry.get("size") or sha256_file(path) != entry.get("sha256"):
+            out.append((path, "is damaged: its sha256 differs from the one recorded when it was written"))
+    out += [(p, "was never recorded (written by a second writer?)") for n, p in on_disk.items() if n not in recorded]
+    return out
+
+
+@dataclass
+class SplitCheck:
+    """What :func:`check_split` found in one split."""
+
+    split: str
+    chunks: int
+    rows: int
+    """Rows in the readable chunks."""
+    keys: int
+    """Distinct states among them."""
+    problems: list[tuple[str, str]]
+    """``(file, problem)`` of damaged, lost and unrecorded chunks."""
+
+    @property
+    def duplicates(self) -> int:
+        return self.rows - self.keys
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems and not self.duplicates
+
+
+def _readable(run_dir: Path, split: str) -> tuple[list[AdviceRows], list[tuple[str, str]], dict | None]:
+    problems = [(str(p), why) for p, why in chunk_problems(run_dir, split)]
+    bad = {f for f, why in problems if "damaged" in why or "never recorded" in why}
+    parts, meta = [], None
+    for path in part_files(run_dir, split):
+        if str(path) in bad:
+            continue
+        try:
+            meta = meta or read_meta(path)
+            parts.append(_read_rows(path))
+        except UserError as err:
+            problems.append((str(path), err.message))
+    return parts, problems, meta
+
+
+def check_split(run_dir: Path, split: str) -> SplitCheck:
+    """Chunks, rows, distinct keys, and every damaged, lost, unrecorded or unreadable chunk of a split."""
+    parts, problems, _ = _readable(run_dir, split)
+    rows = AdviceRows.concat(parts) if parts else None
+    n = len(rows) if rows is not None else 0
+    return SplitCheck(split, len(part_files(run_dir, split)), n, len(rows.keys()) if rows is not None else 0,
+                      problems)
+
+
+def repair_split(run_dir: Path, split: str) -> SplitCheck:
+    """Rewrite a split as one chunk holding every good row once (the first of each key); returns the new check.
+
+    Damaged or unreadable chunks are left out (their states are asked again by the next collect); the
+    caller holds :func:`advice_lock`.
+    """
+    parts, problems, meta = _readable(run_dir, split)
+    folder = split_dir(run_dir, split)
+    old = part_files(run_dir, split)
+    if parts and meta is not None:
+        rows = AdviceRows.concat(parts)
+        keys = np.stack([rows.t.astype(np.int64), rows.position.astype(np.int64), rows.mask.astype(np.int64)], 1)
+        _, first = np.unique(keys, axis=0, return_index=True)
+        rows = rows.take(np.sort(first))
+        (folder / MANIFEST_NAME).unlink(missing_ok=True)
+        seq = int(old[-1].stem.split("-")[1]) + 1 if old else 1
+        path = folder / f"part-{seq:06d}-{secrets.token_hex(4)}.parquet"
+        Manifest(folder).write(path, chunk_bytes(rows, meta, split))
+    else:
+        (folder / MANIFEST_NAME).unlink(missing_ok=True)
+    for p in old:
+        p.unlink(missing_ok=True)
+    return check_split(run_dir, split)

@@ -44,12 +44,14 @@ from hybrid_trader.llm.context import AdvisorContext, context_from_market
 from hybrid_trader.run.advice_dataset import (
     AdviceRows,
     advice_identity,
+    advice_lock,
     check_same_advice,
     read_split,
     remove_temporaries,
     visited_key,
     write_chunk,
 )
+from hybrid_trader.run.lock import FolderLock
 
 TRAINING_PASS = -1
 """The ``rollout`` of a row the teacher answered during phase 3 training (``advise collect``'s passes are >= 0)."""
@@ -100,6 +102,8 @@ class TeacherLog:
         self.chunk = int(chunk)
         self.identity = advice_identity(advisor.config)
         self.run_dir: Path | None = None
+        self._lock: FolderLock | None = None
+        """RUN_DIR/advice's writer lock, from :meth:`bind` to :meth:`close`."""
         self.queued = 0
         """Offers queued for the model (an environment's newer offer replaces one still waiting in the queue)."""
         self.answered = 0
@@ -125,18 +129,25 @@ class TeacherLog:
     def bind(self, run_dir: Path) -> None:
         """Write to ``run_dir``'s training dataset; a resumed run continues it (same identity and layout only)."""
         run_dir = Path(run_dir)
-        remove_temporaries(run_dir, SPLIT)
-        stored, meta = read_split(run_dir, SPLIT, required=False)
-        fix = ("set llm.student.teacher to the back end that built it (see its chunks' metadata), or move "
-               f"{run_dir / 'advice' / SPLIT} away to start a new dataset")
-        obs_dim = len(FEATURE_NAMES)  # phase 3's raw features, as advise collect stores them
-        self._meta = {"advice": self.identity, "obs_dim": obs_dim, "layout_hash": layout_hash(layout_names(obs_dim)),
-                      "run": run_dir.name, "phase": self.phase, "model": self.describe()}
-        if meta is not None:
-            check_same_advice(meta["advice"], self.identity, file=str(run_dir / "advice" / SPLIT), fix=fix)
-            if meta.get("layout_hash") != self._meta["layout_hash"]:
-                raise UserError(f"the stored advice has observation layout {meta.get('layout_hash')}, the teacher's "
-                                f"{self._meta['layout_hash']}", file=str(run_dir / "advice" / SPLIT), fix=fix)
+        self._lock = advice_lock(run_dir, "train (phase 3 teacher)").acquire()  # released by close()
+        try:
+            remove_temporaries(run_dir, SPLIT)
+            stored, meta = read_split(run_dir, SPLIT, required=False)
+            fix = ("set llm.student.teacher to the back end that built it (see its chunks' metadata), or move "
+                   f"{run_dir / 'advice' / SPLIT} away to start a new dataset")
+            obs_dim = len(FEATURE_NAMES)  # phase 3's raw features, as advise collect stores them
+            self._meta = {"advice": self.identity, "obs_dim": obs_dim,
+                          "layout_hash": layout_hash(layout_names(obs_dim)),
+                          "run": run_dir.name, "phase": self.phase, "model": self.describe()}
+            if meta is not None:
+                check_same_advice(meta["advice"], self.identity, file=str(run_dir / "advice" / SPLIT), fix=fix)
+                if meta.get("layout_hash") != self._meta["layout_hash"]:
+                    raise UserError(f"the stored advice has observation layout {meta.get('layout_hash')}, the "
+                                    f"teacher's {self._meta['layout_hash']}", file=str(run_dir / "advice" / SPLIT),
+                                    fix=fix)
+        except BaseException:
+            self._lock.release()
+            raise
         self._keys = stored.keys() if stored is not None else set()
         self.run_dir = run_dir
 
@@ -245,6 +256,10 @@ class TeacherLog:
         try:
             self.advisor.close()
         finally:
-            self._collect()
-            self.flush()
+            try:
+                self._collect()
+                self.flush()
+            finally:
+                if self._lock is not None:
+                    self._lock.release()
 
