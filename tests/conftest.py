@@ -6,6 +6,11 @@ from pathlib import Path
 
 import pytest
 
+from hybrid_trader.advise.collect import RunPolicy, collect_llm_config, collect_split
+from hybrid_trader.advise.distill import DistillConfig, distill
+from hybrid_trader.training.market import load_market
+from tests.training.conftest import student_cfg, train_phase2
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
 
@@ -27,3 +32,25 @@ def shared_file(name: str) -> Path:
     if not path.is_file():
         pytest.skip(f"real bars not available: {path} is absent")
     return path
+
+
+# A tiny phase 1 -> phase 2 chain and a student distilled from mock advice on it (built once per session).
+@pytest.fixture(scope="session")
+def student_market():
+    c = student_cfg(1)
+    return load_market(c.data, c.split)
+
+
+@pytest.fixture(scope="session")
+def student_p2(tmp_path_factory, student_market):
+    """A phase 2 run with RUN/advice/student.pt distilled from the mock advisor's advice on its states."""
+    root = tmp_path_factory.mktemp("student")
+    run = train_phase2(root, student_cfg, student_market)
+    cfg = student_cfg(2, 256)
+    llm = collect_llm_config(cfg, backend="mock", batch=64)
+    policy = RunPolicy(run)
+    for split in ("train", "val"):
+        collect_split(run, split, llm, market=student_market, run_config=cfg, policy=policy, progress=False,
+                      max_states=1500, say=lambda s: None)
+    distill(run, DistillConfig(epochs=8, hidden=(32,)), say=lambda s: None)
+    return run

@@ -34,6 +34,7 @@ from hybrid_trader.llm.health import HEALTH_STAT_NAMES
 from hybrid_trader.run import FolderLock, RunDir, data_identity, same_data, sha256_file
 from hybrid_trader.run.files import atomic_write_text
 from hybrid_trader.run.models import final_model, load_model, load_normalizer
+from hybrid_trader.run.pins import check_pins
 from hybrid_trader.training.config import RunConfig, with_absolute_data
 from hybrid_trader.training.market import load_market, make_veto
 
@@ -113,6 +114,8 @@ def evaluate_run(
                         f"{config.env.phase}", fix="drop --explain, or evaluate a phase 3 run")
     if explain < 0:
         raise UserError(f"--explain {explain}: give a number of decisions (0 or more)")
+    if config.env.phase == 3 and not llm_overrides:  # the run's own advisor: the student or adapter it pinned
+        check_pins(run_dir, doing="evaluate")
     own_data = data_identity(config.data)
     if data_overrides:
         config = merge_overrides(config, {f"data.{k}": v for k, v in data_overrides.items() if v is not None})

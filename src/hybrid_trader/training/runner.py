@@ -36,6 +36,7 @@ from hybrid_trader.run.models import (
     restart_fix,
     save_model,
 )
+from hybrid_trader.run.pins import check_pins, pin_inputs
 from hybrid_trader.run.rundir import LLM_CONFIG, SPLIT
 from hybrid_trader.training.advice_env import AdvisorVecEnv, PartialVecNormalize
 from hybrid_trader.training.callbacks import (
@@ -201,7 +202,7 @@ def train_run(
         raise UserError(f"run directory {run.path} is not empty", fix=fix)
 
     # Everything checkable, before the folder exists.
-    config = with_default_student(with_absolute_data(config), init)
+    config = with_absolute_inputs(with_default_student(with_absolute_data(config), init))
     market = market or load_market(config.data, config.split)
     split_info = _split_info(market)
     advisor, llm_config = _advisor(config, say)
@@ -221,6 +222,8 @@ def train_run(
                 raise UserError(f"run directory {run.path} is not empty (another process created it meanwhile)",
                                 fix="choose another --out") from None
         lock = run.lock("train").acquire()
+        if config.env.phase == 3:
+            pin_inputs(run.path, llm_inputs(config.llm))
         run.save_config(config, header=f"hybrid-trader run configuration (phase {config.env.phase})")
         run.write_json(SPLIT, split_info)
         say(market.describe())
@@ -258,6 +261,7 @@ def _resume(run: RunDir, config: RunConfig, *, market, extra_callbacks, say, qui
                             fix="resume a run directory made by 'hybrid-trader train'")
         saved = run.load_config(RunConfig)
         run.verified(run.split_path, fix=f"restore {run.split_path}; it records the days this run trained on")
+        check_pins(run.path, doing="--resume")
         config = with_absolute_data(config)  # the same file named by another path is the same data
         conflicts = resume_conflicts(with_absolute_data(saved), config)
         if conflicts:
@@ -305,6 +309,20 @@ def _resume(run: RunDir, config: RunConfig, *, market, extra_callbacks, say, qui
                           extra_callbacks=extra_callbacks, say=say, quiet=quiet, validation=validation)
         finally:
             venv.close()
+
+
+def llm_inputs(llm: Any) -> dict[str, str | None]:
+    """The files outside the run that its advice depends on (``run.pins``): the student, an adapter."""
+    return {"student": llm.student.path if llm.backend == "student" else None,
+            "adapter": llm.transformers.adapter if llm.backend == "transformers" else None}
+
+
+def with_absolute_inputs(config: RunConfig) -> RunConfig:
+    """The student and adapter paths made absolute (a run is used from any directory)."""
+    over = {f"llm.{key}": str(Path(p).resolve()) for key, p in
+            (("student.path", config.llm.student.path), ("transformers.adapter", config.llm.transformers.adapter))
+            if p and not Path(p).is_absolute()}
+    return merge_overrides(config, over) if over else config
 
 
 def with_default_student(config: RunConfig, init: Path | None) -> RunConfig:
