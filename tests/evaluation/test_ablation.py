@@ -10,10 +10,9 @@ import pytest
 from hybrid_trader.cli.main import main
 from hybrid_trader.errors import UserError
 from hybrid_trader.evaluation.ablation import TEACHER_VARIANT, ablation_markdown, run_ablation, summarise
-from tests.training.conftest import student_market, student_p2  # noqa: F401 - session fixtures reused here
 
 
-def test_ablation_trains_evaluates_and_tabulates_every_variant_when_given_a_phase2_run(tmp_path, student_p2,  # noqa: F811
+def test_ablation_trains_evaluates_and_tabulates_every_variant_when_given_a_phase2_run(tmp_path, student_p2,
                                                                                        monkeypatch):
     out = tmp_path / "ablation"
     table = run_ablation(student_p2, out, timesteps=256, seeds=(0, 1), split="test", say=lambda s: None)
@@ -55,7 +54,7 @@ def test_ablation_trains_evaluates_and_tabulates_every_variant_when_given_a_phas
         run_ablation(student_p2, out, timesteps=256, seeds=(0, 1), split="test", say=lambda s: None)
 
 
-def test_ablation_cli_prints_json_and_writes_the_report_when_asked(tmp_path, student_p2, capsys):  # noqa: F811
+def test_ablation_cli_prints_json_and_writes_the_report_when_asked(tmp_path, student_p2, capsys):
     code = main(["evaluate", str(student_p2), "--ablation", str(tmp_path / "a"), "--ablation-steps", "256",
                  "--ablation-seeds", "1", "--json"])
     assert code == 0
@@ -84,7 +83,7 @@ def test_ablation_report_is_refused_when_the_folder_has_no_ablation(tmp_path):
         write_ablation_report(tmp_path)
 
 
-def test_ablation_adds_the_real_llm_variant_when_given_a_teacher(tmp_path, student_p2):  # noqa: F811
+def test_ablation_adds_the_real_llm_variant_when_given_a_teacher(tmp_path, student_p2):
     out = tmp_path / "ablation"
     table = run_ablation(student_p2, out, timesteps=256, seeds=(0,), split="test", teacher="mock", say=lambda s: None)
     assert list(table["variants"])[-1] == TEACHER_VARIANT and table["teacher"] == "mock"
@@ -100,7 +99,7 @@ def test_ablation_adds_the_real_llm_variant_when_given_a_teacher(tmp_path, stude
         run_ablation(student_p2, out, timesteps=256, seeds=(0,), teacher="student", say=lambda s: None)
 
 
-def test_ablation_is_refused_when_the_run_has_no_student(tmp_path, student_p2):  # noqa: F811
+def test_ablation_is_refused_when_the_run_has_no_student(tmp_path, student_p2):
     with pytest.raises(UserError, match="no student"):
         run_ablation(student_p2, tmp_path / "a", timesteps=256, seeds=(0,), student=str(tmp_path / "none.pt"))
 
@@ -124,7 +123,7 @@ class AlwaysBuy:
         return 1 if mask[1] else 0
 
 
-def test_fresh_days_trade_every_day_when_one_account_would_stop_on_the_first(student_p2):  # noqa: F811
+def test_fresh_days_trade_every_day_when_one_account_would_stop_on_the_first(student_p2):
     from hybrid_trader.evaluation.runner import FRESH_DAY_FIGURES, evaluation_env, run_fresh_days, run_policy
     from hybrid_trader.run import RunDir
     from hybrid_trader.training.config import RunConfig

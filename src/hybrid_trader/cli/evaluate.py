@@ -104,6 +104,9 @@ def _ablation(args: argparse.Namespace) -> int:
         raise UserError("--ablation trains on the phase 2 run's bars; --data does not apply", fix="drop --data")
     if args.ablation_seeds < 1:
         raise UserError(f"--ablation-seeds {args.ablation_seeds}: need at least 1 seed")
+    if args.ablation_steps is not None and args.ablation_steps < 1:
+        raise UserError(f"--ablation-steps {args.ablation_steps}: give 1 or more training steps",
+                        fix="leave --ablation-steps out for the phase 2 run's own number of steps")
     steps = args.ablation_steps or load_run_config(Path(args.run_dir)).ppo.total_timesteps
     say = (lambda s: None) if args.json else (lambda s: print(s, flush=True))
     table = run_ablation(Path(args.run_dir), Path(args.ablation), timesteps=steps,

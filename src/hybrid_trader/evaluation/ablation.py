@@ -50,10 +50,10 @@ from hybrid_trader.llm.stats import label
 from hybrid_trader.run import RunDir
 from hybrid_trader.run.advice_dataset import student_path
 from hybrid_trader.run.files import atomic_write_text
-from hybrid_trader.run.rundir import METRICS, MODEL, RESULTS, STATUS, is_stale
+from hybrid_trader.run.rundir import CONFIG, METRICS, MODEL, RESULTS, STATUS, is_stale
 from hybrid_trader.training.config import RunConfig
 from hybrid_trader.training.market import load_market
-from hybrid_trader.training.runner import train_run
+from hybrid_trader.training.runner import resume_conflicts, train_run, with_absolute_data
 
 FIGURES = ("Net PnL [$]", "Sharpe (ann.)", "PSR [%]", "Trades", "Max drawdown [$]")
 """The agent's evaluation figures compared across variants (mean and spread over seeds)."""
@@ -87,6 +87,20 @@ def variants(student: str) -> tuple[Variant, ...]:
     )
 
 
+def _refuse_other_settings(run_dir: Path, config: RunConfig, name: str, seed: int) -> None:
+    """A run of an earlier ablation reused only when trained with exactly these settings (steps and student too)."""
+    saved = RunDir(run_dir).load_config(RunConfig)
+    diffs = resume_conflicts(with_absolute_data(saved), with_absolute_data(config))
+    if saved.ppo.total_timesteps != config.ppo.total_timesteps:
+        diffs.append(f"ppo.total_timesteps: the run has {saved.ppo.total_timesteps}, "
+                     f"given {config.ppo.total_timesteps}")
+    if diffs:
+        raise UserError(f"{name}, seed {seed}: {run_dir} was trained with other settings, and the table would "
+                        "claim the new ones:\n    " + "\n    ".join(diffs),
+                        fix="give a new --ablation folder for the new settings, or repeat the settings of this one "
+                            f"(see {run_dir / CONFIG})")
+
+
 def _finished(run_dir: Path) -> bool:
     status = RunDir(run_dir).read_status() if (run_dir / STATUS).exists() else {}
     return status.get("state") == "finished" and (run_dir / MODEL).exists()
@@ -104,8 +118,11 @@ def run_ablation(p2_run: Path, out: Path, *, timesteps: int, seeds: Sequence[int
     ``teacher``: an LLM back end name (e.g. ``transformers``); the learned runs are also
     evaluated with it in place of the student, asked when the query policy says so.
     """
-    p2_run, out = Path(p2_run), Path(out)
+    p2_run, out = Path(p2_run).resolve(), Path(out).resolve()  # recorded paths work from any directory
     RunDir(p2_run).require()
+    if (out / CONFIG).exists() or (out / STATUS).exists():
+        raise UserError(f"--ablation {out} is a run directory; the ablation writes one run per variant and seed "
+                        "into its own folder", fix="give a new folder, e.g. --ablation runs/ablation")
     base = RunDir(p2_run).load_config(RunConfig)
     if base.env.phase != 2:
         raise UserError(f"the ablation starts from a phase 2 run; {p2_run} is phase {base.env.phase}",
@@ -116,7 +133,11 @@ def run_ablation(p2_run: Path, out: Path, *, timesteps: int, seeds: Sequence[int
     if not Path(student).is_file():
         raise UserError("no student to advise the phase 3 variants", file=student,
                         fix=f"hybrid-trader advise collect {p2_run} && hybrid-trader advise distill {p2_run}")
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise UserError(f"--ablation {out} is a file, not a folder", file=str(out),
+                        fix="give a folder for the variants' runs, e.g. --ablation runs/ablation") from None
     market = load_market(base.data, base.split)
     runs: dict[str, list[Path]] = {}
     common = {"ppo.total_timesteps": int(timesteps), "train.progress_bar": False}
@@ -125,11 +146,13 @@ def run_ablation(p2_run: Path, out: Path, *, timesteps: int, seeds: Sequence[int
         for seed in seeds:
             run_dir = out / f"{variant.slug}-s{seed}"
             runs[variant.name].append(run_dir)
-            if _finished(run_dir):
-                say(f"{variant.name}, seed {seed}: {run_dir} already trained")
-                continue
             config = merge_overrides(base, {**variant.overrides, **common, "ppo.seed": int(seed)},
                                      source="ablation variant")
+            if (run_dir / CONFIG).exists():
+                _refuse_other_settings(run_dir, config, variant.name, seed)
+            if _finished(run_dir):
+                say(f"{variant.name}, seed {seed}: {run_dir} already trained with these settings")
+                continue
             say(f"{variant.name}, seed {seed}: training {timesteps:,} steps -> {run_dir}")
             if run_dir.exists() and not any(run_dir.iterdir()):
                 run_dir.rmdir()
