@@ -46,6 +46,7 @@ from hybrid_trader.llm.context import AdvisorContext, context_from_market
 from hybrid_trader.llm.prompt import PromptBuilder
 from hybrid_trader.run.advice_dataset import (
     AdviceRows,
+    advice_dir,
     advice_identity,
     advice_lock,
     check_same_advice,
@@ -54,6 +55,7 @@ from hybrid_trader.run.advice_dataset import (
     visited_key,
     write_chunk,
 )
+from hybrid_trader.run.files import check_writable
 from hybrid_trader.training.config import RunConfig
 from hybrid_trader.training.market import Market, load_market, make_veto
 from hybrid_trader.training.runner import find_model, load_run_config
@@ -297,6 +299,7 @@ def collect_split(run_dir: Path, split: str, llm_config: LLMConfig, *, market: M
     Holds ``RUN_DIR/advice/.lock`` throughout: a second writer (another collect, a phase 3
     teacher, distill) is refused at once, naming the process that writes.
     """
+    check_writable(advice_dir(Path(run_dir)), what="advise collect")
     with advice_lock(Path(run_dir), f"advise collect {split}"):
         return _collect_split(run_dir, split, llm_config, market=market, run_config=run_config, policy=policy,
                               workers=workers, max_states=max_states, sampled=sampled, chunk=chunk,
@@ -345,6 +348,10 @@ def _collect_split(run_dir: Path, split: str, llm_config: LLMConfig, *, market: 
     prompts = PromptBuilder(llm_config)
     if asker is None:
         n = workers or default_workers(llm_config)
+        cores = os.cpu_count() or 1
+        if n > cores:
+            say(f"note: --workers {n} capped at {cores}, the number of cores (each worker holds its own model)")
+            n = cores
         if n > 1:
             threads = max(1, (os.cpu_count() or 1) // n)
             asker = PoolAsker(llm_config, n, threads)

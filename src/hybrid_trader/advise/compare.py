@@ -21,7 +21,9 @@ def compare_split(run_dir: Path, split: str, student: Student) -> dict:
     student.check_layout(layout_names(rows.obs.shape[1]), what=f"the {split} advice")
     usable = rows.take(np.flatnonzero(~rows.abstained))
     out = {"split": split, "rows": int(len(rows)), "abstained": int(rows.abstained.sum()),
-           "fidelity": fidelity(student.net, rows), "confusion": np.zeros((6, 6), dtype=int).tolist()}
+           # the baseline distill reported: the training split's majority action, on every split
+           "fidelity": fidelity(student.net, rows, student.metrics.get("majority_action")),
+           "confusion": np.zeros((6, 6), dtype=int).tolist()}
     if len(usable):
         masks = no_legal_fix(usable.masks())
         with torch.no_grad():

@@ -48,7 +48,7 @@ from hybrid_trader.run.advice_dataset import (
     student_metrics_path,
     student_path,
 )
-from hybrid_trader.run.files import atomic_write_bytes, atomic_write_text
+from hybrid_trader.run.files import atomic_write_bytes, atomic_write_text, check_writable
 
 EPS = 1e-8
 METRIC_LABELS = ("Rows", "Top-1 agreement [%]", "Mean KL [nats]", "Confidence MAE", "Confidence ECE",
@@ -130,6 +130,10 @@ def fidelity(student: StudentNet, rows: AdviceRows, majority: int | None = None)
     }
 
 
+MIN_TRAIN_ROWS = 20
+"""Fewest usable (answered) training rows a student is distilled from."""
+
+
 def _holdout_by_days(rows: AdviceRows, share: float = 0.15) -> tuple[AdviceRows, AdviceRows]:
     days = np.unique(rows.session)
     k = max(1, int(math.ceil(len(days) * share)))
@@ -145,6 +149,7 @@ def distill(run_dir: Path, config: DistillConfig | None = None, *, say: Callable
 
     Holds ``RUN_DIR/advice/.lock``: the dataset cannot change under it, nor the student under a collect.
     """
+    check_writable(advice_dir(Path(run_dir)), what="advise distill")
     with advice_lock(Path(run_dir), "advise distill"):
         return _distill(run_dir, config, say=say)
 
@@ -165,6 +170,10 @@ def _distill(run_dir: Path, config: DistillConfig | None = None, *, say: Callabl
         raise UserError("every train row of the advice dataset is an abstention: nothing to learn from",
                         file=str(advice_dir(run_dir) / "train"),
                         fix="check the LLM configuration (scoring.min_coverage, the model) and collect again")
+    if len(train) < MIN_TRAIN_ROWS:
+        raise UserError(f"{len(train)} usable train rows: too few to distil a student whose fidelity means anything "
+                        f"(at least {MIN_TRAIN_ROWS})", file=str(advice_dir(run_dir) / "train"),
+                        fix=f"collect more states: hybrid-trader advise collect {run_dir} --split train")
     if "val" in data and len(_usable(data["val"])):
         val, val_name = data["val"], "val"
     else:
@@ -202,7 +211,8 @@ def _distill(run_dir: Path, config: DistillConfig | None = None, *, say: Callabl
     if best[1] is not None:
         net.load_state_dict(best[1])
     net.eval()
-    metrics: dict = {"train": fidelity(net, train, majority), "val": fidelity(net, val, majority)}
+    metrics: dict = {"train": fidelity(net, train, majority), "val": fidelity(net, val, majority),
+                     "majority_action": majority}
     if "test" in data:
         metrics["test"] = fidelity(net, data["test"], majority)
     info = {"validation": val_name, "best_epoch": best[2] + 1, "epochs": config.epochs,

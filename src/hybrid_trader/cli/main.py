@@ -19,7 +19,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 from collections.abc import Sequence
 
 from hybrid_trader import __version__
-from hybrid_trader.errors import UserError
+from hybrid_trader.errors import WRITE_ERRORS, UserError, os_error
 
 COMMAND_MODULES = [
     "hybrid_trader.cli.data",
@@ -55,6 +55,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UserError as err:
         print(f"error: {err.render()}", file=sys.stderr)
         return err.exit_code
+    except BrokenPipeError:  # `... | head` closed the pipe: nothing more to say, and no traceback
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
+    except OSError as err:
+        if err.errno not in WRITE_ERRORS:
+            raise
+        fail = os_error(err)
+        print(f"error: {fail.render()}", file=sys.stderr)
+        return fail.exit_code
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

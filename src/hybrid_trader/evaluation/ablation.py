@@ -49,7 +49,7 @@ from hybrid_trader.evaluation.results import load_index, read_json
 from hybrid_trader.llm.stats import label
 from hybrid_trader.run import RunDir
 from hybrid_trader.run.advice_dataset import student_path
-from hybrid_trader.run.files import atomic_write_text
+from hybrid_trader.run.files import atomic_write_text, check_writable
 from hybrid_trader.run.rundir import CONFIG, METRICS, MODEL, RESULTS, STATUS, is_stale
 from hybrid_trader.training.config import RunConfig
 from hybrid_trader.training.market import load_market
@@ -133,6 +133,7 @@ def run_ablation(p2_run: Path, out: Path, *, timesteps: int, seeds: Sequence[int
     if not Path(student).is_file():
         raise UserError("no student to advise the phase 3 variants", file=student,
                         fix=f"hybrid-trader advise collect {p2_run} && hybrid-trader advise distill {p2_run}")
+    check_writable(out, what="--ablation")
     try:
         out.mkdir(parents=True, exist_ok=True)
     except (FileExistsError, NotADirectoryError):

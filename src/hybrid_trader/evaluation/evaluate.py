@@ -16,6 +16,7 @@ and the loading options (:func:`hybrid_trader.run.data_identity`).
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import sys
 from dataclasses import dataclass, field
@@ -32,7 +33,7 @@ from hybrid_trader.evaluation.results import StrategyResult, metrics_table, save
 from hybrid_trader.evaluation.runner import entry_rate, evaluation_env, run_fresh_days, run_policy
 from hybrid_trader.llm.health import HEALTH_STAT_NAMES
 from hybrid_trader.run import FolderLock, RunDir, data_identity, same_data, sha256_file
-from hybrid_trader.run.files import atomic_write_text
+from hybrid_trader.run.files import atomic_write_text, check_writable
 from hybrid_trader.run.models import final_model, load_model, load_normalizer
 from hybrid_trader.run.pins import check_pins
 from hybrid_trader.training.config import RunConfig, with_absolute_data
@@ -122,8 +123,14 @@ def evaluate_run(
         config = with_absolute_data(config)
     data = data_identity(config.data)
     final_model(run, config.ppo.normalize_observations)  # a damaged or missing model file fails before any output
+    advisor = None  # another advisor than the run's own never replaces the run's own evaluation
+    if llm_overrides:
+        backend = llm_overrides.get("backend")
+        advisor = f"llm-{backend}" if backend and len(llm_overrides) == 1 else \
+            "llm-" + hashlib.sha256(json.dumps(llm_overrides, sort_keys=True, default=str).encode()).hexdigest()[:8]
     out_dir = Path(out_dir) if out_dir is not None else \
-        run.eval_dir(split, None if same_data(data, own_data) else data)
+        run.eval_dir(split, None if same_data(data, own_data) else data, advisor)
+    check_writable(out_dir, what="evaluate")
     out_dir.mkdir(parents=True, exist_ok=True)
     with FolderLock(out_dir, f"evaluate {split}"):  # one writer per output folder; training may go on
         return _evaluate(run, config, data, out_dir, split=split, seeds=seeds, market=market, quiet=quiet,
@@ -181,7 +188,7 @@ def _evaluate(run: RunDir, config: RunConfig, data: dict, out_dir: Path, *, spli
     save_results(results, prices, out_dir, metrics=table,
                  info={"split": split, "run_dir": str(run_dir), "model": str(model_path),
                        "model_sha256": sha256_file(model_path), "data": data, "seeds": seeds, "entry_rate": rate,
-                       **llm_info})
+                       **llm_info, **({"advisor_override": llm_overrides} if llm_overrides else {})})
     (out_dir / "STALE.json").unlink(missing_ok=True)
     dates = (str(market.bars.session_dates[sessions.start]), str(market.bars.session_dates[sessions.stop - 1]))
     per_seed = {r.name: compute_metrics(r) for r in randoms}

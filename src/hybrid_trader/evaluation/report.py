@@ -279,6 +279,9 @@ def write_report(run_dir: str | Path, eval_dir: str | Path | None = None, *, spl
     for key in ("market", "data", "sessions", "seeds"):
         if key in info:
             meta.append(f"{key} {_esc(_data_text(info[key]) if key == 'data' else info[key])}")
+    if info.get("llm"):
+        meta.append(f"advisor <b>{_esc(info.get('llm_backend', ''))}</b> ({_esc(info['llm'])})"
+                    + (" <b>instead of the run's own</b>" if info.get("advisor_override") else ""))
     if len(prices):
         meta.append(f"bars {len(prices):,} from {_esc(prices.index[0].strftime('%Y-%m-%d %H:%M'))} to "
                     f"{_esc(prices.index[-1].strftime('%Y-%m-%d %H:%M'))} ET")

@@ -30,7 +30,10 @@ Layout::
 from __future__ import annotations
 
 import json
+import math
 import shutil
+import signal
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -92,8 +95,8 @@ class FinetuneConfig:
                      "keep_checkpoints"):
             if getattr(self, name) < 1:
                 raise UserError(f"finetune {name} {getattr(self, name)!r} must be >= 1", value=getattr(self, name))
-        if not self.lr > 0:
-            raise UserError(f"finetune lr {self.lr!r} must be > 0", value=self.lr, fix="use e.g. 2e-4")
+        if not (self.lr > 0 and math.isfinite(self.lr)):
+            raise UserError(f"finetune lr {self.lr!r} must be a finite number > 0", value=self.lr, fix="use e.g. 2e-4")
 
 
 @dataclass
@@ -282,9 +285,10 @@ def finetune(run_dir: Path, llm_config: LLMConfig, train: ExampleSet, val: Examp
     stopped_early = interrupted = False
     t0 = time.perf_counter()
     bar = tqdm(total=config.steps, initial=step, desc="finetune", unit="step", disable=not progress, leave=False)
+    ctrl_c = _DeferredInterrupt()  # Ctrl-C ends the step in progress first: the checkpoint is that of a whole step
     try:
         while step < config.steps:
-            loss = trainer.step(trainer.sample(rng))
+            loss = _finite(trainer.step(trainer.sample(rng)), step + 1)
             step += 1
             bar.update(1)
             row: dict[str, Any] = {"step": step, "train_loss": loss}
@@ -308,11 +312,14 @@ def finetune(run_dir: Path, llm_config: LLMConfig, train: ExampleSet, val: Examp
             if bad_evals >= config.patience:
                 stopped_early = True
                 break
+            if ctrl_c.hit:
+                raise KeyboardInterrupt
     except KeyboardInterrupt:
         interrupted = True
-        if step > start_step:
+        if step > start_step and not (adapter_dir / CHECKPOINTS / f"step-{step:06d}").is_dir():
             checkpoint(step)
     finally:
+        ctrl_c.restore()
         bar.close()
     seconds = time.perf_counter() - t0
     done = step - start_step
@@ -324,6 +331,40 @@ def finetune(run_dir: Path, llm_config: LLMConfig, train: ExampleSet, val: Examp
                           best_val_loss=best["val_loss"], base_val_loss=base_val, seconds=seconds,
                           steps_per_s=done / seconds if seconds > 0 else 0.0, stopped_early=stopped_early,
                           interrupted=interrupted, history=history)
+
+
+def _finite(loss: float, step: int) -> float:
+    """The step's loss, or a UserError naming the step where training diverged (NaN or infinite)."""
+    if not math.isfinite(loss):
+        raise UserError(f"llm finetune: the training loss is {loss} at step {step}: training diverged",
+                        fix="lower --lr (e.g. 2e-4) and resume from the last checkpoint with --resume, or start again")
+    return loss
+
+
+class _DeferredInterrupt:
+    """SIGINT (Ctrl-C) recorded instead of raised, so the step in progress ends whole (main thread only).
+
+    A KeyboardInterrupt in the middle of a step would leave the optimiser stepped, or the
+    sampler advanced, with the step not counted: the checkpoint would not be that of any
+    step, and a resumed run would differ from an uninterrupted one (kill -9 resumes from a
+    periodic checkpoint and was exact).
+    """
+
+    def __init__(self) -> None:
+        self.hit = False
+        self._old: Any = None
+        if threading.current_thread() is threading.main_thread():
+            self._old = signal.signal(signal.SIGINT, self._on_sigint)
+
+    def _on_sigint(self, signum: int, frame: Any) -> None:
+        if self.hit:  # a second Ctrl-C: stop now
+            raise KeyboardInterrupt
+        self.hit = True
+
+    def restore(self) -> None:
+        if self._old is not None:
+            signal.signal(signal.SIGINT, self._old)
+            self._old = None
 
 
 def _meta(best: dict, base_val: float, history: list, config: FinetuneConfig) -> dict:

@@ -23,6 +23,7 @@ from hybrid_trader.llm.config import LLMConfig
 from hybrid_trader.llm.model_cache import ADAPTER_META
 from hybrid_trader.llm.parsing import ParseError, parse_answer, parse_cot_steps
 from hybrid_trader.llm.prompt import PromptBuilder
+from hybrid_trader.run.files import check_writable
 from hybrid_trader.run.rundir import ADAPTER, LLM_EVAL
 from hybrid_trader.training.config import RunConfig
 from hybrid_trader.training.market import Market, load_market
@@ -54,6 +55,7 @@ def finetune_run(run_dir: str | Path, config: FinetuneConfig, labels: LabelConfi
                  progress: bool = True, on_step=None) -> tuple[FinetuneResult, ExampleSet, ExampleSet]:
     """Label the training days, take validation examples from the next split, train the adapter."""
     run = load_run(run_dir)
+    check_writable(run.path / ADAPTER, what="llm finetune")
     train = build_examples(run.market, run.config, run.llm, "train", purpose="train", run_dir=run.path,
                            label_config=labels)
     val_part = "val" if len(run.market.split.val) else "test"
@@ -81,7 +83,11 @@ def evaluate_run(run_dir: str | Path, split: str = "val", *, max_states: int = 2
     """
     if split not in ("val", "test"):
         raise UserError(f"--split {split!r}: evaluation is on later days", value=split, fix="use val or test")
+    if max_states < 1 or batch < 1 or cot < 0:
+        raise UserError(f"llm eval: --max-states {max_states}, --batch {batch} and --cot {cot}: states and batch "
+                        "must be 1 or more, --cot 0 or more", fix="e.g. --max-states 200 --batch 16 --cot 0")
     run = load_run(run_dir)
+    check_writable(run.path / LLM_EVAL, what="llm eval")  # before minutes of model calls, not after
     adapter_dir = run.path / ADAPTER
     meta_path = adapter_dir / ADAPTER_META
     if not meta_path.is_file():

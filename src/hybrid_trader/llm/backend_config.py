@@ -124,6 +124,8 @@ class StudentConfig:
     worker, the training decisions llm.query picks; its answers become rows of RUN_DIR/advice/train."""
 
     def __post_init__(self) -> None:
+        check(self.threads is None or self.threads >= 1, "threads", f"{self.threads} must be >= 1 or null",
+              fix="use 1 or more, or null (torch's default)")
         if self.teacher is not None:
             check(self.teacher in TEACHER_NAMES, "teacher", f"{self.teacher!r} is not a language-model back end",
                   fix=f"use one of: {', '.join(TEACHER_NAMES)}, or null (no teacher)")

@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 import shutil
+import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -66,6 +67,36 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
             tmp.unlink()
     _fsync_dir(path.parent)
     return path
+
+
+MIN_FREE_BYTES = 50 * 1024 * 1024
+"""Free disk space a writing command needs before it starts (models, chunks and reports are small)."""
+
+
+def check_writable(folder: str | Path, *, what: str) -> Path:
+    """Refuse, before any long computation, a folder that cannot be written: a file in its place (or in
+    a parent's), no permission, a read-only file system, a full disk. Creates nothing; returns the folder."""
+    p = Path(folder)
+    probe = p
+    while not probe.exists():
+        if probe.parent == probe:
+            break
+        probe = probe.parent
+    if not probe.is_dir():
+        raise UserError(f"{what}: {probe} is a file, not a folder", file=str(probe),
+                        fix="give a folder path (a new or an existing folder)")
+    try:
+        fd, name = tempfile.mkstemp(prefix=".write-check-", dir=probe)
+        os.close(fd)
+        os.unlink(name)
+    except OSError as err:
+        raise UserError(f"{what}: cannot write in {probe} ({err.strerror})", file=str(probe),
+                        fix="make it writable, or give a folder you can write to") from None
+    free = shutil.disk_usage(probe).free
+    if free < MIN_FREE_BYTES:
+        raise UserError(f"{what}: the disk holding {probe} is full ({free / 2**20:.1f} MiB free)", file=str(probe),
+                        fix=f"free at least {MIN_FREE_BYTES // 2**20} MiB, then run the command again")
+    return p
 
 
 def atomic_write_text(path: str | Path, text: str) -> Path:

@@ -284,8 +284,11 @@ class RunDir:
         return sha256_file(self.model_path) if self.model_path.exists() else None
 
     # ---- evaluations -------------------------------------------------------------------
-    def eval_dir(self, split: str, data: dict[str, Any] | None = None) -> Path:
-        """Where an evaluation of ``split`` goes: eval/<split>, or eval/<stem>-<hash8>/<split> for other data."""
+    def eval_dir(self, split: str, data: dict[str, Any] | None = None, advisor: str | None = None) -> Path:
+        """Where an evaluation of ``split`` goes: eval/<split>, or eval/<stem>-<hash8>/<split> for other data;
+        ``advisor`` (another advisor than the run's own, e.g. ``llm-transformers``): ``<split>-<advisor>``."""
+        if advisor:
+            split = f"{split}-{advisor}"
         if data is None:
             return self.eval_root / split
         digest = data.get("sha256") or hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import signal
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from hybrid_trader.data import load_bars
 from hybrid_trader.data.bars import Bars
+from hybrid_trader.data.findings import Finding
 from hybrid_trader.data.synthetic import generate_bars
 from hybrid_trader.env import EnvConfig, TradingEnv
 from hybrid_trader.env.risk_veto import RiskConfig, RiskVeto
@@ -43,9 +45,21 @@ def load_bars_from_config(data: DataConfig) -> Bars:
     )
 
 
+SHOWN_NOTES = ("market",)
+"""Notes of loading that training and evaluation repeat beside the warnings (a market guessed from a file name)."""
+
+
 def load_market(data: DataConfig, split: SplitConfig, bars: Bars | None = None) -> Market:
-    """Load (or take) the bars, compute their features once and split the sessions by time."""
-    bars = bars if bars is not None else load_bars_from_config(data)
+    """Load (or take) the bars, compute their features once and split the sessions by time.
+
+    The warnings ``data check`` gives (a shifted clock, a guessed market, ...) are printed to
+    stderr here too, so that training and evaluation never use suspicious bars without a word.
+    """
+    if bars is None:
+        bars = load_bars_from_config(data)
+        shown = [f for f in bars.findings if isinstance(f, Finding) and (f.level == "warning" or f.code in SHOWN_NOTES)]
+        for finding in shown:
+            print(f"{finding.level}: {bars.source}: [{finding.code}] {finding.message}", file=sys.stderr)
     features = compute_features(bars)
     return Market(bars, features, make_split(bars.n_sessions, split))
 

@@ -28,6 +28,7 @@ from hybrid_trader.data.loader import guess_market
 from hybrid_trader.errors import UserError
 from hybrid_trader.run import RunDir
 from hybrid_trader.run.advice_dataset import student_path
+from hybrid_trader.run.files import check_writable
 from hybrid_trader.run.models import (
     final_model,
     load_model,
@@ -192,6 +193,7 @@ def train_run(
     run = RunDir(run_dir)
     say = (lambda *a: None) if quiet else (lambda *a: print(*a, flush=True))
     config.validate()
+    check_writable(run.path, what="train --out")  # a file in its place, no permission, a full disk: now
     if resume:
         return _resume(run, config, market=market, extra_callbacks=extra_callbacks, say=say, quiet=quiet,
                        validation=validation)
@@ -356,6 +358,9 @@ def _advisor(config: RunConfig, say) -> tuple[Any, Any]:
 def _teacher(config: RunConfig, market: Market, say) -> Any:
     """Phase 3 with the student and ``llm.student.teacher``: the real LLM beside it, or None (``training.teacher``)."""
     teacher = config.llm.student.teacher
+    if teacher is not None and config.env.phase != 3:
+        raise UserError(f"a teacher ({teacher}) answers beside the student in phase 3; this run is phase "
+                        f"{config.env.phase}", fix="drop --teacher (llm.student.teacher), or train phase 3")
     if config.env.phase != 3 or teacher is None:
         return None
     if config.llm.backend != "student":
