@@ -28,7 +28,8 @@ def test_rerun_with_other_steps_is_refused_naming_the_setting_when_runs_exist(ab
     out = tmp_path / "out"
     shutil.copytree(ablation, out)
     before = (out / "ablation.json").read_text()
-    with pytest.raises(UserError, match="(?s)trained with other settings.*ppo.total_timesteps: the run has 256, given 512"):
+    with pytest.raises(UserError,
+                       match="(?s)trained with other settings.*ppo.total_timesteps: the run has 256, given 512"):
         run_ablation(student_p2, out, timesteps=512, seeds=(0,), split="test", say=lambda s: None)
     assert (out / "ablation.json").read_text() == before  # nothing claims the new settings
 
