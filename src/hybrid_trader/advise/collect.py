@@ -72,6 +72,16 @@ def default_workers(config: LLMConfig) -> int:
     return DEFAULT_WORKERS if spec.local and spec.threads_field else 1
 
 
+def worker_count(requested: int | None, config: LLMConfig, say: Callable[[str], None] = print) -> int:
+    """Worker processes: ``requested`` (default :func:`default_workers`), capped at the cores with a note."""
+    n = requested or default_workers(config)
+    cores = os.cpu_count() or 1
+    if n > cores:
+        say(f"note: --workers {n} capped at {cores}, the number of cores (each worker holds its own model)")
+        n = cores
+    return n
+
+
 # ------------------------------------------------------------------------------ config
 def collect_llm_config(run_config: RunConfig, config_path: str | None = None, backend: str | None = None,
                        batch: int | None = None, adapter: str | None = None) -> LLMConfig:
@@ -347,11 +357,7 @@ def _collect_split(run_dir: Path, split: str, llm_config: LLMConfig, *, market: 
     batches = [todo[i:i + size] for i in range(0, len(todo), size)]
     prompts = PromptBuilder(llm_config)
     if asker is None:
-        n = workers or default_workers(llm_config)
-        cores = os.cpu_count() or 1
-        if n > cores:
-            say(f"note: --workers {n} capped at {cores}, the number of cores (each worker holds its own model)")
-            n = cores
+        n = worker_count(workers, llm_config, say)
         if n > 1:
             threads = max(1, (os.cpu_count() or 1) // n)
             asker = PoolAsker(llm_config, n, threads)

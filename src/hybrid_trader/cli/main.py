@@ -51,7 +51,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        return int(args.func(args) or 0)
+        code = int(args.func(args) or 0)
+        sys.stdout.flush()  # a closed pipe fails here, inside the handlers below, not at interpreter exit
+        return code
     except UserError as err:
         print(f"error: {err.render()}", file=sys.stderr)
         return err.exit_code
