@@ -24,7 +24,6 @@ import itertools
 import math
 import os
 import pickle
-import signal
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -36,6 +35,7 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
+from hybrid_trader.child_process import end_with_parent
 from hybrid_trader.env import TradingEnv
 from hybrid_trader.errors import UserError
 from hybrid_trader.llm.async_advisor import build_advisor
@@ -237,7 +237,7 @@ _WORKER_ADVISOR = None
 
 def _init_worker(config: dict, threads: int) -> None:
     global _WORKER_ADVISOR
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's: it flushes, then stops the pool
+    end_with_parent()  # Ctrl-C is the parent's (it flushes, then stops the pool); its kill -9 ends this worker
     import torch
 
     torch.set_num_threads(threads)

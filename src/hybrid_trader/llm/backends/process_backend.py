@@ -15,7 +15,6 @@ is raised again here (a counted abstention in the advisor); a dead child is a
 from __future__ import annotations
 
 import multiprocessing as mp
-import signal
 import threading
 from collections.abc import Sequence
 from multiprocessing.context import SpawnProcess
@@ -23,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from hybrid_trader.child_process import end_with_parent
 from hybrid_trader.errors import UserError
 from hybrid_trader.llm.backends import make_backend
 from hybrid_trader.llm.backends.base import Backend, BackendError, BackendTimeout
@@ -33,7 +33,7 @@ START_TIMEOUT_S = 600.0
 
 
 def _serve(conn: Any, config: Any, threads: int) -> None:  # pragma: no cover - runs in the child
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    end_with_parent()  # Ctrl-C is the parent's to handle; kill -9 of the parent ends this child too
     try:
         import torch
 
