@@ -41,7 +41,8 @@ def test_collect_workers_die_with_the_parent_when_it_is_killed(tmp_path, student
 
 
 def test_end_with_parent_when_called_in_a_child_arms_the_death_signal():
-    code = "from hybrid_trader.child_process import end_with_parent; import sys; sys.exit(0 if end_with_parent() else 3)"
+    code = ("from hybrid_trader.child_process import end_with_parent; import sys; "
+            "sys.exit(0 if end_with_parent() else 3)")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
     assert subprocess.run([sys.executable, "-c", code], env=env, timeout=60).returncode == (
         0 if sys.platform.startswith("linux") else 3)

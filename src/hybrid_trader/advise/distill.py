@@ -211,8 +211,7 @@ def _distill(run_dir: Path, config: DistillConfig | None = None, *, say: Callabl
     if best[1] is not None:
         net.load_state_dict(best[1])
     net.eval()
-    metrics: dict = {"train": fidelity(net, train, majority), "val": fidelity(net, val, majority),
-                     "majority_action": majority}
+    metrics: dict = {"train": fidelity(net, train, majority), "val": fidelity(net, val, majority)}
     if "test" in data:
         metrics["test"] = fidelity(net, data["test"], majority)
     info = {"validation": val_name, "best_epoch": best[2] + 1, "epochs": config.epochs,
@@ -221,7 +220,8 @@ def _distill(run_dir: Path, config: DistillConfig | None = None, *, say: Callabl
             "train_rows": int(len(train)), "abstained_train_rows": int(train_all.abstained.sum())}
     out = {"metrics": metrics, "info": info}
     atomic_write_bytes(student_path(run_dir), student_bytes(
-        net, config.hidden, advice_hash=meta["advice"]["hash"], advice_parts=meta["advice"], metrics=metrics,
+        net, config.hidden, advice_hash=meta["advice"]["hash"], advice_parts=meta["advice"],
+        metrics={**metrics, "majority_action": majority},  # compare's baseline is the same training majority
         created_by=f"hybrid-trader {__version__}"))
     atomic_write_text(student_metrics_path(run_dir), json.dumps(out, indent=2))
     return out

@@ -28,6 +28,7 @@ from hybrid_trader.calendar import EASTERN
 from hybrid_trader.data.bars import Bars
 from hybrid_trader.data.clock import clock_findings
 from hybrid_trader.data.findings import AnyFinding, Finding
+from hybrid_trader.data.many import is_many, load_many
 from hybrid_trader.data.timestamps import parse_timestamps
 from hybrid_trader.data.validate import Checker, tick_grid_finding, validate_frame
 from hybrid_trader.errors import UserError, did_you_mean
@@ -392,6 +393,8 @@ def load_bars(
     Raises:
         UserError: naming file, row (``line N`` of the file), column, value and fix.
     """
+    if is_many(path):  # a folder or a glob of one market's files: each loaded as below, then joined
+        return load_many(path, lambda f: load_bars(f, tz=tz, time_shift=time_shift, market=market, repair=repair))
     p = Path(path).expanduser()
     file = str(path)
     try:

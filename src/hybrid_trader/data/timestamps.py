@@ -88,7 +88,7 @@ def _decode_timestamps(
         return None, pd.DatetimeIndex(raw), raw
     if pd.api.types.is_numeric_dtype(raw.dtype) and not pd.api.types.is_bool_dtype(raw.dtype):
         return _decode_numeric(raw, ck, column, notes)
-    return _decode_text(raw, ck, lines)
+    return _decode_text(raw, ck, lines, notes)
 
 
 def _decode_numeric(raw: pd.Series, ck: Checker, column: str, notes: list[AnyFinding]) -> _Decoded:
@@ -112,7 +112,7 @@ def _decode_numeric(raw: pd.Series, ck: Checker, column: str, notes: list[AnyFin
     return aware, None, raw.astype(object)
 
 
-def _decode_text(raw: pd.Series, ck: Checker, lines: np.ndarray) -> _Decoded:
+def _decode_text(raw: pd.Series, ck: Checker, lines: np.ndarray, notes: list[AnyFinding] | None = None) -> _Decoded:
     """Text timestamps: all with a UTC offset (aware) or all without one (naive, format guessed)."""
     s = raw.astype("string").str.strip()
     has_off = s.str.contains(_OFFSET_RE, regex=True, na=False).to_numpy()
@@ -136,6 +136,11 @@ def _decode_text(raw: pd.Series, ck: Checker, lines: np.ndarray) -> _Decoded:
                 parsed = alt
         return pd.DatetimeIndex(parsed), None, s.astype(object)
     fmt = _pick_format(s)
+    if notes is not None and fmt != "ISO8601":
+        shown = fmt
+        for code, word in (("%Y", "YYYY"), ("%m", "MM"), ("%d", "DD"), ("%H", "hh"), ("%M", "mm"), ("%S", "ss")):
+            shown = shown.replace(code, word)
+        notes.append(Finding("note", "date-format", f"timestamps read as {shown}"))
     return None, pd.DatetimeIndex(pd.to_datetime(s, format=fmt, errors="coerce")), s.astype(object)
 
 

@@ -52,6 +52,7 @@ from typing import Any, TypeVar
 import yaml
 
 from hybrid_trader.config import load_yaml_config, save_config
+from hybrid_trader.data.many import bars_files, files_sha256, is_many
 from hybrid_trader.errors import UserError
 from hybrid_trader.run.files import Manifest, atomic_write_text, sha256_file
 from hybrid_trader.run.lock import LOCK, FolderLock
@@ -117,7 +118,8 @@ def data_identity(data: Any) -> dict[str, Any]:
     """What identifies the bars of a ``DataConfig``: path, sha256 and loading options, or the synthetic recipe."""
     if getattr(data, "path", None):
         path = Path(data.path)
-        return {"path": str(path), "sha256": sha256_file(path) if path.is_file() else None,
+        digest = sha256_file(path) if path.is_file() else files_sha256(bars_files(path)) if is_many(path) else None
+        return {"path": str(path), "sha256": digest,
                 "tz": data.tz, "time_shift": data.time_shift, "market": data.market, "repair": data.repair}
     return {"path": None, "synthetic": {"days": data.synthetic_days, "seed": data.synthetic_seed,
                                         "edge": data.synthetic_edge, "market": data.market or "NQ"}}
