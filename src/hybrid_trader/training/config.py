@@ -59,8 +59,21 @@ class SplitConfig:
     """Walk-forward: which fold this run trains and is evaluated on (0 = the oldest)."""
     anchored: bool = False
     """Walk-forward: every training window starts at the first day (and grows) instead of rolling."""
+    unit: Literal["share", "month"] = "share"
+    """share: the shares above; month: calendar-month folds (train_months, val_months, test_months), rolling by
+    test_months; split.folds caps their number (0: as many as the data holds), split.fold picks one."""
+    train_months: int = 6
+    """unit month: calendar months of training days in each fold."""
+    val_months: int = 1
+    """unit month: calendar months of validation days after them (0: none)."""
+    test_months: int = 1
+    """unit month: calendar months of test days after those; the next fold starts this much later."""
 
     def __post_init__(self) -> None:
+        if self.unit == "month" and (self.train_months < 1 or self.test_months < 1 or self.val_months < 0):
+            raise UserError(f"split months: train {self.train_months}, val {self.val_months}, test "
+                            f"{self.test_months}",
+                            fix="use at least 1 train and 1 test month, and 0 or more val months")
         if self.folds < 0 or (self.folds and not 0 <= self.fold < self.folds):
             raise UserError(f"split.fold {self.fold} is not one of split.folds {self.folds}",
                             fix=f"use a fold from 0 to {max(self.folds - 1, 0)}")

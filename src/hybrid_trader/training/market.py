@@ -6,6 +6,7 @@ import signal
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from hybrid_trader.data import load_bars
 from hybrid_trader.data.bars import Bars
@@ -13,9 +14,10 @@ from hybrid_trader.data.findings import Finding
 from hybrid_trader.data.synthetic import generate_bars
 from hybrid_trader.env import EnvConfig, TradingEnv
 from hybrid_trader.env.risk_veto import RiskConfig, RiskVeto
+from hybrid_trader.errors import UserError
 from hybrid_trader.features import compute_features
 from hybrid_trader.training.config import DataConfig, SplitConfig
-from hybrid_trader.training.splits import Split, time_split, walk_forward
+from hybrid_trader.training.splits import Split, month_folds, time_split, walk_forward
 
 
 @dataclass(eq=False)
@@ -61,16 +63,31 @@ def load_market(data: DataConfig, split: SplitConfig, bars: Bars | None = None) 
         for finding in shown:
             print(f"{finding.level}: {bars.source}: [{finding.code}] {finding.message}", file=sys.stderr)
     features = compute_features(bars)
-    return Market(bars, features, make_split(bars.n_sessions, split))
+    return Market(bars, features, make_split(bars.n_sessions, split, bars.session_dates))
 
 
-def make_split(n_sessions: int, split: SplitConfig) -> Split:
+def make_split(n_sessions: int, split: SplitConfig, session_dates: Any = None) -> Split:
     """The run's split: by shares, or fold ``split.fold`` of ``split.folds`` walk-forward folds.
 
     Walk-forward folds keep the shares' proportions: each fold's test window holds
     ``test / folds`` of the days (at least one), validation likewise, and training the
     ``train`` share of what one fold spans.
     """
+    if split.unit == "month":
+        if session_dates is None:
+            raise ValueError("month folds need the sessions' dates")
+        folds = month_folds(session_dates, split.train_months, split.val_months, split.test_months)
+        fits = len(folds)
+        wanted = split.folds or fits
+        if fits == 0 or wanted > fits or split.fold >= min(wanted, fits):
+            first, last = (str(session_dates[0]), str(session_dates[-1])) if len(session_dates) else ("-", "-")
+            raise UserError(
+                f"split.unit month: {split.train_months}+{split.val_months}+{split.test_months} months per fold fit "
+                f"{fits} fold(s) in the data ({first} to {last}); asked fold {split.fold} of "
+                f"{split.folds or 'as many as fit'}",
+                fix=f"use split.fold 0 to {max(fits - 1, 0)} (split.folds at most {fits}), fewer months per fold, "
+                    "or more data")
+        return folds[split.fold]
     if not split.folds:
         return time_split(n_sessions, split.train, split.val, split.test)
     test = max(1, int(n_sessions * split.test / split.folds))

@@ -16,8 +16,11 @@ seen by two parts. Turn a range into bars with
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
 
 from hybrid_trader.errors import UserError
 
@@ -195,3 +198,32 @@ def part_bars(bars: Bars, split: Split, name: str) -> Bars:
         raise UserError(f"the split needs {r.stop} sessions but the bars have {bars.n_sessions}",
                         fix="compute the split from these bars' n_sessions")
     return bars.slice_sessions(r.start, r.stop - 1)
+
+
+def month_folds(session_dates: Sequence[Any], train_months: int, val_months: int, test_months: int) -> list[Split]:
+    """Walk-forward folds by calendar month of the trading date, rolling by ``test_months``.
+
+    Fold k trains on months ``[k*test, k*test + train)`` (counted from the first month of the
+    data), validates on the next ``val_months`` and tests on the next ``test_months``; a fold
+    whose test months run past the data is not made. E.g. 6/1/1 over 2024: train January-June,
+    validate July, test August; then February-July, August, September; ...
+    """
+    months = [(int(str(d)[:4]), int(str(d)[5:7])) for d in session_dates]
+    if not months:
+        return []
+    first = months[0][0] * 12 + months[0][1] - 1
+    index = np.array([y * 12 + m - 1 - first for y, m in months])
+    span = train_months + val_months + test_months
+    out = []
+    k = 0
+    while True:
+        start = k * test_months
+        if start + span > int(index[-1]) + 1:
+            break
+        bounds = [start, start + train_months, start + train_months + val_months, start + span]
+        cut = [int(np.searchsorted(index, b)) for b in bounds]
+        split = Split(train=range(cut[0], cut[1]), val=range(cut[1], cut[2]), test=range(cut[2], cut[3]))
+        if len(split.train) and len(split.test):
+            out.append(split)
+        k += 1
+    return out
