@@ -31,6 +31,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--strategy", choices=("prior", "rules"),
                    help="phase 3: decide with the trained fused distribution (prior) or seed 001's rules")
     p.add_argument("--no-ablation", action="store_true", help="phase 3: skip the RL-only ablation run")
+    p.add_argument("--verdict", choices=("rolling", "sequential"),
+                   help="the prop-firm verdict of the agent and the baselines: a fresh evaluation account started on "
+                        "every day (rolling) or after each pass or breach (sequential); pass and breach rates, days "
+                        "to pass and to breach, the expected outcome per attempt (docs/EVALUATION.md)")
+    p.add_argument("--evaluation-fee", type=float, default=167.0, metavar="USD",
+                   help="--verdict: price of a first attempt (default 167, Apex 50K)")
+    p.add_argument("--reset-fee", type=float, default=80.0, metavar="USD",
+                   help="--verdict: price of each later attempt (default 80)")
+    p.add_argument("--pass-value", type=float, default=0.0, metavar="USD",
+                   help="--verdict: what a passed evaluation is worth to you (default 0: fees only)")
+    p.add_argument("--max-days", type=int, default=30, metavar="N",
+                   help="--verdict: trading days an attempt may take (default 30)")
     p.add_argument("--fresh-days", action="store_true",
                    help="the agent also trades each day from a fresh account: the day-by-day figures free of the "
                         "path (on one account a bad first day can breach it or lock it out for the rest)")
@@ -59,6 +71,7 @@ def run(args: argparse.Namespace) -> int:
     # evaluation loads torch, SB3 and the environment (about 2 s): `hybrid-trader --help` must not pay it
     from hybrid_trader.evaluation.evaluate import HEADLINE, evaluate_run, format_table
     from hybrid_trader.evaluation.metrics import jsonable  # same reason
+    from hybrid_trader.evaluation.verdict import VERDICT_FIGURES, VerdictConfig  # same reason
 
     if args.ablation:
         return _ablation(args)
@@ -66,7 +79,9 @@ def run(args: argparse.Namespace) -> int:
     out = evaluate_run(Path(args.run_dir), split=args.split, seeds=args.seeds, data_overrides=overrides,
                        quiet=args.json, llm_overrides=llm_key_overrides(overrides_from(args, ("--llm",))) or None,
                        strategy=args.strategy, ablation=not args.no_ablation, explain=args.explain,
-                       explain_llm=args.explain_llm, fresh_days=args.fresh_days)
+                       explain_llm=args.explain_llm, fresh_days=args.fresh_days, verdict=args.verdict,
+                       verdict_config=VerdictConfig(args.evaluation_fee, args.reset_fee, args.pass_value,
+                                                    args.max_days) if args.verdict else None)
     if not args.json:
         print(format_table(out.metrics, HEADLINE))
         if out.extra.get("llm"):
@@ -76,6 +91,11 @@ def run(args: argparse.Namespace) -> int:
         if out.extra.get("ablation"):
             print("\nAblation (same bars, split and seeds):")
             print(format_table(out.extra["ablation"], HEADLINE, columns=list(out.extra["ablation"])))
+        if out.extra.get("prop_verdict"):
+            pv = out.extra["prop_verdict"]
+            print(f"\nProp-firm verdict ({pv['mode']} attempts, at most {pv['config']['max_days']} days each; fees "
+                  f"${pv['config']['evaluation_fee']:g} then ${pv['config']['reset_fee']:g}):")
+            print(format_table(pv["figures"], list(VERDICT_FIGURES), columns=list(pv["figures"])))
         if out.extra.get("fresh_days"):
             print("\nThe agent, each day from a fresh account:")
             for key, value in out.extra["fresh_days"].items():

@@ -19,6 +19,7 @@ import dataclasses
 import hashlib
 import json
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -31,6 +32,7 @@ from hybrid_trader.evaluation.metrics import compute_metrics, jsonable
 from hybrid_trader.evaluation.policies import AgentPolicy, FlatPolicy, HybridAgentPolicy, MomentumPolicy, RandomPolicy
 from hybrid_trader.evaluation.results import StrategyResult, metrics_table, save_results
 from hybrid_trader.evaluation.runner import entry_rate, evaluation_env, run_fresh_days, run_policy
+from hybrid_trader.evaluation.verdict import VerdictConfig, prop_verdict
 from hybrid_trader.llm.health import HEALTH_STAT_NAMES
 from hybrid_trader.run import FolderLock, RunDir, data_identity, same_data, sha256_file
 from hybrid_trader.run.files import atomic_write_text, check_writable
@@ -97,6 +99,8 @@ def evaluate_run(
     explain: int = 0,
     explain_llm: str | None = None,
     fresh_days: bool = False,
+    verdict: Literal["rolling", "sequential"] | None = None,
+    verdict_config: VerdictConfig | None = None,
 ) -> EvaluationOutput:
     """Evaluate a run on ``split``; results in ``out_dir`` (default ``RUN_DIR/eval/<split>``, or a
     folder named after other data). ``llm_overrides`` change the advisor's settings for this
@@ -104,7 +108,9 @@ def evaluate_run(
     give such an evaluation its own ``out_dir``. ``explain``: the first ``explain`` sample
     decisions of a phase 3 agent get the LLM's chain of thought (``evaluation.explain``;
     ``explain_llm``: its back end). ``fresh_days``: the agent also trades each day from a
-    fresh account (``runner.run_fresh_days``; ``extra["fresh_days"]``)."""
+    fresh account (``runner.run_fresh_days``; ``extra["fresh_days"]``). ``verdict``: the prop-firm
+    verdict of the agent and the baselines, attempts started every day (``rolling``) or one after
+    another (``sequential``) (``evaluation.verdict``; ``extra["prop_verdict"]``)."""
     run_dir = Path(run_dir)
     run = RunDir(run_dir).require()
     if seeds < 1:
@@ -115,6 +121,10 @@ def evaluate_run(
                         f"{config.env.phase}", fix="drop --explain, or evaluate a phase 3 run")
     if explain < 0:
         raise UserError(f"--explain {explain}: give a number of decisions (0 or more)")
+    if verdict and config.env.phase == 3:
+        raise UserError("--verdict is measured for phase 1 and 2 agents (and the baselines) so far; a phase 3 "
+                        "agent's advisor would be asked for every attempt",
+                        fix="evaluate the phase 2 run it started from with --verdict, or drop --verdict")
     if config.env.phase == 3 and not llm_overrides:  # the run's own advisor: the student or adapter it pinned
         check_pins(run_dir, doing="evaluate")
     own_data = data_identity(config.data)
@@ -135,13 +145,16 @@ def evaluate_run(
     with FolderLock(out_dir, f"evaluate {split}"):  # one writer per output folder; training may go on
         return _evaluate(run, config, data, out_dir, split=split, seeds=seeds, market=market, quiet=quiet,
                          llm_overrides=llm_overrides, strategy=strategy, ablation=ablation, explain=explain,
-                         explain_llm=explain_llm, fresh_days=fresh_days)
+                         explain_llm=explain_llm, fresh_days=fresh_days, verdict=verdict,
+                         verdict_config=verdict_config)
 
 
 def _evaluate(run: RunDir, config: RunConfig, data: dict, out_dir: Path, *, split: str, seeds: int, market: Any,
               quiet: bool, llm_overrides: dict | None,
               strategy: Literal["prior", "rules"] | None, ablation: bool, explain: int = 0,
-              explain_llm: str | None = None, fresh_days: bool = False) -> EvaluationOutput:
+              explain_llm: str | None = None, fresh_days: bool = False,
+              verdict: Literal["rolling", "sequential"] | None = None,
+              verdict_config: VerdictConfig | None = None) -> EvaluationOutput:
     run_dir = run.path
     market = market or load_market(config.data, config.split)
     sessions = sessions_for(market, split)
@@ -173,6 +186,16 @@ def _evaluate(run: RunDir, config: RunConfig, data: dict, out_dir: Path, *, spli
     results += randoms
     results.append(run_policy(MomentumPolicy(), env()))
 
+    prop = None
+    if verdict:
+        vcfg = verdict_config or VerdictConfig()
+        makers: list[tuple[str, Callable[[], Any]]] = [
+            (agent.name, lambda: AgentPolicy(model, vec)), ("flat", FlatPolicy),
+            ("random (seed 0)", lambda: RandomPolicy(rate, seed=0)), ("momentum", MomentumPolicy)]
+        say(f"prop-firm verdict ({verdict} attempts, at most {vcfg.max_days} days each) of the agent and baselines")
+        prop = {"mode": verdict, "config": dataclasses.asdict(vcfg),
+                "figures": {name: prop_verdict(make, market, config.env, sessions, vcfg, mode=verdict)
+                            for name, make in makers}}
     table = metrics_table(results)
     random_stats = table["random"]
     metrics = {name: m for name, m in table.items() if name != "random"}
@@ -188,7 +211,8 @@ def _evaluate(run: RunDir, config: RunConfig, data: dict, out_dir: Path, *, spli
     save_results(results, prices, out_dir, metrics=table,
                  info={"split": split, "run_dir": str(run_dir), "model": str(model_path),
                        "model_sha256": sha256_file(model_path), "data": data, "seeds": seeds, "entry_rate": rate,
-                       **llm_info, **({"advisor_override": llm_overrides} if llm_overrides else {})})
+                       **llm_info, **({"advisor_override": llm_overrides} if llm_overrides else {}),
+                       **({"prop_verdict": prop} if prop else {})})
     (out_dir / "STALE.json").unlink(missing_ok=True)
     dates = (str(market.bars.session_dates[sessions.start]), str(market.bars.session_dates[sessions.stop - 1]))
     per_seed = {r.name: compute_metrics(r) for r in randoms}
@@ -197,6 +221,8 @@ def _evaluate(run: RunDir, config: RunConfig, data: dict, out_dir: Path, *, spli
         extra["llm"] = agent.extra.get("llm")
         extra["ablation"] = ablation_metrics
     extra.update({k: agent.extra[k] for k in ("trust", "llm_warning", "explained", "fresh_days") if agent.extra.get(k)})
+    if prop:
+        extra["prop_verdict"] = prop
     return EvaluationOutput(split, out_dir, metrics, random_stats, dates, per_seed, extra)
 
 

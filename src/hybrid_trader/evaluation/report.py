@@ -228,6 +228,19 @@ def _figures_html(results: list, prices: Any, agents: list, out_path: Path) -> l
     return fig_html
 
 
+def _verdict_section(pv: Any) -> list[str]:
+    """The prop-firm verdict table (``evaluate --verdict``), or nothing."""
+    if not (isinstance(pv, Mapping) and isinstance(pv.get("figures"), Mapping)):
+        return []
+    c = pv.get("config", {})
+    return ["<h2>Prop-firm verdict</h2>",
+            f'<p class="small">{_esc(pv.get("mode"))} attempts, each a fresh evaluation account, at most '
+            f'{_esc(c.get("max_days"))} trading days; fees ${_esc(c.get("evaluation_fee"))} then '
+            f'${_esc(c.get("reset_fee"))} a reset; a pass worth ${_esc(c.get("pass_value"))}. '
+            "Same environment, rules and fills as the metrics above (docs/EVALUATION.md).</p>",
+            _stats_html(pv["figures"])]
+
+
 def _llm_sections(results: list) -> list[str]:
     """LLM and fusion statistics, the learned trust and sample decisions (empty without an LLM)."""
     sections: list[str] = []
@@ -308,6 +321,7 @@ def write_report(run_dir: str | Path, eval_dir: str | Path | None = None, *, spl
                  "Random baselines show mean ± std over seeds. Hover a row for its definition.</p>",
                  metrics_html(metrics, agent_cols), "<h2>Figures</h2>", *fig_html]
 
+    sections += _verdict_section(info.get("prop_verdict"))
     sections += _llm_sections(results)
     ablation_path = run.ablation_path if ed == run.eval_dir(split) else ed.parent / ABLATION
     if ablation_path.is_file():
