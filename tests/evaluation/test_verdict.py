@@ -56,3 +56,12 @@ def test_bad_fees_and_days_are_refused():
         VerdictConfig(evaluation_fee=-1.0)
     with pytest.raises(UserError, match="max_days"):
         VerdictConfig(max_days=0)
+
+
+def test_demo_headline_names_the_best_baseline_when_momentum_leads():
+    from hybrid_trader.cli.demo import headline_line
+
+    net = "Net PnL [$]"
+    line = headline_line({"agent": {net: 100.0}, "flat": {net: 0.0}, "random": {net: -50.0},
+                          "momentum": {net: 300.0}}, ("2024-01-02", "2024-02-01"))
+    assert "does not beat the best baseline, momentum $300" in line and "flat $0" in line
