@@ -14,6 +14,7 @@ from hybrid_trader.errors import UserError
 from hybrid_trader.features.names import FEATURE_NAMES
 from hybrid_trader.llm.backends.student_backend import load_student
 from hybrid_trader.run.advice_dataset import META_KEY, advice_identity, part_files, read_split
+from hybrid_trader.run.files import Manifest
 from hybrid_trader.training.runner import train_run, with_default_student
 from hybrid_trader.training.teacher import TRAINING_PASS, teacher_config
 from tests.training.conftest import student_cfg
@@ -76,6 +77,7 @@ def test_teacher_refuses_a_dataset_of_another_model_when_the_run_resumes(tmp_pat
         meta = json.loads(table.schema.metadata[META_KEY])
         meta["advice"] = {**meta["advice"], "model": "transformers:other", "hash": "0" * 12}
         pq.write_table(table.replace_schema_metadata({META_KEY: json.dumps(meta).encode()}), part)
+        Manifest(part.parent).record({part: part.read_bytes()})  # as another model's writer would have recorded it
     config = with_default_student(student_cfg(3, 512, **TEACHER), student_p2)
     with pytest.raises(UserError, match="another model or prompt"):
         train_run(config, out, resume=True, market=student_market, quiet=True)

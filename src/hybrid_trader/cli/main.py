@@ -31,6 +31,7 @@ COMMAND_MODULES = [
     "hybrid_trader.cli.report",
     "hybrid_trader.cli.diagnose",
     "hybrid_trader.cli.advise",
+    "hybrid_trader.cli.study",
 ]
 
 

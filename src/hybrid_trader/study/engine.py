@@ -1,0 +1,190 @@
+"""Run a study on Ray: every trial a Ray task on one CPU, resumable, failures recorded, one table at the end.
+
+``run_study(spec_path, out)``: checks the study file and every variant's keys, refuses a folder
+written by another study (naming what differs), skips finished trials, runs the rest on Ray
+(``ray.init(num_cpus=workers)`` on this machine, or ``address`` to join a cluster), shows a
+progress bar with ETA, and writes ``OUT/trials.parquet`` (one row per trial), ``OUT/summary.json``
+and ``OUT/report.html``. Ray's overhead per trial (the time a trial spends outside its own
+work: scheduling, process start, transfers) is measured and reported.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import socket
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from tqdm.auto import tqdm
+
+from hybrid_trader.config import to_dict
+from hybrid_trader.errors import UserError
+from hybrid_trader.evaluation.metrics import jsonable
+from hybrid_trader.run.files import atomic_write_text, check_writable
+from hybrid_trader.run.lock import FolderLock
+from hybrid_trader.study.spec import StudySpec, load_study
+from hybrid_trader.study.summary import summarize
+from hybrid_trader.study.trials import TRIALS, Trial, read_trial, run_trial
+
+STUDY_FILE = "study.json"
+"""The study as it was given (its identity and settings): a later run must match it."""
+TABLE = "trials.parquet"
+SUMMARY = "summary.json"
+
+
+def trials_of(spec: StudySpec) -> list[Trial]:
+    """Every trial of the grid, or the random sample of them (seeded)."""
+    grid = [Trial(v.name, int(s), f) for v in spec.variants for s in spec.seeds for f in range(max(spec.folds, 1))]
+    if spec.search == "random":
+        rng = random.Random(spec.sample_seed)
+        grid = sorted(rng.sample(grid, min(spec.samples, len(grid))), key=lambda t: (t.variant, t.seed, t.fold))
+    return grid
+
+
+def _check_same_study(out: Path, spec: StudySpec) -> None:
+    path = out / STUDY_FILE
+    if not path.exists():
+        if any(p.name != ".lock" for p in out.iterdir()):
+            raise UserError(f"{out} is not empty and holds no study", file=str(out),
+                            fix="give a new folder for the study (--out), or the folder of this study")
+        return
+    old = json.loads(path.read_text(encoding="utf-8"))
+    if old.get("identity") == spec.identity():
+        return
+    new = to_dict(spec)
+    differ = [k for k in sorted(set(old.get("spec", {})) | set(new)) if k != "name"
+              and old.get("spec", {}).get(k) != new.get(k)]
+    raise UserError(f"{out} holds another study (its {', '.join(differ) or 'settings'} differ); its finished "
+                    "trials would be mixed with this study's", file=str(path),
+                    fix="give this study a new --out folder, or restore the study file that made this one")
+
+
+def _probe(address: str, timeout: float = 5.0) -> None:
+    """A quick TCP check of a cluster's address: Ray itself retries a dead one for minutes."""
+    if address == "auto":
+        return
+    hostport = address.split("://", 1)[-1]
+    host, _, port = hostport.rpartition(":")
+    try:
+        with socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout):
+            return
+    except (OSError, ValueError) as err:
+        raise UserError(f"the Ray cluster at {address} does not answer ({err})", value=address,
+                        fix="check --address (ray start --head prints it, e.g. 10.0.0.5:6379), or leave it out to "
+                            "run on this machine") from None
+
+
+def _ray_init(workers: int, address: str | None) -> Any:
+    import ray  # only when trials run: ray takes ~1 s to import and starts its own processes
+
+    if address:
+        _probe(address)
+    try:
+        if address:
+            ray.init(address=address, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
+        else:
+            ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
+    except Exception as err:  # ConnectionError, a timeout, a refused address: all say the same to the user
+        raise UserError(f"could not start or join Ray ({type(err).__name__}: {str(err)[:200]})",
+                        value=address or f"local, {workers} CPUs",
+                        fix="check --address (ray start --head prints it, e.g. 10.0.0.5:6379), or leave it out to "
+                            "run on this machine") from None
+    return ray
+
+
+def run_study(spec_path: str | Path, out: str | Path, *, workers: int | None = None, address: str | None = None,
+              progress: bool = True, say: Callable[[str], None] = print) -> dict[str, Any]:
+    """Run (or continue) the study; returns the summary (also in ``OUT/summary.json``)."""
+    spec = load_study(spec_path)
+    out = Path(out).resolve()
+    check_writable(out, what="study --out")
+    cores = os.cpu_count() or 1
+    workers = workers or cores
+    if workers < 1:
+        raise UserError(f"--workers {workers} must be 1 or more")
+    if workers > cores and not address:
+        say(f"note: --workers {workers} capped at {cores}, the number of cores (one trial per CPU)")
+        workers = cores
+    _check_folds(spec)
+    out.mkdir(parents=True, exist_ok=True)
+    with FolderLock(out, "study"):
+        _check_same_study(out, spec)
+        spec.name = spec.name or out.name
+        atomic_write_text(out / STUDY_FILE, json.dumps({"identity": spec.identity(), "spec": to_dict(spec)},
+                                                       indent=1, default=str))
+        trials = trials_of(spec)
+        todo = [t for t in trials if (read_trial(out / TRIALS / t.slug) or {}).get("status") != "finished"]
+        for t in todo:  # a failed trial is tried again; its old record goes
+            (out / TRIALS / t.slug / "trial.json").unlink(missing_ok=True)
+        say(f"study {spec.name}: {len(trials)} trials ({len(spec.variants)} variants x {len(spec.seeds)} seeds x "
+            f"{max(spec.folds, 1)} folds), {len(trials) - len(todo)} finished before, {len(todo)} to run on "
+            f"{'Ray at ' + address if address else f'{workers} local Ray workers'}")
+        timing = _run_on_ray(spec, todo, out, workers, address, progress) if todo else {}
+        rows = [read_trial(out / TRIALS / t.slug) or {"trial": t.slug, "variant": t.variant, "seed": t.seed,
+                                                      "fold": t.fold, "status": "missing"} for t in trials]
+        table = pd.DataFrame([{k: v for k, v in r.items() if k != "daily_returns"} for r in rows])
+        table.to_parquet(out / TABLE, index=False)
+        summary = summarize(spec, rows)
+        summary["timing"] = timing
+        atomic_write_text(out / SUMMARY, json.dumps(jsonable(summary), indent=1))
+        from hybrid_trader.study.report import write_study_report  # matplotlib only when a report is written
+
+        summary["report"] = str(write_study_report(out, spec, summary, table))
+    return summary
+
+
+def _check_folds(spec: StudySpec) -> None:
+    """A fold count the data cannot hold is refused before any trial starts (loads the bars once)."""
+    if not spec.folds:
+        return
+    from hybrid_trader.training.market import load_market  # only with folds: loading the bars costs seconds
+
+    config = spec.run_config(spec.variants[0], spec.seeds[0], spec.folds - 1, spec.phases[0])
+    try:
+        load_market(config.data, config.split)
+    except UserError as err:
+        raise UserError(f"folds: {spec.folds} walk-forward folds do not fit the data ({err.message})",
+                        fix="use fewer folds, or more days of data") from None
+
+
+def _run_on_ray(spec: StudySpec, todo: list[Trial], out: Path, workers: int, address: str | None,
+                progress: bool) -> dict[str, float]:
+    ray = _ray_init(workers, address)
+    remote = ray.remote(num_cpus=1, max_retries=0)(run_trial)
+    data = to_dict(spec)
+    started = time.perf_counter()
+    submitted = {remote.remote(data, t, str(out)): (t, time.perf_counter()) for t in todo}
+    pending = list(submitted)
+    trial_seconds = 0.0
+    bar = tqdm(total=len(todo), desc="trials", unit="trial", disable=not progress)
+    try:
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1)
+            for ref in done:
+                try:
+                    row = ray.get(ref)
+                except Exception as err:  # the worker died (out of memory, killed): recorded like a failure
+                    t = submitted[ref][0]
+                    row = {"variant": t.variant, "seed": t.seed, "fold": t.fold, "trial": t.slug,
+                           "status": "failed", "error": f"worker lost: {type(err).__name__}: {str(err)[:300]}",
+                           "seconds": 0.0}
+                    folder = out / TRIALS / t.slug
+                    folder.mkdir(parents=True, exist_ok=True)
+                    atomic_write_text(folder / "trial.json", json.dumps(row, indent=1))
+                trial_seconds += float(row.get("seconds") or 0.0)
+                bar.update(1)
+                bar.set_postfix(last=f"{row.get('trial')} {row.get('status')}")
+    finally:
+        bar.close()
+        ray.shutdown()
+    wall = time.perf_counter() - started
+    used = min(workers, len(todo))
+    overhead = max(wall * used - trial_seconds, 0.0) / len(todo)
+    return {"wall_s": round(wall, 2), "trial_s_total": round(trial_seconds, 2), "workers": used,
+            "ray_overhead_s_per_trial": round(overhead, 2),
+            "ray_overhead_pct": round(100.0 * overhead * len(todo) / (wall * used), 1) if wall > 0 else 0.0}

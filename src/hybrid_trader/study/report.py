@@ -1,0 +1,77 @@
+"""The study's HTML page: per variant mean and CI, paired differences, the DSR, one row per trial."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from hybrid_trader.evaluation.report import _esc, html_document
+from hybrid_trader.study.spec import StudySpec
+from hybrid_trader.study.summary import SUMMARY_FIGURES
+
+REPORT = "report.html"
+
+
+def _num(v: Any) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "-"
+    return f"{v:,.2f}" if isinstance(v, float) else str(v)
+
+
+def _ci(d: dict) -> str:
+    lo, hi = d.get("ci_low"), d.get("ci_high")
+    ci = "" if lo is None or (isinstance(lo, float) and math.isnan(lo)) else f" [{_num(lo)}, {_num(hi)}]"
+    return _num(d.get("mean", d.get("mean difference"))) + ci
+
+
+def write_study_report(out: Path, spec: StudySpec, summary: dict, table: pd.DataFrame) -> Path:
+    """``OUT/report.html``: self-contained, no scripts."""
+    v = summary["variants"]
+    head = "".join(f"<th>{_esc(f)}</th>" for f in SUMMARY_FIGURES)
+    rows = "".join(
+        f'<tr><td class="l">{_esc(name)}{" (baseline)" if name == spec.baseline else ""}</td>'
+        f"<td>{s['finished']}/{s['trials']}</td><td>{s['passed (Apex verdict)']}</td>"
+        + "".join(f"<td>{_esc(_ci(s['figures'][f]))}</td>" for f in SUMMARY_FIGURES) + "</tr>"
+        for name, s in v.items())
+    paired = "".join(
+        f'<tr><td class="l">{_esc(name)} - {_esc(spec.baseline)}</td><td>{p["pairs"]}</td>'
+        f'<td>{_esc(_ci(p["Net PnL [$]"]))}</td><td>{_esc(_ci(p["Sharpe (ann.)"]))}</td></tr>'
+        for name, p in summary["paired vs baseline"].items())
+    dsr = summary["deflated sharpe"]
+    t = summary.get("timing") or {}
+    cols = [c for c in ("trial", "status", "Net PnL [$]", "Sharpe (ann.)", "Trades", "Apex verdict", "seconds",
+                        "error") if c in table.columns]
+    trial_rows = "".join("<tr>" + "".join(f'<td class="{"l" if c in ("trial", "error") else ""}">'
+                                          f"{_esc(_num(r.get(c)))}</td>" for c in cols) + "</tr>"
+                         for r in table.to_dict("records"))
+    sections = [
+        f"<h1>Study {_esc(summary['study'])}</h1>",
+        f'<p class="meta">{summary["trials"]} trials: {len(spec.variants)} variants x {len(spec.seeds)} seeds x '
+        f"{max(spec.folds, 1)} folds; {summary['finished']} finished, {summary['failed']} failed; evaluated on "
+        f"{_esc(spec.evaluate.split)} days"
+        + (f"; {t.get('workers')} Ray workers, {t.get('wall_s')} s, Ray overhead "
+           f"{t.get('ray_overhead_s_per_trial')} s a trial ({t.get('ray_overhead_pct')}%)" if t else "") + "</p>",
+        "<h2>Variants</h2>",
+        '<p class="small">The agent on each trial\'s evaluation days, net of costs: mean over seeds and folds with its '
+        "95% bootstrap confidence interval; passes count trials whose single account reached the target.</p>",
+        f'<table><thead><tr><th class="l">variant</th><th>trials</th><th>passed</th>{head}</tr></thead>'
+        f"<tbody>{rows}</tbody></table>",
+        "<h2>Paired with the baseline</h2>",
+        '<p class="small">Differences on the same seed and fold, mean and 95% bootstrap CI: a CI that holds 0 is no '
+        "evidence of a difference.</p>",
+        '<table><thead><tr><th class="l">variant - baseline</th><th>pairs</th><th>Net PnL [$]</th>'
+        f"<th>Sharpe (ann.)</th></tr></thead><tbody>{paired}</tbody></table>",
+        "<h2>Deflated Sharpe Ratio</h2>",
+        f"<p>Best trial by daily Sharpe: <b>{_esc(dsr.get('best'))}</b> ({_num(dsr.get('daily sharpe'))} a day over "
+        f"{_esc(dsr.get('days', '-'))} days); probability its true Sharpe beats the best of {dsr.get('trials')} "
+        f"skill-less trials: <b>{_num(dsr.get('dsr'))}</b> (Bailey and Lopez de Prado, 2014).</p>",
+        "<h2>Trials</h2>",
+        "<table><thead><tr>" + "".join(f'<th class="l">{_esc(c)}</th>' for c in cols)
+        + f"</tr></thead><tbody>{trial_rows}</tbody></table>",
+    ]
+    path = out / REPORT
+    path.write_text(html_document(f"Study {summary['study']}", sections), encoding="utf-8")
+    return path

@@ -1,0 +1,123 @@
+"""The study file: what to vary, over which seeds and folds, and how each trial is evaluated.
+
+Example (``docs/STUDY.md``)::
+
+    name: select-last-vs-best           # optional; the folder's name by default
+    base:                               # config keys set in every trial (those of --set)
+      data.synthetic_days: 40
+      ppo.total_timesteps: 8192
+    variants:                           # each a name and the keys it sets over the base
+      - {name: rl-only, set: {env.phase: 2}}
+      - {name: constant-prior, set: {env.phase: 2, fusion.llm_weight: 0.5}}
+    baseline: rl-only                   # paired comparisons are against this variant
+    seeds: [0, 1, 2]
+    folds: 3                            # walk-forward folds (split.folds / split.fold); 0: one split
+    phases: [1, 2]                      # each trial trains these phases in turn (2 from 1, 3 from 2)
+    search: grid                        # grid: every variant x seed x fold; random: `samples` of them
+    evaluate: {split: test, seeds: 1}
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from hybrid_trader.config import check, load_yaml_config, merge_overrides, to_dict
+from hybrid_trader.errors import UserError
+from hybrid_trader.training.config import RunConfig
+
+
+@dataclass
+class VariantSpec:
+    """One variant of the study."""
+
+    name: str = ""
+    """Its name (letters, digits, - and _): the trials' folders start with it."""
+    set: dict[str, Any] = field(default_factory=dict)
+    """Config keys it sets over the study's base, as with --set (e.g. fusion.mode: learned)."""
+
+    def __post_init__(self) -> None:
+        check(bool(self.name) and all(c.isalnum() or c in "-_" for c in self.name), "name",
+              f"{self.name!r} is not a variant name", fix="use letters, digits, - and _, e.g. best-val")
+
+
+@dataclass
+class EvaluateSpec:
+    """How each trial is evaluated (``evaluate_run``)."""
+
+    split: Literal["val", "test"] = "test"
+    """Days each trial is evaluated on: later than every day it trained on."""
+    seeds: int = 1
+    """Seeds of the random baseline."""
+
+
+@dataclass
+class StudySpec:
+    """A study: variants x seeds x folds, each trial trained then evaluated."""
+
+    name: str = ""
+    """The study's name (default: its folder's name)."""
+    base: dict[str, Any] = field(default_factory=dict)
+    """Config keys set in every trial (those of --set)."""
+    variants: list[VariantSpec] = field(default_factory=list)
+    """The variants compared (at least one)."""
+    baseline: str = ""
+    """The variant the others are compared with, pair by pair (default: the first)."""
+    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
+    """PPO seeds of every variant and fold."""
+    folds: int = 0
+    """Walk-forward folds (split.folds; each trial one split.fold); 0: the one split of the base config."""
+    phases: list[int] = field(default_factory=lambda: [1])
+    """Phases each trial trains in turn, each from the previous one (e.g. [1, 2])."""
+    search: Literal["grid", "random"] = "grid"
+    """grid: every variant x seed x fold; random: ``samples`` of them drawn with ``sample_seed``."""
+    samples: int = 0
+    """random search: how many trials."""
+    sample_seed: int = 0
+    """random search: the draw's seed."""
+    evaluate: EvaluateSpec = field(default_factory=EvaluateSpec)
+    """How each trial is evaluated."""
+
+    def __post_init__(self) -> None:
+        check(len(self.variants) >= 1, "variants", "a study needs at least one variant",
+              fix="list variants: [{name: a, set: {...}}, ...]")
+        names = [v.name for v in self.variants]
+        check(len(set(names)) == len(names), "variants", f"variant names repeat: {names}", fix="name each once")
+        if not self.baseline:
+            self.baseline = names[0]
+        check(self.baseline in names, "baseline", f"{self.baseline!r} is not a variant", value=self.baseline,
+              fix=f"use one of: {', '.join(names)}")
+        check(len(self.seeds) >= 1, "seeds", "a study needs at least one seed", fix="e.g. seeds: [0, 1, 2]")
+        check(self.folds >= 0, "folds", f"{self.folds} must be 0 or more", fix="0 (one split) or e.g. 3")
+        check(bool(self.phases) and self.phases == sorted(self.phases) and set(self.phases) <= {1, 2, 3}, "phases",
+              f"{self.phases} is not a chain of phases", fix="e.g. [1], [1, 2] or [2, 3] (with base init)")
+        check(self.search == "grid" or self.samples >= 1, "samples", "random search needs samples >= 1",
+              fix="e.g. samples: 12")
+
+    def run_config(self, variant: VariantSpec, seed: int, fold: int, phase: int) -> RunConfig:
+        """The configuration of one phase of one trial (refused, naming the key, when a key is unknown)."""
+        keys: dict[str, Any] = {**self.base, **variant.set, "ppo.seed": int(seed), "env.phase": int(phase)}
+        if self.folds:
+            keys.update({"split.folds": self.folds, "split.fold": int(fold)})
+        return merge_overrides(RunConfig(), keys, source=f"study variant {variant.name}")
+
+    def identity(self) -> str:
+        """A hash of everything that decides the trials' results (not the name)."""
+        data = to_dict(self)
+        data.pop("name", None)
+        return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def load_study(path: str | Path) -> StudySpec:
+    """The study file, validated: unknown keys, variants or values are refused naming the line and the fix."""
+    p = Path(path)
+    if not p.is_file():
+        raise UserError("study file not found", file=str(p), fix="give a YAML study file (docs/STUDY.md)")
+    spec = load_yaml_config(p, StudySpec)
+    for v in spec.variants:  # every variant's keys checked now, not in a trial an hour later
+        for phase in spec.phases:
+            spec.run_config(v, spec.seeds[0], 0, phase)
+    return spec

@@ -1,0 +1,57 @@
+"""Error bars for studies: bootstrap confidence intervals, paired differences, the Deflated Sharpe Ratio."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from statistics import NormalDist
+
+import numpy as np
+
+EULER_GAMMA = 0.5772156649015329
+_N = NormalDist()
+
+
+def bootstrap_ci(values: Sequence[float], *, level: float = 0.95, draws: int = 10_000, seed: int = 0,
+                 ) -> tuple[float, float, float]:
+    """``(mean, low, high)``: the mean and its percentile bootstrap interval (NaN-free values; NaN when none)."""
+    x = np.asarray([v for v in values if v == v], dtype=float)
+    if len(x) == 0:
+        return math.nan, math.nan, math.nan
+    if len(x) == 1:
+        return float(x[0]), math.nan, math.nan
+    rng = np.random.default_rng(seed)
+    means = x[rng.integers(0, len(x), size=(draws, len(x)))].mean(axis=1)
+    a = (1.0 - level) / 2.0
+    return float(x.mean()), float(np.quantile(means, a)), float(np.quantile(means, 1.0 - a))
+
+
+def paired_difference(a: Sequence[float], b: Sequence[float], **kwargs) -> tuple[float, float, float]:
+    """Mean of ``a - b`` over pairs (the same seed and fold) with its bootstrap interval; pairs with a NaN dropped."""
+    d = [x - y for x, y in zip(a, b) if x == x and y == y]
+    return bootstrap_ci(d, **kwargs)
+
+
+def expected_max_sharpe(trials: int, variance: float) -> float:
+    """The Sharpe ratio the best of ``trials`` independent skill-less trials reaches by luck (Bailey & Lopez de
+    Prado 2014): ``sqrt(V) * ((1 - g) Z^-1(1 - 1/N) + g Z^-1(1 - 1/(N e)))``."""
+    if trials < 2 or not variance > 0:
+        return 0.0
+    return math.sqrt(variance) * ((1 - EULER_GAMMA) * _N.inv_cdf(1 - 1 / trials)
+                                  + EULER_GAMMA * _N.inv_cdf(1 - 1 / (trials * math.e)))
+
+
+def deflated_sharpe_ratio(sharpe: float, n_obs: int, skew: float, kurtosis: float, trials: int,
+                          trial_sharpe_variance: float) -> float:
+    """Probability that the true Sharpe ratio beats the best of ``trials`` skill-less ones (per-period Sharpe).
+
+    The PSR of ``sharpe`` against the benchmark :func:`expected_max_sharpe`; ``kurtosis`` is the
+    plain (not excess) kurtosis of the returns, ``n_obs`` their count.
+    """
+    if n_obs < 2 or sharpe != sharpe:
+        return math.nan
+    sr0 = expected_max_sharpe(trials, trial_sharpe_variance)
+    radicand = 1.0 - skew * sharpe + (kurtosis - 1.0) / 4.0 * sharpe ** 2
+    if not radicand > 0:
+        return math.nan
+    return _N.cdf((sharpe - sr0) * math.sqrt(n_obs - 1) / math.sqrt(radicand))

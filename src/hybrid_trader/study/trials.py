@@ -1,0 +1,109 @@
+"""One trial: train its phases in turn, evaluate the last, record one row; in-process, one torch thread.
+
+A trial's folder ``OUT/trials/<variant>-s<seed>-f<fold>/`` holds its runs (``p1``, ``p2``, ...)
+and ``trial.json``, written atomically last: a trial is finished when that file says so, and
+a rerun of the study skips it. A failing trial records its error and traceback there instead
+and never stops the study.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from hybrid_trader.config import from_dict
+from hybrid_trader.evaluation.evaluate import evaluate_run
+from hybrid_trader.evaluation.metrics import daily_pnl, jsonable
+from hybrid_trader.evaluation.results import load_results
+from hybrid_trader.run.files import atomic_write_text
+from hybrid_trader.study.spec import StudySpec
+from hybrid_trader.training.runner import train_run
+
+TRIAL_FILE = "trial.json"
+"""A trial's record (status, metrics, error), written last."""
+TRIALS = "trials"
+"""Sub-folder of the study holding one folder per trial."""
+FIGURES = ("Net PnL [$]", "Sharpe (ann.)", "Max drawdown [$]", "Trades", "Win rate [%]", "PSR [%]",
+           "Return [%]", "Days")
+"""The agent's metrics kept in the study table (labels of evaluation.metrics, units in them)."""
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One variant x seed x fold."""
+
+    variant: str
+    seed: int
+    fold: int
+
+    @property
+    def slug(self) -> str:
+        return f"{self.variant}-s{self.seed}-f{self.fold}"
+
+
+def read_trial(folder: Path) -> dict[str, Any] | None:
+    """A trial's record, or None when it never finished writing one."""
+    path = folder / TRIAL_FILE
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def run_trial(spec_data: dict, trial: Trial, out: str) -> dict[str, Any]:
+    """Train and evaluate one trial in this process; its row (also written to ``trial.json``). Never raises."""
+    torch.set_num_threads(1)  # the trial's own process (a Ray worker): one thread per trial, before any work
+    spec = from_dict(StudySpec, spec_data, source="study")
+    folder = Path(out) / TRIALS / trial.slug
+    folder.mkdir(parents=True, exist_ok=True)
+    row: dict[str, Any] = {"variant": trial.variant, "seed": trial.seed, "fold": trial.fold, "trial": trial.slug}
+    started = time.perf_counter()
+    try:
+        variant = next(v for v in spec.variants if v.name == trial.variant)
+        init = None
+        for phase in spec.phases:
+            run = folder / f"p{phase}"
+            config = spec.run_config(variant, trial.seed, trial.fold, phase)
+            if (run / "model.zip").exists():  # trained before the trial was interrupted: continue from it
+                init = run
+                continue
+            if run.exists():  # a run a killed trial left unfinished: trained again from its start
+                shutil.rmtree(run)
+            train_run(config, run, init=init, quiet=True)
+            init = run
+        assert init is not None
+        out_eval = evaluate_run(init, split=spec.evaluate.split, seeds=spec.evaluate.seeds, quiet=True,
+                                ablation=False)
+        agent = out_eval.metrics["agent"]
+        row.update({k: agent.get(k) for k in FIGURES})
+        row["Apex verdict"] = agent.get("Apex verdict")
+        for name in ("flat", "random", "momentum"):
+            if name in out_eval.metrics:
+                row[f"{name} Net PnL [$]"] = out_eval.metrics[name].get("Net PnL [$]")
+        row["daily_returns"] = _daily_returns(out_eval.out_dir)
+        row["dates"] = list(out_eval.dates or ())
+        row["status"] = "finished"
+    except Exception as err:  # recorded, never raised: one trial's failure does not stop the study
+        row["status"] = "failed"
+        row["error"] = f"{type(err).__name__}: {err}"
+        (folder / "traceback.txt").write_text(traceback.format_exc(), encoding="utf-8")
+    row["seconds"] = round(time.perf_counter() - started, 2)
+    atomic_write_text(folder / TRIAL_FILE, json.dumps(jsonable(row), indent=1))
+    return row
+
+
+def _daily_returns(eval_dir: Path) -> list[float]:
+    """The agent's daily P&L as returns on the account size (for the Deflated Sharpe Ratio)."""
+    results, _, _ = load_results(eval_dir)
+    agent = next((r for r in results if r.name == "agent"), None)
+    if agent is None:
+        return []
+    days = daily_pnl(agent.equity.astype(float), float(agent.initial_balance))
+    return [float(x) / float(agent.initial_balance) for x in days.to_numpy()]

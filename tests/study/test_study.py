@@ -1,0 +1,117 @@
+"""Studies on Ray: a small real study (2 workers), resumability, failures recorded, bad input refused."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pandas as pd
+import pytest
+import yaml
+
+from hybrid_trader.cli.main import main
+from hybrid_trader.errors import UserError
+from hybrid_trader.study.engine import run_study, trials_of
+from hybrid_trader.study.spec import load_study
+from hybrid_trader.study.stats import bootstrap_ci, deflated_sharpe_ratio, expected_max_sharpe, paired_difference
+
+TINY = {"data.synthetic_days": 14, "ppo.total_timesteps": 256, "ppo.n_steps": 128, "ppo.batch_size": 128,
+        "ppo.n_envs": 2, "ppo.n_epochs": 1, "train.validate_every": 0, "train.progress_bar": False,
+        "train.checkpoint_every": 100_000}
+
+
+def study_file(tmp_path, **over) -> str:
+    spec = {"base": TINY, "seeds": [0, 1], "evaluate": {"split": "test", "seeds": 1},
+            "variants": [{"name": "slow", "set": {"ppo.learning_rate": 1e-4}},
+                         {"name": "fast", "set": {"ppo.learning_rate": 1e-3}}], **over}
+    path = tmp_path / "study.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    root = tmp_path_factory.mktemp("study")
+    out = root / "out"
+    summary = run_study(study_file(root), out, workers=2, progress=False, say=lambda s: None)
+    return root, out, summary
+
+
+def test_a_small_study_runs_every_trial_on_two_workers_and_tabulates_them(finished):
+    _, out, summary = finished
+    assert summary["trials"] == 4 and summary["finished"] == 4 and summary["failed"] == 0
+    table = pd.read_parquet(out / "trials.parquet")
+    assert sorted(table["trial"]) == ["fast-s0-f0", "fast-s1-f0", "slow-s0-f0", "slow-s1-f0"]
+    assert table["Net PnL [$]"].notna().all()
+    fast = summary["paired vs baseline"]["fast"]
+    assert fast["pairs"] == 2 and not math.isnan(fast["Net PnL [$]"]["mean difference"])
+    assert summary["timing"]["workers"] == 2 and summary["timing"]["wall_s"] > 0
+    assert "Paired with the baseline" in (out / "report.html").read_text()
+
+
+def test_a_rerun_skips_finished_trials_and_a_failing_trial_is_recorded_without_stopping(finished, monkeypatch):
+    root, out, _ = finished
+
+    def boom(*a, **k):
+        raise AssertionError("no trial may run again")
+
+    monkeypatch.setattr("hybrid_trader.study.engine._run_on_ray", boom)
+    again = run_study(study_file(root), out, workers=2, progress=False, say=lambda s: None)
+    assert again["finished"] == 4
+
+
+def test_a_trial_that_crashes_is_recorded_with_its_error_and_the_others_finish(tmp_path):
+    path = study_file(tmp_path, variants=[{"name": "ok", "set": {}},
+                                          {"name": "broken", "set": {"data.path": str(tmp_path / "none.csv")}}],
+                      seeds=[0])
+    summary = run_study(path, tmp_path / "out", workers=2, progress=False, say=lambda s: None)
+    assert summary["finished"] == 1 and summary["failed"] == 1
+    assert "file not found" in summary["errors"][0]["error"]
+    assert (tmp_path / "out" / "trials" / "broken-s0-f0" / "traceback.txt").exists()
+
+
+def test_a_folder_of_another_study_is_refused_naming_what_differs(finished, tmp_path):
+    root, out, _ = finished
+    with pytest.raises(UserError, match="holds another study .*seeds"):
+        run_study(study_file(tmp_path, seeds=[5]), out, workers=1, progress=False, say=lambda s: None)
+
+
+@pytest.mark.parametrize("over, message", [
+    ({"variants": [{"name": "a", "set": {"ppo.learning_rat": 1}}]}, "ppo.learning_rat"),
+    ({"baseline": "nope"}, "'nope' is not a variant"),
+    ({"colour": "red"}, "colour"),
+    ({"folds": 40}, "folds do not fit the data"),
+])
+def test_bad_study_files_are_refused_before_any_trial(tmp_path, over, message):
+    with pytest.raises(UserError, match=message):
+        run_study(study_file(tmp_path, **over), tmp_path / "out", workers=1, progress=False, say=lambda s: None)
+    assert not (tmp_path / "out" / "trials").exists()
+
+
+def test_a_cluster_address_that_does_not_answer_is_a_clear_error(tmp_path, capsys):
+    code = main(["study", study_file(tmp_path), "--out", str(tmp_path / "o"), "--address", "127.0.0.1:1",
+                 "--no-progress"])
+    assert code == 2 and "does not answer" in capsys.readouterr().err
+
+
+def test_random_search_draws_the_samples_asked_from_the_grid(tmp_path):
+    spec = load_study(study_file(tmp_path, search="random", samples=3, seeds=[0, 1, 2]))
+    trials = trials_of(spec)
+    assert len(trials) == 3 and trials == trials_of(spec)  # seeded: the same draw every time
+
+
+def test_statistics_match_hand_computed_values():
+    mean, lo, hi = bootstrap_ci([1.0, 2.0, 3.0, 4.0])
+    assert mean == 2.5 and 1.0 <= lo < 2.5 < hi <= 4.0
+    assert paired_difference([3.0, 5.0], [1.0, 2.0])[0] == 2.5
+    # E[max SR] for 10 trials of variance 0.04: 0.2 * ((1 - g) * 1.28155 + g * 1.78924)
+    assert expected_max_sharpe(10, 0.04) == pytest.approx(0.31491966, abs=1e-7)
+    # DSR of SR 0.3 over 250 days, skew -0.5, kurtosis 4, against it: Phi(-0.21337)
+    assert deflated_sharpe_ratio(0.3, 250, -0.5, 4.0, 10, 0.04) == pytest.approx(0.41552096, abs=1e-7)
+
+
+def test_study_json_prints_the_summary_last(finished, capsys):
+    root, out, _ = finished
+    assert main(["study", study_file(root), "--out", str(out), "--json", "--no-progress"]) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert json.loads(last)["finished"] == 4
