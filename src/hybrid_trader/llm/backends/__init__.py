@@ -68,6 +68,9 @@ BACKENDS: dict[str, BackendSpec] = {s.name: s for s in (
                 identity=lambda c: f"{c.model_path or 'gemma-3-270m'}"),
     BackendSpec("mock", "hybrid_trader.llm.backends.mock:MockBackend", "mock", "", local=False, takes_prompts=False,
                 identity=lambda c: f"coverage={c.coverage:g}"),
+    # a control for the LLM: reads only the trend label (shares the mock's section: coverage)
+    BackendSpec("trend_rule", "hybrid_trader.llm.backends.trend_rule_backend:TrendRuleBackend", "mock", "",
+                local=False, takes_prompts=False, identity=lambda c: f"trend-label:coverage={c.coverage:g}"),
     # the student is a small network: fast in process, no child process needed
     BackendSpec("student", "hybrid_trader.llm.backends.student_backend:StudentBackend", "student", "path",
                 local=False, takes_prompts=False),
