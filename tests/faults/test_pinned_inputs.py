@@ -62,3 +62,11 @@ def test_a_missing_pinned_folder_is_named_with_the_fix(tmp_path):
     (tmp_path / PINS).write_text('{"adapter": {"path": "%s", "sha256": "x"}}' % (tmp_path / "gone"))
     with pytest.raises(UserError, match="a pinned input is missing"):
         check_pins(tmp_path, doing="evaluate")
+
+
+def test_the_student_records_the_dataset_it_was_distilled_from_by_content(student_p2):
+    from hybrid_trader.llm.backends.student_backend import load_student
+    from hybrid_trader.run.advice_dataset import dataset_digest
+
+    student = load_student(student_p2 / "advice" / "student.pt")
+    assert student.metrics["dataset_sha256"]["train"] == dataset_digest(student_p2, "train")

@@ -44,6 +44,8 @@ from hybrid_trader.run.advice_dataset import (
     AdviceRows,
     advice_dir,
     advice_lock,
+    dataset_digest,
+    part_files,
     read_split,
     student_metrics_path,
     student_path,
@@ -217,11 +219,15 @@ def _distill(run_dir: Path, config: DistillConfig | None = None, *, say: Callabl
     info = {"validation": val_name, "best_epoch": best[2] + 1, "epochs": config.epochs,
             "hidden": list(config.hidden), "seconds": round(time.perf_counter() - started, 1),
             "advice_hash": meta["advice"]["hash"], "layout_hash": meta.get("layout_hash"),
-            "train_rows": int(len(train)), "abstained_train_rows": int(train_all.abstained.sum())}
+            "train_rows": int(len(train)), "abstained_train_rows": int(train_all.abstained.sum()),
+            # the dataset pinned by content: a phase 3 run pins this student, so the chain is pinned
+            "dataset_sha256": {s: dataset_digest(run_dir, s) for s in ("train", "val", "test")
+                               if part_files(run_dir, s)}}
     out = {"metrics": metrics, "info": info}
     atomic_write_bytes(student_path(run_dir), student_bytes(
         net, config.hidden, advice_hash=meta["advice"]["hash"], advice_parts=meta["advice"],
-        metrics={**metrics, "majority_action": majority},  # compare's baseline is the same training majority
+        # compare's baseline is the same training majority; the dataset it learned from, by content
+        metrics={**metrics, "majority_action": majority, "dataset_sha256": info["dataset_sha256"]},
         created_by=f"hybrid-trader {__version__}"))
     atomic_write_text(student_metrics_path(run_dir), json.dumps(out, indent=2))
     return out

@@ -41,6 +41,7 @@ from hybrid_trader.evaluation.results import (
     role_of,
 )
 from hybrid_trader.run import RunDir, data_identity, is_stale, same_data
+from hybrid_trader.run.files import check_writable
 from hybrid_trader.run.rundir import ABLATION, RESULTS
 from hybrid_trader.training.config import RunConfig
 
@@ -281,6 +282,7 @@ def write_report(run_dir: str | Path, eval_dir: str | Path | None = None, *, spl
     if not metrics:
         metrics = metrics_table(results)
     out_path = Path(out) if out is not None else ed / "report.html"
+    check_writable(out_path.parent, what="report")  # before the figures are drawn
     out_path.parent.mkdir(parents=True, exist_ok=True)
 
     agents = [r for i, r in enumerate(results) if role_of(r, i) == "agent"]

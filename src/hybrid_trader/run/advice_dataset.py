@@ -357,6 +357,14 @@ def _read_rows(path: Path) -> AdviceRows:
     return AdviceRows.from_table(table)
 
 
+def dataset_digest(run_dir: Path, split: str) -> str:
+    """One sha256 over a split's chunks (names and contents): what a student was distilled from."""
+    h = hashlib.sha256()
+    for path in part_files(run_dir, split):
+        h.update(f"{path.name}\0{sha256_file(path)}\n".encode())
+    return h.hexdigest()
+
+
 def chunk_problems(run_dir: Path, split: str) -> list[tuple[Path, str]]:
     """Chunks whose bytes differ from their record, recorded chunks gone, and chunks never recorded.
 
