@@ -202,6 +202,8 @@ class PropFirmAccount:
         self.peak = self.balance
         self.threshold = self.rules.initial_threshold
         self.status = AccountStatus.ACTIVE
+        self.can_enter = True
+        """New entries allowed by the rules: ``status in ENTRY_STATUSES``, kept by :meth:`fire` (read every step)."""
         self.verdict = Verdict.NEITHER
         self.breach_index = -1
         self.target_index = -1
@@ -215,11 +217,6 @@ class PropFirmAccount:
         self.last_exit_index = -1
 
     # ------------------------------------------------------------------ the state machine
-    @property
-    def can_enter(self) -> bool:
-        """New entries allowed by the rules (not breached, not locked for the day)."""
-        return self.status in ENTRY_STATUSES
-
     def fire(self, t: int, trigger: Trigger, broker: Broker | None = None, bar_open: float = math.nan,
              close: float = math.nan) -> Transition:
         """Apply ``trigger`` at bar t: the row of :data:`TRANSITIONS`, its liquidation and its verdict.
@@ -241,6 +238,7 @@ class PropFirmAccount:
         elif trigger is Trigger.TARGET_REACHED:
             self.target_index = t
         self.status = row.to
+        self.can_enter = row.to in ENTRY_STATUSES
         if row.code is not None:
             self.events.append(AccountEvent(t, row.code, row.to))
         return row
