@@ -5,7 +5,7 @@ Layers, lowest first (a module may import its own layer and those below):
     0  errors, markets, calendar, actions, account_state, config (the generic builder), child_process
     1  data            2  features        3  env             4  llm
     5  agent           6  run             7  training, evaluation (training never imports evaluation)
-    8  bench, advise, finetune, study   9  cli
+    8  bench, advise, finetune, study, live   9  cli
 
 A project import inside a function must say why it waits, in a comment on its line or
 just above its block of imports, naming the reason: what it loads or costs (``loads``,
@@ -31,7 +31,7 @@ PACKAGE = "hybrid_trader"
 LAYERS = {
     "errors": 0, "markets": 0, "calendar": 0, "actions": 0, "account_state": 0, "config": 0, "child_process": 0,
     "data": 1, "features": 2, "env": 3, "llm": 4, "agent": 5, "run": 6,
-    "training": 7, "evaluation": 7, "bench": 8, "advise": 8, "finetune": 8, "study": 8, "cli": 9,
+    "training": 7, "evaluation": 7, "bench": 8, "advise": 8, "finetune": 8, "study": 8, "live": 8, "cli": 9,
 }
 FORBIDDEN = {("training", "evaluation")}
 """Same-layer pairs that must not import each other (importer, imported)."""
