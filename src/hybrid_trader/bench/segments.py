@@ -17,7 +17,7 @@ segment                     time spent in
 ``<VecEnv class>``          each layer of the vectorised environment, *without* the layers
                             it wraps (``DummyVecEnv``: the environments themselves;
                             ``AdvisorVecEnv``: the advice wrapper, without the student's forward;
-                            ``VecNormalize``: phase 3's ``PartialVecNormalize`` too)
+                            ``VecNormalize``: every ``LeanVecNormalize``)
 ==========================  ===================================================================
 
 Times are inclusive of what is called inside unless said otherwise; each is reported in
@@ -30,7 +30,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from stable_baselines3.common.vec_env import VecEnv, VecEnvWrapper, VecNormalize
+from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv, VecEnvWrapper, VecNormalize
 
 from hybrid_trader.training.callbacks import TimingCallback
 
@@ -62,8 +62,10 @@ class SegmentTimer(TimingCallback):
         venv: VecEnv | None = self.training_env
         self._layers = []
         while venv is not None:
-            # both phases' normalisers under one name (phase 3's is a VecNormalize of the features only)
-            name = "VecNormalize" if isinstance(venv, VecNormalize) else type(venv).__name__
+            # both phases' normalisers under one name (phase 3's normalises the features only), and
+            # the in-process environments under DummyVecEnv's (LeanDummyVecEnv is one)
+            name = "VecNormalize" if isinstance(venv, VecNormalize) else \
+                "DummyVecEnv" if isinstance(venv, DummyVecEnv) else type(venv).__name__
             for attr in ("step_async", "step_wait", "env_method"):  # env_method: action_masks() every step
                 self._wrap(venv, attr, name)
             if callable(getattr(venv, "advise_batch", None)):

@@ -24,10 +24,13 @@ batched forward per vector step on the raw observations (before normalisation) a
 legal actions; no query policy, no thread, no waiting, age 0 (the query rate is 100%).
 A teacher (``llm.student.teacher``, :mod:`hybrid_trader.training.teacher`) may run beside
 it: offered each step's decisions, it answers those its query policy picks, in its own
-worker, into the run's advice dataset.
+worker, into the run's advice dataset. (The student inside the policy network was
+measured slower: PPO's update would run it again on every minibatch of every epoch;
+here it runs once a step and its advice is stored with the observation.)
 
-``PartialVecNormalize`` normalises the features and leaves the advice as it is
-(probabilities must stay probabilities for the prior).
+Normalisation (``training.normalizer.LeanVecNormalize``) covers the
+features and leaves the advice as it is (probabilities must stay probabilities for the
+prior). ``PartialVecNormalize`` is its old name, kept so that runs trained before load.
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
-from stable_baselines3.common.vec_env import VecEnvWrapper, VecNormalize
+from stable_baselines3.common.vec_env import VecEnvWrapper
 
 from hybrid_trader.actions import N_ACTIONS
 from hybrid_trader.agent.advice_block import (
@@ -52,30 +55,14 @@ from hybrid_trader.agent.advice_block import (
 from hybrid_trader.agent.fusion import rl_confidence
 from hybrid_trader.features.names import FEATURE_NAMES
 from hybrid_trader.llm.context import context_from_market
+from hybrid_trader.training.normalizer import LeanVecNormalize
 
 LastDecision = Callable[[], Any]
 """Returns the policy's last rollout decision ``(rl_logits (n_envs, 6), masks or None)``, or None."""
 
 
-class PartialVecNormalize(VecNormalize):
-    """VecNormalize that normalises only the first ``n_normalized`` observation values."""
-
-    def __init__(self, venv, n_normalized: int = N_FEATURES, **kwargs: Any) -> None:
-        self.n_normalized = int(n_normalized)
-        super().__init__(venv, **kwargs)
-
-    def _normalize_obs(self, obs: np.ndarray, obs_rms) -> np.ndarray:
-        out = np.array(obs, dtype=np.float32, copy=True)
-        n = self.n_normalized
-        out[..., :n] = np.clip((obs[..., :n] - obs_rms.mean[:n]) / np.sqrt(obs_rms.var[:n] + self.epsilon),
-                               -self.clip_obs, self.clip_obs)
-        return out
-
-    def _unnormalize_obs(self, obs: np.ndarray, obs_rms) -> np.ndarray:
-        out = np.array(obs, dtype=np.float32, copy=True)
-        n = self.n_normalized
-        out[..., :n] = obs[..., :n] * np.sqrt(obs_rms.var[:n] + self.epsilon) + obs_rms.mean[:n]
-        return out
+class PartialVecNormalize(LeanVecNormalize):
+    """The normaliser of phase 3 runs trained before ``LeanVecNormalize`` (unpickled by this name)."""
 
 
 class AdvisorVecEnv(VecEnvWrapper):

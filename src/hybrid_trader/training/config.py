@@ -125,14 +125,19 @@ class PPOConfig:
     net_arch: list[int] = field(default_factory=lambda: [128, 128])
     """Hidden layer sizes of the policy and value networks."""
     normalize_observations: bool = True
-    """Running mean/std normalisation of observations, fitted on the training split only."""
+    """Mean/std normalisation of observations (phase 3: of the features), from the training days only."""
+    normalizer: Literal["frozen", "running"] = "frozen"
+    """frozen: statistics fitted before training (warm-up, or the --init run's), then fixed; running: SB3's updates."""
+    normalizer_warmup_steps: int = 8192
+    """frozen: steps (all environments together) of random legal actions on the training days that fit it."""
     seed: int = 0
     """Seed of the policy, the environments and the episode sampling."""
     device: str = "cpu"
     """Torch device (cpu, cuda, auto)."""
 
     def __post_init__(self) -> None:
-        for name in ("total_timesteps", "n_envs", "n_steps", "batch_size", "n_epochs", "torch_threads"):
+        for name in ("total_timesteps", "n_envs", "n_steps", "batch_size", "n_epochs", "torch_threads",
+                     "normalizer_warmup_steps"):
             check(getattr(self, name) >= 1, name, f"{getattr(self, name)!r} must be >= 1", fix="use 1 or more")
         check(0 < self.learning_rate < math.inf, "learning_rate", f"{self.learning_rate!r} must be a positive number",
               fix="use e.g. 3e-4")

@@ -8,6 +8,7 @@ a higher layer, e.g. ``evaluation.runner.validation_fn``).
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import time
@@ -21,11 +22,13 @@ import yaml
 from sb3_contrib import MaskablePPO
 from stable_baselines3.common.callbacks import CallbackList
 from stable_baselines3.common.logger import Logger
-from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv, VecMonitor, VecNormalize
+from stable_baselines3.common.vec_env import SubprocVecEnv, VecEnv, VecMonitor, VecNormalize
 
+from hybrid_trader.agent.advice_block import N_FEATURES
 from hybrid_trader.config import merge_overrides, to_dict
 from hybrid_trader.data.loader import guess_market
 from hybrid_trader.errors import UserError
+from hybrid_trader.features.names import FEATURE_NAMES
 from hybrid_trader.run import RunDir
 from hybrid_trader.run.advice_dataset import student_path
 from hybrid_trader.run.files import check_writable
@@ -39,7 +42,7 @@ from hybrid_trader.run.models import (
 )
 from hybrid_trader.run.pins import check_pins, pin_inputs
 from hybrid_trader.run.rundir import LLM_CONFIG, SPLIT
-from hybrid_trader.training.advice_env import AdvisorVecEnv, PartialVecNormalize
+from hybrid_trader.training.advice_env import AdvisorVecEnv
 from hybrid_trader.training.callbacks import (
     CheckpointCallback,
     FreezeBodyCallback,
@@ -51,8 +54,10 @@ from hybrid_trader.training.callbacks import (
 )
 from hybrid_trader.training.config import RunConfig, with_absolute_data
 from hybrid_trader.training.market import Market, env_factory, load_market
+from hybrid_trader.training.normalizer import LeanVecNormalize, freeze_statistics, warmup_statistics
 from hybrid_trader.training.policy import HybridMaskablePolicy
 from hybrid_trader.training.transfer import transfer_normalization, transfer_weights
+from hybrid_trader.training.vec_env import LeanDummyVecEnv
 
 ValidationFactory = Callable[[Market, RunConfig], Callable[[Any], dict]]
 """Builds the periodic validation of a run: ``(market, config) -> (model -> {name: figure})``."""
@@ -86,9 +91,12 @@ def build_vec_env(market: Market, config: RunConfig, sessions, n_envs: int, seed
                   training: bool = True, wrap=None, advisor=None, teacher=None):
     """Vectorised, monitored (and optionally normalised) environments over ``sessions``.
 
-    Phase 3 (``advisor`` given): the advisor wrapper appends the advice to each
-    observation, and only the 261 features are normalised; ``teacher``: the real LLM
-    beside an always-on student (``training.teacher.TeacherLog``).
+    Normalisation is ``training.normalizer.LeanVecNormalize``: with ``ppo.normalizer:
+    frozen`` (or ``training`` False) its statistics never move, and :func:`make_model` (or
+    the checkpoint, on resume) sets them; ``running``: SB3's running updates. Phase 3
+    (``advisor`` given): the advisor wrapper appends the advice to each observation and
+    only the 261 features are normalised; ``teacher``: the real LLM beside an always-on
+    student (``training.teacher.TeacherLog``).
     """
     subproc = config.ppo.vec_env == "subproc" and n_envs > 1
     risk = config.risk if config.env.phase == 3 else None
@@ -100,22 +108,23 @@ def build_vec_env(market: Market, config: RunConfig, sessions, n_envs: int, seed
         method = "fork" if sys.platform.startswith("linux") else "spawn"
         venv = SubprocVecEnv(fns, start_method=method)
     else:
-        venv = DummyVecEnv(fns)
+        venv = LeanDummyVecEnv(fns)
     venv = VecMonitor(venv)
     if advisor is not None:
         venv = AdvisorVecEnv(venv, advisor, market, max_age=advisor.config.batching.max_age_steps, teacher=teacher)
-        if normalize:
-            venv = PartialVecNormalize(venv, norm_obs=True, norm_reward=False, clip_obs=10.0, training=training)
+    frozen = config.ppo.normalizer == "frozen" or not training
+    if not normalize:
         return venv
-    if normalize:
-        venv = VecNormalize(venv, norm_obs=True, norm_reward=False, clip_obs=10.0, training=training)
-    return venv
+    return LeanVecNormalize(venv, N_FEATURES if advisor is not None else None, frozen=frozen)
 
 
-def make_model(config: RunConfig, venv, init: Path | None = None):
+def make_model(config: RunConfig, venv, init: Path | None = None, market: Market | None = None):
     """A new MaskablePPO for ``config`` on ``venv``, initialised from the run ``init`` if given.
 
-    Returns ``(model, notes)`` where ``notes`` says which layers were adapted.
+    A frozen normaliser in ``venv`` gets its statistics here: ``init``'s for the
+    inputs both runs share, a warm-up on ``market``'s training days for the others
+    (:func:`~hybrid_trader.training.normalizer.freeze_statistics`). Returns ``(model,
+    notes)`` where ``notes`` says which layers were adapted.
     """
     ppo = config.ppo
     hyper: dict[str, Any] = dict(
@@ -132,13 +141,21 @@ def make_model(config: RunConfig, venv, init: Path | None = None):
     model = MaskablePPO(policy, venv, seed=ppo.seed, device=ppo.device, verbose=0, policy_kwargs=policy_kwargs,
                         **hyper)
     notes: list[str] = []
+    src_norm = None
     if init is not None:
         src_run = RunDir(init)
         src_path, src_vec = final_model(src_run, src_run.load_config(RunConfig).ppo.normalize_observations)
         src = load_model(src_run, src_path, device=ppo.device)
         notes = transfer_weights(src.policy, model.policy)
-        if src_vec is not None and isinstance(venv, VecNormalize):
-            transfer_normalization(load_normalizer(src_run, src_vec), venv)
+        src_norm = load_normalizer(src_run, src_vec) if src_vec is not None else None
+    if isinstance(venv, LeanVecNormalize) and venv.frozen:
+        fit = None if market is None else functools.partial(warmup_statistics, market, config)
+        refit = freeze_statistics(venv, src_norm, fit)
+        if refit:
+            names = ", ".join(FEATURE_NAMES[i] for i in refit)
+            notes.append(f"normalisation: {names} never varied in the earlier run; scaled by the warm-up's spread")
+    elif isinstance(venv, VecNormalize):
+        transfer_normalization(src_norm, venv)
     return model, notes
 
 
@@ -215,7 +232,7 @@ def train_run(
     lock = None
     try:
         _set_torch(config)
-        model, notes = make_model(config, venv, init)
+        model, notes = make_model(config, venv, init, market)
         try:
             run.path.mkdir(parents=True)
             created = True
@@ -300,7 +317,9 @@ def _resume(run: RunDir, config: RunConfig, *, market, extra_callbacks, say, qui
         try:
             _set_torch(config)
             model = load_model(run, ckpt.model, env=venv, device=config.ppo.device)
-            if config.ppo.normalize_observations and isinstance(venv, VecNormalize):
+            if config.ppo.normalize_observations and isinstance(venv, LeanVecNormalize) and venv.frozen:
+                freeze_statistics(venv, load_normalizer(run, ckpt.vecnormalize), None)  # the checkpoint's, frozen
+            elif config.ppo.normalize_observations and isinstance(venv, VecNormalize):
                 venv.obs_rms = load_normalizer(run, ckpt.vecnormalize).obs_rms
             dropped = run.truncate_logs(ckpt.step)
             if dropped:
