@@ -10,6 +10,8 @@ One training run owns one folder (``hybrid-trader train --out RUN_DIR``)::
     RUN_DIR/tb/                  TensorBoard events: one run, continued by --resume
     RUN_DIR/progress.jsonl       the same metrics, one JSON object per PPO update
     RUN_DIR/validation.jsonl     periodic train/validation results
+    RUN_DIR/best.json            the best validation so far (train.select, train.early_stop_patience)
+    RUN_DIR/best_model.zip       train.select: best_val: the best validation's model (+ best_vecnormalize.pkl)
     RUN_DIR/status.json          running / finished / interrupted, steps done, target
     RUN_DIR/llm.yaml             phase 3: the resolved LLM advisor configuration
     RUN_DIR/llm_journal.sqlite   phase 3: the advisor's journal, where llm.journal points it (suggested name)
@@ -67,6 +69,11 @@ CHECKPOINTS = "checkpoints"
 TENSORBOARD = "tb"
 PROGRESS = "progress.jsonl"
 VALIDATION = "validation.jsonl"
+BEST_MODEL = "best_model.zip"
+"""The model with the best validation result so far (``train.select: best_val``)."""
+BEST_VECNORMALIZE = "best_vecnormalize.pkl"
+BEST = "best.json"
+"""Which validation was best so far, and how many have passed since (``training.selection``)."""
 STATUS = "status.json"
 LLM_CONFIG = "llm.yaml"
 JOURNAL = "llm_journal.sqlite"
@@ -157,6 +164,9 @@ class RunDir:
     tb_dir = property(lambda self: self.path / TENSORBOARD)
     progress_path = property(lambda self: self.path / PROGRESS)
     validation_path = property(lambda self: self.path / VALIDATION)
+    best_model_path = property(lambda self: self.path / BEST_MODEL)
+    best_vecnormalize_path = property(lambda self: self.path / BEST_VECNORMALIZE)
+    best_path = property(lambda self: self.path / BEST)
     status_path = property(lambda self: self.path / STATUS)
     llm_config_path = property(lambda self: self.path / LLM_CONFIG)
     journal_path = property(lambda self: self.path / JOURNAL)

@@ -139,11 +139,13 @@ class CheckpointCallback(BaseCallback):
 class ValidationCallback(BaseCallback):
     """Every ``every`` steps: deterministic policy on recent train days and on validation days."""
 
-    def __init__(self, path: Path, every: int, evaluate: Callable[[Any], dict]) -> None:
+    def __init__(self, path: Path, every: int, evaluate: Callable[[Any], dict], keeper: Any = None) -> None:
+        """``keeper``: a ``training.selection.BestKeeper`` that keeps the best model and stops early, or None."""
         super().__init__()
         self.path = Path(path)
         self.every = int(every)
         self.evaluate = evaluate
+        self.keeper = keeper
         self._next: int | None = None
 
     def _on_training_start(self) -> None:
@@ -151,8 +153,10 @@ class ValidationCallback(BaseCallback):
 
     def _on_step(self) -> bool:
         if self._next is not None and self.num_timesteps >= self._next:
-            self.run()
+            row = self.run()
             self._next += self.every
+            if self.keeper is not None:
+                return self.keeper.offer(self.num_timesteps, row, self.model)
         return True
 
     def run(self) -> dict:

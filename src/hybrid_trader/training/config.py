@@ -173,6 +173,10 @@ class TrainConfig:
     """Evaluate on the last training days and the validation split every this many steps; 0: never."""
     validation_sessions: int = 10
     """Trading days of each split used by periodic validation (the most recent ones)."""
+    select: Literal["last", "best_val"] = "last"
+    """The model the run keeps (model.zip): the last, or the one with the best validation net P&L per day."""
+    early_stop_patience: int = 0
+    """Stop training after this many validations in a row without a better one; 0: never stop early."""
     freeze_body_steps: int = 0
     """When initialised from an earlier phase: steps during which the hidden layers stay frozen."""
     progress_bar: bool = True
@@ -181,8 +185,12 @@ class TrainConfig:
     def __post_init__(self) -> None:
         for name in ("checkpoint_every", "keep_checkpoints", "validation_sessions"):
             check(getattr(self, name) >= 1, name, f"{getattr(self, name)!r} must be >= 1", fix="use 1 or more")
-        for name in ("validate_every", "freeze_body_steps"):
+        for name in ("validate_every", "freeze_body_steps", "early_stop_patience"):
             check(getattr(self, name) >= 0, name, f"{getattr(self, name)!r} must be >= 0", fix="use 0 (never) or more")
+        for name, value in (("select", self.select), ("early_stop_patience", self.early_stop_patience)):
+            if value not in ("last", 0):
+                check(self.validate_every > 0, name, f"{value!r} needs periodic validation, but validate_every is 0",
+                      fix="set train.validate_every (e.g. 50000), or select: last and early_stop_patience: 0")
 
 
 @dataclass

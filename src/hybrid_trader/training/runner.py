@@ -56,6 +56,7 @@ from hybrid_trader.training.config import RunConfig, with_absolute_data
 from hybrid_trader.training.market import Market, env_factory, load_market
 from hybrid_trader.training.normalizer import LeanVecNormalize, freeze_statistics, warmup_statistics
 from hybrid_trader.training.policy import HybridMaskablePolicy
+from hybrid_trader.training.selection import METRIC, BestKeeper
 from hybrid_trader.training.transfer import transfer_normalization, transfer_weights
 from hybrid_trader.training.vec_env import LeanDummyVecEnv
 
@@ -421,9 +422,14 @@ def _learn(run: RunDir, config: RunConfig, model, venv, market: Market, *, resum
         if wrapper.teacher is not None:
             wrapper.teacher.bind(run.path)  # the folder exists now: the teacher's rows go to its dataset
         callbacks.append(HybridStatsCallback(wrapper, config.llm.in_run()))
+    keeper = None
     if validation is not None and config.train.validate_every > 0 and len(market.sessions("val")):
+        keeper = BestKeeper(run, select=config.train.select, patience=config.train.early_stop_patience)
         callbacks.append(ValidationCallback(run.validation_path, config.train.validate_every,
-                                            validation(market, config)))
+                                            validation(market, config), keeper))
+    elif config.train.select != "last" or config.train.early_stop_patience:
+        warn(f"train.select {config.train.select!r} / early_stop_patience {config.train.early_stop_patience}: no "
+             "periodic validation runs (no validation days, or no validation function): the last model is kept")
     if init is not None and config.train.freeze_body_steps > 0:
         callbacks.append(FreezeBodyCallback(config.train.freeze_body_steps))
     callbacks += list(extra_callbacks or [])
@@ -455,11 +461,19 @@ def _learn(run: RunDir, config: RunConfig, model, venv, market: Market, *, resum
     had_model = run.model_path.exists()
     vec = venv if isinstance(venv, VecNormalize) else None
     save_model(run, model, run.model_path, vec, run.vecnormalize_path)
+    selected = keeper.finish() if keeper is not None else {}
     steps = model.num_timesteps - start_step
     status = run.write_status(
         state="finished", total_timesteps=int(model.num_timesteps), final_model=run.model_path.name,
         wall_seconds=round(elapsed, 2), steps_per_second=round(steps / elapsed, 1) if elapsed > 0 else None,
+        **selected,
     )
+    if selected.get("early_stopped"):
+        say(f"stopped early at step {model.num_timesteps:,}: {config.train.early_stop_patience} validations "
+            f"without a better one")
+    if "selected_step" in selected:
+        say(f"kept the model of step {selected['selected_step']:,} (best validation: "
+            f"{selected['best_val'][METRIC]:+,.2f} $/day); the last one is in {run.checkpoints_dir.name}/")
     logger.close()
     if had_model:
         for folder in run.mark_stale():

@@ -252,9 +252,9 @@ def check_train_val_gap(run: RunView, th: Thresholds) -> list[Finding] | Skip:
     return [Finding(
         "TRAIN_VAL_GAP", "warning", "results on the validation days are far below those on the training days",
         evidence,
-        "keep the checkpoint with the best validation result instead of the last, train fewer steps, use a "
-        "smaller network or more data (walk-forward folds), and check whether the validation days are a "
-        "different regime",
+        "keep the model with the best validation result instead of the last (--set train.select=best_val), "
+        "stop when validation stops improving (--set train.early_stop_patience=3), use a smaller network or "
+        "more data (walk-forward folds), and check whether the validation days are a different regime",
     )]
 
 
