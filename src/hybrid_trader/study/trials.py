@@ -18,12 +18,14 @@ from typing import Any
 
 import torch
 
-from hybrid_trader.config import from_dict
+from hybrid_trader.config import from_dict, to_dict
 from hybrid_trader.evaluation.evaluate import evaluate_run
 from hybrid_trader.evaluation.metrics import daily_pnl, jsonable
 from hybrid_trader.evaluation.results import load_results
+from hybrid_trader.evaluation.runner import validation_fn
 from hybrid_trader.run.files import atomic_write_text
 from hybrid_trader.study.spec import StudySpec
+from hybrid_trader.training.market import Market, load_market, make_split
 from hybrid_trader.training.runner import train_run
 
 TRIAL_FILE = "trial.json"
@@ -33,6 +35,21 @@ TRIALS = "trials"
 FIGURES = ("Net PnL [$]", "Sharpe (ann.)", "Max drawdown [$]", "Trades", "Win rate [%]", "PSR [%]",
            "Return [%]", "Days")
 """The agent's metrics kept in the study table (labels of evaluation.metrics, units in them)."""
+
+
+_MARKETS: dict[str, Market] = {}
+"""This worker's markets by data config: the bars and features of a file are loaded once per worker."""
+
+
+def market_for(config: Any) -> Market:
+    """The trial's market: the bars and features this worker loaded before, with the trial's split."""
+    key = json.dumps(to_dict(config.data), sort_keys=True)
+    known = _MARKETS.get(key)
+    if known is None:
+        known = _MARKETS[key] = load_market(config.data, config.split)
+        return known
+    bars = known.bars
+    return Market(bars, known.features, make_split(bars.n_sessions, config.split, bars.session_dates))
 
 
 @dataclass(frozen=True)
@@ -67,20 +84,21 @@ def run_trial(spec_data: dict, trial: Trial, out: str) -> dict[str, Any]:
     started = time.perf_counter()
     try:
         variant = next(v for v in spec.variants if v.name == trial.variant)
-        init = None
+        init = market = None
         for phase in spec.phases:
             run = folder / f"p{phase}"
             config = spec.run_config(variant, trial.seed, trial.fold, phase)
+            market = market_for(config)
             if (run / "model.zip").exists():  # trained before the trial was interrupted: continue from it
                 init = run
                 continue
             if run.exists():  # a run a killed trial left unfinished: trained again from its start
                 shutil.rmtree(run)
-            train_run(config, run, init=init, quiet=True)
+            train_run(config, run, init=init, quiet=True, market=market, validation=validation_fn)
             init = run
-        assert init is not None
+        assert init is not None and market is not None
         out_eval = evaluate_run(init, split=spec.evaluate.split, seeds=spec.evaluate.seeds, quiet=True,
-                                ablation=False)
+                                ablation=False, market=market)
         agent = out_eval.metrics["agent"]
         row.update({k: agent.get(k) for k in FIGURES})
         row["Apex verdict"] = agent.get("Apex verdict")
