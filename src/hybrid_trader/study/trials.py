@@ -44,9 +44,11 @@ _MARKETS: dict[str, Market] = {}
 def market_for(config: Any) -> Market:
     """The trial's market: the bars and features this worker loaded before, with the trial's split."""
     key = json.dumps(to_dict(config.data), sort_keys=True)
+    if config.data.pool:  # the pooled days end where this split's validation starts: one market per split
+        key += json.dumps(to_dict(config.split), sort_keys=True)
     known = _MARKETS.get(key)
     if known is None:
-        known = _MARKETS[key] = load_market(config.data, config.split)
+        known = _MARKETS[key] = load_market(config.data, config.split, pool=True)
         return known
     bars = known.bars
     return Market(bars, known.features, make_split(bars.n_sessions, config.split, bars.session_dates))

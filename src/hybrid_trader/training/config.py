@@ -35,6 +35,8 @@ class DataConfig:
     """Contract root symbol; null: guessed from the file name (synthetic: NQ)."""
     repair: bool = False
     """Repair fixable data errors (each reported) instead of stopping."""
+    pool: list[str] = field(default_factory=list)
+    """More bar files (other markets, periods) trained on too, each its own contract; days before validation only."""
     synthetic_days: int = 60
     """Trading days of the built-in synthetic market."""
     synthetic_edge: float = 0.3
@@ -222,6 +224,16 @@ class RunConfig:
                 "the policy would never be trained",
                 fix=f"use a freeze shorter than the run, e.g. {total // 10:,} (10%), or 0",
             )
+        pool = self.data.pool
+        if pool and self.env.phase == 3:
+            raise UserError(f"data.pool ({len(pool)} files) trains phases 1 and 2; phase 3's advisor reads one market",
+                            fix="pool the phase 2 run, then train phase 3 on data.path with --init from it")
+        if pool and self.env.market:
+            raise UserError(f"data.pool trades each file's own contract, but env.market forces {self.env.market} "
+                            "on all of them", fix="drop env.market (each file's market is taken from its name)")
+        if pool and not self.data.path:
+            raise UserError("data.pool adds files to data.path, which is not set (the synthetic market)",
+                            fix="set data.path, or drop data.pool")
 
 
 def with_absolute_data(config: RunConfig) -> RunConfig:
@@ -230,7 +242,7 @@ def with_absolute_data(config: RunConfig) -> RunConfig:
     A run records its bars' path once; evaluate, resume, advise and report read it later,
     often from another directory.
     """
-    path = config.data.path
-    if not path or Path(path).is_absolute():
-        return config
-    return dataclasses.replace(config, data=dataclasses.replace(config.data, path=str(Path(path).resolve())))
+    path, pool = config.data.path, config.data.pool
+    data = dataclasses.replace(config.data, path=str(Path(path).resolve()) if path else path,
+                               pool=[str(Path(p).resolve()) for p in pool])
+    return config if data == config.data else dataclasses.replace(config, data=data)

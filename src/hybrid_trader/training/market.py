@@ -5,8 +5,10 @@ from __future__ import annotations
 import signal
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
+
+import numpy as np
 
 from hybrid_trader.data import load_bars
 from hybrid_trader.data.bars import Bars
@@ -27,15 +29,47 @@ class Market:
     bars: Bars
     features: object
     split: Split
+    pool: list[Market] = field(default_factory=list)
+    """``data.pool``: further markets whose training days (only those before this market's first
+    validation day) are trained on too, each in its own environments (:func:`training_markets`)."""
 
     def sessions(self, part: str) -> range:
         """Session indices of ``train``, ``val`` or ``test``."""
         return self.split.part(part)
 
     def describe(self) -> str:
-        return f"{self.bars.source}: {len(self.bars):,} bars, {self.bars.n_sessions} sessions; " + self.split.describe(
-            self.bars.session_dates
-        )
+        text = f"{self.bars.source}: {len(self.bars):,} bars, {self.bars.n_sessions} sessions; " + self.split.describe(
+            self.bars.session_dates)
+        for other in self.pool:
+            r = other.sessions("train")
+            dates = other.bars.session_dates
+            text += (f"\npooled: {other.bars.source} ({other.bars.market}): {len(r)} training days, "
+                     f"{dates[r.start]} to {dates[r.stop - 1]}")
+        return text
+
+
+def training_markets(market: Market, n_envs: int) -> list[Market]:
+    """The market of each training environment: round-robin over the run's market and its pool."""
+    markets = [market, *market.pool]
+    if n_envs < len(markets):
+        raise UserError(f"data.pool gives {len(markets)} markets to train on, but ppo.n_envs is {n_envs}: each "
+                        "market needs at least one environment", fix=f"set ppo.n_envs to {len(markets)} or more")
+    return [markets[i % len(markets)] for i in range(n_envs)]
+
+
+def pooled_market(path: str, data: DataConfig, before: Any) -> Market:
+    """A ``data.pool`` file as a market whose training days are its sessions before the date ``before``."""
+    bars = load_bars(path, tz=data.tz, time_shift=data.time_shift, market=None, repair=data.repair)
+    dates = np.asarray(bars.session_dates)
+    n_train = int(np.searchsorted(dates, np.datetime64(before, "D"), side="left")) if before is not None \
+        else len(dates)
+    if n_train < 1:
+        raise UserError(
+            f"data.pool file {path} has no trading day before {before}, the run's first validation day "
+            f"(it holds {dates[0]} to {dates[-1]}): pooled days must be older than every validation and test day",
+            file=path, fix="pool a file of an earlier period, or drop it from data.pool")
+    return Market(bars, compute_features(bars), Split(range(0, n_train), range(n_train, n_train), range(n_train,
+                                                                                                      n_train)))
 
 
 def load_bars_from_config(data: DataConfig) -> Bars:
@@ -51,8 +85,11 @@ SHOWN_NOTES = ("market",)
 """Notes of loading that training and evaluation repeat beside the warnings (a market guessed from a file name)."""
 
 
-def load_market(data: DataConfig, split: SplitConfig, bars: Bars | None = None) -> Market:
+def load_market(data: DataConfig, split: SplitConfig, bars: Bars | None = None, *, pool: bool = False) -> Market:
     """Load (or take) the bars, compute their features once and split the sessions by time.
+
+    ``pool``: load ``data.pool`` too (training); evaluation and the other readers of a
+    run's days never need it.
 
     The warnings ``data check`` gives (a shifted clock, a guessed market, ...) are printed to
     stderr here too, so that training and evaluation never use suspicious bars without a word.
@@ -63,7 +100,12 @@ def load_market(data: DataConfig, split: SplitConfig, bars: Bars | None = None) 
         for finding in shown:
             print(f"{finding.level}: {bars.source}: [{finding.code}] {finding.message}", file=sys.stderr)
     features = compute_features(bars)
-    return Market(bars, features, make_split(bars.n_sessions, split, bars.session_dates))
+    market = Market(bars, features, make_split(bars.n_sessions, split, bars.session_dates))
+    if pool and data.pool:
+        later = [r for r in (market.sessions("val"), market.sessions("test")) if len(r)]
+        before = bars.session_dates[min(r.start for r in later)] if later else None
+        market = replace(market, pool=[pooled_market(path, data, before) for path in data.pool])
+    return market
 
 
 def make_split(n_sessions: int, split: SplitConfig, session_dates: Any = None) -> Split:

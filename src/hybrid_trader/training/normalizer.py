@@ -221,11 +221,11 @@ def freeze_statistics(vec: LeanVecNormalize, src: VecNormalize | None,
 
 def warmup_statistics(market: Any, config: Any) -> RunningMeanStd:
     """The warm-up fit of a run (``config``: a RunConfig) on its training days only (module docstring)."""
-    from hybrid_trader.training.market import env_factory  # only when fitting: market loads the env
+    from hybrid_trader.training.market import env_factory, training_markets  # only when fitting: loads the env
 
     ppo = config.ppo
     risk = config.risk if config.env.phase == 3 else None
-    sessions = market.sessions("train")
     # seeds apart from the training environments' (seed + i): the warm-up is not a replay of their episodes
-    fns = [env_factory(market, config.env, sessions, ppo.seed + 10_007 + i, risk=risk) for i in range(ppo.n_envs)]
+    fns = [env_factory(m, config.env, m.sessions("train"), ppo.seed + 10_007 + i, risk=risk)
+           for i, m in enumerate(training_markets(market, ppo.n_envs))]
     return fit_statistics(fns, ppo.normalizer_warmup_steps, ppo.seed)

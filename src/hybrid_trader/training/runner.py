@@ -53,7 +53,7 @@ from hybrid_trader.training.callbacks import (
     ValidationCallback,
 )
 from hybrid_trader.training.config import RunConfig, with_absolute_data
-from hybrid_trader.training.market import Market, env_factory, load_market
+from hybrid_trader.training.market import Market, env_factory, load_market, training_markets
 from hybrid_trader.training.normalizer import LeanVecNormalize, freeze_statistics, warmup_statistics
 from hybrid_trader.training.policy import HybridMaskablePolicy
 from hybrid_trader.training.selection import METRIC, BestKeeper
@@ -101,9 +101,13 @@ def build_vec_env(market: Market, config: RunConfig, sessions, n_envs: int, seed
     """
     subproc = config.ppo.vec_env == "subproc" and n_envs > 1
     risk = config.risk if config.env.phase == 3 else None
-    fns: list[Callable[[], gym.Env]] = [
-        env_factory(market, config.env, sessions, seed + i, ignore_sigint=subproc, wrap=wrap, risk=risk)
-        for i in range(n_envs)]
+    if market.pool and sessions == market.sessions("train"):  # data.pool: each environment on one market's days
+        fns: list[Callable[[], gym.Env]] = [
+            env_factory(m, config.env, m.sessions("train"), seed + i, ignore_sigint=subproc, wrap=wrap, risk=risk)
+            for i, m in enumerate(training_markets(market, n_envs))]
+    else:
+        fns = [env_factory(market, config.env, sessions, seed + i, ignore_sigint=subproc, wrap=wrap, risk=risk)
+               for i in range(n_envs)]
     venv: VecEnv
     if subproc:
         method = "fork" if sys.platform.startswith("linux") else "spawn"
@@ -223,7 +227,7 @@ def train_run(
 
     # Everything checkable, before the folder exists.
     config = with_absolute_inputs(with_default_student(with_absolute_data(config), init))
-    market = market or load_market(config.data, config.split)
+    market = market or load_market(config.data, config.split, pool=True)
     split_info = _split_info(market)
     advisor, llm_config = _advisor(config, say)
     venv = build_vec_env(market, config, market.sessions("train"), config.ppo.n_envs, config.ppo.seed,
@@ -309,7 +313,7 @@ def _resume(run: RunDir, config: RunConfig, *, market, extra_callbacks, say, qui
                             f"target changed by --resume from {saved.ppo.total_timesteps:,} to {target:,}")
             warn(f"target recorded: {saved.ppo.total_timesteps:,} -> {target:,} steps (config.yaml, status.json)")
         run.write_status(target_timesteps=target)
-        market = market or load_market(config.data, config.split)
+        market = market or load_market(config.data, config.split, pool=True)
         say(market.describe())
         advisor, _ = _advisor(config, say)
         venv = build_vec_env(market, config, market.sessions("train"), config.ppo.n_envs, config.ppo.seed,
