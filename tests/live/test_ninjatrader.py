@@ -161,6 +161,7 @@ def test_fill_and_position_read_back_when_the_fake_fills_the_entry(nt):
     assert bridge.order_state(f"{ENTRY}-TP").state == "WORKING"
     position = bridge.position()
     assert (position.side, position.qty, position.avg_price, position.signed_qty) == ("LONG", 2, 21000.25, 2)
+    assert position.known
     assert nt.position_file.name == "NQ 12-26 Globex_Sim101_Position.txt"
     events = bridge.poll()
     fills = [e for e in events if e.kind == "FILL"]
@@ -256,7 +257,7 @@ def test_position_file_matching_is_exact_when_other_accounts_and_contracts_are_p
 
 
 def test_position_is_flat_when_ninjatrader_has_written_no_file(nt):
-    assert bridge_for(nt).position() == ati.FLAT
+    assert bridge_for(nt).position() == ati.FLAT and not bridge_for(nt).position().known
     assert bridge_for(nt).order_state(ENTRY) is None
 
 
@@ -337,8 +338,35 @@ def test_no_ack_is_reported_once_when_ninjatrader_writes_no_state_file(nt):
     events = bridge.poll()
     assert sorted(e.order_id for e in events if e.kind == "NO_ACK") == sorted(
         [ENTRY, f"{ENTRY}-SL", f"{ENTRY}-TP"])
-    assert "no state file" in str(events[0].error())
+    assert "still waits in incoming/" in events[0].message and "AT Interface" in events[0].message
+    assert "Log tab" in str(events[0].error())
     assert bridge.poll() == []
+
+
+def test_no_ack_names_a_refused_line_when_ninjatrader_read_the_oif_but_wrote_nothing(nt):
+    clock = Clock()
+    bridge = bridge_for(nt, clock=clock, ack_timeout_s=30)
+    bridge.enter(ENTRY, "BUY", 1, stop_price=20990, target_price=21030)
+    for path in oif_files(nt):  # NinjaTrader read it and refused every line: no outgoing file at all
+        path.unlink()
+    clock.now += 31
+    events = [e for e in bridge.poll() if e.kind == "NO_ACK"]
+    assert len(events) == 3 and "wrote no state file" in events[0].message
+
+
+def test_wait_state_returns_the_terminal_state_when_ninjatrader_writes_it(nt):
+    clock = Clock()
+
+    def sleep(seconds):
+        clock.now += seconds
+        nt.process(bar(21000, 21004, 20996, 21001))
+
+    bridge = bridge_for(nt, clock=clock, sleep=sleep)
+    bridge.enter(ENTRY, "BUY", 1, stop_price=20990, target_price=21030)
+    state = bridge.wait_state(ENTRY, timeout_s=5, interval_s=0.5)
+    assert state.state == "FILLED" and clock.now == 1000.5
+    assert bridge.wait_state(f"{ENTRY}-SL", timeout_s=2, interval_s=0.5).state == "WORKING"
+    assert clock.now == 1000.5 + 2
 
 
 def test_delay_acknowledges_at_once_and_fills_later_when_delayed(nt):

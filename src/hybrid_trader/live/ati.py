@@ -179,6 +179,12 @@ class BrokerPosition:
     """The position file it was read from; None when NinjaTrader has written none (flat)."""
 
     @property
+    def known(self) -> bool:
+        """False when no position file exists: NinjaTrader empties outgoing/ when it restarts, so after a
+        restart "flat" may only mean it has not written the file yet (check NinjaTrader's Positions tab)."""
+        return self.file is not None
+
+    @property
     def signed_qty(self) -> int:
         return self.qty if self.side == "LONG" else -self.qty if self.side == "SHORT" else 0
 

@@ -332,17 +332,26 @@ class NinjaTraderBridge:
     def was_sent(self, order_id: str) -> bool:
         """Whether an order with this id reached NinjaTrader (a state file) or waits for it (an OIF in incoming/)."""
         check_order_id(order_id)
-        if self._state_file(order_id) is not None:
-            return True
-        for path in self.incoming.iterdir():
-            if not is_oif_name(path.name):
-                continue
-            text = self._read(path) or ""
+        return self._state_file(order_id) is not None or self._pending_oif(order_id) is not None
+
+    def _pending_oif(self, order_id: str) -> Path | None:
+        """An OIF in incoming/ that places ``order_id``: by this bridge's name for it, or by a PLACE line in it."""
+        try:
+            paths = [p for p in self.incoming.iterdir() if is_oif_name(p.name)]
+        except OSError as err:
+            raise os_error(err) from err
+        for path in paths:
+            if path.name.endswith(f"_{order_id}.txt"):
+                return path
+            try:
+                text = path.read_text(encoding="ascii", errors="replace")
+            except OSError:
+                continue  # read and deleted by NinjaTrader meanwhile, or locked by it
             for line in text.splitlines():
                 parts = line.strip().split(";")
                 if len(parts) > 10 and parts[0].upper() == "PLACE" and parts[10] == order_id:
-                    return True
-        return False
+                    return path
+        return None
 
     def require_ok(self, order_id: str) -> OrderState | None:
         """The order's state; a UserError if NinjaTrader rejected it."""
@@ -366,15 +375,14 @@ class NinjaTraderBridge:
         """
         events: list[BridgeEvent] = []
         for oid, tracked in self._tracked.items():
+            if tracked.last is not None and tracked.last.is_terminal:
+                continue  # filled, cancelled or rejected: its file will not change
             state = self.order_state(oid)
             if state is None:
                 if not tracked.acked and not tracked.no_ack_reported \
                         and self.clock() - tracked.sent_at >= self.ack_timeout_s:
                     tracked.no_ack_reported = True
-                    events.append(BridgeEvent(
-                        "NO_ACK", oid, message=f"order {oid}: no state file in {self.outgoing} after "
-                                               f"{self.ack_timeout_s:g}s (NinjaTrader may not have read the OIF, or "
-                                               f"refused a malformed line)"))
+                    events.append(BridgeEvent("NO_ACK", oid, message=self._no_ack_message(oid)))
                 continue
             tracked.acked = True
             events += _changes(oid, tracked.last, state)
@@ -385,6 +393,26 @@ class NinjaTraderBridge:
             self._position = position
             events.append(BridgeEvent("POSITION", self.instrument, position.side, position.qty, position.avg_price))
         return events
+
+    def _no_ack_message(self, oid: str) -> str:
+        pending = self._pending_oif(oid)
+        if pending is not None:
+            return (f"order {oid}: {pending} still waits in incoming/ after {self.ack_timeout_s:g}s: NinjaTrader "
+                    "is not reading it (is it running, with the AT Interface enabled?)")
+        return (f"order {oid}: NinjaTrader read the OIF but wrote no state file in {self.outgoing} after "
+                f"{self.ack_timeout_s:g}s: it refuses a line it cannot parse with only a line in its Log tab")
+
+    def wait_state(self, order_id: str, timeout_s: float = 10.0, interval_s: float = 0.1) -> OrderState | None:
+        """Poll ``order_id``'s state file until NinjaTrader has written a terminal state or ``timeout_s`` passed.
+
+        Returns the last state read (None if none was written); uses the bridge's clock and sleep.
+        """
+        deadline = self.clock() + timeout_s
+        while True:
+            state = self.order_state(order_id)
+            if (state is not None and state.is_terminal) or self.clock() >= deadline:
+                return state
+            self.sleep(interval_s)
 
     def _protect(self) -> list[BridgeEvent]:
         events: list[BridgeEvent] = []
