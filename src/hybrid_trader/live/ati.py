@@ -1,13 +1,15 @@
-"""NinjaTrader 8 ATI file protocol: order instruction lines, outgoing files, atomic writes.
+r"""NinjaTrader 8 ATI file protocol: order instruction lines, outgoing files, atomic writes.
 
-What the NinjaTrader help guide (Operations > Automated Trading > Automated Trading
-Interface (ATI) > File Interface) documents, and what this module follows:
+What the NinjaTrader 8 help guide (Operations > Automated Trading > Automated Trading
+Interface (ATI) > File Interface) says, and this module follows. Pages as found (the /ru/
+copy is the English NT8 guide; ninjatraderlite.pro mirrors the NT8 guide's pages):
 
-* Order Instruction Files (OIF) go into ``<NinjaTrader user folder>/incoming`` and must be
-  named ``oif*.txt``; unique names (``oif1.txt``, ``oif2.txt`` ...) avoid file-locking
-  problems; one file may stack several instruction lines; the delimiter is ``;``; files
-  are processed the instant they are written.
-  https://ninjatrader.com/support/helpGuides/nt8/order_instruction_files_oif.htm
+* Order Instruction Files (OIF) go into ``My Documents\<NinjaTrader Folder>\incoming`` and
+  must be named ``oif*.txt``; unique names (``oif1.txt``, ``oif2.txt`` ...) avoid file
+  locking problems; a file may stack several instruction lines; the delimiter is ``;``;
+  "files are processed the instant they are written to the hard disk".
+  https://ninjatrader.com/ru/support/helpGuides/nt8/order_instruction_files_oif.htm,
+  https://ninjatrader.com/ru/support/helpGuides/nt8/file_interface.htm
 * Every command has 13 fields (the command and 12 parameters, so 12 semicolons)::
 
       PLACE;<ACCOUNT>;<INSTRUMENT>;<ACTION>;<QTY>;<ORDER TYPE>;[LIMIT PRICE];[STOP PRICE];<TIF>;
@@ -18,32 +20,38 @@ Interface (ATI) > File Interface) documents, and what this module follows:
       CANCELALLORDERS;;;;;;;;;;;;
       FLATTENEVERYTHING;;;;;;;;;;;;
 
-  ACTION is BUY or SELL, TIF is DAY or GTC, prices use a decimal point (1212.25, not
-  1212,25), CHANGE takes 0 for a price or quantity it leaves alone, and CLOSEPOSITION
-  "will cancel any working orders and flatten the position".
-  https://ninjatrader.com/support/helpGuides/nt8/commands_and_valid_parameters.htm
-* NinjaTrader writes to ``<user folder>/outgoing`` (emptied when NinjaTrader restarts):
-  an order state file per order placed with an ORDER ID, named ``<ORDER ID>.txt``,
-  holding ``Order State;Filled Amount;Average Fill Price``, and a position file per
-  instrument and account, named ``<Instrument Name> <Exchange>_<Account>_Position.txt``
-  (e.g. ``ES 0914 Globex_Sim101_Position.txt``), holding
-  ``Market Position;Quantity;Average Entry Price`` with LONG, SHORT or FLAT.
-  https://ninjatrader.com/support/helpGuides/nt8/information_update_files.htm
-* Order states: Initialized, Submitted, Accepted, Working, Change submitted, Cancel
-  pending, Cancelled, Rejected, Partially filled, Filled, Trigger pending.
-  https://ninjatrader.com/support/helpGuides/nt8/order_state_definitions.htm
+  ACTION is BUY or SELL, TIF DAY or GTC, prices use a decimal point (1212.25, not
+  1212,25); CHANGE takes 0 for a price or quantity it leaves alone; CLOSEPOSITION "will
+  cancel any working orders and flatten the position"; CANCELALLORDERS cancels "all active
+  orders across all accounts and broker connections".
+  https://ninjatraderlite.pro/support/helpguides/nt8/commands_and_valid_parameters.html
+  (the valid-value table read was NinjaTrader 7's, which lists order types MARKET, LIMIT,
+  STOP, STOPLIMIT: https://ninjatrader.com/support/helpGuides/nt7/commands_and_valid_parameters.htm)
+* NinjaTrader writes to ``My Documents\<NinjaTrader Folder>\outgoing``, whose contents
+  "will be deleted when the NinjaTrader application is restarted": an order state file
+  for every order placed with an ORDER ID, named ``orderId.txt``, holding
+  ``Order State;Filled Amount;Average FillPrice``, and a position file named
+  ``Instrument Name + Instrument Exchange_AccountName_Position.txt`` (example
+  ``ES 0914 Globex_Sim101_Position.txt``) holding ``Market Position; Quantity; Average
+  Entry Price`` with LONG, SHORT or FLAT.
+  https://ninjatraderlite.pro/support/helpguides/nt8/information_update_files.html
+* Order states: Initialized, Submitted, Accepted, Working, Suspended, Change submitted,
+  Cancel pending, Cancelled, Rejected, Partially filled, Filled, Trigger pending.
+  https://ninjatraderlite.pro/support/helpguides/nt8/order_state_definitions.html
 
-Not in the help guide, from published field tests of NinjaTrader 8 (so read tolerantly
-here): order state files were named ``<Account>_<ORDER ID>.txt``; the states were written
-in upper case without spaces (``SUBMITTED``, ``WORKING``, ``PARTFILLED``, ``FILLED``,
-``CANCELPENDING``, ``CANCELLED``, ``REJECTED``); NinjaTrader 8 refused the NinjaTrader 7
-order type ``STOP`` ("invalid order type parameter") and took ``STOPMARKET``; a line with
-the wrong number of fields or an unknown order type produced no outgoing file at all,
-only a line in NinjaTrader's log; ``CANCELALLORDERS`` cancelled orders in every
-connected account; position files were also seen as ``..._position.txt`` with other
-spellings of the contract (``MNQ SEP26``, ``MNQM6``). This module reads both order
-state names, any case of the states and of ``_Position.txt``, and those contract
-spellings, and it never sends CANCELALLORDERS or FLATTENEVERYTHING.
+Not in the help guide; from a published NinjaTrader 8 field test (a verification log in a
+public trading-bot repository; see docs/NINJATRADER.md), so read tolerantly here: order
+state files were named ``<Account>_<ORDER ID>.txt``; states were written upper case
+without spaces (``SUBMITTED;0;0``, ``CANCELPENDING;0;0``, ``REJECTED;0;0``); NinjaTrader 8
+refused order type ``STOP`` ("holds invalid order type parameter 'STOP'") and took
+``STOPMARKET`` (so do CrossTrade's ATI docs: MARKET, LIMIT, STOPMARKET, STOPLIMIT); a line
+with the wrong number of fields ("invalid # of parameters, should be 13") or a bad order
+type produced no outgoing file, only a log line; a file not named ``oif*.txt`` was logged
+as "Unknown OIF file type"; ``CANCELALLORDERS`` cancelled orders in every connected
+account. Position files were also seen as ``..._position.txt`` with other spellings of
+the contract (``MNQ SEP26``, ``MNQM6``). This module reads both order state names, any
+case of the states and of ``_Position.txt`` and those spellings, writes ``STOPMARKET``,
+and never sends CANCELALLORDERS or FLATTENEVERYTHING.
 """
 
 from __future__ import annotations
@@ -74,7 +82,7 @@ TIFS = ("DAY", "GTC")
 
 ORDER_STATES = frozenset({
     "INITIALIZED", "SUBMITTED", "ACCEPTED", "WORKING", "TRIGGERPENDING", "CHANGEPENDING", "CHANGESUBMITTED",
-    "CANCELPENDING", "CANCELSUBMITTED", "CANCELLED", "REJECTED", "PARTFILLED", "FILLED", "UNKNOWN",
+    "CANCELPENDING", "CANCELSUBMITTED", "CANCELLED", "SUSPENDED", "REJECTED", "PARTFILLED", "FILLED", "UNKNOWN",
 })
 """NinjaTrader 8 order states, upper case without spaces (as its outgoing files spell them)."""
 TERMINAL_STATES = frozenset({"FILLED", "CANCELLED", "REJECTED"})
