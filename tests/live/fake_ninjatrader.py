@@ -228,6 +228,16 @@ class FakeNinjaTrader:
             return
         order.state = "CANCELLED"
         self._mark(order)
+        self._cancel_oco_siblings(order)
+
+    def _cancel_oco_siblings(self, order: FakeOrder) -> None:
+        """An OCO group: once one order fills or is cancelled, the others are cancelled."""
+        if not order.oco:
+            return
+        for sibling in self.orders.values():
+            if sibling is not order and sibling.oco == order.oco and sibling.active:
+                sibling.state = "CANCELLED"
+                self._mark(sibling)
 
     def _fill_markets(self, bar: FakeBar) -> None:
         for order in sorted(self.orders.values(), key=lambda o: o.sequence):
@@ -249,11 +259,7 @@ class FakeNinjaTrader:
             if price is None:
                 continue
             self._fill(order, order.qty - order.filled, price)
-            if order.oco:
-                for sibling in self.orders.values():
-                    if sibling is not order and sibling.oco == order.oco and sibling.active:
-                        sibling.state = "CANCELLED"
-                        self._mark(sibling)
+            self._cancel_oco_siblings(order)
 
     @staticmethod
     def _touched(order: FakeOrder, bar: FakeBar) -> float | None:

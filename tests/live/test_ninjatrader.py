@@ -327,6 +327,36 @@ def test_rejected_stop_flattens_the_position_when_the_entry_filled(nt):
     assert [e for e in bridge.poll() if e.kind == "UNPROTECTED"] == []  # flattened once
 
 
+def test_cancelled_stop_of_an_old_bracket_does_not_flatten_when_a_newer_bracket_holds_the_position(nt):
+    bridge = bridge_for(nt)
+    old, new = f"{ENTRY}-a", f"{ENTRY}-b"
+    bridge.enter(old, "BUY", 1, stop_price=20990, target_price=21030)
+    nt.process(bar(21000, 21004, 20996, 21001))
+    bridge.close(old)
+    nt.process(bar(21001, 21004, 20996, 21001))
+    bridge.enter(new, "BUY", 1, stop_price=20990, target_price=21030)
+    nt.process(bar(21002, 21004, 20996, 21001))
+    restarted = bridge_for(nt)  # re-attaches both from the journal, oldest first
+    for entry in (old, new):
+        restarted.adopt(restarted.enter(entry, "BUY", 1, stop_price=20990, target_price=21030))
+    events = restarted.poll()
+    assert not any(e.kind == "UNPROTECTED" for e in events)
+    assert oif_files(nt) == [] and restarted.position().qty == 1
+
+
+def test_cancelling_the_stop_by_hand_flattens_when_the_oco_takes_the_target_with_it(nt):
+    bridge = bridge_for(nt)
+    bridge.enter(ENTRY, "BUY", 1, stop_price=20990, target_price=21030)
+    nt.process(bar(21000, 21004, 20996, 21001))
+    bridge.poll()
+    (nt.incoming / "oif9_by_hand.txt").write_text(f"CANCEL;;;;;;;;;;{ENTRY}-SL;;\n")  # someone cancels the stop
+    nt.process(bar(21001, 21004, 20996, 21001))
+    assert nt.orders[f"{ENTRY}-TP"].state == "CANCELLED"  # OCO: cancelling one cancels the other
+    assert [e.kind for e in bridge.poll() if e.kind == "UNPROTECTED"] == ["UNPROTECTED"]
+    nt.process(bar(21001, 21004, 20996, 21001))
+    assert bridge.position().side == "FLAT"
+
+
 def test_no_ack_is_reported_once_when_ninjatrader_writes_no_state_file(nt):
     clock = Clock()
     bridge = bridge_for(nt, clock=clock, ack_timeout_s=30)

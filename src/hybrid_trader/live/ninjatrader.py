@@ -418,7 +418,6 @@ class NinjaTraderBridge:
         events: list[BridgeEvent] = []
         for entry_id, b in self._brackets.items():
             entry = self._tracked[entry_id].last
-            stop = self._tracked[b.stop_id].last
             if entry is not None and entry.is_terminal and entry.filled_qty < b.qty and entry_id not in self._handled:
                 self._handled.add(entry_id)
                 if entry.filled_qty == 0:
@@ -426,18 +425,25 @@ class NinjaTraderBridge:
                 else:
                     self._send(f"{entry_id}-resize", [change_line(b.stop_id, qty=entry.filled_qty),
                                                       change_line(b.target_id, qty=entry.filled_qty)])
-            key = f"{entry_id}-unprotected"
-            if (self.flatten_if_unprotected and stop is not None and stop.state in ("REJECTED", "CANCELLED")
-                    and entry is not None and entry.filled_qty > 0 and key not in self._handled
-                    and self._target_open(b)):
-                self._handled.add(key)
-                if self.position().qty == 0:
-                    continue
-                self.close(entry_id)
-                events.append(BridgeEvent("UNPROTECTED", b.stop_id, stop.state, message=(
-                    f"stop {b.stop_id} {stop.state.lower()} while {entry_id} holds a position: "
-                    "sent CLOSEPOSITION to flatten it")))
+        if self.flatten_if_unprotected and self._brackets:
+            # one account and instrument hold one position: only the latest bracket can be protecting it
+            event = self._flatten_if_unprotected(self._brackets[next(reversed(self._brackets))])
+            events += [event] if event else []
         return events
+
+    def _flatten_if_unprotected(self, b: Bracket) -> BridgeEvent | None:
+        """Close the position when the latest entry filled but its stop was rejected or cancelled (not by us)."""
+        entry, stop = self._tracked[b.entry_id].last, self._tracked[b.stop_id].last
+        key = f"{b.entry_id}-unprotected"
+        if (key in self._handled or stop is None or stop.state not in ("REJECTED", "CANCELLED")
+                or entry is None or entry.filled_qty == 0 or not self._target_open(b)):
+            return None
+        self._handled.add(key)
+        if self.position().qty == 0:
+            return None
+        self.close(b.entry_id)
+        return BridgeEvent("UNPROTECTED", b.stop_id, stop.state, message=(
+            f"stop {b.stop_id} {stop.state.lower()} while {b.entry_id} holds a position: sent CLOSEPOSITION"))
 
     def _target_open(self, b: Bracket) -> bool:
         """Whether the target has not filled (a filled target cancels the stop by OCO: that is not a lost stop)."""
