@@ -261,7 +261,11 @@ class NinjaTraderBridge:
         return self._send(f"{order_id}-close", lines)
 
     def cancel(self, order_id: str) -> Path:
-        """Cancel one order; an entry's cancel also cancels its bracket."""
+        """Cancel one order; an entry's cancel also cancels its bracket.
+
+        NinjaTrader cancels the rest of an OCO group when one order is cancelled, so cancelling
+        ``<id>-SL`` or ``<id>-TP`` removes both (use :meth:`move_stop` to change the stop).
+        """
         check_order_id(order_id)
         lines = [cancel_line(order_id)]
         if order_id in self._brackets:
