@@ -8,7 +8,8 @@ import pytest
 
 from hybrid_trader.data import Bars, generate_bars, load_bars
 from hybrid_trader.features import compute_features
-from hybrid_trader.live.features import RAW_KEYS, IncrementalFeatures, RollingMoments, RollingVar
+from hybrid_trader.live.features import RAW_KEYS, IncrementalFeatures
+from hybrid_trader.live.kernels import RollingMoments, RollingVar
 from tests.live.conftest import real_file
 
 
@@ -120,3 +121,17 @@ def test_rolling_kernels_equal_pandas_when_nan_constant_runs_and_large_offsets(n
     np.testing.assert_array_equal(got_mean, r.mean().to_numpy())
     np.testing.assert_array_equal(got_sum, r.sum().to_numpy())
     np.testing.assert_array_equal(got_std, r.std().to_numpy())
+
+
+def test_from_bars_then_append_equals_batch_when_restarting_on_history() -> None:
+    bars = generate_bars(2, seed=4)
+    fs = compute_features(bars)
+    cut = len(bars) - 30
+    inc, last = IncrementalFeatures.from_bars(Bars(bars.frame.iloc[:cut], bars.market, bars.bar_minutes))
+    assert last is not None and last.index == cut - 1
+    np.testing.assert_array_equal(last.llm_market, fs.llm_market[cut - 1])
+    for i in range(cut, len(bars)):
+        row = inc.append(bars.frame.index[i], bars.open[i], bars.high[i], bars.low[i], bars.close[i], bars.volume[i])
+        np.testing.assert_array_equal(row.bar, fs.bar[i])
+        np.testing.assert_array_equal(row.llm_market, fs.llm_market[i])
+        assert row.atr == fs.atr[i]
