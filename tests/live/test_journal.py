@@ -11,6 +11,7 @@ import textwrap
 import time
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -163,3 +164,18 @@ def test_journal_is_consistent_when_writer_is_killed_mid_loop(tmp_path: Path) ->
         assert j.count("orders") in (bars - 1, bars)
         assert j.count("fills") <= j.count("orders")
         assert j.position_from_fills().qty == j.count("fills")
+
+
+def test_journal_keeps_unreadable_bar_and_nan_advice_when_recorded(tmp_path: Path) -> None:
+    with Journal(tmp_path / "j.sqlite") as j:
+        j.record_bar(None, 1.0, float("nan"), 0.5, 1.5, 3, accepted=False, reason="bad-timestamp",
+                     message="line 7: cannot read the timestamp", raw="xx,yy,1,nan,0.5,1.5,3")
+        j.record_decision(_t(0), 0, np.array([0.5, 0.25, 0.25], dtype=np.float32),
+                          advice={"action": "HOLD", "confidence": float("nan"), "probs": np.array([1.0, 0.0])})
+        assert j.last_bar_time() is None and j.last_bar_time(accepted_only=False) is None
+        raw, high = j._db.execute("SELECT raw, high FROM bars").fetchone()
+        assert raw.startswith("xx,yy") and high is None
+        advice = j._db.execute("SELECT advice, probabilities FROM decisions").fetchone()
+        assert '"confidence": null' in advice[0] and advice[1] == "[0.5, 0.25, 0.25]"
+        with pytest.raises(ValueError, match="reason code"):
+            j.record_bar(_t(1), 1, 2, 0.5, 1.5, 1, accepted=False)

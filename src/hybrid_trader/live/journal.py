@@ -21,6 +21,7 @@ Times are stored as int64 nanoseconds since the epoch (UTC); the API takes a tz-
 from __future__ import annotations
 
 import json
+import math
 import sqlite3
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -29,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from hybrid_trader.errors import UserError
@@ -44,9 +46,9 @@ SIDES = ("BUY", "SELL")
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS bars (
-    id INTEGER PRIMARY KEY, time_ns INTEGER NOT NULL,
+    id INTEGER PRIMARY KEY, time_ns INTEGER,
     open REAL, high REAL, low REAL, close REAL, volume REAL,
-    accepted INTEGER NOT NULL, reason TEXT, message TEXT, recorded_ns INTEGER NOT NULL);
+    accepted INTEGER NOT NULL, reason TEXT, message TEXT, raw TEXT, recorded_ns INTEGER NOT NULL);
 CREATE INDEX IF NOT EXISTS bars_time ON bars(time_ns);
 CREATE TABLE IF NOT EXISTS decisions (
     id INTEGER PRIMARY KEY, bar_time_ns INTEGER NOT NULL, action INTEGER NOT NULL,
@@ -79,8 +81,23 @@ def to_ns(t: pd.Timestamp | int) -> int:
     return int(t)
 
 
+def _plain(value: Any) -> Any:
+    """JSON-ready: numpy scalars and arrays as Python values, NaN and infinities as null."""
+    if isinstance(value, np.ndarray):
+        value = value.tolist()
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
 def _json(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, allow_nan=False, default=float)
+    return json.dumps(_plain(value), sort_keys=True, allow_nan=False, default=str)
 
 
 @dataclass(frozen=True)
@@ -185,14 +202,18 @@ class Journal:
         self.close()
 
     # ---- writes -------------------------------------------------------------------------
-    def record_bar(self, time: pd.Timestamp | int, open: float, high: float, low: float, close: float,
+    def record_bar(self, time: pd.Timestamp | int | None, open: float, high: float, low: float, close: float,
                    volume: float, *, accepted: bool = True, reason: str | None = None,
-                   message: str | None = None) -> None:
-        """A bar as it arrived, accepted or rejected (with the gate's reason code and message)."""
+                   message: str | None = None, raw: str | None = None) -> None:
+        """A bar as it arrived, accepted or rejected (with the gate's reason code and message); ``time``
+        None for a line whose timestamp could not be read (``raw``: the line as written)."""
+        if not accepted and not reason:
+            raise ValueError("a rejected bar needs its reason code")
         with self._tx() as db:
-            db.execute("INSERT INTO bars (time_ns, open, high, low, close, volume, accepted, reason, message, "
-                       "recorded_ns) VALUES (?,?,?,?,?,?,?,?,?,?)",
-                       (to_ns(time), open, high, low, close, volume, int(accepted), reason, message, _now()))
+            db.execute("INSERT INTO bars (time_ns, open, high, low, close, volume, accepted, reason, message, raw, "
+                       "recorded_ns) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                       (None if time is None else to_ns(time), _real(open), _real(high), _real(low), _real(close),
+                        _real(volume), int(accepted), reason, message, raw, _now()))
 
     def record_decision(self, bar_time: pd.Timestamp | int, action: int, probabilities: Sequence[float] | Mapping,
                         *, advice: Mapping | None = None, veto: str | None = None,
@@ -311,6 +332,15 @@ class Journal:
     def integrity_check(self) -> str:
         """``ok`` or SQLite's description of the damage."""
         return str(self._db.execute("PRAGMA integrity_check").fetchone()[0])
+
+
+def _real(x: Any) -> float | None:
+    """A number for a REAL column (NaN, which SQLite cannot hold, as NULL)."""
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(v) else v
 
 
 def _check_state(state: str) -> None:
