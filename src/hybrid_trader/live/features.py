@@ -1,0 +1,458 @@
+"""Features of the newest bar, one bar at a time, bit-identical to ``compute_features``.
+
+The executor gets one bar at a time and must see exactly the features the model was
+trained and evaluated on. Which look-backs are bounded and which carry memory:
+
+* **bounded**: lags and differences (returns, momentum, slopes), rolling max / min
+  (support, resistance, 240-minute range, swings), double top / bottom (a window of
+  ``max(k60, 8)`` bars): recomputed from the kept history in O(window);
+* **unbounded, state from the first bar**: TA-Lib's Wilder / EMA recursions (ATR, RSI,
+  ADX, MACD) and its running-sum SMA; pandas' rolling mean / sum / std, whose Kahan
+  compensation and running sums make the rounding of every value depend on every
+  earlier value; the session VWAP (a Kahan cumulative sum per session); the strided
+  15- and 60-minute RSIs, whose phase is the bar's index mod k; the expanding means and
+  extrema of the ``raw`` fall-backs.
+
+So an :class:`IncrementalFeatures` must see the same bars from the same first bar as
+the batch (``compute_features`` on the run's data), and carries each recursion's state
+(:mod:`hybrid_trader.live.kernels`): TA-Lib's own streaming handles (``talib.stream``:
+bit-identical to its function API by contract) and replicas of pandas' fixed-window
+kernels (Kahan sums, the consecutive-equal-values rule, the sign clamp, Welford's
+variance with its recompute on cancellation). The per-bar arithmetic repeats the batch formulas of
+``features.base`` and ``features.llm_features`` with the same operations in the same
+order (numpy ufuncs for log / sqrt / sin / cos), so every value is equal, not close;
+``tests/live/test_features.py`` checks every bar of synthetic and real files.
+
+Cost: O(1) per bar for the recursions, O(240 bars) for the longest window; see
+``bench/live_features.py``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from hybrid_trader.calendar import EASTERN, MINUTES_PER_DAY, SESSION_MINUTES, SESSION_ROLL, session_minute
+from hybrid_trader.data.bars import Bars
+from hybrid_trader.features.base import (
+    ADX_PERIOD,
+    ATR_FLOOR_TICKS,
+    ATR_PERIOD,
+    MACD_PERIODS,
+    VOLUME_Z_BARS,
+    VOLUME_Z_STD_FLOOR,
+    bars_for,
+)
+from hybrid_trader.features.feature_set import N_BAR, N_MARKET
+from hybrid_trader.features.llm_features import (
+    ADX_SLOPE_BARS,
+    EFFICIENCY_BARS,
+    LEVEL_MINUTES,
+    LONG_MINUTES,
+    MIN_DOUBLE_BARS,
+    RANGE_MINUTES,
+    SMA_SLOPE_BARS,
+    SWING_MINUTES,
+    double_top_bottom,
+)
+from hybrid_trader.features.names import BAR_FEATURE_NAMES, MARKET_FEATURE_NAMES, WINDOW
+from hybrid_trader.live.kernels import PhasedRSI, RollingMoments, RollingVar, TalibStream
+from hybrid_trader.markets import CONTRACTS
+
+NAN = math.nan
+_DAY_NS = 86_400 * 10**9
+_ROLL_NS = int(SESSION_ROLL.value)
+
+RAW_KEYS = ("tr", "atr14", "rsi14", "adx14", "sma20", "sma50", "sma200", "macd", "macd_signal", "macd_hist",
+            "vwap", "mom10", "volume_sma20", "ret_20", "ret_60",
+            "rsi_15m", "rsi_60m", "support_60m", "resistance_60m", "session_open")
+"""Keys of ``FeatureRow.raw``, as ``FeatureSet.raw`` has them."""
+
+
+# ---- the per-bar computation ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FeatureRow:
+    """The newest bar's features, equal to row ``index`` of ``compute_features`` on the same bars."""
+
+    index: int
+    """0-based position of the bar since the first one fed."""
+    time_ns: int
+    bar: np.ndarray
+    """``(11,)`` float32, ``BAR_FEATURE_NAMES``."""
+    llm_market: np.ndarray
+    """``(28,)`` float32, ``MARKET_FEATURE_NAMES``."""
+    atr: float
+    """ATR(14) in points, > 0 (the ``raw`` fall-back during warm-up), as ``FeatureSet.atr``."""
+    raw: dict[str, float]
+    """Finite indicators in natural units, as ``FeatureSet.raw`` (keys ``RAW_KEYS``)."""
+
+
+def _clip(x: float, lo: float, hi: float) -> float:
+    if x != x:
+        return x
+    return lo if x < lo else hi if x > hi else x
+
+
+def _log(x: float) -> float:
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return float(np.log(np.float64(x)))
+
+
+def _log_ratio(a: float, b: float) -> float:
+    return _clip(_log((a + 1.0) / (b + 1.0)), -5, 5)
+
+
+def _div(num: float, den: float) -> float:
+    """IEEE division as numpy does it: x/0 is +-inf (or NaN), never an exception."""
+    if den == 0 or den != den or num != num:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return float(np.float64(num) / np.float64(den))
+    return num / den
+
+
+def _safe_div(num: float, den: float, fill: float = 0.0) -> float:
+    if num != num or den != den:
+        return NAN
+    return fill if den == 0 else num / den
+
+
+def _flag(cond: bool, *inputs: float) -> float:
+    return NAN if any(x != x for x in inputs) else float(cond)
+
+
+def _finite(x: float, fallback: float) -> float:
+    v = x if math.isfinite(x) else fallback
+    return v if math.isfinite(v) else 0.0
+
+
+class _Buffer:
+    """A growing float64 array (amortised doubling): the history of one series."""
+
+    def __init__(self, capacity: int = 4096) -> None:
+        self.data = np.empty(capacity, dtype=np.float64)
+        self.n = 0
+
+    def append(self, x: float) -> None:
+        if self.n == len(self.data):
+            self.data = np.concatenate([self.data, np.empty(len(self.data), dtype=np.float64)])
+        self.data[self.n] = x
+        self.n += 1
+
+    def view(self) -> np.ndarray:
+        return self.data[: self.n]
+
+    def at(self, i: int) -> float:
+        """Value at 0-based position ``i``, NaN for ``i < 0`` (a lag before the first bar)."""
+        return float(self.data[i]) if i >= 0 else NAN
+
+    def tail(self, m: int) -> np.ndarray:
+        return self.data[max(0, self.n - m) : self.n]
+
+
+class IncrementalFeatures:
+    """Append bars one at a time; get the newest bar's features, equal to the batch's.
+
+    ``market`` and ``bar_minutes`` must be the ones the batch ``Bars`` has (they set the
+    ATR floor and the bar counts of the minute horizons), and the bars must be the same
+    from the same first bar: the recursions carry state from it (see the module doc).
+    """
+
+    def __init__(self, market: str = "NQ", bar_minutes: int = 1) -> None:
+        self.market = str(market).strip().upper()
+        self.bar_minutes = int(bar_minutes)
+        spec = CONTRACTS.get(self.market)
+        self._tick_floor = ATR_FLOOR_TICKS * spec.tick_size if spec is not None else None
+        bm = self.bar_minutes
+        self.k5, self.k15, self.k20, self.k60 = (bars_for(m, bm) for m in (5, 15, 20, LEVEL_MINUTES))
+        self.k240, self.klong = bars_for(RANGE_MINUTES, bm), bars_for(LONG_MINUTES, bm)
+        self.kswing = bars_for(SWING_MINUTES, bm)
+        self.m_double = max(self.k60, MIN_DOUBLE_BARS)
+        self.n = 0
+        self.last_time_ns: int | None = None
+        self.o, self.h, self.lo, self.c, self.v = (_Buffer() for _ in range(5))
+        self.atr_hist, self.adx_hist, self.sma50_hist, self.sma200_hist = (_Buffer() for _ in range(4))
+        self.hmax_hist, self.lmin_hist = _Buffer(), _Buffer()
+        self._atr = TalibStream("ATR", timeperiod=ATR_PERIOD)
+        self._adx = TalibStream("ADX", timeperiod=ADX_PERIOD)
+        self._sma = {n: TalibStream("SMA", timeperiod=n) for n in (20, 50, 200)}
+        self._vsma = TalibStream("SMA", timeperiod=20)
+        self._macd = TalibStream("MACD", fastperiod=MACD_PERIODS[0], slowperiod=MACD_PERIODS[1],
+                            signalperiod=MACD_PERIODS[2])
+        self._rsi = PhasedRSI(1)
+        self._rsi15, self._rsi60 = PhasedRSI(self.k15), PhasedRSI(self.k60)
+        self._vmean, self._vstd = RollingMoments(VOLUME_Z_BARS), RollingVar(VOLUME_Z_BARS)
+        self._atr_long = RollingMoments(self.klong)
+        self._vol60, self._vol_long = RollingMoments(self.k60), RollingMoments(self.klong)
+        self._vol5, self._vol20 = RollingMoments(self.k5), RollingMoments(self.k20)
+        self._path = RollingMoments(EFFICIENCY_BARS)
+        self._session_day: int | None = None
+        self._session_start = 0
+        self._vwap_sums = [0.0] * 4  # pv, v, tp, one (Kahan, as groupby().cumsum())
+        self._vwap_comp = [0.0] * 4
+        self._cum = {"tr": 0.0, "c": 0.0, "v": 0.0}
+        self._first_close = NAN
+        self._lo_min = math.inf
+        self._hi_max = -math.inf
+        self._first_valid_bar = [-1] * N_BAR
+        self._first_valid_market = [-1] * N_MARKET
+
+    @classmethod
+    def from_bars(cls, bars: Bars) -> tuple[IncrementalFeatures, FeatureRow | None]:
+        """Fed every bar of ``bars`` (the history a restart replays; ~0.25 ms a bar), and the last row."""
+        inc = cls(bars.market, bars.bar_minutes)
+        row = None
+        cols = (bars.frame.index.asi8.tolist(), bars.open.tolist(), bars.high.tolist(), bars.low.tolist(),
+                bars.close.tolist(), bars.volume.tolist())
+        for ts, o, h, lo, c, v in zip(*cols):
+            row = inc.append(ts, o, h, lo, c, v)
+        return inc, row
+
+    # ---- time and sessions -----------------------------------------------------------------
+    @staticmethod
+    def _eastern(time: pd.Timestamp | int) -> pd.Timestamp:
+        ts = pd.Timestamp(time, tz="UTC") if not isinstance(time, pd.Timestamp) else time
+        if ts.tzinfo is None:
+            raise ValueError(f"naive timestamp {ts}: give a tz-aware Timestamp or int64 ns (UTC)")
+        return ts.tz_convert(EASTERN)
+
+    def _session(self, wall_ns: int) -> None:
+        day = (wall_ns + _ROLL_NS) // _DAY_NS
+        if day != self._session_day:
+            self._session_day = day
+            self._session_start = self.n
+            self._vwap_sums = [0.0] * 4
+            self._vwap_comp = [0.0] * 4
+
+    def _vwap(self, h: float, lo: float, c: float, v: float) -> float:
+        tp = (h + lo + c) / 3.0
+        for j, x in enumerate((tp * v, v, tp, 1.0)):
+            y = x - self._vwap_comp[j]
+            t = self._vwap_sums[j] + y
+            self._vwap_comp[j] = t - self._vwap_sums[j] - y
+            self._vwap_sums[j] = t
+        pv, cv, ctp, one = self._vwap_sums
+        return (pv / cv if cv != 0 else NAN) if cv > 0 else ctp / one
+
+    # ---- the public step --------------------------------------------------------------------
+    def append(self, time: pd.Timestamp | int, open: float, high: float, low: float, close: float,
+               volume: float) -> FeatureRow:
+        """Add the next bar (strictly later than the last) and return its features."""
+        et = self._eastern(time)
+        time_ns = int(et.value)
+        if self.last_time_ns is not None and time_ns <= self.last_time_ns:
+            raise ValueError(f"bar at {et} is not after the previous bar ({pd.Timestamp(self.last_time_ns, tz='UTC')}"
+                             "): pass bars through live.feeds.BarGate first")
+        self.last_time_ns = time_ns
+        self._session(int(et.tz_localize(None).value))
+        o, h, lo, c, v = float(open), float(high), float(low), float(close), float(volume)
+        t = self.n
+        for buf, x in ((self.o, o), (self.h, h), (self.lo, lo), (self.c, c), (self.v, v)):
+            buf.append(x)
+        self.n += 1
+        ind = self._indicators(t, o, h, lo, c, v)
+        minute = et.hour * 60 + et.minute
+        bar = self._bar_features(t, o, h, lo, c, v, ind, minute)
+        market, extras = self._market_features(t, h, lo, c, ind)
+        raw = self._raw(t, h, lo, c, v, {**ind, **extras})
+        self._track_warmup(t, bar, market)
+        bar_arr = np.nan_to_num(np.array(bar, dtype=np.float64), nan=0.0, posinf=0.0, neginf=0.0).astype(np.float32)
+        mkt_arr = np.nan_to_num(np.array(market, dtype=np.float64), nan=0.0, posinf=0.0, neginf=0.0)
+        return FeatureRow(t, time_ns, bar_arr, mkt_arr.astype(np.float32), raw["atr14"], raw)
+
+    # ---- indicators (features.base.compute_indicators) -----------------------------------------
+    def _indicators(self, t: int, o: float, h: float, lo: float, c: float, v: float) -> dict[str, float]:
+        hv, lv, cv, vv = self.h.view(), self.lo.view(), self.c.view(), self.v.view()
+        if t == 0:
+            tr = h - lo
+        else:
+            pc = self.c.at(t - 1)
+            tr = max(h - lo, abs(pc - h), abs(lo - pc))
+        floor = self._tick_floor if self._tick_floor is not None else 1e-6 * c
+        atr_v = self._atr.step((hv, lv, cv), (h, lo, c))
+        atr = NAN if atr_v is None else max(float(atr_v), floor)
+        adx_v = self._adx.step((hv, lv, cv), (h, lo, c))
+        sma = {n: self._sma[n].step((cv,), (c,)) for n in (20, 50, 200)}
+        vsma = self._vsma.step((vv,), (v,))
+        macd = self._macd.step((cv,), (c,))
+        m, ms, mh = (NAN, NAN, NAN) if macd is None else macd
+        c20, c60 = self.c.at(t - 20), self.c.at(t - 60)
+        ind = {
+            "tr": tr,
+            "atr14": atr,
+            "rsi14": self._rsi.step(t, c),
+            "adx14": NAN if adx_v is None else float(adx_v),
+            "sma20": _opt(sma[20]),
+            "sma50": _opt(sma[50]),
+            "sma200": _opt(sma[200]),
+            "macd": float(m),
+            "macd_signal": float(ms),
+            "macd_hist": float(mh),
+            "vwap": self._vwap(h, lo, c, v),
+            "mom10": c - self.c.at(t - 10),
+            "volume_sma20": _opt(vsma),
+            "ret_20": _log(_div(c, c20)),
+            "ret_60": _log(_div(c, c60)),
+        }
+        self.atr_hist.append(atr)
+        self.adx_hist.append(ind["adx14"])
+        self.sma50_hist.append(ind["sma50"])
+        self.sma200_hist.append(ind["sma200"])
+        return ind
+
+    # ---- the 11 bar features (features.base.bar_feature_columns) -------------------------------
+    def _bar_features(self, t: int, o: float, h: float, lo: float, c: float, v: float, ind: dict[str, float],
+                      minute: int) -> list[float]:
+        atr = ind["atr14"]
+        prev = self.c.at(t - 1)
+        log_ret = _div(_log(_div(c, prev)) * prev, atr)
+        logv = float(np.log1p(np.float64(max(v, 0.0))))
+        self._vmean.push(logv)
+        self._vstd.push(logv)
+        vstd = self._vstd.std()
+        vstd = max(vstd, VOLUME_Z_STD_FLOOR) if vstd == vstd else NAN
+        angle = 2.0 * np.pi * np.float64(minute) / MINUTES_PER_DAY
+        cols = {
+            "log_ret": _clip(log_ret, -10, 10),
+            "range_atr": _clip(_div(h - lo, atr), 0, 10),
+            "body_atr": _clip(_div(c - o, atr), -10, 10),
+            "volume_z": _clip(_div(logv - self._vmean.mean(), vstd), -10, 10),
+            "sma20_gap_atr": _clip(_div(c - ind["sma20"], atr), -10, 10),
+            "sma50_gap_atr": _clip(_div(c - ind["sma50"], atr), -10, 10),
+            "rsi14": _clip((ind["rsi14"] - 50.0) / 50.0, -1, 1),
+            "macd_hist_atr": _clip(_div(ind["macd_hist"], atr), -10, 10),
+            "tod_sin": float(np.sin(angle)),
+            "tod_cos": float(np.cos(angle)),
+            "session_progress": session_minute(minute) / SESSION_MINUTES,
+        }
+        return [cols[k] for k in BAR_FEATURE_NAMES]
+
+    # ---- the 28 market features (features.llm_features.market_feature_columns) ---------------
+    def _market_features(self, t: int, h: float, lo: float, c: float,
+                         ind: dict[str, float]) -> tuple[list[float], dict[str, float]]:
+        atr, adx = ind["atr14"], ind["adx14"]
+        v = self.v.at(t)
+        for roll in (self._vol60, self._vol_long, self._vol5, self._vol20):
+            roll.push(v)
+        vol60 = self._vol60.mean()
+        self._atr_long.push(atr)
+        self._path.push(abs(c - self.c.at(t - 1)))
+        sopen = self.o.at(self._session_start)
+        since_open = t - self._session_start
+        net = abs(c - self.c.at(t - EFFICIENCY_BARS))
+        sqrt20, sqrt60 = float(np.sqrt(np.float64(self.k20))), float(np.sqrt(np.float64(self.k60)))
+        trend_sign = float(np.sign(np.float64(ind["sma20"] - ind["sma50"])))
+        context = {
+            "adx_slope": _clip((adx - self.adx_hist.at(t - ADX_SLOPE_BARS)) / ADX_SLOPE_BARS, -10, 10),
+            "vwap_dist_pct": _clip(_div(100.0 * (c - ind["vwap"]), ind["vwap"]), -10, 10),
+            "volatility_regime": _clip(_log(_div(atr, self._atr_long.mean())), -5, 5),
+            "volume_regime": _log_ratio(vol60, self._vol_long.mean()),
+            "momentum_20m": _clip(_div(c - self.c.at(t - self.k20), atr * sqrt20), -10, 10),
+            "momentum_60m": _clip(_div(c - self.c.at(t - self.k60), atr * sqrt60), -10, 10),
+            "efficiency_ratio": _clip(_safe_div(net, self._path.sum()), 0, 1),
+            "spread_ratio": _clip(_div(h - lo, c) * 1000.0, 0, 10),
+            "session_trend": _clip(_div(c - sopen, atr * float(np.sqrt(np.float64(since_open + 1.0)))), -10, 10),
+            "market_regime": trend_sign * _clip((adx - 20.0) / 20.0, 0, 1),
+        }
+
+        rsi15, rsi60 = self._rsi15.step(t, c), self._rsi60.step(t, c)
+        hi240, lo240 = self._rolling_max(self.h, self.k240), self._rolling_min(self.lo, self.k240)
+        change60 = 100.0 * _log(_div(c, self.c.at(t - self.k60)))
+        sma50, sma200 = ind["sma50"], ind["sma200"]
+        multi = {
+            "sma50_slope_atr": _clip(_div(sma50 - self.sma50_hist.at(t - SMA_SLOPE_BARS), atr), -10, 10),
+            "sma200_slope_atr": _clip(_div(sma200 - self.sma200_hist.at(t - SMA_SLOPE_BARS), atr), -10, 10),
+            "rsi_15m": _clip((rsi15 - 50.0) / 50.0, -1, 1),
+            "rsi_60m": _clip((rsi60 - 50.0) / 50.0, -1, 1),
+            "volume_ratio_5m": _log_ratio(self._vol5.mean(), vol60),
+            "volume_ratio_20m": _log_ratio(self._vol20.mean(), vol60),
+            "price_change_60m": _clip(change60, -10, 10),
+            "sr_position_240m": _clip(_safe_div(2.0 * (c - lo240), hi240 - lo240, fill=1.0) - 1.0, -1, 1),
+        }
+
+        hmax, lmin = self._rolling_max(self.h, self.kswing), self._rolling_min(self.lo, self.kswing)
+        self.hmax_hist.append(hmax)
+        self.lmin_hist.append(lmin)
+        hmax_prev, lmin_prev = self.hmax_hist.at(t - self.kswing), self.lmin_hist.at(t - self.kswing)
+        support = self._rolling_min(self.lo, self.k60, end=t)
+        resistance = self._rolling_max(self.h, self.k60, end=t)
+        top, bottom = self._double(t)
+        patterns = {
+            "higher_high": _flag(hmax > hmax_prev, hmax, hmax_prev),
+            "higher_low": _flag(lmin > lmin_prev, lmin, lmin_prev),
+            "lower_high": _flag(hmax < hmax_prev, hmax, hmax_prev),
+            "lower_low": _flag(lmin < lmin_prev, lmin, lmin_prev),
+            "double_top": top,
+            "double_bottom": bottom,
+            "support_dist": _clip(_div(c - support, atr * sqrt60), -10, 10),
+            "resistance_dist": _clip(_div(resistance - c, atr * sqrt60), -10, 10),
+            "breakout": _flag(c > resistance, resistance),
+            "breakdown": _flag(c < support, support),
+        }
+        cols = {**context, **multi, **patterns}
+        extras = {"rsi_15m": rsi15, "rsi_60m": rsi60, "support_60m": support, "resistance_60m": resistance,
+                  "session_open": sopen}
+        return [cols[k] for k in MARKET_FEATURE_NAMES], extras
+
+    def _rolling_max(self, buf: _Buffer, k: int, end: int | None = None) -> float:
+        """``rolling(x, k, "max")`` at bar ``end - 1`` (default: the newest bar); NaN before k bars."""
+        stop = buf.n if end is None else end
+        return float(buf.data[stop - k : stop].max()) if stop >= k else NAN
+
+    def _rolling_min(self, buf: _Buffer, k: int, end: int | None = None) -> float:
+        stop = buf.n if end is None else end
+        return float(buf.data[stop - k : stop].min()) if stop >= k else NAN
+
+    def _double(self, t: int) -> tuple[float, float]:
+        m = self.m_double
+        if t + 1 < m:
+            return NAN, NAN
+        top, bottom = double_top_bottom(self.h.tail(m), self.lo.tail(m), self.c.tail(m), self.atr_hist.tail(m), m)
+        return float(top[-1]), float(bottom[-1])
+
+    # ---- raw (features.base.fill_raw) ---------------------------------------------------------
+    def _raw(self, t: int, h: float, lo: float, c: float, v: float, ind: dict[str, float]) -> dict[str, float]:
+        if t == 0:
+            self._first_close = c
+        tr = ind["tr"] if ind["tr"] == ind["tr"] else 0.0
+        cum = self._cum
+        cum["tr"] += tr
+        cum["c"] += c
+        cum["v"] += v
+        count = float(t + 1)
+        self._lo_min = min(self._lo_min, lo)
+        self._hi_max = max(self._hi_max, h)
+        since_first = _log(_div(c, self._first_close))
+        floor = self._tick_floor if self._tick_floor is not None else 1e-6 * c
+        mean_c = cum["c"] / count
+        fallbacks = {
+            "tr": tr, "atr14": max(cum["tr"] / count, floor), "rsi14": 50.0, "adx14": 0.0,
+            "sma20": mean_c, "sma50": mean_c, "sma200": mean_c, "macd": 0.0, "macd_signal": 0.0,
+            "macd_hist": 0.0, "vwap": c, "mom10": c - self._first_close, "volume_sma20": cum["v"] / count,
+            "ret_20": since_first, "ret_60": since_first, "rsi_15m": 50.0, "rsi_60m": 50.0,
+            "support_60m": self._lo_min, "resistance_60m": self._hi_max, "session_open": c,
+        }
+        return {k: _finite(ind[k], fallbacks[k]) for k in RAW_KEYS}
+
+    # ---- warm-up (FeatureSet.warmup) -------------------------------------------------------------
+    def _track_warmup(self, t: int, bar: list[float], market: list[float]) -> None:
+        for first, row in ((self._first_valid_bar, bar), (self._first_valid_market, market)):
+            for j, x in enumerate(row):
+                if first[j] < 0 and x == x:
+                    first[j] = t
+
+    @property
+    def warmup(self) -> int:
+        """``FeatureSet.warmup`` of the bars fed so far: the first bar whose window and market row are valid."""
+        def lead(first: list[int]) -> int:
+            return max(self.n if f < 0 else f for f in first) if first else 0
+        return int(max(lead(self._first_valid_bar) + WINDOW - 1, lead(self._first_valid_market), WINDOW - 1))
+
+
+def _opt(value: Any) -> float:
+    return NAN if value is None else float(value)

@@ -1,0 +1,487 @@
+"""Bar feeds for the executor: a replayed file, a followed CSV, and the gate every bar passes.
+
+* :class:`ReplayFeed` yields the bars of a file loaded by ``data.load_bars`` (same columns,
+  time zones, checks and findings as ``data check``), optionally only some trading dates,
+  as fast as possible or paced at ``speed`` x real time.
+* :class:`FollowFeed` tails a CSV a platform appends bar by bar (a NinjaTrader export):
+  complete lines only, header matched with the loader's column aliases, timestamps read
+  by the loader's parser, rotation and truncation survived without repeating a bar.
+* :class:`BarGate` checks each arriving bar with ``data check``'s one-row rules (the
+  ``data.checks.CHECKS`` table itself, and the tick grid of ``data.validate``) and the
+  stream's own rules (duplicate, out of order, late). A bad bar comes back as a
+  :class:`Rejection` with a reason code and a message, never as an exception.
+* :func:`parse_feed_spec` reads ``--feed replay:FILE[:SPEED]`` / ``follow:FILE``.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from hybrid_trader.calendar import EASTERN
+from hybrid_trader.data.bars import Bars
+from hybrid_trader.data.checks import CHECKS, COLUMNS, PRICES, Check, Rows
+from hybrid_trader.data.loader import _match_columns, load_bars, resolve_tz
+from hybrid_trader.data.many import is_many
+from hybrid_trader.data.timestamps import parse_timestamps
+from hybrid_trader.data.validate import Checker, off_grid_mask
+from hybrid_trader.errors import UserError
+from hybrid_trader.markets import CONTRACTS
+
+
+@dataclass(frozen=True)
+class Bar:
+    """One bar as it arrived. ``time`` is the tz-aware ET bar start, None when unreadable."""
+
+    time: pd.Timestamp | None
+    open: float
+    high: float
+    low: float
+    close: float
+    volume: float
+    line: int | None = None
+    """File line (header = line 1) for a followed CSV; None for a replay."""
+    raw: str | None = None
+    """The line as written (followed CSV), for messages."""
+    nonexistent: bool = False
+    """The wall-clock time was skipped by a daylight-saving change."""
+    time_text: str | None = None
+    """The timestamp as written (followed CSV), for messages."""
+
+    @property
+    def time_ns(self) -> int | None:
+        """Bar start in ns since the epoch (UTC), None when unreadable."""
+        return None if self.time is None else int(self.time.value)
+
+    def values(self) -> dict[str, float]:
+        return {"open": self.open, "high": self.high, "low": self.low, "close": self.close, "volume": self.volume}
+
+
+@dataclass(frozen=True)
+class Rejection:
+    """A bar the gate refused: the ``data check`` code (or a stream rule's) and what is wrong."""
+
+    bar: Bar
+    code: str
+    message: str
+
+
+# ---- the gate ----------------------------------------------------------------------------------
+
+ROW_CHECK_CODES = ("bad-timestamp", "nonexistent-time", "bad-price", "bad-volume", "non-positive-price",
+                   "negative-volume", "high-below-low", "open-close-outside")
+"""The checks of ``data.checks.CHECKS`` that apply to one bar, in the table's order."""
+_ROW_CHECKS: tuple[Check, ...] = tuple(c for c in CHECKS if c.code in ROW_CHECK_CODES)
+STREAM_CODES = ("duplicate-timestamp", "out-of-order", "late", "off-tick-grid")
+
+
+def _rows(bar: Bar) -> Rows:
+    """One bar as the one-row :class:`Rows` the check table reads."""
+    ts = np.array([np.datetime64("NaT", "ns") if bar.time is None else np.datetime64(bar.time_ns, "ns")])
+    return Rows(
+        ts=ts,
+        nonexistent=np.array([bar.nonexistent]),
+        raw_ts=np.array([bar.time_text or bar.raw or str(bar.time)], dtype=object),
+        raw={c: np.array([v], dtype=object) for c, v in bar.values().items()},
+        num={c: np.array([_num(v)]) for c, v in bar.values().items()},
+        line=np.array([bar.line or 0], dtype=np.int64),
+    )
+
+
+def _num(v: Any) -> float:
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+@dataclass
+class BarGate:
+    """Accepts or rejects each arriving bar; never raises on a bad bar.
+
+    ``tick_size`` (from ``market`` by default) enables the tick-grid rule; set
+    ``check_tick_grid=False`` for back-adjusted data (``data check``'s ``tick-grid`` note,
+    which :meth:`for_bars` reads). ``late_after_s`` rejects a bar whose end is older than
+    that many seconds by ``clock`` (live feeds; None for replays).
+    """
+
+    market: str | None = None
+    bar_minutes: int = 1
+    check_tick_grid: bool = True
+    late_after_s: float | None = None
+    tick_size: float | None = None
+    clock: Callable[[], float] = time.time
+    last_time_ns: int | None = None
+    """Time of the last accepted bar (restored from the journal on restart)."""
+    counts: dict[str, int] = field(default_factory=dict)
+    """Rejections by code."""
+
+    def __post_init__(self) -> None:
+        if self.tick_size is None and self.market is not None:
+            spec = CONTRACTS.get(str(self.market).strip().upper())
+            self.tick_size = spec.tick_size if spec is not None else None
+
+    @classmethod
+    def for_bars(cls, bars: Bars, **kw: Any) -> BarGate:
+        """A gate for bars like these: their market, bar size, and no tick-grid rule when they are off it."""
+        off_grid = any(getattr(f, "code", None) == "tick-grid" for f in bars.findings)
+        return cls(market=bars.market, bar_minutes=bars.bar_minutes, check_tick_grid=not off_grid, **kw)
+
+    def check(self, bar: Bar) -> Rejection | None:
+        """None when the bar is accepted (and becomes the last bar), else the rejection."""
+        rejection = self._row_rules(bar) or self._stream_rules(bar)
+        if rejection is not None:
+            self.counts[rejection.code] = self.counts.get(rejection.code, 0) + 1
+            return rejection
+        self.last_time_ns = bar.time_ns
+        return None
+
+    def _row_rules(self, bar: Bar) -> Rejection | None:
+        rows = _rows(bar)
+        where = f"line {bar.line}" if bar.line else (str(bar.time) if bar.time is not None else "bar")
+        for chk in _ROW_CHECKS:
+            hits = chk.find(rows)
+            if hits is not None:
+                problem = chk.problem(rows, hits, lambda line: f"line {line}")
+                return Rejection(bar, chk.code, f"{where}: {problem} (column {hits.column}, value {hits.value!r})")
+        return None
+
+    def _stream_rules(self, bar: Bar) -> Rejection | None:
+        t = bar.time_ns
+        assert t is not None and bar.time is not None  # bad-timestamp was rejected above
+        last = self.last_time_ns
+        if last is not None and t == last:
+            return Rejection(bar, "duplicate-timestamp", f"{bar.time}: the bar repeats the last accepted bar's time")
+        if last is not None and t < last:
+            return Rejection(bar, "out-of-order", f"{bar.time}: earlier than the last accepted bar "
+                             f"({pd.Timestamp(last, tz='UTC').tz_convert(EASTERN)})")
+        if self.late_after_s is not None:
+            age = self.clock() - (t / 1e9 + 60.0 * self.bar_minutes)
+            if age > self.late_after_s:
+                return Rejection(bar, "late", f"{bar.time}: the bar ended {age:.0f} s ago "
+                                 f"(more than {self.late_after_s:g} s): too old to trade on")
+        if self.check_tick_grid and self.tick_size:
+            px = np.array([[bar.open, bar.high, bar.low, bar.close]], dtype=np.float64)
+            off = off_grid_mask(px, self.tick_size)[0]
+            if off.any():
+                col = PRICES[int(np.argmax(off))]
+                return Rejection(bar, "off-tick-grid", f"{bar.time}: {col} {getattr(bar, col):g} is off the "
+                                 f"{self.market} {self.tick_size:g} tick grid")
+        return None
+
+
+# ---- replay --------------------------------------------------------------------------------------
+
+
+def _as_dates(days: Iterable[Any]) -> np.ndarray:
+    return np.array([np.datetime64(pd.Timestamp(d).date(), "D") for d in days], dtype="datetime64[D]")
+
+
+class ReplayFeed:
+    """The bars of a file (or folder / glob), as ``data check`` loads them, one at a time.
+
+    ``speed=None`` yields as fast as the consumer takes them; ``speed=s`` waits
+    ``bar_minutes * 60 / s`` seconds between bars (on a monotonic schedule, so the
+    consumer's work does not add up). ``stop`` (a ``threading.Event``) ends it early.
+    """
+
+    def __init__(self, path: str | Path, speed: float | None = None, *, tz: str = EASTERN,
+                 time_shift: float = 0.0, market: str | None = None, sessions: Iterable[Any] | None = None,
+                 stop: threading.Event | None = None) -> None:
+        if speed is not None and not (math.isfinite(speed) and speed > 0):
+            raise UserError(f"replay speed {speed!r} must be a positive number", value=speed,
+                            fix="e.g. replay:bars.csv:60 (60 x real time), or leave it out for as fast as possible")
+        self.path = str(path)
+        self.speed = speed
+        self.stop = stop or threading.Event()
+        self.bars = load_bars(path, tz=tz, time_shift=time_shift, market=market)
+        if sessions is not None:
+            self.bars = self._only(self.bars, sessions)
+
+    def _only(self, bars: Bars, sessions: Iterable[Any]) -> Bars:
+        wanted = _as_dates(sessions)
+        keep = np.isin(bars.trading_date, wanted)
+        if not keep.any():
+            first, last = bars.session_dates[0], bars.session_dates[-1]
+            raise UserError(f"none of the {len(wanted)} requested trading dates is in the file "
+                            f"(it holds {first} .. {last})", file=self.path,
+                            fix="replay the run's own data file, or choose dates the file holds")
+        return Bars(bars.frame.iloc[np.flatnonzero(keep)], bars.market, bars.bar_minutes, bars.source,
+                    list(bars.findings))
+
+    def restrict(self, sessions: Iterable[Any]) -> ReplayFeed:
+        """Only the bars of these trading dates (e.g. a run's test days); returns self."""
+        self.bars = self._only(self.bars, sessions)
+        return self
+
+    def __len__(self) -> int:
+        return len(self.bars)
+
+    def __iter__(self) -> Iterator[Bar]:
+        index = self.bars.frame.index
+        o, h, lo, c, v = (self.bars.open, self.bars.high, self.bars.low, self.bars.close, self.bars.volume)
+        interval = None if self.speed is None else 60.0 * self.bars.bar_minutes / self.speed
+        due = time.monotonic()
+        for i in range(len(index)):
+            if self.stop.is_set():
+                return
+            if interval is not None and i:
+                due += interval
+                if self.stop.wait(max(0.0, due - time.monotonic())):
+                    return
+            yield Bar(index[i], float(o[i]), float(h[i]), float(lo[i]), float(c[i]), float(v[i]))
+
+
+# ---- follow ---------------------------------------------------------------------------------------
+
+
+class FollowFeed:
+    """Tails a CSV that a platform appends bar by bar.
+
+    Reads only complete lines (a last line without its newline waits), matches the header
+    with the loader's column names, reads timestamps with the loader's parser (the format
+    is picked from the lines seen so far, as ``data check`` picks it from the file), and
+    reopens the file from its start when it is replaced (another inode) or truncated,
+    skipping bars not later than the last one it yielded. A line that cannot be read still
+    comes out, as a :class:`Bar` with ``time=None`` or NaN values, for the gate to reject.
+    Ends when ``stop`` is set or after ``timeout_s`` seconds without a new line.
+    """
+
+    SAMPLE = 100
+    """Timestamp texts kept from the file's start and from its latest lines, for the format picker."""
+
+    def __init__(self, path: str | Path, poll_s: float = 1.0, *, tz: str = EASTERN, time_shift: float = 0.0,
+                 stop: threading.Event | None = None, timeout_s: float | None = None) -> None:
+        if not (math.isfinite(poll_s) and poll_s > 0):
+            raise UserError(f"poll interval {poll_s!r} s must be a positive number", fix="e.g. 0.5")
+        self.path = Path(path).expanduser()
+        self.poll_s = float(poll_s)
+        self.tz = resolve_tz(tz)
+        self.time_shift = float(time_shift)
+        self.stop = stop or threading.Event()
+        self.timeout_s = timeout_s
+        self.skipped = 0
+        """Bars skipped after a rotation because they were already yielded."""
+        self.reopened = 0
+        self.last_time_ns: int | None = None
+        self._inode: int | None = None
+        self._offset = 0
+        self._partial = b""
+        self._line_no = 0
+        self._header: list[str] | None = None
+        self._sep = ","
+        self._spec: tuple[dict[str, int], tuple[str, tuple[int, ...]]] | None = None
+        self._first: list[tuple[str, np.datetime64]] = []
+        self._last: list[tuple[str, np.datetime64]] = []
+
+    # ---- reading --------------------------------------------------------------------------
+    def _reset(self, inode: int | None) -> None:
+        self._inode, self._offset, self._partial, self._line_no, self._header = inode, 0, b"", 0, None
+
+    def poll(self) -> list[Bar]:
+        """Bars of the lines completed since the last call (possibly none)."""
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            return []  # between a rotation's rename and create: try again next poll
+        if self._inode is None:
+            self._reset(st.st_ino)
+        elif st.st_ino != self._inode or st.st_size < self._offset:
+            self._reset(st.st_ino)
+            self.reopened += 1
+        if st.st_size == self._offset:
+            return []
+        with open(self.path, "rb") as fh:
+            fh.seek(self._offset)
+            data = fh.read()
+        self._offset += len(data)
+        data = self._partial + data
+        *complete, self._partial = data.split(b"\n")
+        lines = [c.decode("utf-8", errors="replace").rstrip("\r") for c in complete]
+        return self._parse(lines)
+
+    def _parse(self, lines: list[str]) -> list[Bar]:
+        numbered = []
+        for text in lines:
+            self._line_no += 1
+            if self._header is None:
+                if text.strip():
+                    self._read_header(text)
+                continue
+            if not text.strip() or self._is_header(text):
+                continue
+            numbered.append((self._line_no, text))
+        if not numbered:
+            return []
+        bars = self._to_bars(numbered)
+        out = []
+        for bar in bars:
+            t = bar.time_ns
+            if t is not None and self.last_time_ns is not None and t <= self.last_time_ns and self.reopened:
+                self.skipped += 1  # already yielded before the file was replaced
+                continue
+            out.append(bar)
+            if t is not None and (self.last_time_ns is None or t > self.last_time_ns):
+                self.last_time_ns = t
+        return out
+
+    def _read_header(self, text: str) -> None:
+        self._sep = max((",", ";", "\t", "|"), key=text.count) if any(d in text for d in ",;\t|") else ","
+        names = [n.strip() for n in next(csv.reader([text], delimiter=self._sep))]
+        pos, ts_spec, _notes = _match_columns(names, str(self.path))  # UserError naming the missing columns
+        self._header = names
+        self._spec = (pos, ts_spec)
+
+    def _is_header(self, text: str) -> bool:
+        return [n.strip() for n in next(csv.reader([text], delimiter=self._sep))] == self._header
+
+    def _to_bars(self, numbered: list[tuple[int, str]]) -> list[Bar]:
+        assert self._spec is not None and self._header is not None
+        pos, ts_spec = self._spec
+        width = len(self._header)
+        fields = [(next(csv.reader([t], delimiter=self._sep)) + [""] * width)[:width] for _, t in numbered]
+        frame = pd.DataFrame(fields, columns=range(width), dtype=object).map(lambda s: s.strip() or None)
+        lines = [n for n, _ in numbered]
+        got_t, got_n = self._times(frame, ts_spec, lines)
+        times = np.full(len(frame), np.datetime64("NaT", "ns"))
+        nonexistent = np.zeros(len(frame), dtype=bool)
+        if got_t is not None and got_n is not None:
+            times, nonexistent = got_t, got_n
+        else:  # the new lines would change how the earlier ones read: one at a time
+            for k in range(len(frame)):
+                one_t, one_n = self._times(frame.iloc[k : k + 1], ts_spec, lines[k : k + 1])
+                if one_t is not None and one_n is not None:
+                    times[k], nonexistent[k] = one_t[0], one_n[0]
+        texts = self._timestamp_texts(frame, ts_spec)
+        self._remember([(x, t) for x, t in zip(texts, times) if not np.isnat(t)])
+        bars = []
+        for k, (line, text) in enumerate(numbered):
+            vals = {r: _num(frame.iat[k, pos[r]]) for r in COLUMNS}
+            t = None if np.isnat(times[k]) else pd.Timestamp(times[k]).tz_localize("UTC").tz_convert(EASTERN)
+            bars.append(Bar(t, vals["open"], vals["high"], vals["low"], vals["close"], vals["volume"], line=line,
+                            raw=text, nonexistent=bool(nonexistent[k]), time_text=texts[k]))
+        return bars
+
+    @staticmethod
+    def _timestamp_texts(frame: pd.DataFrame, ts_spec: tuple[str, tuple[int, ...]]) -> list[str]:
+        kind, cols = ts_spec
+        if kind == "pair":
+            return [f"{d} {t}" for d, t in zip(frame[cols[0]], frame[cols[1]])]
+        return [str(x) for x in frame[cols[0]]]
+
+    def _times(self, frame: pd.DataFrame, ts_spec: tuple[str, tuple[int, ...]],
+               lines: list[int]) -> tuple[np.ndarray, np.ndarray] | tuple[None, None]:
+        """Naive-UTC datetime64[ns] per row (NaT when unreadable) and the DST-gap mask, by the loader's parser.
+
+        Earlier timestamp texts of the file go first, so the format is picked as ``data check`` picks it
+        for the whole file; (None, None) when these rows would make those earlier texts read otherwise
+        (e.g. one 13/02/2024 in a file read as MM/DD): the format, once used, stays.
+        """
+        kind, cols = ts_spec
+        context = self._first + self._last
+        texts = [c for c, _ in context]
+        if kind == "pair":
+            d, _, t = zip(*(c.partition(" ") for c in texts)) if texts else ((), (), ())
+            ctx = pd.DataFrame({0: list(d), 1: list(t)}, dtype=object)
+        else:
+            ctx = pd.DataFrame({0: texts}, dtype=object)
+        part = frame[list(cols)].copy()
+        part.columns = range(len(cols))
+        part = pd.concat([ctx, part], ignore_index=True).astype(object)
+        spec = (kind, tuple(range(len(cols))))
+        n_ctx = len(context)
+        all_lines = np.array([0] * n_ctx + lines, dtype=np.int64)
+        try:
+            ts, nonexistent, _raw, _notes = parse_timestamps(part, spec, self.tz, self.time_shift,
+                                                             Checker(file=str(self.path), repair=True), all_lines)
+        except UserError:
+            return None, None
+        if n_ctx and not np.array_equal(ts[:n_ctx], np.array([t for _, t in context], dtype="datetime64[ns]")):
+            return None, None
+        return ts[n_ctx:], nonexistent[n_ctx:]
+
+    def _remember(self, good: list[tuple[str, np.datetime64]]) -> None:
+        room = self.SAMPLE - len(self._first)
+        if room > 0:
+            self._first += good[:room]
+            good = good[room:]
+        self._last = (self._last + good)[-self.SAMPLE:]
+
+    def __iter__(self) -> Iterator[Bar]:
+        idle_since = time.monotonic()
+        while not self.stop.is_set():
+            bars = self.poll()
+            if bars:
+                idle_since = time.monotonic()
+                yield from bars
+                continue
+            if self.timeout_s is not None and time.monotonic() - idle_since >= self.timeout_s:
+                return
+            self.stop.wait(self.poll_s)
+
+
+# ---- --feed --------------------------------------------------------------------------------------
+
+FEED_SCHEMES = ("replay", "follow")
+
+
+@dataclass(frozen=True)
+class FeedSpec:
+    scheme: str
+    path: Path
+    speed: float | None = None
+
+
+def parse_feed_spec(spec: str) -> FeedSpec:
+    """``replay:FILE[:SPEED]`` or ``follow:FILE`` (FILE may hold ``:``, e.g. a Windows drive)."""
+    text = str(spec).strip()
+    scheme, sep, rest = text.partition(":")
+    if not sep or scheme not in FEED_SCHEMES:
+        raise UserError(f"unknown feed '{text}': expected replay:FILE[:SPEED] or follow:FILE", value=text,
+                        fix="e.g. --feed replay:data/nq.csv:60 (60 x real time) or --feed follow:export.csv")
+    speed: float | None = None
+    path_text = rest
+    if scheme == "replay":
+        head, colon, tail = rest.rpartition(":")
+        if colon and head and not Path(rest).expanduser().exists():
+            try:
+                speed = float(tail)
+            except ValueError:
+                raise UserError(f"replay speed '{tail}' is not a number", value=tail,
+                                fix="e.g. replay:FILE:60 (60 x real time), or replay:FILE for as fast as possible"
+                                ) from None
+            if not (math.isfinite(speed) and speed > 0):
+                raise UserError(f"replay speed {tail} must be positive", value=tail,
+                                fix="e.g. replay:FILE:60 (60 x real time), or replay:FILE for as fast as possible")
+            path_text = head
+    if not path_text:
+        raise UserError(f"the feed '{text}' names no file", value=text, fix=f"e.g. --feed {scheme}:bars.csv")
+    path = Path(path_text).expanduser()
+    if scheme == "replay" and not (path.exists() or is_many(path_text)):
+        raise UserError("the replay file does not exist", file=str(path),
+                        fix="check the path (a bars file, a folder of them, or a quoted glob)")
+    if scheme == "follow" and not path.parent.is_dir():
+        raise UserError("the folder of the followed file does not exist", file=str(path),
+                        fix="point --feed follow: at the file the platform writes, e.g. follow:C:/NT/export.csv")
+    return FeedSpec(scheme, path, speed)
+
+
+def open_feed(spec: str | FeedSpec, *, stop: threading.Event | None = None, **kw: Any) -> Iterable[Bar]:
+    """The feed a ``--feed`` spec names (extra keywords go to the feed: tz, time_shift, ...)."""
+    fs = parse_feed_spec(spec) if isinstance(spec, str) else spec
+    if fs.scheme == "replay":
+        return ReplayFeed(fs.path, fs.speed, stop=stop, **kw)
+    return FollowFeed(fs.path, stop=stop, **kw)
+
+
+__all__ = ["Bar", "BarGate", "FeedSpec", "FollowFeed", "Rejection", "ReplayFeed", "open_feed", "parse_feed_spec"]

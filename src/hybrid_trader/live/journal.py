@@ -1,0 +1,352 @@
+"""The live journal: every bar, decision, order, fill, account snapshot and error, in SQLite.
+
+One file per run (``--journal FILE``), in WAL mode. Every write is one transaction
+(``BEGIN IMMEDIATE`` ... ``COMMIT``), so a kill -9 at any moment leaves the journal as it
+was after the last completed write: the recovery reads (:meth:`Journal.last_bar_time`,
+:meth:`Journal.open_orders`, :meth:`Journal.position_from_fills`,
+:meth:`Journal.orders_sent_for`) are what the executor restarts from, and
+:meth:`Journal.record_order` is idempotent on ``order_id`` so a restart never sends an
+order twice.
+
+``synchronous=FULL``: in WAL mode ``NORMAL`` already survives a killed process (the WAL
+is in the OS's page cache), but a power loss or OS crash can roll back the last
+transactions; an order the broker received whose row was rolled back would be sent again
+on recovery. ``FULL`` fsyncs the WAL at each commit: about a millisecond per write, at
+most a few writes per bar.
+
+Times are stored as int64 nanoseconds since the epoch (UTC); the API takes a tz-aware
+``pandas.Timestamp`` or an int. JSON columns hold plain dicts / lists.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sqlite3
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from hybrid_trader.errors import UserError
+
+SCHEMA_VERSION = 1
+"""Bump when a table changes; a journal of another version is refused (no silent migration)."""
+
+ORDER_STATES = ("new", "sent", "accepted", "partially_filled", "filled", "cancelled", "rejected")
+"""``new``: decided and journaled, not yet handed to the broker; ``sent``: handed over."""
+TERMINAL_STATES = frozenset({"filled", "cancelled", "rejected"})
+SIDES = ("BUY", "SELL")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS bars (
+    id INTEGER PRIMARY KEY, time_ns INTEGER,
+    open REAL, high REAL, low REAL, close REAL, volume REAL,
+    accepted INTEGER NOT NULL, reason TEXT, message TEXT, raw TEXT, recorded_ns INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS bars_time ON bars(time_ns);
+CREATE TABLE IF NOT EXISTS decisions (
+    id INTEGER PRIMARY KEY, bar_time_ns INTEGER NOT NULL, action INTEGER NOT NULL,
+    probabilities TEXT NOT NULL, advice TEXT, veto TEXT, rule_codes TEXT NOT NULL,
+    latency_ms REAL, recorded_ns INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS decisions_time ON decisions(bar_time_ns);
+CREATE TABLE IF NOT EXISTS orders (
+    id INTEGER PRIMARY KEY, order_id TEXT NOT NULL UNIQUE, bar_time_ns INTEGER NOT NULL,
+    intent TEXT NOT NULL, side TEXT NOT NULL, qty INTEGER NOT NULL, order_type TEXT NOT NULL,
+    limit_price REAL, stop_price REAL, state TEXT NOT NULL, note TEXT,
+    created_ns INTEGER NOT NULL, updated_ns INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS orders_bar ON orders(bar_time_ns);
+CREATE TABLE IF NOT EXISTS fills (
+    id INTEGER PRIMARY KEY, fill_id TEXT UNIQUE, order_id TEXT NOT NULL REFERENCES orders(order_id),
+    qty INTEGER NOT NULL, price REAL NOT NULL, time_ns INTEGER NOT NULL, recorded_ns INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS account (
+    id INTEGER PRIMARY KEY, bar_time_ns INTEGER NOT NULL, status TEXT NOT NULL, snapshot TEXT NOT NULL,
+    recorded_ns INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS errors (
+    id INTEGER PRIMARY KEY, time_ns INTEGER NOT NULL, location TEXT NOT NULL, message TEXT NOT NULL);
+"""
+
+
+def to_ns(t: pd.Timestamp | int) -> int:
+    """Nanoseconds since the epoch (UTC) of a tz-aware Timestamp or an int (already ns)."""
+    if isinstance(t, pd.Timestamp):
+        if t.tzinfo is None:
+            raise ValueError(f"naive timestamp {t}: give a tz-aware pandas Timestamp or int64 ns (UTC)")
+        return int(t.value)
+    return int(t)
+
+
+def _plain(value: Any) -> Any:
+    """JSON-ready: numpy scalars and arrays as Python values, NaN and infinities as null."""
+    if isinstance(value, np.ndarray):
+        value = value.tolist()
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _json(value: Any) -> str:
+    return json.dumps(_plain(value), sort_keys=True, allow_nan=False, default=str)
+
+
+@dataclass(frozen=True)
+class OrderRow:
+    """One row of ``orders``."""
+
+    order_id: str
+    bar_time_ns: int
+    intent: str
+    side: str
+    qty: int
+    order_type: str
+    limit_price: float | None
+    stop_price: float | None
+    state: str
+    note: str | None
+    created_ns: int
+    updated_ns: int
+
+    @property
+    def is_open(self) -> bool:
+        return self.state not in TERMINAL_STATES
+
+
+@dataclass(frozen=True)
+class Position:
+    """Net position rebuilt from the fills: signed contracts and the average entry price (None when flat)."""
+
+    qty: int
+    avg_price: float | None
+
+
+@dataclass(frozen=True)
+class AccountRow:
+    bar_time_ns: int
+    status: str
+    snapshot: dict
+
+
+_ORDER_COLUMNS = ("order_id, bar_time_ns, intent, side, qty, order_type, limit_price, stop_price, state, note, "
+                  "created_ns, updated_ns")
+
+
+class Journal:
+    """The SQLite journal of one live run. Use as a context manager (closes the connection)."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path).expanduser()
+        if self.path.is_dir():
+            raise UserError("the journal path is a folder", file=str(self.path),
+                            fix="give a file name, e.g. --journal runs/x/journal.sqlite")
+        if not self.path.parent.is_dir():
+            raise UserError("the journal's folder does not exist", file=str(self.path),
+                            fix=f"create it first (mkdir -p {self.path.parent}) or choose another path")
+        try:
+            self._db = sqlite3.connect(str(self.path), isolation_level=None, timeout=30.0)
+            self._db.execute("PRAGMA journal_mode=WAL")
+        except sqlite3.DatabaseError as err:
+            raise UserError(f"not a journal: {err}", file=str(self.path),
+                            fix="give a new file name, or the journal.sqlite a previous run wrote") from None
+        self._db.execute("PRAGMA synchronous=FULL")
+        self._db.execute("PRAGMA foreign_keys=ON")
+        self._init_schema()
+
+    def _init_schema(self) -> None:
+        with self._tx() as db:
+            for stmt in _SCHEMA.split(";"):
+                if stmt.strip():
+                    db.execute(stmt)
+            rows = db.execute("SELECT version FROM schema_version").fetchall()
+            if not rows:
+                db.execute("INSERT INTO schema_version (version) VALUES (?)", (SCHEMA_VERSION,))
+                return
+        found = rows[0][0]
+        if found != SCHEMA_VERSION:
+            self._db.close()
+            raise UserError(
+                f"journal schema version {found} is not this program's version {SCHEMA_VERSION}",
+                file=str(self.path), column="schema_version", value=found,
+                fix="use the hybrid-trader version that wrote this journal, or start a new journal file")
+
+    # ---- plumbing -----------------------------------------------------------------------
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        """One transaction: committed as a whole or not at all."""
+        db = self._db
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            yield db
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        db.execute("COMMIT")
+
+    def close(self) -> None:
+        self._db.close()
+
+    def __enter__(self) -> Journal:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- writes -------------------------------------------------------------------------
+    def record_bar(self, time: pd.Timestamp | int | None, open: float, high: float, low: float, close: float,
+                   volume: float, *, accepted: bool = True, reason: str | None = None,
+                   message: str | None = None, raw: str | None = None) -> None:
+        """A bar as it arrived, accepted or rejected (with the gate's reason code and message); ``time``
+        None for a line whose timestamp could not be read (``raw``: the line as written)."""
+        if not accepted and not reason:
+            raise ValueError("a rejected bar needs its reason code")
+        with self._tx() as db:
+            db.execute("INSERT INTO bars (time_ns, open, high, low, close, volume, accepted, reason, message, raw, "
+                       "recorded_ns) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                       (None if time is None else to_ns(time), _real(open), _real(high), _real(low), _real(close),
+                        _real(volume), int(accepted), reason, message, raw, _now()))
+
+    def record_decision(self, bar_time: pd.Timestamp | int, action: int, probabilities: Sequence[float] | Mapping,
+                        *, advice: Mapping | None = None, veto: str | None = None,
+                        rule_codes: Sequence[str] = (), latency_ms: float | None = None) -> None:
+        """The agent's decision on a bar: action, distribution, advice, veto and rule reason codes, latency."""
+        probs = dict(probabilities) if isinstance(probabilities, Mapping) else [float(p) for p in probabilities]
+        with self._tx() as db:
+            db.execute("INSERT INTO decisions (bar_time_ns, action, probabilities, advice, veto, rule_codes, "
+                       "latency_ms, recorded_ns) VALUES (?,?,?,?,?,?,?,?)",
+                       (to_ns(bar_time), int(action), _json(probs), None if advice is None else _json(dict(advice)),
+                        veto, _json(list(rule_codes)), latency_ms, _now()))
+
+    def record_order(self, order_id: str, bar_time: pd.Timestamp | int, intent: str, side: str, qty: int, *,
+                     order_type: str = "MARKET", limit_price: float | None = None, stop_price: float | None = None,
+                     state: str = "new", note: str | None = None) -> OrderRow:
+        """Journal an order before it is sent; an ``order_id`` already there returns that row, unchanged."""
+        _check_state(state)
+        if side not in SIDES:
+            raise ValueError(f"order {order_id}: side {side!r} is not one of {SIDES}")
+        if int(qty) <= 0:
+            raise ValueError(f"order {order_id}: qty {qty} must be > 0 (side gives the direction)")
+        now = _now()
+        with self._tx() as db:
+            db.execute(f"INSERT INTO orders ({_ORDER_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?) "
+                       "ON CONFLICT(order_id) DO NOTHING",
+                       (order_id, to_ns(bar_time), intent, side, int(qty), order_type, limit_price, stop_price,
+                        state, note, now, now))
+            row = db.execute(f"SELECT {_ORDER_COLUMNS} FROM orders WHERE order_id = ?", (order_id,)).fetchone()
+        return OrderRow(*row)
+
+    def update_order_state(self, order_id: str, state: str, note: str | None = None) -> OrderRow:
+        """Move an order to ``state`` (e.g. ``sent``, ``filled``); a KeyError for an unknown order."""
+        _check_state(state)
+        with self._tx() as db:
+            cur = db.execute("UPDATE orders SET state = ?, note = COALESCE(?, note), updated_ns = ? "
+                             "WHERE order_id = ?", (state, note, _now(), order_id))
+            if cur.rowcount == 0:
+                raise KeyError(f"order {order_id!r} is not in the journal {self.path}")
+            row = db.execute(f"SELECT {_ORDER_COLUMNS} FROM orders WHERE order_id = ?", (order_id,)).fetchone()
+        return OrderRow(*row)
+
+    def record_fill(self, order_id: str, qty: int, price: float, time: pd.Timestamp | int,
+                    fill_id: str | None = None) -> bool:
+        """A fill of ``qty`` (> 0) contracts of an order; a repeated ``fill_id`` is ignored (returns False)."""
+        if int(qty) <= 0:
+            raise ValueError(f"fill of order {order_id}: qty {qty} must be > 0")
+        with self._tx() as db:
+            if db.execute("SELECT 1 FROM orders WHERE order_id = ?", (order_id,)).fetchone() is None:
+                raise KeyError(f"fill for order {order_id!r}, which is not in the journal {self.path}")
+            cur = db.execute("INSERT INTO fills (fill_id, order_id, qty, price, time_ns, recorded_ns) "
+                             "VALUES (?,?,?,?,?,?) ON CONFLICT(fill_id) DO NOTHING",
+                             (fill_id, order_id, int(qty), float(price), to_ns(time), _now()))
+            return cur.rowcount == 1
+
+    def record_account(self, bar_time: pd.Timestamp | int, status: str, snapshot: Mapping[str, Any]) -> None:
+        """The account after a bar: status (e.g. ``active``, ``breached``) and a JSON snapshot
+        (balance, threshold, day P&L, ...)."""
+        with self._tx() as db:
+            db.execute("INSERT INTO account (bar_time_ns, status, snapshot, recorded_ns) VALUES (?,?,?,?)",
+                       (to_ns(bar_time), status, _json(dict(snapshot)), _now()))
+
+    def record_error(self, where: str, message: str, time: pd.Timestamp | int | None = None) -> None:
+        """Something that went wrong and was survived (a rejected bar's cause, a broker timeout ...)."""
+        with self._tx() as db:
+            db.execute("INSERT INTO errors (time_ns, location, message) VALUES (?,?,?)",
+                       (_now() if time is None else to_ns(time), where, message))
+
+    # ---- recovery reads -------------------------------------------------------------------
+    def last_bar_time(self, accepted_only: bool = True) -> int | None:
+        """Time (ns) of the latest journaled bar (accepted ones by default), None when there is none."""
+        where = " WHERE accepted = 1" if accepted_only else ""
+        row = self._db.execute(f"SELECT MAX(time_ns) FROM bars{where}").fetchone()
+        return None if row[0] is None else int(row[0])
+
+    def open_orders(self) -> list[OrderRow]:
+        """Orders not yet filled, cancelled or rejected, oldest first."""
+        marks = ",".join("?" * len(TERMINAL_STATES))
+        rows = self._db.execute(f"SELECT {_ORDER_COLUMNS} FROM orders WHERE state NOT IN ({marks}) ORDER BY id",
+                                tuple(sorted(TERMINAL_STATES))).fetchall()
+        return [OrderRow(*r) for r in rows]
+
+    def order(self, order_id: str) -> OrderRow | None:
+        row = self._db.execute(f"SELECT {_ORDER_COLUMNS} FROM orders WHERE order_id = ?", (order_id,)).fetchone()
+        return None if row is None else OrderRow(*row)
+
+    def orders_sent_for(self, bar_time: pd.Timestamp | int) -> list[OrderRow]:
+        """Orders journaled for the decision on this bar, in any state, oldest first."""
+        rows = self._db.execute(f"SELECT {_ORDER_COLUMNS} FROM orders WHERE bar_time_ns = ? ORDER BY id",
+                                (to_ns(bar_time),)).fetchall()
+        return [OrderRow(*r) for r in rows]
+
+    def last_account(self) -> AccountRow | None:
+        row = self._db.execute("SELECT bar_time_ns, status, snapshot FROM account ORDER BY id DESC LIMIT 1").fetchone()
+        return None if row is None else AccountRow(int(row[0]), row[1], json.loads(row[2]))
+
+    def position_from_fills(self) -> Position:
+        """Net position from every fill in journal order (BUY +, SELL -), with its average entry price."""
+        rows = self._db.execute("SELECT o.side, f.qty, f.price FROM fills f JOIN orders o USING (order_id) "
+                                "ORDER BY f.id").fetchall()
+        qty, avg = 0, 0.0
+        for side, q, price in rows:
+            d = q if side == "BUY" else -q
+            if qty == 0 or (qty > 0) == (d > 0):  # opening or adding: average in
+                avg = (avg * abs(qty) + price * abs(d)) / (abs(qty) + abs(d))
+            elif abs(d) > abs(qty):  # reversing: the remainder opens at this price
+                avg = price
+            qty += d
+        return Position(qty, avg if qty else None)
+
+    def count(self, table: str) -> int:
+        """Rows in one of the journal's tables."""
+        if table not in {"bars", "decisions", "orders", "fills", "account", "errors"}:
+            raise ValueError(f"no table {table!r} in the journal")
+        return int(self._db.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0])
+
+    def integrity_check(self) -> str:
+        """``ok`` or SQLite's description of the damage."""
+        return str(self._db.execute("PRAGMA integrity_check").fetchone()[0])
+
+
+def _real(x: Any) -> float | None:
+    """A number for a REAL column (NaN, which SQLite cannot hold, as NULL)."""
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(v) else v
+
+
+def _check_state(state: str) -> None:
+    if state not in ORDER_STATES:
+        raise ValueError(f"order state {state!r} is not one of {ORDER_STATES}")
+
+
+def _now() -> int:
+    return time.time_ns()

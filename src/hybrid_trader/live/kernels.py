@@ -1,0 +1,238 @@
+"""Running state of the feature recursions, one value at a time, bit-identical to the batch.
+
+:class:`RollingMoments` and :class:`RollingVar` replicate pandas' fixed-window kernels
+(``pandas/_libs/window/aggregations.pyx``, pandas 3.x); :class:`TalibStream` and
+:class:`PhasedRSI` carry TA-Lib's recursions through its streaming API (``talib.stream``,
+bit-identical to the function API by TA-Lib's contract). Used by
+:class:`hybrid_trader.live.features.IncrementalFeatures`; tests compare each with the batch.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from typing import Any
+
+import numpy as np
+import talib
+from talib import stream
+
+from hybrid_trader.features.base import RSI_PERIOD
+
+NAN = math.nan
+
+# ---- pandas' fixed-window kernels, one value at a time -------------------------------------------
+
+
+class RollingMoments:
+    """``pd.Series(x).rolling(n).mean()`` and ``.sum()`` at the newest value, fed one value at a time.
+
+    A replica of pandas' fixed-window kernels ``roll_mean`` / ``roll_sum``
+    (``start = max(0, i+1-n)``, ``end = i+1``): a Kahan-compensated running sum with
+    separate add and remove compensations, NaN skipped, the consecutive-equal-values rule
+    (GH#42064), the sign clamp of the mean, and a fresh setup at each step when ``n == 1``
+    (``start[i] >= end[i-1]``). The same operations in the same order give the same
+    rounding: every output equals pandas' bit for bit.
+    """
+
+    def __init__(self, n: int) -> None:
+        self.n = int(n)
+        self._window: deque[float] = deque(maxlen=max(self.n, 1))
+        self.i = 0
+        self._reset(NAN)
+
+    def _reset(self, first: float) -> None:
+        self.nobs = 0
+        self.sum_x = 0.0
+        self.neg_ct = 0
+        self.comp_add = 0.0
+        self.comp_remove = 0.0
+        self.same = 0
+        self.prev = first
+
+    def _add(self, val: float) -> None:
+        if val != val:
+            return
+        self.nobs += 1
+        y = val - self.comp_add
+        t = self.sum_x + y
+        self.comp_add = t - self.sum_x - y
+        self.sum_x = t
+        if math.copysign(1.0, val) < 0:
+            self.neg_ct += 1
+        if val == self.prev:
+            self.same += 1
+        else:
+            self.same = 1
+        self.prev = val
+
+    def _remove(self, val: float) -> None:
+        if val != val:
+            return
+        self.nobs -= 1
+        y = -val - self.comp_remove
+        t = self.sum_x + y
+        self.comp_remove = t - self.sum_x - y
+        self.sum_x = t
+        if math.copysign(1.0, val) < 0:
+            self.neg_ct -= 1
+
+    def push(self, val: float) -> None:
+        """Take the next value (NaN allowed: skipped, as pandas skips it)."""
+        val = float(val)
+        if self.i == 0 or self.n <= 1:  # pandas' setup branch: i == 0 or start[i] >= end[i-1]
+            self._reset(val)
+        elif self.i >= self.n:
+            self._remove(self._window[0])
+        self._add(val)
+        self._window.append(val)
+        self.i += 1
+
+    def mean(self) -> float:
+        if self.nobs >= self.n and self.nobs > 0:
+            result = self.sum_x / self.nobs
+            if self.same >= self.nobs:
+                return self.prev
+            if self.neg_ct == 0 and result < 0:
+                return 0.0
+            if self.neg_ct == self.nobs and result > 0:
+                return 0.0
+            return result
+        return NAN
+
+    def sum(self) -> float:
+        if self.nobs == 0 == self.n:
+            return 0.0
+        if self.nobs >= self.n:
+            return self.prev * self.nobs if self.same >= self.nobs else self.sum_x
+        return NAN
+
+
+class RollingVar:
+    """``pd.Series(x).rolling(n).std()`` at the newest value, fed one value at a time.
+
+    A replica of pandas' ``roll_var`` (ddof 1): Welford's update with Kahan-compensated
+    means, NaN skipped, and the whole window recomputed from scratch when an update
+    loses all but 3 significant digits (``InvCondTol = eps * 1e3``); then ``zsqrt``.
+    """
+
+    INV_COND_TOL = float(np.finfo(np.float64).eps) * 1e3
+
+    def __init__(self, n: int) -> None:
+        self.n = int(n)
+        self._window: deque[float] = deque(maxlen=max(self.n, 1))
+        self.i = 0
+        self.nobs = 0.0
+        self.mean_x = 0.0
+        self.ssqdm = 0.0
+        self.comp_add = 0.0
+        self.comp_remove = 0.0
+        self.unstable = False
+
+    def _add(self, val: float) -> None:
+        prev_m2 = self.ssqdm
+        if val != val:
+            return
+        self.nobs = self.nobs + 1
+        prev_mean = self.mean_x - self.comp_add
+        y = val - self.comp_add
+        t = y - self.mean_x
+        self.comp_add = t + self.mean_x - y
+        self.mean_x = self.mean_x + t / self.nobs if self.nobs else 0.0
+        self.ssqdm = self.ssqdm + (val - prev_mean) * (val - self.mean_x)
+        if prev_m2 * self.INV_COND_TOL > self.ssqdm:
+            self.unstable = True
+
+    def _remove(self, val: float) -> None:
+        prev_m2 = self.ssqdm
+        if val != val:
+            return
+        self.nobs = self.nobs - 1
+        if self.nobs:
+            prev_mean = self.mean_x - self.comp_remove
+            y = val - self.comp_remove
+            t = y - self.mean_x
+            self.comp_remove = t + self.mean_x - y
+            self.mean_x = self.mean_x - t / self.nobs
+            self.ssqdm = self.ssqdm - (val - prev_mean) * (val - self.mean_x)
+            if prev_m2 * self.INV_COND_TOL > self.ssqdm:
+                self.unstable = True
+        else:
+            self.mean_x = 0.0
+            self.ssqdm = 0.0
+            self.unstable = False
+
+    def push(self, val: float) -> None:
+        """Take the next value (NaN allowed: skipped, as pandas skips it)."""
+        val = float(val)
+        recompute = self.i == 0 or self.n <= 1
+        if not recompute:
+            if self.i >= self.n:
+                self._remove(self._window[0])
+            self._add(val)
+        self._window.append(val)
+        self.i += 1
+        if recompute or self.unstable:
+            self.nobs = self.mean_x = self.ssqdm = self.comp_add = self.comp_remove = 0.0
+            for v in self._window:
+                self._add(v)
+            self.unstable = False
+
+    def std(self) -> float:
+        if self.nobs >= max(self.n, 1) and self.nobs > 1:
+            var = self.ssqdm / (self.nobs - 1.0)
+            return float(np.sqrt(var)) if var >= 0 else 0.0
+        return NAN
+
+
+# ---- TA-Lib recursions through its streaming handles ---------------------------------------------
+
+
+class TalibStream:
+    """A ``talib.stream`` handle opened on the history as soon as it is long enough (NaN before)."""
+
+    def __init__(self, name: str, **params: int) -> None:
+        self.factory = getattr(stream, name)
+        self.params = params
+        self.handle: Any = None
+
+    def step(self, history: tuple[np.ndarray, ...], newest: tuple[float, ...]) -> Any:
+        """The value at the newest bar; ``history`` ends with it (used only to open the handle)."""
+        if self.handle is not None:
+            return self.handle.update(*newest)
+        try:
+            self.handle = self.factory(*history, **self.params)
+        except talib.InsufficientHistory:
+            return None
+        return self.handle.value
+
+
+class PhasedRSI:
+    """``strided_rsi(close, k)`` at the newest bar: one RSI stream per phase ``t mod k``, with
+    ``features.base.rsi``'s 50-while-unmoved rule per phase series."""
+
+    def __init__(self, k: int) -> None:
+        self.k = max(1, int(k))
+        self.pending: list[list[float]] = [[] for _ in range(self.k)]
+        self.handles: list[Any] = [None] * self.k
+        self.last: list[float | None] = [None] * self.k
+        self.moved = [False] * self.k
+
+    def step(self, t: int, close: float) -> float:
+        p = t % self.k
+        last = self.last[p]
+        if last is not None and close != last:
+            self.moved[p] = True
+        self.last[p] = close
+        handle = self.handles[p]
+        if handle is None:
+            series = self.pending[p]
+            series.append(close)
+            if len(series) <= RSI_PERIOD:  # strided_rsi: a phase needs more than `period` closes
+                return NAN
+            self.handles[p] = handle = stream.RSI(np.asarray(series), timeperiod=RSI_PERIOD)
+            self.pending[p] = []
+            value = float(handle.value)
+        else:
+            value = float(handle.update(close))
+        return value if self.moved[p] else 50.0

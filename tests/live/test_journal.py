@@ -1,0 +1,181 @@
+"""The SQLite journal: schema, idempotent orders, recovery reads, and surviving kill -9."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from hybrid_trader.errors import UserError
+from hybrid_trader.live.journal import SCHEMA_VERSION, Journal, to_ns
+
+T0 = pd.Timestamp("2024-03-04 09:30", tz="America/New_York")
+
+
+def _t(i: int) -> pd.Timestamp:
+    return T0 + pd.Timedelta(minutes=i)
+
+
+def test_journal_uses_wal_and_full_sync_when_opened(tmp_path: Path) -> None:
+    with Journal(tmp_path / "j.sqlite") as j:
+        assert j._db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert j._db.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+        assert j.integrity_check() == "ok"
+
+
+def test_record_order_returns_existing_row_when_order_id_repeats(tmp_path: Path) -> None:
+    with Journal(tmp_path / "j.sqlite") as j:
+        first = j.record_order("o-1", _t(0), "entry", "BUY", 1, state="new")
+        j.update_order_state("o-1", "sent")
+        again = j.record_order("o-1", _t(5), "exit", "SELL", 3, state="new")
+        assert j.count("orders") == 1
+        assert again.state == "sent" and again.side == "BUY" and again.qty == 1
+        assert again.bar_time_ns == first.bar_time_ns == to_ns(_t(0))
+
+
+def test_open_orders_excludes_terminal_states_when_orders_finish(tmp_path: Path) -> None:
+    with Journal(tmp_path / "j.sqlite") as j:
+        for i, oid in enumerate(("a", "b", "c", "d")):
+            j.record_order(oid, _t(i), "entry", "BUY", 1)
+        j.update_order_state("a", "filled")
+        j.update_order_state("b", "cancelled")
+        j.update_order_state("c", "sent")
+        assert [o.order_id for o in j.open_orders()] == ["c", "d"]
+        with pytest.raises(KeyError, match="zzz"):
+            j.update_order_state("zzz", "sent")
+        with pytest.raises(ValueError, match="not one of"):
+            j.update_order_state("c", "exploded")
+
+
+def test_position_from_fills_when_adding_reducing_and_reversing(tmp_path: Path) -> None:
+    with Journal(tmp_path / "j.sqlite") as j:
+        assert j.position_from_fills().qty == 0
+        j.record_order("b1", _t(0), "entry", "BUY", 2)
+        j.record_fill("b1", 1, 100.0, _t(1), fill_id="f1")
+        j.record_fill("b1", 1, 102.0, _t(1), fill_id="f2")
+        assert not j.record_fill("b1", 1, 102.0, _t(1), fill_id="f2")  # replayed broker report: ignored
+        pos = j.position_from_fills()
+        assert (pos.qty, pos.avg_price) == (2, 101.0)
+        j.record_order("s1", _t(2), "reverse", "SELL", 3)
+        j.record_fill("s1", 3, 110.0, _t(3))
+        pos = j.position_from_fills()
+        assert (pos.qty, pos.avg_price) == (-1, 110.0)
+        j.record_order("b2", _t(4), "exit", "BUY", 1)
+        j.record_fill("b2", 1, 105.0, _t(5))
+        assert j.position_from_fills().qty == 0 and j.position_from_fills().avg_price is None
+        with pytest.raises(KeyError, match="nope"):
+            j.record_fill("nope", 1, 1.0, _t(6))
+
+
+def test_recovery_reads_return_latest_rows_when_reopened(tmp_path: Path) -> None:
+    path = tmp_path / "j.sqlite"
+    with Journal(path) as j:
+        assert j.last_bar_time() is None and j.last_account() is None
+        j.record_bar(_t(0), 1, 2, 0.5, 1.5, 10)
+        j.record_bar(_t(1), 1, 2, 0.5, 1.5, 10)
+        j.record_bar(_t(2), 3, 2, 0.5, 1.5, 10, accepted=False, reason="high-below-low", message="high 2 < low 3")
+        j.record_decision(_t(1), 1, [0.2, 0.7, 0.1], advice={"action": "BUY", "confidence": 0.8},
+                          veto=None, rule_codes=["ok"], latency_ms=3.5)
+        j.record_order("x", _t(1), "entry", "BUY", 1)
+        j.record_account(_t(1), "active", {"balance": 50_000.0, "threshold": 47_500.0, "day_pnl": 0.0})
+        j.record_error("feed", "bar rejected", _t(2))
+    with Journal(path) as j:
+        assert j.last_bar_time() == to_ns(_t(1))
+        assert j.last_bar_time(accepted_only=False) == to_ns(_t(2))
+        assert [o.order_id for o in j.orders_sent_for(_t(1))] == ["x"]
+        assert j.orders_sent_for(_t(0)) == []
+        acct = j.last_account()
+        assert acct is not None and acct.status == "active" and acct.snapshot["threshold"] == 47_500.0
+        assert j.count("decisions") == 1 and j.count("errors") == 1 and j.count("bars") == 3
+
+
+def test_journal_refuses_to_open_when_schema_version_differs(tmp_path: Path) -> None:
+    path = tmp_path / "j.sqlite"
+    with Journal(path):
+        pass
+    db = sqlite3.connect(path)
+    db.execute("UPDATE schema_version SET version = ?", (SCHEMA_VERSION + 1,))
+    db.commit()
+    db.close()
+    with pytest.raises(UserError, match="schema version") as err:
+        Journal(path)
+    assert str(path) in str(err.value) and "fix:" in str(err.value)
+
+
+def test_journal_refuses_file_when_it_is_not_sqlite(tmp_path: Path) -> None:
+    path = tmp_path / "bars.csv"
+    path.write_text("timestamp,open,high,low,close,volume\n" * 200)
+    with pytest.raises(UserError, match="not a journal") as err:
+        Journal(path)
+    assert str(path) in str(err.value)
+
+
+_WRITER = textwrap.dedent("""
+    import sys
+    from hybrid_trader.live.journal import Journal
+    with Journal(sys.argv[1]) as j:
+        i = 0
+        while True:
+            j.record_bar(i, 1.0, 2.0, 0.5, 1.5, float(i))
+            j.record_order(f"o-{i}", i, "entry", "BUY", 1)
+            j.record_fill(f"o-{i}", 1, 100.0 + i, i, fill_id=f"f-{i}")
+            j.update_order_state(f"o-{i}", "filled")
+            print(i, flush=True)
+            i += 1
+""")
+
+
+def test_journal_is_consistent_when_writer_is_killed_mid_loop(tmp_path: Path) -> None:
+    path = tmp_path / "j.sqlite"
+    env = dict(os.environ)
+    src = str(Path(__file__).resolve().parents[2] / "src")
+    env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
+    proc = subprocess.Popen([sys.executable, "-c", _WRITER, str(path)], stdout=subprocess.PIPE, text=True, env=env)
+    assert proc.stdout is not None
+    last = -1
+    deadline = time.monotonic() + 60
+    while last < 150 and time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        last = int(line)
+    os.kill(proc.pid, signal.SIGKILL)  # mid-write: the writer never pauses between transactions
+    proc.wait()
+    proc.stdout.close()
+    assert last >= 150, f"the writer stopped early (rc {proc.returncode})"
+
+    with Journal(path) as j:
+        assert j.integrity_check() == "ok"
+        bars = j.count("bars")
+        # every iteration printed was committed; at most the one after it is partly there
+        assert last + 1 <= bars <= last + 2
+        for i in range(last + 1):
+            assert j.order(f"o-{i}") is not None and j.order(f"o-{i}").state == "filled"  # type: ignore[union-attr]
+        assert j.last_bar_time() == bars - 1
+        assert j.count("orders") in (bars - 1, bars)
+        assert j.count("fills") <= j.count("orders")
+        assert j.position_from_fills().qty == j.count("fills")
+
+
+def test_journal_keeps_unreadable_bar_and_nan_advice_when_recorded(tmp_path: Path) -> None:
+    with Journal(tmp_path / "j.sqlite") as j:
+        j.record_bar(None, 1.0, float("nan"), 0.5, 1.5, 3, accepted=False, reason="bad-timestamp",
+                     message="line 7: cannot read the timestamp", raw="xx,yy,1,nan,0.5,1.5,3")
+        j.record_decision(_t(0), 0, np.array([0.5, 0.25, 0.25], dtype=np.float32),
+                          advice={"action": "HOLD", "confidence": float("nan"), "probs": np.array([1.0, 0.0])})
+        assert j.last_bar_time() is None and j.last_bar_time(accepted_only=False) is None
+        raw, high = j._db.execute("SELECT raw, high FROM bars").fetchone()
+        assert raw.startswith("xx,yy") and high is None
+        advice = j._db.execute("SELECT advice, probabilities FROM decisions").fetchone()
+        assert '"confidence": null' in advice[0] and advice[1] == "[0.5, 0.25, 0.25]"
+        with pytest.raises(ValueError, match="reason code"):
+            j.record_bar(_t(1), 1, 2, 0.5, 1.5, 1, accepted=False)
