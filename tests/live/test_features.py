@@ -10,7 +10,7 @@ from hybrid_trader.data import Bars, generate_bars, load_bars
 from hybrid_trader.features import compute_features
 from hybrid_trader.live.features import RAW_KEYS, IncrementalFeatures
 from hybrid_trader.live.kernels import RollingMoments, RollingVar
-from tests.live.conftest import real_file
+from tests.conftest import shared_file as real_file
 
 
 def _feed(bars: Bars) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, np.ndarray], IncrementalFeatures]:

@@ -15,7 +15,7 @@ import pytest
 from hybrid_trader.data import generate_bars, load_bars
 from hybrid_trader.errors import UserError
 from hybrid_trader.live.feeds import Bar, BarGate, FollowFeed, ReplayFeed, open_feed, parse_feed_spec
-from tests.live.conftest import real_file
+from tests.conftest import shared_file as real_file
 
 ET = "America/New_York"
 HEADER = "Date,Time,Open,High,Low,Close,Volume\n"

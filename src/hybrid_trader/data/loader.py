@@ -171,7 +171,7 @@ def _read_parquet(path: Path) -> pd.DataFrame:
     return df
 
 
-def _match_columns(names: list[str], file: str) -> tuple[dict[str, int], tuple[str, tuple[int, ...]], list[AnyFinding]]:
+def match_columns(names: list[str], file: str) -> tuple[dict[str, int], tuple[str, tuple[int, ...]], list[AnyFinding]]:
     """Positions of open..volume, the timestamp spec ``(kind, positions)`` and notes."""
     normed = [_norm(n) for n in names]
     notes: list[AnyFinding] = []
@@ -293,7 +293,7 @@ def _read_csv(
         raise UserError(
             f"cannot read the CSV header ({err}).", file=file, fix="check that the file is a text CSV file"
         ) from None
-    pos, ts_spec, notes = _match_columns([str(h) for h in header], file)
+    pos, ts_spec, notes = match_columns([str(h) for h in header], file)
     ts_cols = list(ts_spec[1])
     usecols = sorted(set(pos.values()) | set(ts_cols))
     dtype = {header[p]: str for p in ts_cols}
@@ -432,7 +432,7 @@ def load_bars(
     ck = Checker(file=file, repair=repair, csv=not parquet)
     if parquet:
         df = _read_parquet(p)
-        pos, ts_spec, col_notes = _match_columns(list(df.columns), file)
+        pos, ts_spec, col_notes = match_columns(list(df.columns), file)
         lines = np.arange(1, len(df) + 1, dtype=np.int64)
     else:
         df, pos, ts_spec, lines, col_notes = _read_csv(p)

@@ -31,7 +31,7 @@ import pandas as pd
 from hybrid_trader.calendar import EASTERN
 from hybrid_trader.data.bars import Bars
 from hybrid_trader.data.checks import CHECKS, COLUMNS, PRICES, Check, Rows
-from hybrid_trader.data.loader import _match_columns, load_bars, resolve_tz
+from hybrid_trader.data.loader import load_bars, match_columns, resolve_tz
 from hybrid_trader.data.many import is_many
 from hybrid_trader.data.timestamps import parse_timestamps
 from hybrid_trader.data.validate import Checker, off_grid_mask
@@ -338,7 +338,7 @@ class FollowFeed:
     def _read_header(self, text: str) -> None:
         self._sep = max((",", ";", "\t", "|"), key=text.count) if any(d in text for d in ",;\t|") else ","
         names = [n.strip() for n in next(csv.reader([text], delimiter=self._sep))]
-        pos, ts_spec, _notes = _match_columns(names, str(self.path))  # UserError naming the missing columns
+        pos, ts_spec, _notes = match_columns(names, str(self.path))  # UserError naming the missing columns
         self._header = names
         self._spec = (pos, ts_spec)
 
