@@ -47,6 +47,11 @@ def test_a_small_study_runs_every_trial_on_two_workers_and_tabulates_them(finish
     assert fast["pairs"] == 2 and not math.isnan(fast["Net PnL [$]"]["mean difference"])
     assert summary["timing"]["workers"] == 2 and summary["timing"]["wall_s"] > 0
     assert "Paired with the baseline" in (out / "report.html").read_text()
+    # the prop-firm verdict of every trial (sequential attempts by default), summarised per variant
+    assert table["Pass rate [%]"].between(0, 100).all() and (table["Attempts"] >= 1).all()
+    assert "Pass rate [%] (flat)" in table.columns
+    assert not math.isnan(summary["variants"]["fast"]["figures"]["Pass rate [%]"]["mean"])
+    assert "Pass rate [%]" in fast
 
 
 def test_a_rerun_skips_finished_trials_and_a_failing_trial_is_recorded_without_stopping(finished, monkeypatch):

@@ -10,7 +10,7 @@ import pandas as pd
 
 from hybrid_trader.evaluation.report import _esc, html_document
 from hybrid_trader.study.spec import StudySpec
-from hybrid_trader.study.summary import SUMMARY_FIGURES
+from hybrid_trader.study.summary import PAIRED_FIGURES, SUMMARY_FIGURES
 
 REPORT = "report.html"
 
@@ -38,12 +38,13 @@ def write_study_report(out: Path, spec: StudySpec, summary: dict, table: pd.Data
         for name, s in v.items())
     paired = "".join(
         f'<tr><td class="l">{_esc(name)} - {_esc(spec.baseline)}</td><td>{p["pairs"]}</td>'
-        f'<td>{_esc(_ci(p["Net PnL [$]"]))}</td><td>{_esc(_ci(p["Sharpe (ann.)"]))}</td></tr>'
+        + "".join(f"<td>{_esc(_ci(p[f])) if f in p else '-'}</td>" for f in PAIRED_FIGURES) + "</tr>"
         for name, p in summary["paired vs baseline"].items())
     dsr = summary["deflated sharpe"]
     t = summary.get("timing") or {}
-    cols = [c for c in ("trial", "status", "Net PnL [$]", "Sharpe (ann.)", "Trades", "Apex verdict", "seconds",
-                        "error") if c in table.columns]
+    cols = [c for c in ("trial", "status", "Net PnL [$]", "Sharpe (ann.)", "Trades", "Apex verdict",
+                        "Pass rate [%]", "Breach rate [%]", "Expected outcome per attempt [$]", "seconds", "error")
+            if c in table.columns]
     trial_rows = "".join("<tr>" + "".join(f'<td class="{"l" if c in ("trial", "error") else ""}">'
                                           f"{_esc(_num(r.get(c)))}</td>" for c in cols) + "</tr>"
                          for r in table.to_dict("records"))
@@ -56,14 +57,16 @@ def write_study_report(out: Path, spec: StudySpec, summary: dict, table: pd.Data
            f"{t.get('ray_overhead_s_per_trial')} s a trial ({t.get('ray_overhead_pct')}%)" if t else "") + "</p>",
         "<h2>Variants</h2>",
         '<p class="small">The agent on each trial\'s evaluation days, net of costs: mean over seeds and folds with its '
-        "95% bootstrap confidence interval; passes count trials whose single account reached the target.</p>",
+        "95% bootstrap confidence interval; <i>passed</i> counts trials whose single account reached the target; "
+        "the pass rate and expected outcome per attempt are the prop-firm verdict's (evaluation.verdict: fresh "
+        "evaluation accounts, one after another or one a day, fees included).</p>",
         f'<table><thead><tr><th class="l">variant</th><th>trials</th><th>passed</th>{head}</tr></thead>'
         f"<tbody>{rows}</tbody></table>",
         "<h2>Paired with the baseline</h2>",
         '<p class="small">Differences on the same seed and fold, mean and 95% bootstrap CI: a CI that holds 0 is no '
         "evidence of a difference.</p>",
-        '<table><thead><tr><th class="l">variant - baseline</th><th>pairs</th><th>Net PnL [$]</th>'
-        f"<th>Sharpe (ann.)</th></tr></thead><tbody>{paired}</tbody></table>",
+        '<table><thead><tr><th class="l">variant - baseline</th><th>pairs</th>'
+        + "".join(f"<th>{_esc(f)}</th>" for f in PAIRED_FIGURES) + f"</tr></thead><tbody>{paired}</tbody></table>",
         "<h2>Deflated Sharpe Ratio</h2>",
         f"<p>Best trial by daily Sharpe: <b>{_esc(dsr.get('best'))}</b> ({_num(dsr.get('daily sharpe'))} a day over "
         f"{_esc(dsr.get('days', '-'))} days); probability its true Sharpe beats the best of {dsr.get('trials')} "

@@ -52,6 +52,8 @@ class EvaluateSpec:
     """Days each trial is evaluated on: later than every day it trained on."""
     seeds: int = 1
     """Seeds of the random baseline."""
+    verdict: Literal["sequential", "rolling", "none"] = "sequential"
+    """Prop-firm verdict of each trial (evaluate --verdict): attempts one after another, one a day, or none."""
 
 
 @dataclass

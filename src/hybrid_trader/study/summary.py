@@ -11,8 +11,11 @@ import numpy as np
 from hybrid_trader.study.spec import StudySpec
 from hybrid_trader.study.stats import bootstrap_ci, deflated_sharpe_ratio, paired_difference
 
-SUMMARY_FIGURES = ("Net PnL [$]", "Sharpe (ann.)", "Max drawdown [$]", "Trades")
+SUMMARY_FIGURES = ("Net PnL [$]", "Sharpe (ann.)", "Max drawdown [$]", "Trades", "Pass rate [%]",
+                   "Expected outcome per attempt [$]")
 """The agent's figures summarised per variant (mean and 95% bootstrap CI over seeds and folds)."""
+PAIRED_FIGURES = ("Net PnL [$]", "Sharpe (ann.)", "Pass rate [%]")
+"""Figures compared with the baseline variant pair by pair (same seed, same fold)."""
 
 
 def summarize(spec: StudySpec, rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -40,7 +43,9 @@ def summarize(spec: StudySpec, rows: Sequence[dict[str, Any]]) -> dict[str, Any]
         pairs = [(r, base[(r["seed"], r["fold"])]) for r in ok if r["variant"] == v.name and (r["seed"], r["fold"])
                  in base]
         paired[v.name] = {"pairs": len(pairs)}
-        for f in ("Net PnL [$]", "Sharpe (ann.)"):
+        for f in PAIRED_FIGURES:
+            if any(a.get(f) is None or b.get(f) is None for a, b in pairs):
+                continue
             mean, lo, hi = paired_difference([float(a[f]) for a, _ in pairs], [float(b[f]) for _, b in pairs])
             paired[v.name][f] = {"mean difference": mean, "ci_low": lo, "ci_high": hi}
     return {"study": spec.name, "baseline": spec.baseline, "trials": len(rows), "finished": len(ok),

@@ -35,6 +35,8 @@ TRIALS = "trials"
 FIGURES = ("Net PnL [$]", "Sharpe (ann.)", "Max drawdown [$]", "Trades", "Win rate [%]", "PSR [%]",
            "Return [%]", "Days")
 """The agent's metrics kept in the study table (labels of evaluation.metrics, units in them)."""
+VERDICT_KEPT = ("Attempts", "Pass rate [%]", "Breach rate [%]", "Expected outcome per attempt [$]")
+"""The prop-firm verdict's figures kept per trial (the agent's unlabelled, a baseline's as ``... (name)``)."""
 
 
 _MARKETS: dict[str, Market] = {}
@@ -99,14 +101,21 @@ def run_trial(spec_data: dict, trial: Trial, out: str) -> dict[str, Any]:
             train_run(config, run, init=init, quiet=True, market=market, validation=validation_fn)
             init = run
         assert init is not None and market is not None
+        verdict = None if spec.evaluate.verdict == "none" or config.env.phase == 3 else spec.evaluate.verdict
         out_eval = evaluate_run(init, split=spec.evaluate.split, seeds=spec.evaluate.seeds, quiet=True,
-                                ablation=False, market=market)
+                                ablation=False, market=market, verdict=verdict)
         agent = out_eval.metrics["agent"]
         row.update({k: agent.get(k) for k in FIGURES})
         row["Apex verdict"] = agent.get("Apex verdict")
         for name in ("flat", "random", "momentum"):
             if name in out_eval.metrics:
                 row[f"{name} Net PnL [$]"] = out_eval.metrics[name].get("Net PnL [$]")
+        prop = out_eval.extra.get("prop_verdict")
+        if prop:  # the agent's and the best baseline's pass rates (evaluation.verdict)
+            for name, figures in prop["figures"].items():
+                for key in VERDICT_KEPT:
+                    if key in figures:
+                        row[f"{key} ({name})" if name != "agent" else key] = figures[key]
         row["daily_returns"] = _daily_returns(out_eval.out_dir)
         row["dates"] = list(out_eval.dates or ())
         row["status"] = "finished"
