@@ -120,3 +120,20 @@ def test_study_json_prints_the_summary_last(finished, capsys):
     assert main(["study", study_file(root), "--out", str(out), "--json", "--no-progress"]) == 0
     last = capsys.readouterr().out.strip().splitlines()[-1]
     assert json.loads(last)["finished"] == 4
+
+
+def test_advisors_are_variants_when_a_study_trains_phase_3(tmp_path):
+    """Phase 2 then phase 3 in each trial: the mock LLM against the trend-label rule (a control)."""
+    path = study_file(tmp_path, phases=[2, 3], seeds=[0],
+                      base={**TINY, "llm.query.mode": "always"},
+                      variants=[{"name": "mock", "set": {"llm.backend": "mock"}},
+                                {"name": "trend", "set": {"llm.backend": "trend_rule"}}])
+    summary = run_study(path, tmp_path / "out", workers=2, progress=False, say=lambda s: None)
+    assert summary["finished"] == 2, summary["errors"]
+    table = pd.read_parquet(tmp_path / "out" / "trials.parquet")
+    assert table["Net PnL [$]"].notna().all()
+    for slug in ("mock-s0-f0", "trend-s0-f0"):
+        config = yaml.safe_load((tmp_path / "out" / "trials" / slug / "p3" / "config.yaml").read_text())
+        assert config["env"]["phase"] == 3 and config["llm"]["backend"] == slug.split("-")[0].replace(
+            "trend", "trend_rule")
+    assert "Pass rate [%]" not in table.columns or table["Pass rate [%]"].isna().all()  # phase 3: no verdict yet
