@@ -137,3 +137,11 @@ def test_advisors_are_variants_when_a_study_trains_phase_3(tmp_path):
         assert config["env"]["phase"] == 3 and config["llm"]["backend"] == slug.split("-")[0].replace(
             "trend", "trend_rule")
     assert "Pass rate [%]" not in table.columns or table["Pass rate [%]"].isna().all()  # phase 3: no verdict yet
+
+
+@pytest.mark.parametrize("name", ["nq_select.yaml", "es_pool.yaml"])
+def test_example_study_files_load_when_shipped(name):
+    from pathlib import Path
+
+    spec = load_study(Path(__file__).resolve().parents[2] / "examples" / "studies" / name)
+    assert len(spec.variants) == 2 and spec.seeds == [0, 1, 2] and spec.folds == 3
