@@ -8,7 +8,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 from stable_baselines3.common.running_mean_std import RunningMeanStd
-from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
+from stable_baselines3.common.vec_env import DummyVecEnv, VecMonitor, VecNormalize
 
 from hybrid_trader.training.advice_env import PartialVecNormalize
 from hybrid_trader.training.market import Market, env_factory
@@ -27,9 +27,9 @@ def _legal_actions(venv, rng) -> np.ndarray:
     return np.array([rng.choice(np.flatnonzero(m)) for m in masks])
 
 
-def test_lean_environments_step_exactly_as_dummy_vec_env_when_episodes_end(student_market):
+def test_lean_environments_step_exactly_as_monitored_dummy_vec_env_when_episodes_end(student_market):
     config = student_cfg(2)
-    lean, plain = LeanDummyVecEnv(_fns(student_market, config)), DummyVecEnv(_fns(student_market, config))
+    lean, plain = LeanDummyVecEnv(_fns(student_market, config)), VecMonitor(DummyVecEnv(_fns(student_market, config)))
     rng = np.random.default_rng(0)
     np.testing.assert_array_equal(lean.reset(), plain.reset())
     ends = 0
@@ -43,6 +43,8 @@ def test_lean_environments_step_exactly_as_dummy_vec_env_when_episodes_end(stude
             assert info_a.keys() == info_b.keys()
             if "terminal_observation" in info_b:
                 np.testing.assert_array_equal(info_a["terminal_observation"], info_b["terminal_observation"])
+                assert info_a["episode"]["r"] == info_b["episode"]["r"]
+                assert info_a["episode"]["l"] == info_b["episode"]["l"]
         ends += int(b[2].sum())
     assert ends >= 2  # the auto-reset path ran
 

@@ -111,10 +111,9 @@ def build_vec_env(market: Market, config: RunConfig, sessions, n_envs: int, seed
     venv: VecEnv
     if subproc:
         method = "fork" if sys.platform.startswith("linux") else "spawn"
-        venv = SubprocVecEnv(fns, start_method=method)
+        venv = VecMonitor(SubprocVecEnv(fns, start_method=method))
     else:
-        venv = LeanDummyVecEnv(fns)
-    venv = VecMonitor(venv)
+        venv = LeanDummyVecEnv(fns)  # monitored itself
     if advisor is not None:
         venv = AdvisorVecEnv(venv, advisor, market, max_age=advisor.config.batching.max_age_steps, teacher=teacher)
     frozen = config.ppo.normalizer == "frozen" or not training
