@@ -86,3 +86,16 @@ def test_pool_is_refused_when_the_run_cannot_hold_it(files, tmp_path, extra, mat
     with pytest.raises(UserError, match=match):
         train_run(cfg(files, "es", **extra), tmp_path / "run", quiet=True)
     assert not (tmp_path / "run" / "model.zip").exists()
+
+
+def test_a_study_worker_keeps_the_pool_when_it_reuses_a_market(files):
+    """Each trial of a study asks its worker for the market; the second ask must train on the pool too."""
+    from hybrid_trader.study.trials import market_for
+
+    config = cfg(files, "es")
+    first, again = market_for(config), market_for(config)
+    assert len(first.pool) == 1 and len(again.pool) == 1
+    other_fold = merge_overrides(config, {"split.train": 0.6, "split.val": 0.2, "split.test": 0.2})
+    assert len(market_for(other_fold).pool) == 1
+    plain = cfg(files)
+    assert market_for(plain).pool == [] and market_for(plain).pool == []

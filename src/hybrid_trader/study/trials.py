@@ -52,6 +52,8 @@ def market_for(config: Any) -> Market:
     if known is None:
         known = _MARKETS[key] = load_market(config.data, config.split, pool=True)
         return known
+    if config.data.pool:  # the key holds the split: the very market, pool included
+        return known
     bars = known.bars
     return Market(bars, known.features, make_split(bars.n_sessions, config.split, bars.session_dates))
 
