@@ -10,6 +10,8 @@ import pytest
 from hybrid_trader.cli.main import main
 from hybrid_trader.errors import UserError
 from hybrid_trader.evaluation.ablation import TEACHER_VARIANT, ablation_markdown, run_ablation, summarise
+from hybrid_trader.run import RunDir
+from hybrid_trader.training.config import RunConfig
 
 
 def test_ablation_trains_evaluates_and_tabulates_every_variant_when_given_a_phase2_run(tmp_path, student_p2,
@@ -17,7 +19,7 @@ def test_ablation_trains_evaluates_and_tabulates_every_variant_when_given_a_phas
     out = tmp_path / "ablation"
     table = run_ablation(student_p2, out, timesteps=256, seeds=(0, 1), split="test", say=lambda s: None)
     assert list(table["variants"]) == ["RL only", "RL only, phase 3", "constant prior + student",
-                                       "learned fusion + student"]
+                                       "constant prior + trend rule", "learned fusion + student"]
     for v in table["variants"].values():
         assert v["seeds"] == 2 and len(v["per_seed"]) == 2
         assert {"Net PnL [$]", "Sharpe (ann.)", "Trades", "Net PnL, fresh days [$]", "Breached days, fresh"} \
@@ -29,6 +31,9 @@ def test_ablation_trains_evaluates_and_tabulates_every_variant_when_given_a_phas
     assert "Query rate [%]" not in table["variants"]["RL only"]["mean"]
     control = table["variants"]["RL only, phase 3"]["mean"]
     assert control.get("Query rate [%]") in (None, 0.0)  # the control is never advised
+    rule = table["variants"]["constant prior + trend rule"]["mean"]  # the LLM's control: the trend label alone
+    assert rule["Query rate [%]"] > 50.0
+    assert RunDir(out / "trend-rule-s0").load_config(RunConfig).llm.backend == "trend_rule"
     saved = json.loads((out / "ablation.json").read_text())
     assert saved["variants"].keys() == table["variants"].keys() and saved["seeds"] == [0, 1]
     assert "| Net PnL [$] |" in (out / "ABLATION.md").read_text()
@@ -60,7 +65,7 @@ def test_ablation_cli_prints_json_and_writes_the_report_when_asked(tmp_path, stu
                  "--ablation-seeds", "1", "--json"])
     assert code == 0
     data = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert data["split"] == "test" and len(data["variants"]) == 4
+    assert data["split"] == "test" and len(data["variants"]) == 5
     html = (tmp_path / "a" / "report.html").read_text()
     assert data["report"] == str(tmp_path / "a" / "report.html")
     for name in data["variants"]:

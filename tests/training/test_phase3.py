@@ -62,7 +62,7 @@ def test_phase3_starts_as_exactly_the_phase2_policy_when_initialised(market, pha
     advisor = build_advisor(config.llm.in_run())
     venv = build_vec_env(market, config, market.sessions("train"), 2, 0, normalize=True, advisor=advisor)
     try:
-        model, notes = make_model(config, venv, init=phase2_run)
+        model, notes = make_model(config, venv, init=phase2_run, market=market)
         assert any("inputs (new ones zero)" in n for n in notes)
         venv.training = False  # keep the carried-over statistics fixed while walking
         obs = venv.reset()
@@ -97,7 +97,7 @@ def test_stored_log_probs_equal_recomputed_ones_when_advice_shapes_the_policy(ma
     advisor = build_advisor(config.llm.in_run())
     venv = build_vec_env(market, config, market.sessions("train"), 2, 0, normalize=True, advisor=advisor)
     try:
-        model, _ = make_model(config, venv, init=phase2_run)
+        model, _ = make_model(config, venv, init=phase2_run, market=market)
         if mode == "learned":
             # a gate as after some training: its trust varies from state to state
             with th.no_grad():

@@ -11,6 +11,9 @@ variant                        run
 ``RL only, phase 3``           phase 3 without advice (``llm.query.mode: never``): the risk veto
                                and the observation of the LLM variants, no LLM (their control)
 ``constant prior + student``   phase 3, ``llm.backend: student``, ``fusion.mode: constant``
+``constant prior + trend rule`` phase 3, ``llm.backend: trend_rule`` asked on every decision: the
+                               rule that reads only the prompt's trend label (the LLM's control:
+                               does the LLM beat the label our own code writes?)
 ``learned fusion + student``   phase 3, ``llm.backend: student``, ``fusion.mode: learned``
 ``learned fusion + LLM``       (``teacher=``) the learned runs, evaluated with the real LLM
                                (the teacher back end) instead of the student, asked when the
@@ -75,7 +78,7 @@ class Variant:
 
 
 def variants(student: str) -> tuple[Variant, ...]:
-    """The four trained variants, the LLM ones advised by ``student``."""
+    """The five trained variants, the LLM ones advised by ``student`` (and the trend-label rule, their control)."""
     p3 = {"env.phase": 3, "llm.backend": "student", "llm.student.path": student}
     return (
         Variant("RL only", "rl-only", {"env.phase": 2}),
@@ -83,6 +86,8 @@ def variants(student: str) -> tuple[Variant, ...]:
         # always empty; without it a difference could be the veto's, not the LLM's
         Variant("RL only, phase 3", "rl-p3", {"env.phase": 3, "llm.backend": "mock", "llm.query.mode": "never"}),
         Variant("constant prior + student", "constant", {**p3, "fusion.mode": "constant"}),
+        Variant("constant prior + trend rule", "trend-rule",
+                {"env.phase": 3, "llm.backend": "trend_rule", "llm.query.mode": "always", "fusion.mode": "constant"}),
         Variant("learned fusion + student", "learned", {**p3, "fusion.mode": "learned"}),
     )
 
