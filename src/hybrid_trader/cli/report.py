@@ -17,8 +17,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         "older model, is evaluated first). Prints the report's path.",
     )
     p.add_argument("run_dir", metavar="RUN_DIR",
-                   help="run directory (the --out of `hybrid-trader train`), or the OUT folder of "
-                        "`hybrid-trader evaluate --ablation OUT` (the variants report, OUT/report.html)")
+                   help="run directory (the --out of `hybrid-trader train`), the OUT folder of "
+                        "`hybrid-trader evaluate --ablation OUT` (the variants report, OUT/report.html), or the "
+                        "journal of `hybrid-trader run` (JOURNAL.sqlite: its trades, account, decisions and errors; "
+                        "written next to it as <stem>.report.html unless --out)")
     p.add_argument("--split", default="test", choices=("train", "val", "test", "all"),
                    help="which evaluated split to report (default: test)")
     p.add_argument("--eval-dir", default=None, metavar="DIR",
@@ -33,7 +35,11 @@ def _report(args: argparse.Namespace) -> int:
     from hybrid_trader.evaluation.ablation_report import is_ablation_dir, write_ablation_report  # same reason
     from hybrid_trader.evaluation.evaluate import evaluate_run  # same reason
     from hybrid_trader.evaluation.report import write_report  # same reason
+    from hybrid_trader.live.journal_report import is_journal, write_journal_report  # same reason
 
+    if is_journal(args.run_dir):  # the journal of `hybrid-trader run`
+        print(f"report: {write_journal_report(args.run_dir, args.out)}")
+        return 0
     if is_ablation_dir(args.run_dir):  # an `evaluate --ablation OUT` folder: the variants report
         print(f"report: {write_ablation_report(args.run_dir, args.out)}")
         return 0

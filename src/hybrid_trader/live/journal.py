@@ -325,13 +325,42 @@ class Journal:
 
     def count(self, table: str) -> int:
         """Rows in one of the journal's tables."""
-        if table not in {"bars", "decisions", "orders", "fills", "account", "errors"}:
+        if table not in TABLES:
             raise ValueError(f"no table {table!r} in the journal")
         return int(self._db.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0])
 
     def integrity_check(self) -> str:
         """``ok`` or SQLite's description of the damage."""
         return str(self._db.execute("PRAGMA integrity_check").fetchone()[0])
+
+
+TABLES = ("bars", "decisions", "orders", "fills", "account", "errors")
+"""The journal's tables (``schema_version`` aside)."""
+
+
+def read_journal(path: str | Path) -> dict[str, pd.DataFrame]:
+    """Every table of a journal as a DataFrame, read-only (a running executor may be writing it).
+
+    JSON columns stay text; times stay int64 nanoseconds (UTC). A missing file, a file that
+    is not a journal, or a journal of another schema version is a UserError naming it.
+    """
+    path = Path(path).expanduser()
+    if not path.is_file():
+        raise UserError("journal not found", file=str(path), fix="give the --journal FILE of `hybrid-trader run`")
+    try:
+        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30.0)
+        try:
+            version = db.execute("SELECT version FROM schema_version").fetchone()
+            if version is None or version[0] != SCHEMA_VERSION:
+                raise UserError(f"journal schema version {None if version is None else version[0]} is not this "
+                                f"program's version {SCHEMA_VERSION}", file=str(path),
+                                fix="use the hybrid-trader version that wrote this journal")
+            return {t: pd.read_sql_query(f"SELECT * FROM {t} ORDER BY id", db) for t in TABLES}
+        finally:
+            db.close()
+    except (sqlite3.DatabaseError, pd.errors.DatabaseError) as err:
+        raise UserError(f"not a journal: {err}", file=str(path),
+                        fix="give the --journal FILE of `hybrid-trader run`") from None
 
 
 def _real(x: Any) -> float | None:
