@@ -304,6 +304,10 @@ class PropFirmAccount:
             self.peak = peak
             self.threshold = min(max(self.threshold, peak - r.trailing_drawdown), r.threshold_cap)
 
+    def book(self, t: int, balance_change: float, net_pnl: float) -> None:
+        """Book a trade closed outside :meth:`on_bar` (the executor's flatten on exit)."""
+        self._book(t, balance_change, net_pnl)
+
     def _book(self, t: int, balance_change: float, net_pnl: float) -> None:
         """Book a closed trade at bar t: balance, streaks, recent win rate, the profit target."""
         self.balance += balance_change

@@ -18,10 +18,36 @@ import numpy as np
 
 from hybrid_trader.account_state import AccountState
 from hybrid_trader.actions import Action
+from hybrid_trader.calendar import parse_hhmm, session_minute, window_end_session_minute
 from hybrid_trader.env.account import PropFirmAccount
 from hybrid_trader.env.broker import Broker
+from hybrid_trader.env.config import EnvConfig
 from hybrid_trader.env.observation import ObservationBuilder
 from hybrid_trader.env.risk_veto import RiskVeto
+from hybrid_trader.markets import ContractSpec
+
+
+def make_broker(cfg: EnvConfig, contract: ContractSpec) -> Broker:
+    """The broker of ``cfg``'s contracts, costs and ATR stops on ``contract``."""
+    commission = contract.commission_per_side if cfg.commission_per_side is None else cfg.commission_per_side
+    return Broker(
+        contracts=cfg.contracts, point_value=contract.point_value, commission_per_side=float(commission),
+        slippage_points=float(cfg.slippage_ticks) * contract.tick_size,
+        stop_atr=cfg.stop_atr, target_atr=cfg.target_atr, trail_atr=cfg.trail_atr,
+    )
+
+
+def window_minutes(cfg: EnvConfig, account: PropFirmAccount) -> tuple[int, int, int]:
+    """The trading window as session minutes (since 18:00 ET): ``(start, end, last_entry)``.
+
+    A bar with ``start <= minute < end`` is inside; the rules' flat-by time ends every window;
+    an entry may be decided on a bar with ``minute <= last_entry`` that is not the window's last.
+    """
+    start = session_minute(parse_hhmm(cfg.trade_start, "trade_start"))
+    end = window_end_session_minute(cfg.trade_end, "trade_end")
+    end = min(end, account.flat_by_session_minute())  # the rules' flat-by time ends every window
+    last_entry = window_end_session_minute(cfg.last_entry, "last_entry")
+    return start, end, last_entry
 
 
 class TradingCore:

@@ -17,7 +17,7 @@ import pandas as pd
 
 from hybrid_trader.account_state import AccountState
 from hybrid_trader.actions import ACTION_NAMES, n_actions
-from hybrid_trader.calendar import parse_hhmm, session_minute, window_end_session_minute
+from hybrid_trader.calendar import session_minute
 from hybrid_trader.data.bars import Bars
 from hybrid_trader.env.account import RECENT_HISTORY, RECENT_TRADES, PropFirmAccount
 from hybrid_trader.env.broker import (
@@ -29,12 +29,11 @@ from hybrid_trader.env.broker import (
     EXIT_TARGET,
     EXIT_TRAIL,
     TRADE_LOG_COLUMNS,
-    Broker,
     Trade,
     trades_frame,
 )
 from hybrid_trader.env.config import EnvConfig
-from hybrid_trader.env.core import TradingCore
+from hybrid_trader.env.core import TradingCore, make_broker, window_minutes
 from hybrid_trader.env.observation import BASE_DIM, LLM_DIM, WINDOW_DIM, ObservationBuilder
 from hybrid_trader.env.risk_veto import RiskVeto
 from hybrid_trader.env.rules import PropFirmRules, get_rules
@@ -172,12 +171,7 @@ class TradingEnv(gym.Env):
         self.account.check_contracts(cfg.contracts, self.contract)
 
         # Costs and scales.
-        commission = self.contract.commission_per_side if cfg.commission_per_side is None else cfg.commission_per_side
-        self.broker = Broker(
-            contracts=cfg.contracts, point_value=self.contract.point_value, commission_per_side=float(commission),
-            slippage_points=float(cfg.slippage_ticks) * self.contract.tick_size,
-            stop_atr=cfg.stop_atr, target_atr=cfg.target_atr, trail_atr=cfg.trail_atr,
-        )
+        self.broker = make_broker(cfg, self.contract)
         atr = np.asarray(features.atr, dtype=np.float64)
         if cfg.reward_scale is None:
             median_atr = (
@@ -219,10 +213,7 @@ class TradingEnv(gym.Env):
     # ------------------------------------------------------------------ set-up
     def _build_windows(self, sessions: Sequence[int] | None) -> list[EpisodeWindow]:
         cfg = self.config
-        start = session_minute(parse_hhmm(cfg.trade_start, "trade_start"))
-        end = window_end_session_minute(cfg.trade_end, "trade_end")
-        end = min(end, self.account.flat_by_session_minute())  # the rules' flat-by time ends every window
-        last_entry = window_end_session_minute(cfg.last_entry, "last_entry")
+        start, end, last_entry = window_minutes(cfg, self.account)
         sm = session_minute(self.bars.minute_of_day.astype(np.int64))
         first_valid = max(int(self.features.warmup), WINDOW - 1)
         bounds = self.bars.session_bounds

@@ -288,6 +288,14 @@ class Journal:
         row = self._db.execute(f"SELECT MAX(time_ns) FROM bars{where}").fetchone()
         return None if row[0] is None else int(row[0])
 
+    def last_time(self, table: str) -> int | None:
+        """Latest bar time (ns) of ``bars`` (any), ``decisions`` or ``account`` rows; None when empty."""
+        column = {"bars": "time_ns", "decisions": "bar_time_ns", "account": "bar_time_ns"}.get(table)
+        if column is None:
+            raise ValueError(f"no bar times in table {table!r}")
+        row = self._db.execute(f"SELECT MAX({column}) FROM {table}").fetchone()
+        return None if row[0] is None else int(row[0])
+
     def open_orders(self) -> list[OrderRow]:
         """Orders not yet filled, cancelled or rejected, oldest first."""
         marks = ",".join("?" * len(TERMINAL_STATES))
