@@ -40,11 +40,10 @@ import pandas as pd
 from hybrid_trader.account_state import AccountState
 from hybrid_trader.actions import ACTION_NAMES
 from hybrid_trader.calendar import EASTERN, SESSION_ROLL, session_minute
-from hybrid_trader.env.account import AccountStatus
+from hybrid_trader.env.account import AccountStatus, PropFirmAccount
 from hybrid_trader.env.broker import TRADE_LOG_COLUMNS, Trade, trades_frame
 from hybrid_trader.env.core import TradingCore, make_broker, window_minutes
 from hybrid_trader.env.observation import ObservationBuilder
-from hybrid_trader.env.account import PropFirmAccount
 from hybrid_trader.env.rules import get_rules
 from hybrid_trader.errors import UserError
 from hybrid_trader.evaluation.evaluate import load_policy, sessions_for
@@ -123,7 +122,8 @@ class _LiveArrays:
 class Executor:
     """Trade a run's agent on a bar feed with the paper broker, journaling everything.
 
-    ``market`` and ``bar_minutes``: the feed's (the run's ``env.market`` wins). ``trade_dates``: the trading dates to trade (None: every day); the other bars only
+    ``market`` and ``bar_minutes``: the feed's (the run's ``env.market`` wins). ``trade_dates``: the
+    trading dates to trade (None: every day); the other bars only
     warm the features up. ``run_tag`` names the orders (default: the run folder's name).
     """
 

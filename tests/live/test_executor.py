@@ -1,0 +1,112 @@
+"""The executor: the same trades as ``evaluate`` on the run's test days, and restarts that lose nothing."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from hybrid_trader.evaluation.evaluate import evaluate_run
+from hybrid_trader.live.executor import Executor, split_dates
+from hybrid_trader.live.feeds import ReplayFeed
+from hybrid_trader.live.journal import Journal
+
+from .executor_run import tiny_run
+
+REPO = Path(__file__).resolve().parents[2]
+COMPARED = ["entry_time", "exit_time", "side", "entry_price", "exit_price", "net_pnl", "exit_reason"]
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return tiny_run(tmp_path_factory.mktemp("executor"))
+
+
+def replay(run: Path, csv: Path, journal: Path) -> Executor:
+    feed = ReplayFeed(csv)
+    ex = Executor(run, journal, trade_dates=split_dates(run, "test"), market=feed.bars.market,
+                  bar_minutes=feed.bars.bar_minutes)
+    ex.run_feed(feed)
+    return ex
+
+
+def fills(journal: Path) -> list[tuple]:
+    with Journal(journal) as j:
+        return j._db.execute("SELECT o.order_id, o.side, f.qty, f.price, f.time_ns FROM fills f "
+                             "JOIN orders o USING (order_id) ORDER BY f.id").fetchall()
+
+
+def test_replay_makes_evaluations_trades_when_fed_the_runs_test_days(tiny, tmp_path):
+    run, csv, market = tiny
+    ex = replay(run, csv, tmp_path / "journal.sqlite")
+    out = evaluate_run(run, split="test", seeds=1, market=market, quiet=True, ablation=False)
+    expected = pd.read_csv(out.out_dir / "agent.trades.csv")
+    got = ex.trade_log()
+    assert len(expected) > 5, "the tiny run must trade for the comparison to mean anything"
+    assert len(got) == len(expected)
+    for col in ("entry_time", "exit_time"):
+        assert [str(t) for t in got[col]] == [str(pd.Timestamp(t)) for t in expected[col]], col
+    for col in ("side", "exit_reason"):
+        assert got[col].tolist() == expected[col].tolist(), col
+    for col in ("entry_price", "exit_price", "net_pnl"):
+        np.testing.assert_allclose(got[col].to_numpy(float), expected[col].to_numpy(float), rtol=0, atol=1e-9)
+    assert ex.summary.net_pnl == pytest.approx(out.metrics["agent"]["Net PnL [$]"], abs=1e-6)
+    # every trade is in the journal: one entry and one exit fill each, at the trades' prices
+    rows = fills(tmp_path / "journal.sqlite")
+    assert len(rows) == 2 * len(expected)
+    np.testing.assert_allclose([r[3] for r in rows[1::2]], expected["exit_price"].to_numpy(float), atol=1e-9)
+
+
+def test_restart_continues_without_duplicates_when_killed_mid_replay(tiny, tmp_path):
+    run, csv, _ = tiny
+    whole = tmp_path / "whole.sqlite"
+    replay(run, csv, whole)
+    journal = tmp_path / "killed.sqlite"
+    cmd = [sys.executable, "-m", "hybrid_trader.cli.main", "run", str(run), "--feed", f"replay:{csv}",
+           "--split", "test", "--broker", "paper", "--journal", str(journal)]
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src") + os.pathsep + str(REPO)}
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.time() + 300
+    while time.time() < deadline:  # kill -9 once some trades of the test days are journaled
+        if journal.exists() and len(fills(journal)) >= 10:
+            break
+        if proc.poll() is not None:
+            pytest.fail(f"the executor ended before it was killed: {proc.stderr.read().decode()[-2000:]}")
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    killed_at = len(fills(journal))
+    assert 10 <= killed_at < len(fills(whole))
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert fills(journal) == fills(whole)
+    with Journal(journal) as j, Journal(whole) as w:
+        assert j.count("orders") == w.count("orders")
+        assert j.count("decisions") == w.count("decisions")
+        assert j.count("bars") == w.count("bars")
+
+
+def test_executor_refuses_journal_when_it_belongs_to_another_run(tiny, tmp_path):
+    run, csv, _ = tiny
+    journal = tmp_path / "j.sqlite"
+    replay(run, csv, journal)
+    with Journal(journal) as j:  # a fill the replay never makes
+        j.record_order("other-1", 0, "entry", "BUY", 1, state="sent")
+        j.record_fill("other-1", 1, 100.0, 0, fill_id="other-1")
+    extended = tmp_path / "more.csv"
+    frame = pd.read_csv(csv)
+    last = pd.Timestamp(frame["timestamp"].iloc[-1])
+    extra = frame.iloc[-1:].copy()
+    extra["timestamp"] = str(last + pd.Timedelta(minutes=1))
+    pd.concat([frame, extra]).to_csv(extended, index=False)
+    from hybrid_trader.errors import UserError
+
+    with pytest.raises(UserError, match="holds a position of 1"):
+        replay(run, extended, journal)
