@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -41,6 +42,11 @@ def fills(journal: Path) -> list[tuple]:
     with Journal(journal) as j:
         return j._db.execute("SELECT o.order_id, o.side, f.qty, f.price, f.time_ns FROM fills f "
                              "JOIN orders o USING (order_id) ORDER BY f.id").fetchall()
+
+
+def bars_in(journal: Path) -> int:
+    with Journal(journal) as j:
+        return j.count("bars")
 
 
 def test_replay_makes_evaluations_trades_when_fed_the_runs_test_days(tiny, tmp_path):
@@ -110,3 +116,21 @@ def test_executor_refuses_journal_when_it_belongs_to_another_run(tiny, tmp_path)
 
     with pytest.raises(UserError, match="holds a position of 1"):
         replay(run, extended, journal)
+
+
+def test_ctrl_c_exits_130_with_summary_when_interrupted(tiny, tmp_path):
+    run, csv, _ = tiny
+    journal = tmp_path / "j.sqlite"
+    cmd = [sys.executable, "-m", "hybrid_trader.cli.main", "run", str(run), "--feed", f"replay:{csv}:600",
+           "--split", "test", "--journal", str(journal), "--json", "--on-exit", "flatten"]
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src") + os.pathsep + str(REPO)}
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    deadline = time.time() + 120
+    while time.time() < deadline and not (journal.exists() and bars_in(journal) >= 20):
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err[-2000:]
+    summary = json.loads(out.strip().splitlines()[-1])
+    assert summary["interrupted"] is True and summary["bars"] >= 20
