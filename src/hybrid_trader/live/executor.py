@@ -62,7 +62,10 @@ from hybrid_trader.training.market import load_market, make_veto
 OnExit = Literal["flatten", "protect"]
 EXIT_MANUAL = "MANUAL_EXIT"
 """Exit reason of a position flattened when the executor stops (``--on-exit flatten``)."""
-_NS_PER_MIN = 60 * 10**9
+BATCH_BARS = 1000
+BATCH_S = 1.0
+"""Journal rows of bars outside the trading window are committed together, at most this many or this old:
+one fsync for many (a kill loses the batch, and the restart's replay writes it again)."""
 
 
 @dataclass
@@ -178,6 +181,10 @@ class Executor:
         self._journaled_account = j.last_time("account")
         self._recovery_checked = self._journaled_bars is None
         self.latencies_ms: list[float] = []
+        """Per decision: ms from the bar's arrival to the decision and its orders committed to the journal."""
+        self._decided = False
+        self._batched = 0
+        self._batch_started: float | None = None
 
     # ------------------------------------------------------------------ set-up
     def _policy(self) -> Any:
@@ -226,6 +233,7 @@ class Executor:
         """Process every bar of ``feed``; KeyboardInterrupt propagates (see :meth:`stop`)."""
         for bar in feed:
             self.on_bar(bar)
+        self.journal.commit()
         self._finish_summary()
         return self.summary
 
@@ -238,6 +246,9 @@ class Executor:
         gate = self.gate
         assert gate is not None
         tns = bar.time_ns
+        self.journal.begin()  # committed after a traded bar, or every BATCH_BARS / BATCH_S of the others
+        if self._batch_started is None:
+            self._batch_started = arrived
         replayed = tns is not None and self._journaled_bars is not None and tns <= self._journaled_bars
         rejection = gate.check(bar)
         if rejection is not None:
@@ -246,6 +257,7 @@ class Executor:
                 self.journal.record_bar(bar.time, bar.open, bar.high, bar.low, bar.close, bar.volume,
                                         accepted=False, reason=rejection.code, message=rejection.message,
                                         raw=bar.raw)
+            self._commit_if_due(False, arrived)
             return
         assert tns is not None and bar.time is not None
         if not replayed:
@@ -258,9 +270,22 @@ class Executor:
             self.observer.rebind(self.arrays.windows, self.arrays.market)
         if not replayed and not self._recovery_checked:
             self._check_recovery()
-        self._trade(row.index, bar.time, tns, arrived)
+        self._decided = False
+        self._commit_if_due(self._trade(row.index, bar.time, tns, arrived), arrived)
+        if self._decided:  # arrival -> decision and its orders committed to the journal
+            self.latencies_ms.append((time.perf_counter() - arrived) * 1000.0)
 
-    def _trade(self, t: int, time_et: pd.Timestamp, tns: int, arrived: float) -> None:
+    def _commit_if_due(self, traded: bool, arrived: float) -> None:
+        """Commit the journal's open transaction after a traded bar, or when the batch is full or old."""
+        self._batched += 1
+        started = self._batch_started if self._batch_started is not None else arrived
+        if traded or self._batched >= BATCH_BARS or arrived - started >= BATCH_S:
+            self.journal.commit()
+            self._batched = 0
+            self._batch_started = None
+
+    def _trade(self, t: int, time_et: pd.Timestamp, tns: int, arrived: float) -> bool:
+        """Bar t inside a traded window: the day's bookkeeping and the decision; False outside any."""
         et = time_et.tz_convert(EASTERN) if time_et.tzinfo is not None else time_et
         date = np.datetime64((et.tz_localize(None) + SESSION_ROLL).date(), "D")
         minute = session_minute(et.hour * 60 + et.minute)
@@ -275,12 +300,13 @@ class Executor:
         if not inside:
             if self._day_open and minute >= end:
                 self._close_missed_window(t)
-            return
+                return True
+            return False
         last = minute + self.bar_minutes >= end
         core = self.core
         if not self._day_open:
             if self._day_done or last:
-                return
+                return False
             core.t = t
             self.account.begin_day(t)
             core.record()
@@ -297,7 +323,7 @@ class Executor:
             if last:
                 self._day_open, self._day_done = False, True
                 self._journal_account(tns)
-                return
+                return True
         core.last_entry = t if minute <= last_entry else -1
         obs = core.observe()
         mask = core.mask.copy()
@@ -306,6 +332,7 @@ class Executor:
         self.summary.decisions += 1
         self._journal_decision(t, tns, obs, mask, action, arrived)
         self._journal_account(tns)
+        return True
 
     def _close_missed_window(self, t: int) -> None:
         """A window whose last bar never arrived: flatten at the previous bar's close, noted in the journal."""
@@ -329,8 +356,8 @@ class Executor:
             self.journal.record_order(oid, tns, "entry", "BUY" if self._pending > 0 else "SELL",
                                       self.broker.qty, state="sent")
             self._entry_id = oid
-        latency = (time.perf_counter() - arrived) * 1000.0
-        self.latencies_ms.append(latency)
+        latency = (time.perf_counter() - arrived) * 1000.0  # rows written, not yet committed
+        self._decided = True
         if self._journaled_decisions is not None and tns <= self._journaled_decisions:
             return
         codes = [f"veto:{c}" for c in self.core.veto_counts] if not mask[1] and side == 0 else []
@@ -397,6 +424,7 @@ class Executor:
     def stop(self, on_exit: OnExit) -> None:
         """Stop early (Ctrl-C): ``flatten`` closes an open position at the last close; ``protect`` keeps it."""
         self.summary.interrupted = True
+        self.journal.commit()
         t = self.core.t
         if on_exit == "flatten" and self.broker.side and t >= 0:
             n_before = len(self.broker.trades)
