@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from hybrid_trader.actions import ACTION_NAMES
 from hybrid_trader.evaluation.evaluate import evaluate_run
 from hybrid_trader.live.executor import Executor, split_dates
 from hybrid_trader.live.feeds import ReplayFeed
@@ -51,6 +52,16 @@ def fills(journal: Path) -> list[tuple]:
         db.close()
 
 
+def assert_same_trades(got: pd.DataFrame, expected: pd.DataFrame) -> None:
+    assert len(got) == len(expected)
+    for col in ("entry_time", "exit_time"):
+        assert [str(t) for t in got[col]] == [str(pd.Timestamp(t)) for t in expected[col]], col
+    for col in ("side", "exit_reason"):
+        assert got[col].tolist() == expected[col].tolist(), col
+    for col in ("entry_price", "exit_price", "net_pnl"):
+        np.testing.assert_allclose(got[col].to_numpy(float), expected[col].to_numpy(float), rtol=0, atol=1e-9)
+
+
 def bars_in(journal: Path) -> int:
     db = sqlite3.connect(f"file:{journal}?mode=ro", uri=True, timeout=30.0)
     try:
@@ -68,18 +79,31 @@ def test_replay_makes_evaluations_trades_when_fed_the_runs_test_days(tiny, tmp_p
     expected = pd.read_csv(out.out_dir / "agent.trades.csv")
     got = ex.trade_log()
     assert len(expected) > 5, "the tiny run must trade for the comparison to mean anything"
-    assert len(got) == len(expected)
-    for col in ("entry_time", "exit_time"):
-        assert [str(t) for t in got[col]] == [str(pd.Timestamp(t)) for t in expected[col]], col
-    for col in ("side", "exit_reason"):
-        assert got[col].tolist() == expected[col].tolist(), col
-    for col in ("entry_price", "exit_price", "net_pnl"):
-        np.testing.assert_allclose(got[col].to_numpy(float), expected[col].to_numpy(float), rtol=0, atol=1e-9)
+    assert_same_trades(got, expected)
     assert ex.summary.net_pnl == pytest.approx(out.metrics["agent"]["Net PnL [$]"], abs=1e-6)
     # every trade is in the journal: one entry and one exit fill each, at the trades' prices
     rows = fills(tmp_path / "journal.sqlite")
     assert len(rows) == 2 * len(expected)
     np.testing.assert_allclose([r[3] for r in rows[1::2]], expected["exit_price"].to_numpy(float), atol=1e-9)
+
+
+def test_decisions_carry_probabilities_and_reason_codes_when_journaled(tiny, tmp_path):
+    run, csv, _ = tiny
+    ex = replay(run, csv, tmp_path / "journal.sqlite")
+    db = sqlite3.connect(tmp_path / "journal.sqlite")
+    rows = db.execute("SELECT action, probabilities, rule_codes, latency_ms FROM decisions").fetchall()
+    assert len(rows) == ex.summary.decisions > 0
+    codes = set()
+    for action, probs, rule_codes, latency in rows:
+        p = json.loads(probs)
+        assert abs(sum(p.values()) - 1.0) < 1e-4 and p[ACTION_NAMES[action]] == max(p.values())
+        codes.update(json.loads(rule_codes))
+        assert latency > 0
+    assert "window:after_last_entry" in codes
+    if ex.summary.account_status == "breached":
+        assert "account:breached" in codes
+    statuses = [r[0] for r in db.execute("SELECT status FROM account ORDER BY id")]
+    assert statuses[-1] == ex.summary.account_status
 
 
 def test_restart_continues_without_duplicates_when_killed_mid_replay(tiny, tmp_path):
@@ -146,3 +170,22 @@ def test_ctrl_c_exits_130_with_summary_when_interrupted(tiny, tmp_path):
     assert proc.returncode == 130, err[-2000:]
     summary = json.loads(out.strip().splitlines()[-1])
     assert summary["interrupted"] is True and summary["bars"] >= 20
+
+
+def test_phase3_replay_makes_evaluations_trades_when_advised_by_the_student(student_p2, student_market, tmp_path):
+    from hybrid_trader.training.runner import train_run
+    from tests.training.conftest import student_cfg
+
+    p3 = tmp_path / "p3"
+    train_run(student_cfg(3, 256), p3, init=student_p2, market=student_market, quiet=True)
+    csv = tmp_path / "bars.csv"
+    student_market.bars.frame.tz_convert("America/New_York").tz_localize(None).to_csv(csv, index_label="timestamp")
+    ex = replay(p3, csv, tmp_path / "journal.sqlite")
+    assert ex.notes == [], "the run's student advises: no RL-only note"
+    out = evaluate_run(p3, split="test", seeds=1, market=student_market, quiet=True, ablation=False)
+    expected = pd.read_csv(out.out_dir / "agent.trades.csv")
+    assert len(expected) > 5
+    assert_same_trades(ex.trade_log(), expected)
+    db = sqlite3.connect(tmp_path / "journal.sqlite")
+    advised = db.execute("SELECT COUNT(*) FROM decisions WHERE advice IS NOT NULL").fetchone()[0]
+    assert advised == ex.summary.decisions, "every phase 3 decision is advised by the student"

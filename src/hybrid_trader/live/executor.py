@@ -325,12 +325,19 @@ class Executor:
                 self._journal_account(tns)
                 return True
         core.last_entry = t if minute <= last_entry else -1
+        vetoes_before = dict(core.veto_counts)
         obs = core.observe()
         mask = core.mask.copy()
+        codes = [f"veto:{c}" for c, n in core.veto_counts.items() if n > vetoes_before.get(c, 0)]
+        if self.broker.side == 0:
+            if not self.account.can_enter:
+                codes.append(f"account:{self.account.status.value}")
+            if core.last_entry < 0:
+                codes.append("window:after_last_entry")
         action = int(self.policy(obs, mask, self))
         self._pending = core.apply(action)
         self.summary.decisions += 1
-        self._journal_decision(t, tns, obs, mask, action, arrived)
+        self._journal_decision(tns, obs, mask, action, codes, arrived)
         self._journal_account(tns)
         return True
 
@@ -348,9 +355,10 @@ class Executor:
         self._day_open, self._day_done = False, True
 
     # ------------------------------------------------------------------ journal
-    def _journal_decision(self, t: int, tns: int, obs: np.ndarray, mask: np.ndarray, action: int,
+    def _journal_decision(self, tns: int, obs: np.ndarray, mask: np.ndarray, action: int, codes: list[str],
                           arrived: float) -> None:
-        side = self.broker.side
+        """The decision (probabilities, reason codes: ``veto:<code>``, ``account:<status>``,
+        ``window:after_last_entry``) and the entry order it makes."""
         if self._pending:
             oid = order_id(self.run_tag, _utc(tns), "entry")
             self.journal.record_order(oid, tns, "entry", "BUY" if self._pending > 0 else "SELL",
@@ -360,13 +368,19 @@ class Executor:
         self._decided = True
         if self._journaled_decisions is not None and tns <= self._journaled_decisions:
             return
-        codes = [f"veto:{c}" for c in self.core.veto_counts] if not mask[1] and side == 0 else []
-        if not self.account.can_enter and side == 0:
-            codes.append(f"account:{self.account.status.value}")
-        decision = getattr(self.policy, "last_decision", None)
-        probs = self._probabilities(obs, mask) if decision is None else decision.probs
+        decision = getattr(self.policy, "last_decision", None)  # phase 3: the hybrid agent's Decision
+        advice = None
+        if decision is None:
+            probs = self._probabilities(obs, mask)
+        else:
+            probs = decision.probs
+            codes = [f"fusion:{decision.reason}", *codes]
+            if decision.advice is not None:
+                advice = {"action": ACTION_NAMES[decision.advice.action],
+                          "confidence": round(float(decision.advice.confidence), 4),
+                          "backend": decision.advice.backend, "trust": round(float(decision.trust), 4)}
         self.journal.record_decision(tns, action, {ACTION_NAMES[i]: round(float(p), 6) for i, p in enumerate(probs)},
-                                     rule_codes=codes, latency_ms=latency)
+                                     advice=advice, rule_codes=codes, latency_ms=latency)
 
     def _probabilities(self, obs: np.ndarray, mask: np.ndarray) -> np.ndarray:
         """The masked policy distribution the deterministic action is the mode of."""
