@@ -16,6 +16,7 @@ import pandas as pd
 import pytest
 
 from hybrid_trader.actions import ACTION_NAMES
+from hybrid_trader.env.account import AccountStatus
 from hybrid_trader.evaluation.evaluate import evaluate_run
 from hybrid_trader.live.executor import Executor, split_dates
 from hybrid_trader.live.feeds import ReplayFeed
@@ -100,8 +101,8 @@ def test_decisions_carry_probabilities_and_reason_codes_when_journaled(tiny, tmp
         codes.update(json.loads(rule_codes))
         assert latency > 0
     assert "window:after_last_entry" in codes
-    if ex.summary.account_status == "breached":
-        assert "account:breached" in codes
+    assert ex.summary.account_status == AccountStatus.BREACHED.value, "the tiny run breaches on its test days"
+    assert f"account:{AccountStatus.BREACHED.value}" in codes, "entries refused after the breach say why"
     statuses = [r[0] for r in db.execute("SELECT status FROM account ORDER BY id")]
     assert statuses[-1] == ex.summary.account_status
 
@@ -189,3 +190,17 @@ def test_phase3_replay_makes_evaluations_trades_when_advised_by_the_student(stud
     db = sqlite3.connect(tmp_path / "journal.sqlite")
     advised = db.execute("SELECT COUNT(*) FROM decisions WHERE advice IS NOT NULL").fetchone()[0]
     assert advised == ex.summary.decisions, "every phase 3 decision is advised by the student"
+
+
+@pytest.mark.parametrize("what", ["run", "feed", "journal folder"])
+def test_run_command_names_the_path_and_fix_when_an_input_is_missing(tiny, tmp_path, capsys, what):
+    from hybrid_trader.cli.main import main
+
+    run, csv, _ = tiny
+    args = {"run": [str(tmp_path / "no-run"), "--feed", f"replay:{csv}", "--journal", str(tmp_path / "j.sqlite")],
+            "feed": [str(run), "--feed", f"replay:{tmp_path / 'no.csv'}", "--journal", str(tmp_path / "j.sqlite")],
+            "journal folder": [str(run), "--feed", f"replay:{csv}", "--journal", str(tmp_path / "no" / "j.sqlite")]}
+    assert main(["run", *args[what]]) == 2
+    err = capsys.readouterr().err
+    missing = {"run": "no-run", "feed": "no.csv", "journal folder": str(tmp_path / "no")}[what]
+    assert missing in err and "fix:" in err
