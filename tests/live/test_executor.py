@@ -204,3 +204,23 @@ def test_run_command_names_the_path_and_fix_when_an_input_is_missing(tiny, tmp_p
     err = capsys.readouterr().err
     missing = {"run": "no-run", "feed": "no.csv", "journal folder": str(tmp_path / "no")}[what]
     assert missing in err and "fix:" in err
+
+
+def test_day_ends_at_the_last_bar_that_came_when_the_windows_last_bars_are_missing(tiny, tmp_path):
+    run, csv, market = tiny
+    frame = pd.read_csv(csv)
+    times = pd.to_datetime(frame["timestamp"])
+    first_test_day = pd.Timestamp(split_dates(run, "test")[0])
+    gap = (times.dt.normalize() == first_test_day) & (times.dt.strftime("%H:%M") >= "15:30") & \
+        (times.dt.strftime("%H:%M") < "16:00")
+    assert gap.sum() == 30
+    gapped = tmp_path / "gapped.csv"
+    frame[~gap].to_csv(gapped, index=False)
+    journal = tmp_path / "journal.sqlite"
+    ex = replay(run, gapped, journal)
+    out = evaluate_run(run, split="test", seeds=1, quiet=True, ablation=False, data_overrides={"path": str(gapped)},
+                       out_dir=tmp_path / "eval")
+    assert_same_trades(ex.trade_log(), pd.read_csv(out.out_dir / "agent.trades.csv"))
+    db = sqlite3.connect(journal)
+    errors = [r[0] for r in db.execute("SELECT message FROM errors WHERE location = 'window'")]
+    assert len(errors) == 1 and "15:29" in errors[0]

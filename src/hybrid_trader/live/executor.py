@@ -342,17 +342,26 @@ class Executor:
         return True
 
     def _close_missed_window(self, t: int) -> None:
-        """A window whose last bar never arrived: flatten at the previous bar's close, noted in the journal."""
+        """A window whose last bar never arrived (a gap, an early close): the day ends at the previous bar's
+        close as the environment's would (it knows that bar was the window's last; a decision made on it and
+        its pending entry are dropped), noted in the journal."""
         prev = t - 1
-        if self.broker.side:
-            trade, cash = self.broker.close_at_bar_close(prev, self.arrays.close[prev], "SESSION_END")
-            self.account.book(prev, cash, trade.net_pnl)
-            self._journal_fills(prev, self.arrays.time_ns[prev], len(self.broker.trades) - 1)
+        n_before = len(self.broker.trades)
+        self.account.close_session(prev, self.broker, self.arrays.close[prev])
+        self._journal_fills(prev, self.arrays.time_ns[prev], n_before)
+        self._drop_pending("the trading window ended before its fill")
         self.journal.record_error("window", "the trading window's last bar did not arrive; the day was ended at "
                                   f"bar {pd.Timestamp(self.arrays.time_ns[prev], tz='UTC').tz_convert(EASTERN)}",
                                   self.arrays.time_ns[prev])
         self._pending = 0
         self._day_open, self._day_done = False, True
+
+    def _drop_pending(self, why: str) -> None:
+        """An entry decided but never filled: cancelled in the journal."""
+        if self._entry_id is not None:
+            self.journal.update_order_state(self._entry_id, "cancelled", note=why)
+            self._entry_id = None
+        self._pending = 0
 
     # ------------------------------------------------------------------ journal
     def _journal_decision(self, tns: int, obs: np.ndarray, mask: np.ndarray, action: int, codes: list[str],
@@ -438,6 +447,7 @@ class Executor:
     def stop(self, on_exit: OnExit) -> None:
         """Stop early (Ctrl-C): ``flatten`` closes an open position at the last close; ``protect`` keeps it."""
         self.summary.interrupted = True
+        self._drop_pending("stopped before its fill")
         self.journal.commit()
         t = self.core.t
         if on_exit == "flatten" and self.broker.side and t >= 0:
