@@ -32,6 +32,7 @@ COMMAND_MODULES = [
     "hybrid_trader.cli.diagnose",
     "hybrid_trader.cli.advise",
     "hybrid_trader.cli.study",
+    "hybrid_trader.cli.run",
 ]
 
 

@@ -292,10 +292,14 @@ class PropFirmAccount:
                   and trough_eq - self.day_start_balance <= -self._daily_loss_limit):
                 self.fire(t, Trigger.DAILY_LOSS_HIT, broker, bar_open)
         if session_close:
-            self.fire(t, Trigger.SESSION_CLOSE, broker, bar_open, close)
-            if not self._intraday and self.status is not AccountStatus.BREACHED:
-                self._trail(self.balance)
+            self.close_session(t, broker, close, bar_open)
         return breached
+
+    def close_session(self, t: int, broker: Broker, close: float, bar_open: float = math.nan) -> None:
+        """The end of the day's window at bar t: a position left is closed at ``close``; end-of-day trailing."""
+        self.fire(t, Trigger.SESSION_CLOSE, broker, bar_open, close)
+        if not self._intraday and self.status is not AccountStatus.BREACHED:
+            self._trail(self.balance)
 
     def _trail(self, peak: float) -> None:
         """Move the trailing threshold up after a new peak (never down, never past the cap)."""
@@ -303,6 +307,10 @@ class PropFirmAccount:
             r = self.rules
             self.peak = peak
             self.threshold = min(max(self.threshold, peak - r.trailing_drawdown), r.threshold_cap)
+
+    def book(self, t: int, balance_change: float, net_pnl: float) -> None:
+        """Book a trade closed outside :meth:`on_bar` (the executor's flatten on exit)."""
+        self._book(t, balance_change, net_pnl)
 
     def _book(self, t: int, balance_change: float, net_pnl: float) -> None:
         """Book a closed trade at bar t: balance, streaks, recent win rate, the profit target."""

@@ -87,6 +87,11 @@ class ObservationBuilder:
         self._close = close
         self._allowance = trailing_allowance
 
+    def rebind(self, windows: np.ndarray, llm_market: np.ndarray) -> None:
+        """Read the window and market features from new arrays (the executor's grown buffers)."""
+        self._windows = windows
+        self._llm_market = llm_market
+
     def build(self, t: int, broker: Broker, mask: np.ndarray, manage_actions: bool, account: PropFirmAccount,
               equity: float) -> np.ndarray:
         """The observation at the close of bar t."""

@@ -7,7 +7,6 @@ Its docstring is its manual.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -17,8 +16,8 @@ import numpy as np
 import pandas as pd
 
 from hybrid_trader.account_state import AccountState
-from hybrid_trader.actions import ACTION_NAMES, Action, n_actions
-from hybrid_trader.calendar import parse_hhmm, session_minute, window_end_session_minute
+from hybrid_trader.actions import ACTION_NAMES, n_actions
+from hybrid_trader.calendar import session_minute
 from hybrid_trader.data.bars import Bars
 from hybrid_trader.env.account import RECENT_HISTORY, RECENT_TRADES, PropFirmAccount
 from hybrid_trader.env.broker import (
@@ -30,11 +29,11 @@ from hybrid_trader.env.broker import (
     EXIT_TARGET,
     EXIT_TRAIL,
     TRADE_LOG_COLUMNS,
-    Broker,
     Trade,
     trades_frame,
 )
 from hybrid_trader.env.config import EnvConfig
+from hybrid_trader.env.core import TradingCore, make_broker, window_minutes
 from hybrid_trader.env.observation import BASE_DIM, LLM_DIM, WINDOW_DIM, ObservationBuilder
 from hybrid_trader.env.risk_veto import RiskVeto
 from hybrid_trader.env.rules import PropFirmRules, get_rules
@@ -170,15 +169,9 @@ class TradingEnv(gym.Env):
         self.rules: PropFirmRules = get_rules(cfg.rules, cfg.account, **cfg.rules_overrides)
         self.account = PropFirmAccount(self.rules)
         self.account.check_contracts(cfg.contracts, self.contract)
-        self.risk_veto = risk_veto
 
         # Costs and scales.
-        commission = self.contract.commission_per_side if cfg.commission_per_side is None else cfg.commission_per_side
-        self.broker = Broker(
-            contracts=cfg.contracts, point_value=self.contract.point_value, commission_per_side=float(commission),
-            slippage_points=float(cfg.slippage_ticks) * self.contract.tick_size,
-            stop_atr=cfg.stop_atr, target_atr=cfg.target_atr, trail_atr=cfg.trail_atr,
-        )
+        self.broker = make_broker(cfg, self.contract)
         atr = np.asarray(features.atr, dtype=np.float64)
         if cfg.reward_scale is None:
             median_atr = (
@@ -207,25 +200,20 @@ class TradingEnv(gym.Env):
         self.observer = ObservationBuilder(cfg.phase, features.windows, features.llm_market, self._atr, self._close,
                                            self.rules.trailing_drawdown)
         self.obs_dim = self.observer.dim
+        self.core = TradingCore(self.broker, self.account, self.observer, self.n_actions, self._open, self._high,
+                                self._low, self._close, self._atr, risk_veto)
         self.action_space = gym.spaces.Discrete(self.n_actions)
         self.observation_space = gym.spaces.Box(-OBS_BOUND, OBS_BOUND, shape=(self.obs_dim,), dtype=np.float32)
-        self._mask = np.zeros(self.n_actions, dtype=bool)
-        self._equity = 0.0
-        """Equity at the last recorded bar (``_record``); set by every reset and step."""
         n = len(bars)
         self.equity_history = np.full(n, np.nan)
         self.position_history = np.zeros(n, dtype=np.int8)
         self._episode: list[EpisodeWindow] = []
-        self._t = -1
         self._day = 0
 
     # ------------------------------------------------------------------ set-up
     def _build_windows(self, sessions: Sequence[int] | None) -> list[EpisodeWindow]:
         cfg = self.config
-        start = session_minute(parse_hhmm(cfg.trade_start, "trade_start"))
-        end = window_end_session_minute(cfg.trade_end, "trade_end")
-        end = min(end, self.account.flat_by_session_minute())  # the rules' flat-by time ends every window
-        last_entry = window_end_session_minute(cfg.last_entry, "last_entry")
+        start, end, last_entry = window_minutes(cfg, self.account)
         sm = session_minute(self.bars.minute_of_day.astype(np.int64))
         first_valid = max(int(self.features.warmup), WINDOW - 1)
         bounds = self.bars.session_bounds
@@ -274,10 +262,7 @@ class TradingEnv(gym.Env):
         self._day = 0
         self.account.reset()
         self.broker.reset()
-        self.veto_counts: dict[str, int] = {}
-        self.veto_steps = 0
-        self.decision_steps = 0
-        self.invalid_actions = 0
+        self.core.reset_counts()
         self.equity_history[:] = np.nan
         self.position_history[:] = 0
         self._begin_day()
@@ -286,11 +271,12 @@ class TradingEnv(gym.Env):
 
     def _begin_day(self) -> None:
         w = self._episode[self._day]
-        self._t = w.first
+        core = self.core
+        core.t = w.first
         self._win_last = w.last
-        self._last_entry = w.last_entry
+        core.last_entry = w.last_entry
         self.account.begin_day(w.first)
-        self._record(self._t)
+        self._record(w.first)
 
     def step(self, action):
         a = int(action)
@@ -298,28 +284,11 @@ class TradingEnv(gym.Env):
             raise ValueError(
                 f"action {a} is outside Discrete({self.n_actions}) ({', '.join(ACTION_NAMES[: self.n_actions])})"
             )
-        if not self._mask[a]:
-            # A masked action is executed as HOLD and counted (MaskablePPO never samples one).
-            self.invalid_actions += 1
-            a = 0
-        broker = self.broker
-        equity_before = self._equity  # recorded at the end of the last step (or reset): nothing moved it since
-        t = self._t
-        pending = 0
-        if a == Action.BUY:
-            pending = 1
-        elif a == Action.SELL:
-            pending = -1
-        elif a == Action.MOVE_SL_TO_BE:
-            broker.move_stop_to_breakeven()
-        elif a == Action.ENABLE_TRAIL:
-            broker.enable_trail(self._close[t], self._atr[t])
-        elif a == Action.DISABLE_TRAIL:
-            broker.disable_trail()
-
-        t += 1
-        self._t = t
-        breach = self._process_bar(t, pending)
+        core = self.core
+        equity_before = core.equity_now  # recorded at the end of the last step (or reset): nothing moved it since
+        pending = core.apply(a)  # a masked action is executed as HOLD and counted (MaskablePPO never samples one)
+        t = core.t + 1
+        breach = core.process_bar(t, pending, t >= self._win_last)
         terminated = breach and self.config.terminate_on_breach
         day_over = t >= self._win_last
         reward = (self._record(t) - equity_before) / self.reward_scale
@@ -346,104 +315,65 @@ class TradingEnv(gym.Env):
             info["advisor_account"] = self.account_snapshot()
         return obs, float(reward), terminated, truncated, info
 
-    # ------------------------------------------------------------------ bar logic
-    def _process_bar(self, t: int, pending: int) -> bool:
-        """Bar t: the broker fills and runs stops and targets, then the account applies the rules.
-
-        The account books the fills, and orders any forced liquidation (breach, daily loss,
-        the end of the day's window) from the broker itself. Returns True on a breach.
-        """
-        self.broker.on_bar(t, pending, self._open[t], self._high[t], self._low[t], self._atr[t - 1])
-        return self.account.on_bar(t, self.broker, self._open[t], self._close[t], t >= self._win_last)
-
     # ------------------------------------------------------------------ state
     def equity(self) -> float:
         """Balance plus open profit at the current bar's close [$]."""
-        return self.account.balance + self.broker.open_pnl(self._close[self._t])
+        return self.core.equity()
 
     def _record(self, t: int) -> float:
         """Keep bar t's equity and position; returns the equity (the step's reward reads it).
 
-        The equity is also kept in ``self._equity`` until the next record: the next step's
+        The equity is also kept in ``core.equity_now`` until the next record: the next step's
         starting equity and the observation's risk features read it instead of computing it again.
         """
-        equity = self.equity()
-        self._equity = equity
+        equity = self.core.record()
         self.equity_history[t] = equity
         self.position_history[t] = self.broker.side * self.broker.qty
         return equity
 
     def action_masks(self) -> np.ndarray:
         """Legal actions in the current state (bool array, HOLD always legal)."""
-        return self._mask.copy()
-
-    def _update_mask(self) -> np.ndarray:
-        m = self._mask
-        vetoed = False
-        self.decision_steps += 1
-        m[:] = False
-        m[0] = True
-        b = self.broker
-        side = b.side
-        veto = self.risk_veto
-        if side == 0:
-            if self._t <= self._last_entry and self.account.can_enter:  # a plain bool: read every step
-                allowed = True
-                if veto is not None:
-                    code = veto.entry_veto(self.account_snapshot(), self.account)
-                    if code is not None:
-                        self._count_veto(code)
-                        allowed = False
-                        vetoed = True
-                m[1] = m[2] = allowed
-        elif self.n_actions > 3:
-            c = self._close[self._t]
-            m[3] = side * (b.stop - b.entry) < 0 and side * (c - b.entry) > 0
-            if b.trail_on:
-                m[5] = True
-            elif veto is None:
-                m[4] = True
-            else:
-                code = veto.trail_veto(self.account_snapshot(), self.account)
-                if code is None:
-                    m[4] = True
-                else:
-                    self._count_veto(code)
-                    vetoed = True
-        if vetoed:
-            self.veto_steps += 1
-        return m
-
-    def _count_veto(self, code: str) -> None:
-        self.veto_counts[code] = self.veto_counts.get(code, 0) + 1
+        return self.core.mask.copy()
 
     def _observe(self) -> np.ndarray:
-        mask = self._update_mask()
-        equity = self._equity if self.phase == 3 else 0.0  # only the phase 3 risk features need it
-        return self.observer.build(self._t, self.broker, mask, self.n_actions > 3, self.account, equity)
+        return self.core.observe()
 
     # ------------------------------------------------------------------ read-only views
     @property
     def current_index(self) -> int:
         """Index of the bar whose close the agent is looking at."""
-        return self._t
+        return self.core.t
+
+    @property
+    def risk_veto(self) -> RiskVeto | None:
+        """The risk veto masking risk-adding actions (None: none); settable."""
+        return self.core.risk_veto
+
+    @risk_veto.setter
+    def risk_veto(self, veto: RiskVeto | None) -> None:
+        self.core.risk_veto = veto
+
+    @property
+    def invalid_actions(self) -> int:
+        """Masked actions executed as HOLD in this episode."""
+        return self.core.invalid_actions
+
+    @property
+    def veto_counts(self) -> dict[str, int]:
+        """Risk veto reason codes counted in this episode."""
+        return self.core.veto_counts
+
+    @property
+    def veto_steps(self) -> int:
+        return self.core.veto_steps
+
+    @property
+    def decision_steps(self) -> int:
+        return self.core.decision_steps
 
     def account_snapshot(self) -> AccountState:
         """The account at the current bar (NaN where undefined), for the risk veto and the advisor."""
-        b = self.broker
-        acc = self.account
-        side = b.side
-        return AccountState(
-            t=self._t,
-            position=side,
-            contracts=b.qty if side else 0,
-            entry_price=b.entry if side else math.nan,  # the one NaN object: equal snapshots compare equal
-            unrealized_pnl=self.equity() - acc.balance,
-            balance=acc.balance,
-            win_rate=acc.recent_win_rate,
-            consecutive_losses=acc.consecutive_losses,
-            mask=tuple(self._mask.tolist()),
-        )
+        return self.core.account_snapshot()
 
     # ------------------------------------------------------------------ reporting
     def trade_log(self) -> pd.DataFrame:

@@ -146,6 +146,8 @@ class HybridAgentPolicy:
         self.max_samples = max_samples
         self.step = 0
         self.advice: Advice | None = None
+        self.last_decision: Decision | None = None
+        """The latest decision (its fused probabilities, rule and advice: the executor journals them)."""
         self.stats = DecisionStats(max_age)
         self.reasons: dict[str, int] = {}
         self.samples: list[dict] = []
@@ -185,6 +187,7 @@ class HybridAgentPolicy:
                 self.stats.count_queries(1, 1)
                 decision = self.agent.decide(obs, mask, self._current_advice())
         self._record(decision, env, obs)
+        self.last_decision = decision
         self.step += 1
         return decision.action
 

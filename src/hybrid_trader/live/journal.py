@@ -158,6 +158,7 @@ class Journal:
         except sqlite3.DatabaseError as err:
             raise UserError(f"not a journal: {err}", file=str(self.path),
                             fix="give a new file name, or the journal.sqlite a previous run wrote") from None
+        self._batch = False
         self._db.execute("PRAGMA synchronous=FULL")
         self._db.execute("PRAGMA foreign_keys=ON")
         self._init_schema()
@@ -182,8 +183,11 @@ class Journal:
     # ---- plumbing -----------------------------------------------------------------------
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
-        """One transaction: committed as a whole or not at all."""
+        """One transaction: committed as a whole or not at all (inside :meth:`begin`: part of that one)."""
         db = self._db
+        if self._batch:
+            yield db
+            return
         db.execute("BEGIN IMMEDIATE")
         try:
             yield db
@@ -192,7 +196,24 @@ class Journal:
             raise
         db.execute("COMMIT")
 
+    def begin(self) -> None:
+        """Start one transaction for the writes up to :meth:`commit` (one fsync for many rows).
+
+        For rows a restart can write again (bars, decisions and account rows of a replay):
+        a kill before :meth:`commit` loses them all, never a part. No-op when one is open.
+        """
+        if not self._batch:
+            self._db.execute("BEGIN IMMEDIATE")
+            self._batch = True
+
+    def commit(self) -> None:
+        """Commit the transaction :meth:`begin` opened (no-op when none is open)."""
+        if self._batch:
+            self._batch = False
+            self._db.execute("COMMIT")
+
     def close(self) -> None:
+        self.commit()
         self._db.close()
 
     def __enter__(self) -> Journal:
@@ -286,6 +307,14 @@ class Journal:
         """Time (ns) of the latest journaled bar (accepted ones by default), None when there is none."""
         where = " WHERE accepted = 1" if accepted_only else ""
         row = self._db.execute(f"SELECT MAX(time_ns) FROM bars{where}").fetchone()
+        return None if row[0] is None else int(row[0])
+
+    def last_time(self, table: str) -> int | None:
+        """Latest bar time (ns) of ``bars`` (any), ``decisions`` or ``account`` rows; None when empty."""
+        column = {"bars": "time_ns", "decisions": "bar_time_ns", "account": "bar_time_ns"}.get(table)
+        if column is None:
+            raise ValueError(f"no bar times in table {table!r}")
+        row = self._db.execute(f"SELECT MAX({column}) FROM {table}").fetchone()
         return None if row[0] is None else int(row[0])
 
     def open_orders(self) -> list[OrderRow]:

@@ -1,0 +1,79 @@
+"""``hybrid-trader run RUN_DIR --feed ... --broker paper --journal FILE``: trade a run's agent on a bar feed."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from hybrid_trader.errors import UserError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "run",
+        help="trade a trained run on a replayed or followed bar feed, every step journaled",
+        description="Trade the agent of RUN_DIR bar by bar on a feed, with the same decisions as 'evaluate' "
+        "(the same environment core, policy and rules), journaling every bar, decision (probabilities, reason "
+        "codes, latency), order, fill, account snapshot and error in an SQLite file. Restarted with the same "
+        "--journal after a crash or kill -9, it replays the feed's history, checks the journal's position and "
+        "balance, and continues without sending or booking anything twice. Ctrl-C stops with exit code 130 "
+        "(--on-exit). docs/LIVE.md.",
+    )
+    p.add_argument("run_dir", metavar="RUN_DIR", help="a run directory made by 'hybrid-trader train'")
+    p.add_argument("--feed", required=True, metavar="SPEC",
+                   help="replay:FILE[:SPEED] (a bar file, as fast as possible or SPEED x real time) or follow:FILE "
+                        "(a CSV a platform appends to); the file's history before the traded days warms the "
+                        "features up")
+    p.add_argument("--split", choices=("train", "val", "test", "all"), default="all",
+                   help="trade only the run's days of this split (replays: 'test' makes evaluate's trades); "
+                        "default all")
+    p.add_argument("--broker", choices=("paper",), default="paper",
+                   help="paper: the environment's own fills, costs and stops (default)")
+    p.add_argument("--journal", required=True, metavar="FILE", help="the SQLite journal (created, or continued)")
+    p.add_argument("--on-exit", choices=("flatten", "protect"), default="flatten",
+                   help="Ctrl-C with an open position: close it at the last close (flatten, default) or leave it "
+                        "to its stop and target (protect)")
+    p.add_argument("--json", action="store_true",
+                   help="print one JSON summary as the last line (net P&L, trades, account status)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    # the executor loads torch, SB3 and the environment: `hybrid-trader --help` must not pay it
+    from hybrid_trader.live.executor import Executor, split_dates
+    from hybrid_trader.live.feeds import ReplayFeed, open_feed, parse_feed_spec  # same reason
+
+    run_dir = Path(args.run_dir)
+    if not (run_dir / "config.yaml").is_file():
+        raise UserError("not a run directory (no config.yaml)", file=str(run_dir),
+                        fix="give the folder 'hybrid-trader train' wrote")
+    journal = Path(args.journal).expanduser()
+    if not journal.parent.is_dir():
+        raise UserError("the journal's folder does not exist", file=str(journal),
+                        fix=f"create it first (mkdir -p {journal.parent}) or choose another path")
+    spec = parse_feed_spec(args.feed)
+    feed = open_feed(spec)
+    market = feed.bars.market if isinstance(feed, ReplayFeed) else None
+    bar_minutes = feed.bars.bar_minutes if isinstance(feed, ReplayFeed) else 1
+    say = (lambda *a: None) if args.json else (lambda *a: print(*a, flush=True))
+    executor = Executor(run_dir, journal, trade_dates=split_dates(run_dir, args.split), market=market,
+                        bar_minutes=bar_minutes, say=say)
+    code = 0
+    try:
+        summary = executor.run_feed(feed)
+    except KeyboardInterrupt:
+        executor.stop(args.on_exit)
+        summary = executor.summary
+        code = 130
+    finally:
+        executor.close()
+    for note in summary.notes:
+        say(f"note: {note}")
+    if args.json:
+        print(json.dumps(summary.as_dict()))
+    else:
+        print(f"{summary.bars} bars ({summary.rejected} rejected, {summary.recovered_bars} recovered from the "
+              f"journal), {summary.decisions} decisions, {summary.trades} trades, net P&L {summary.net_pnl:,.2f}, "
+              f"account {summary.account_status}; journal: {journal}")
+    return code

@@ -1,0 +1,193 @@
+"""One bar of trading, shared by the environment and the live executor.
+
+:class:`TradingCore` owns what happens at a bar, in this order: the decided action is
+applied (stop and trail changes now, an entry pending for the next bar's open), the
+next bar is processed (the broker's fills, stops and targets, then the account's
+rules), the equity is recorded, the legal actions are masked (with the risk veto) and
+the observation is built. :class:`~hybrid_trader.env.trading_env.TradingEnv` drives it
+over precomputed arrays and episodes; ``hybrid_trader.live.executor`` drives it bar by
+bar as bars arrive, with the same objects in the same order, so both decide alike.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from hybrid_trader.account_state import AccountState
+from hybrid_trader.actions import Action
+from hybrid_trader.calendar import parse_hhmm, session_minute, window_end_session_minute
+from hybrid_trader.env.account import PropFirmAccount
+from hybrid_trader.env.broker import Broker
+from hybrid_trader.env.config import EnvConfig
+from hybrid_trader.env.observation import ObservationBuilder
+from hybrid_trader.env.risk_veto import RiskVeto
+from hybrid_trader.markets import ContractSpec
+
+
+def make_broker(cfg: EnvConfig, contract: ContractSpec) -> Broker:
+    """The broker of ``cfg``'s contracts, costs and ATR stops on ``contract``."""
+    commission = contract.commission_per_side if cfg.commission_per_side is None else cfg.commission_per_side
+    return Broker(
+        contracts=cfg.contracts, point_value=contract.point_value, commission_per_side=float(commission),
+        slippage_points=float(cfg.slippage_ticks) * contract.tick_size,
+        stop_atr=cfg.stop_atr, target_atr=cfg.target_atr, trail_atr=cfg.trail_atr,
+    )
+
+
+def window_minutes(cfg: EnvConfig, account: PropFirmAccount) -> tuple[int, int, int]:
+    """The trading window as session minutes (since 18:00 ET): ``(start, end, last_entry)``.
+
+    A bar with ``start <= minute < end`` is inside; the rules' flat-by time ends every window;
+    an entry may be decided on a bar with ``minute <= last_entry`` that is not the window's last.
+    """
+    start = session_minute(parse_hhmm(cfg.trade_start, "trade_start"))
+    end = window_end_session_minute(cfg.trade_end, "trade_end")
+    end = min(end, account.flat_by_session_minute())  # the rules' flat-by time ends every window
+    last_entry = window_end_session_minute(cfg.last_entry, "last_entry")
+    return start, end, last_entry
+
+
+class TradingCore:
+    """The broker, the account, the mask and the observation at the current bar ``t``.
+
+    ``open``, ``high``, ``low``, ``close`` and ``atr`` are indexable by bar (Python lists in
+    the hot loop; the executor appends to them as bars arrive). ``last_entry`` is the last
+    bar whose close may decide an entry (set by the caller for each day's window).
+    """
+
+    def __init__(self, broker: Broker, account: PropFirmAccount, observer: ObservationBuilder, n_actions: int,
+                 open: Sequence[float], high: Sequence[float], low: Sequence[float], close: Sequence[float],
+                 atr: Sequence[float], risk_veto: RiskVeto | None = None) -> None:
+        self.broker = broker
+        self.account = account
+        self.observer = observer
+        self.n_actions = n_actions
+        self._open = open
+        self._high = high
+        self._low = low
+        self._close = close
+        self._atr = atr
+        self.risk_veto = risk_veto
+        self.mask = np.zeros(n_actions, dtype=bool)
+        self.t = -1
+        self.last_entry = -1
+        self.equity_now = 0.0
+        """Equity at the last recorded bar (:meth:`record`)."""
+        self.reset_counts()
+
+    def reset_counts(self) -> None:
+        """Zero the veto and invalid-action counters (a new episode)."""
+        self.veto_counts: dict[str, int] = {}
+        self.veto_steps = 0
+        self.decision_steps = 0
+        self.invalid_actions = 0
+
+    # ------------------------------------------------------------------ the bar's steps, in order
+    def apply(self, a: int) -> int:
+        """Apply action ``a`` decided at the close of bar ``t``; returns the pending entry side (0: none).
+
+        A masked action is executed as HOLD and counted in ``invalid_actions``.
+        """
+        if not self.mask[a]:
+            self.invalid_actions += 1
+            return 0
+        if a == Action.BUY:
+            return 1
+        if a == Action.SELL:
+            return -1
+        broker = self.broker
+        t = self.t
+        if a == Action.MOVE_SL_TO_BE:
+            broker.move_stop_to_breakeven()
+        elif a == Action.ENABLE_TRAIL:
+            broker.enable_trail(self._close[t], self._atr[t])
+        elif a == Action.DISABLE_TRAIL:
+            broker.disable_trail()
+        return 0
+
+    def process_bar(self, t: int, pending: int, window_end: bool) -> bool:
+        """Bar t: the broker fills and runs stops and targets, then the account applies the rules.
+
+        The account books the fills, and orders any forced liquidation (breach, daily loss,
+        the end of the day's window, ``window_end``) from the broker itself. Returns True on a breach.
+        """
+        self.t = t
+        self.broker.on_bar(t, pending, self._open[t], self._high[t], self._low[t], self._atr[t - 1])
+        return self.account.on_bar(t, self.broker, self._open[t], self._close[t], window_end)
+
+    def equity(self) -> float:
+        """Balance plus open profit at the current bar's close [$]."""
+        return self.account.balance + self.broker.open_pnl(self._close[self.t])
+
+    def record(self) -> float:
+        """Keep and return the equity at the current bar (the next step and the risk features read it)."""
+        self.equity_now = equity = self.equity()
+        return equity
+
+    def update_mask(self) -> np.ndarray:
+        """The legal actions at the close of bar ``t`` (HOLD always; the risk veto's codes are counted)."""
+        m = self.mask
+        vetoed = False
+        self.decision_steps += 1
+        m[:] = False
+        m[0] = True
+        b = self.broker
+        side = b.side
+        veto = self.risk_veto
+        if side == 0:
+            if self.t <= self.last_entry and self.account.can_enter:  # a plain bool: read every step
+                allowed = True
+                if veto is not None:
+                    code = veto.entry_veto(self.account_snapshot(), self.account)
+                    if code is not None:
+                        self._count_veto(code)
+                        allowed = False
+                        vetoed = True
+                m[1] = m[2] = allowed
+        elif self.n_actions > 3:
+            c = self._close[self.t]
+            m[3] = side * (b.stop - b.entry) < 0 and side * (c - b.entry) > 0
+            if b.trail_on:
+                m[5] = True
+            elif veto is None:
+                m[4] = True
+            else:
+                code = veto.trail_veto(self.account_snapshot(), self.account)
+                if code is None:
+                    m[4] = True
+                else:
+                    self._count_veto(code)
+                    vetoed = True
+        if vetoed:
+            self.veto_steps += 1
+        return m
+
+    def _count_veto(self, code: str) -> None:
+        self.veto_counts[code] = self.veto_counts.get(code, 0) + 1
+
+    def observe(self) -> np.ndarray:
+        """Mask the legal actions, then build the observation at the close of bar ``t``."""
+        mask = self.update_mask()
+        equity = self.equity_now if self.observer.phase == 3 else 0.0  # only the phase 3 risk features need it
+        return self.observer.build(self.t, self.broker, mask, self.n_actions > 3, self.account, equity)
+
+    # ------------------------------------------------------------------ read-only views
+    def account_snapshot(self) -> AccountState:
+        """The account at the current bar (NaN where undefined), for the risk veto and the advisor."""
+        b = self.broker
+        acc = self.account
+        side = b.side
+        return AccountState(
+            t=self.t,
+            position=side,
+            contracts=b.qty if side else 0,
+            entry_price=b.entry if side else math.nan,  # the one NaN object: equal snapshots compare equal
+            unrealized_pnl=self.equity() - acc.balance,
+            balance=acc.balance,
+            win_rate=acc.recent_win_rate,
+            consecutive_losses=acc.consecutive_losses,
+            mask=tuple(self.mask.tolist()),
+        )
