@@ -28,6 +28,8 @@ from hybrid_trader.live.journal import read_journal
 
 RECENT_DECISIONS = 30
 """Decisions listed one by one at the end of the report (the latest)."""
+WARMUP_SHOWN_NS = 60 * 60 * 1_000_000_000
+"""The price figure starts this long (an hour) before the first decision: earlier bars only warmed the features up."""
 
 
 def _times(ns: pd.Series) -> pd.DatetimeIndex:
@@ -59,8 +61,11 @@ def journal_trades(tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
     return out
 
 
-def _price_figure(bars: pd.DataFrame, trades: pd.DataFrame) -> bytes | None:
+def _price_figure(bars: pd.DataFrame, trades: pd.DataFrame, since_ns: int | None) -> bytes | None:
+    """The closes from ``since_ns`` (the first decision: the bars before only warmed the features up)."""
     good = bars[bars["accepted"] == 1].dropna(subset=["time_ns", "close"])
+    if since_ns is not None:
+        good = good[good["time_ns"] >= since_ns]
     if good.empty:
         return None
     t = _times(good["time_ns"])
@@ -112,7 +117,10 @@ def _summary(tables: dict[str, pd.DataFrame], trades: pd.DataFrame) -> list[tupl
             ("errors", [f"{len(tables['errors']):,}"])]
     if not bars.empty and bars["time_ns"].notna().any():
         t = _times(bars["time_ns"].dropna())
-        rows.insert(0, ("period", [f"{t.min():%Y-%m-%d %H:%M} to {t.max():%Y-%m-%d %H:%M} ET"]))
+        rows.insert(0, ("bars from", [f"{t.min():%Y-%m-%d %H:%M} to {t.max():%Y-%m-%d %H:%M} ET"]))
+    if not tables["decisions"].empty:
+        d = _times(tables["decisions"]["bar_time_ns"])
+        rows.insert(1, ("decisions from", [f"{d.min():%Y-%m-%d %H:%M} to {d.max():%Y-%m-%d %H:%M} ET"]))
     if not trades.empty:
         rows.append(("P&L of the round trips [pts]", [f"{trades['pnl_points'].sum():+,.2f}"]))
     if not account.empty:
@@ -166,10 +174,13 @@ def write_journal_report(journal: str | Path, out: str | Path | None = None) -> 
     sections = [f"<h1>Journal {_esc(journal.name)}</h1>",
                 f'<p class="meta">{_esc(journal.resolve())}</p>',
                 _table(["value"], _summary(tables, trades), first="")]
-    price = _price_figure(tables["bars"], trades)
+    decisions = tables["decisions"]
+    since = int(decisions["bar_time_ns"].min()) - WARMUP_SHOWN_NS if not decisions.empty else None
+    price = _price_figure(tables["bars"], trades, since)
     if price is not None:
         sections.append(_figure("Price and trades", price, "(inline only)",
-                                "closes of the accepted bars; triangles: entries; crosses: exits"))
+                                "closes of the accepted bars from an hour before the first decision; triangles: "
+                                "entries; crosses: exits"))
     equity = _equity_figure(tables["account"])
     if equity is not None:
         sections.append(_figure("Account", equity, "(inline only)",
