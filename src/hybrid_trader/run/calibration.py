@@ -1,0 +1,34 @@
+"""A run's batch calibration file (``RUN_DIR/llm_calibration.json``), refused under another model or prompt."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hybrid_trader.errors import UserError
+from hybrid_trader.llm.batch_calibration import BatchCalibration
+from hybrid_trader.llm.config import LLMConfig
+from hybrid_trader.run.advice_dataset import advice_identity, check_same_advice
+from hybrid_trader.run.rundir import CALIBRATION
+
+
+def calibration_path(run_dir: Path) -> Path:
+    return Path(run_dir) / CALIBRATION
+
+
+def load_calibration(run_dir: Path, config: LLMConfig, *, required: bool = False) -> BatchCalibration | None:
+    """The run's batch calibration, checked against ``config``'s advice identity (None: none fitted, not required).
+
+    Content-free calibration (``llm.scoring.calibrate``) and generation mode use none.
+    """
+    path = calibration_path(run_dir)
+    if config.mode != "score" or (config.scoring.calibrate and not required):
+        return None
+    if not path.is_file():
+        if required:
+            raise UserError("the run has no batch calibration", file=str(path),
+                            fix=f"fit it on the training days: hybrid-trader advise calibrate {run_dir}")
+        return None
+    cal = BatchCalibration.load(path)
+    check_same_advice(cal.identity, advice_identity(config), file=str(path),
+                      fix=f"fit it again for this model and prompt: hybrid-trader advise calibrate {run_dir} --force")
+    return cal
