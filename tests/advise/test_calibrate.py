@@ -8,15 +8,18 @@ import shutil
 import numpy as np
 import pytest
 
+from hybrid_trader.account_state import AccountState
 from hybrid_trader.advise.calibrate import calibrate_run
 from hybrid_trader.advise.collect import collect_split
 from hybrid_trader.cli.main import main
 from hybrid_trader.config import merge_overrides
 from hybrid_trader.data.bars import Bars
 from hybrid_trader.errors import UserError
+from hybrid_trader.llm import build_advisor
 from hybrid_trader.llm.backends.mock import MockBackend
+from hybrid_trader.llm.context import context_from_market
 from hybrid_trader.run.advice_dataset import read_split
-from hybrid_trader.run.calibration import calibration_path, load_calibration
+from hybrid_trader.run.calibration import attach_calibration, calibration_path, load_calibration
 from hybrid_trader.training.market import load_market
 
 
@@ -116,3 +119,20 @@ def test_cli_calibrate_prints_the_table_and_a_json_line_when_run(run_dir, capsys
     assert summary["calibration"]["counts"]["NQ/flat"] == 40 and summary["table"]
     assert main(["advise", "calibrate", str(run_dir), "--llm", "mock", "--max-states", "40"]) == 2
     assert "already has" in capsys.readouterr().err
+
+
+def test_advisor_answers_calibrated_when_a_run_dir_has_a_calibration(run_dir, run_parts, mock_config):
+    cfg, market, _ = run_parts
+    cal, _ = calibrate_run(run_dir, cfg, mock_config, market, max_states=40, backend=leaning(mock_config))
+    advisor = build_advisor(mock_config)
+    try:
+        ctx = context_from_market(market.bars, market.features, 500, AccountState(balance=50_000.0),
+                                  np.array([True, True, True, False, False, False]))
+        raw = advisor.advise_now([ctx], use_cache=False)[0]
+        assert attach_calibration(advisor, mock_config, [None, run_dir]) == calibration_path(run_dir)
+        after = advisor.advise_now([ctx], use_cache=False)[0]
+        assert np.allclose(after.probs, cal.apply(raw.probs, ctx.legal, ctx.market, 0), atol=1e-6)
+        student = merge_overrides(mock_config, {"backend": "student"})
+        assert load_calibration(run_dir, student) is None  # the student learnt calibrated advice already
+    finally:
+        advisor.close()

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from hybrid_trader.errors import UserError
 from hybrid_trader.llm.batch_calibration import BatchCalibration
@@ -18,10 +20,11 @@ def calibration_path(run_dir: Path) -> Path:
 def load_calibration(run_dir: Path, config: LLMConfig, *, required: bool = False) -> BatchCalibration | None:
     """The run's batch calibration, checked against ``config``'s advice identity (None: none fitted, not required).
 
-    Content-free calibration (``llm.scoring.calibrate``) and generation mode use none.
+    Content-free calibration (``llm.scoring.calibrate``) and generation mode use none, nor
+    does the student (it learnt from advice collect had already calibrated).
     """
     path = calibration_path(run_dir)
-    if config.mode != "score" or (config.scoring.calibrate and not required):
+    if config.mode != "score" or config.backend == "student" or (config.scoring.calibrate and not required):
         return None
     if not path.is_file():
         if required:
@@ -32,3 +35,15 @@ def load_calibration(run_dir: Path, config: LLMConfig, *, required: bool = False
     check_same_advice(cal.identity, advice_identity(config), file=str(path),
                       fix=f"fit it again for this model and prompt: hybrid-trader advise calibrate {run_dir} --force")
     return cal
+
+
+def attach_calibration(advisor: Any, config: LLMConfig, run_dirs: Sequence[Path | str | None]) -> Path | None:
+    """Give ``advisor`` the first run's batch calibration found among ``run_dirs``; returns its file (None: none)."""
+    for d in run_dirs:
+        if d is None:
+            continue
+        cal = load_calibration(Path(d), config)
+        if cal is not None:
+            advisor.answerer.batch_calibration = cal
+            return calibration_path(Path(d))
+    return None
