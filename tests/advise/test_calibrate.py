@@ -136,3 +136,15 @@ def test_advisor_answers_calibrated_when_a_run_dir_has_a_calibration(run_dir, ru
         assert load_calibration(run_dir, student) is None  # the student learnt calibrated advice already
     finally:
         advisor.close()
+
+
+def test_bench_llm_divides_by_the_run_calibration_when_given_one(run_dir, capsys):
+    assert main(["advise", "calibrate", str(run_dir), "--llm", "mock", "--max-states", "30"]) == 0
+    capsys.readouterr()
+    assert main(["bench", "llm", "--backend", "mock", "--queries", "64", "--step-ms", "0",
+                 "--calibration-run", str(run_dir)]) == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert out["calibration"] == "batch" and out["queries"] >= 64
+    assert main(["bench", "llm", "--backend", "mock", "--queries", "64", "--calibration-run",
+                 str(run_dir.parent / "nothing")]) == 2
+    assert "no batch calibration" in capsys.readouterr().err
