@@ -150,7 +150,7 @@ def label_dependence(probs: np.ndarray, rule_probs: np.ndarray, trend_score: np.
     def entropy(v: np.ndarray) -> float:
         p = np.bincount(v, minlength=3) / max(len(v), 1)
         p = p[p > 0]
-        return float(-(p * np.log2(p)).sum())
+        return float(max(0.0, -(p * np.log2(p)).sum()))
 
     cond = sum((trend == s).mean() * entropy(a[trend == s]) for s in np.unique(trend)) if len(a) else float("nan")
     return {"Agreement with the trend rule [%]": 100.0 * float((a == r).mean()) if len(a) else float("nan"),
@@ -176,7 +176,7 @@ def format_info_table(info: dict[str, dict[str, tuple[float, float, float]]]) ->
         cells = []
         for n in names:
             v, lo, hi = info[n][r]
-            digits = 3 if abs(v) < 10 else 1
+            digits = 1 if "%" in r else 3
             cell = f"{v:.{digits}f}" + (f" [{lo:.{digits}f}, {hi:.{digits}f}]" if r in INFO_METRICS else "")
             cells.append(f"{cell:>24}")
         lines.append(f"{r:<{width}}" + "".join(cells))
