@@ -148,3 +148,16 @@ def test_bench_llm_divides_by_the_run_calibration_when_given_one(run_dir, capsys
     assert main(["bench", "llm", "--backend", "mock", "--queries", "64", "--calibration-run",
                  str(run_dir.parent / "nothing")]) == 2
     assert "no batch calibration" in capsys.readouterr().err
+
+
+def test_llm_ask_shows_calibrated_advice_when_given_the_run(run_dir, capsys):
+    assert main(["advise", "calibrate", str(run_dir), "--llm", "mock", "--max-states", "30"]) == 0
+    capsys.readouterr()
+    assert main(["llm", "ask", "--backend", "mock", "--bar", "300"]) == 0
+    raw = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert main(["llm", "ask", "--backend", "mock", "--bar", "300", "--run", str(run_dir)]) == 0
+    out = capsys.readouterr().out
+    cal = json.loads(out.strip().splitlines()[-1])
+    assert raw["calibration"] is None and cal["calibration"].endswith("llm_calibration.json")
+    assert "divided by the batch calibration" in out and cal["probs"] != raw["probs"]
+    assert main(["llm", "ask", "--backend", "mock", "--run", str(run_dir.parent / "none")]) == 2

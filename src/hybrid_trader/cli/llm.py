@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+from pathlib import Path
 from typing import Any
 
 from hybrid_trader.cli.options import add_options, llm_key_overrides, overrides_from
@@ -49,6 +50,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     a.add_argument("--position", choices=("flat", "long", "short"), default="flat",
                    help="pretend account position (default flat); long/short enter 10 bars earlier")
     a.add_argument("--balance", type=float, default=50_000.0, help="account balance [$] (default 50000)")
+    a.add_argument("--run", metavar="RUN_DIR", default=None,
+                   help="divide the advice by this run's batch calibration (advise calibrate; same model and prompt)")
     a.add_argument("--cot", action="store_true",
                    help="chain of thought: generation mode, four reasoning steps, then ACTION | confidence | reason")
     add_llm_config_options(a)
@@ -150,7 +153,14 @@ def _ask(args: argparse.Namespace) -> int:
         account = AccountState(balance=args.balance)
     ctx = context_from_market(bars, features, t, account, mask)
     advisor = build_advisor(cfg, source=args.config or "llm config")
+    calibration = None
     try:
+        if args.run:
+            # the run layer loads pyarrow; only --run needs it
+            from hybrid_trader.run.calibration import attach_calibration, load_calibration
+
+            load_calibration(Path(args.run), cfg, required=True)
+            calibration = attach_calibration(advisor, cfg, [args.run])
         print(f"# bar {t} of {bars.source} ({bars.market}, {ctx.timestamp:%Y-%m-%d %H:%M} ET), "
               f"back end {advisor.backend.describe()}, mode {cfg.mode}")
         print("# prompt " + "-" * 60)
@@ -182,8 +192,10 @@ def _ask(args: argparse.Namespace) -> int:
     else:
         print(f"action: {advice.action_name}  confidence: {advice.confidence:.3f}  coverage: {advice.coverage:.3f}"
               + (f"  reason: {advice.reason}" if advice.reason else ""))
-    print(f"latency: {advice.latency_ms:.0f} ms")
+    print(f"latency: {advice.latency_ms:.0f} ms"
+          + (f"; divided by the batch calibration {calibration}" if calibration else ""))
     print(json.dumps({
+        "calibration": str(calibration) if calibration else None,
         "bar": t, "time": ctx.timestamp.isoformat(), "backend": advice.backend, "mode": cfg.mode,
         "action": advice.action_name, "confidence": round(advice.confidence, 4), "coverage": round(advice.coverage, 4),
         "probs": {w: round(float(p), 4) for w, p, ok in zip(ACTION_WORDS, advice.probs, ctx.legal) if ok},
