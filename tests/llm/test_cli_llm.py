@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import socket
 
 import pytest
@@ -135,9 +136,26 @@ def test_finetune_when_the_folder_is_not_a_run_exits_2_naming_it(capsys, tmp_pat
     assert code == 2 and "no such run directory" in err
 
 
-def test_eval_when_the_run_has_no_adapter_exits_2_with_the_command_to_make_one(capsys, tmp_path):
-    from tests.finetune.conftest import make_run
+def test_eval_when_the_run_has_no_adapter_measures_the_llm_and_its_controls(capsys, tmp_path):
+    from hybrid_trader.env import EnvConfig
+    from hybrid_trader.run.rundir import RunDir
+    from hybrid_trader.training.config import DataConfig, RunConfig
 
-    run_dir = make_run(tmp_path / "run", "gemma-3-270m")
-    code, out, err = run(capsys, "llm", "eval", str(run_dir))
-    assert code == 2 and "no fine-tuned adapter" in err and f"llm finetune {run_dir}" in err
+    config = RunConfig(data=DataConfig(synthetic_days=12), env=EnvConfig(phase=1))
+    config.llm.backend = "mock"
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    RunDir(run_dir).save_config(config, header="llm eval test run")
+    code, out, err = run(capsys, "llm", "eval", str(run_dir), "--max-states", "60", "--train-states", "100")
+    assert code == 0, err
+    assert "no adapter" in out and "advise calibrate" in out and "trend rule" in out
+    summary = json.loads(out.strip().splitlines()[-1])
+    info = summary["informativeness"]
+    assert set(info) == {"LLM raw", "majority", "trend rule", "logistic"} and summary["calibration"] is None
+    value, low, high = info["LLM raw"]["Balanced accuracy [%]"]
+    assert low <= value <= high and info["majority"]["Balanced accuracy [%]"][0] == pytest.approx(100 / 3)
+    assert 0.0 <= summary["label_dependence"]["LLM raw"]["H(advice | trend label) [bits]"] <= math.log2(3)
+    assert run(capsys, "advise", "calibrate", str(run_dir), "--max-states", "40")[0] == 0
+    code, out, err = run(capsys, "llm", "eval", str(run_dir), "--max-states", "60", "--train-states", "100")
+    summary = json.loads(out.strip().splitlines()[-1])
+    assert code == 0 and summary["calibration"] == "batch" and "LLM calibrated" in summary["informativeness"]

@@ -20,7 +20,9 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import itertools
+import json
 import math
 import os
 import pickle
@@ -41,6 +43,7 @@ from hybrid_trader.errors import UserError
 from hybrid_trader.llm.async_advisor import build_advisor
 from hybrid_trader.llm.backends import backend_spec
 from hybrid_trader.llm.backends.student_backend import layout_hash, layout_names
+from hybrid_trader.llm.batch_calibration import BatchCalibration
 from hybrid_trader.llm.config import LLMConfig, load_llm_config
 from hybrid_trader.llm.context import AdvisorContext, context_from_market
 from hybrid_trader.llm.prompt import PromptBuilder
@@ -55,6 +58,7 @@ from hybrid_trader.run.advice_dataset import (
     visited_key,
     write_chunk,
 )
+from hybrid_trader.run.calibration import load_calibration
 from hybrid_trader.run.files import check_writable
 from hybrid_trader.training.config import RunConfig
 from hybrid_trader.training.market import Market, load_market, make_veto
@@ -215,6 +219,22 @@ def _answers(advices) -> list[Answer]:
             for a in advices]
 
 
+def calibration_digest(calibration: BatchCalibration | None) -> str:
+    """A short name of the batch calibration's means ('' without one): chunks record what calibrated them."""
+    if calibration is None:
+        return ""
+    return "batch:" + hashlib.sha256(json.dumps(calibration.means, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def calibrated_answer(calibration: BatchCalibration, answer: Answer, ctx: AdvisorContext) -> Answer:
+    """An answer divided by the mean answer of its kind of state; abstentions stay as they are."""
+    probs, confidence, abstained, reason = answer
+    if abstained:
+        return answer
+    p = calibration.apply(probs, ctx.legal, ctx.market, ctx.position).astype(np.float32)
+    return p, float(p.max()), abstained, reason
+
+
 class LocalAsker:
     """The advisor in this process."""
 
@@ -330,6 +350,14 @@ def _collect_split(run_dir: Path, split: str, llm_config: LLMConfig, *, market: 
         check_same_advice(stored_meta["advice"], identity, file=str(run_dir / "advice" / split),
                           fix="collect with the LLM configuration that built this dataset (see its chunks' metadata), "
                               "or move the folder away to start a new dataset")
+    calibration = load_calibration(run_dir, llm_config)
+    calibration_id = calibration_digest(calibration)
+    if stored_meta is not None and stored_meta.get("calibration", "") != calibration_id:
+        was = stored_meta.get("calibration") or "no batch calibration"
+        raise UserError(f"the stored advice was calibrated with {was}"
+                        f", the run now with {calibration_id or 'none'}", file=str(run_dir / "advice" / split),
+                        fix="collect with the calibration that built this dataset, or move the folder away to "
+                            "start a new dataset")
     market = market or load_market(run_config.data, run_config.split)
     policy = policy or RunPolicy(run_dir)
     visited = rollout_states(market, run_config, policy, split, sampled=sampled, seed=run_config.ppo.seed,
@@ -343,7 +371,7 @@ def _collect_split(run_dir: Path, split: str, llm_config: LLMConfig, *, market: 
     obs_dim = len(visited.obs[0]) if len(visited) else (stored.obs.shape[1] if stored is not None else 0)
     meta = {"advice": identity, "obs_dim": obs_dim,
             "layout_hash": layout_hash(layout_names(obs_dim)) if obs_dim else "",
-            "run": run_dir.name, "phase": run_config.env.phase}
+            "run": run_dir.name, "phase": run_config.env.phase, "calibration": calibration_id}
     if stored_meta is not None and meta["layout_hash"] and stored_meta.get("layout_hash") != meta["layout_hash"]:
         raise UserError(f"the stored advice has observation layout {stored_meta.get('layout_hash')}, this run "
                         f"{meta['layout_hash']}", file=str(run_dir / "advice" / split),
@@ -371,6 +399,8 @@ def _collect_split(run_dir: Path, split: str, llm_config: LLMConfig, *, market: 
             return
         idx = np.array([i for i, _ in buffer])
         ans = [a for _, a in buffer]
+        if calibration is not None:
+            ans = [calibrated_answer(calibration, a, visited.context[i]) for i, a in buffer]
         rows = AdviceRows(
             t=np.array(visited.t, np.int64)[idx],
             time=np.array([visited.context[i].timestamp.isoformat() for i in idx], dtype=object),

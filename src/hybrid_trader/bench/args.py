@@ -61,6 +61,8 @@ class LLMBenchArgs:
     """llm.batching.max_wait_ms; None: the config's."""
     seed: int = 0
     """Seed of the generated contexts."""
+    calibration_run: str | None = None
+    """A run directory whose batch calibration (llm_calibration.json) divides the advice; None: no calibration."""
 
     def __post_init__(self) -> None:
         check(self.batch >= 1, "batch", f"{self.batch} must be >= 1", fix="use 1 or more")

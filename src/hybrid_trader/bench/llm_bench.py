@@ -24,6 +24,7 @@ import dataclasses
 import json
 import os
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -32,6 +33,7 @@ from hybrid_trader.llm import build_advisor, load_llm_config
 from hybrid_trader.llm.backends.transformers_backend import prefer_passive_openmp
 from hybrid_trader.llm.context import TREND_LABELS
 from hybrid_trader.llm.prompt import sample_context
+from hybrid_trader.run.calibration import load_calibration
 
 
 def bench_contexts(n: int, seed: int = 0) -> list:
@@ -79,6 +81,8 @@ def run(args: LLMBenchArgs) -> int:
 
     t0 = time.perf_counter()
     advisor = build_advisor(cfg)
+    if args.calibration_run:
+        advisor.answerer.batch_calibration = load_calibration(Path(args.calibration_run), cfg, required=True)
     load_s = time.perf_counter() - t0
     try:
         pool = bench_contexts(max(4 * batch, 64), seed=args.seed)
@@ -115,6 +119,7 @@ def run(args: LLMBenchArgs) -> int:
     b = np.asarray(blocking) * 1000.0
     result = {
         "backend": cfg.backend,
+        "calibration": "batch" if args.calibration_run else None,
         "model": advisor.backend.describe(),
         "mode": cfg.mode,
         "batch": batch,

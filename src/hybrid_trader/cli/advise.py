@@ -1,4 +1,6 @@
-"""``hybrid-trader advise collect|distill|compare|check``: the LLM's advice on visited states, distilled into a student.
+"""``hybrid-trader advise collect|calibrate|distill|compare|check``: the LLM's advice on visited states.
+
+``calibrate`` fits the batch calibration collect divides answers by; ``distill`` trains the student on the advice.
 
 See docs/ADVISE.md. A JSON line is printed last by every command.
 """
@@ -9,6 +11,7 @@ import argparse
 import json
 from pathlib import Path
 
+from hybrid_trader.actions import Action
 from hybrid_trader.errors import UserError
 from hybrid_trader.llm.backends import TEACHER_NAMES
 
@@ -45,6 +48,20 @@ def register(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--chunk", type=int, default=256, help="rows per written chunk (default 256)")
     c.add_argument("--no-progress", action="store_true", help="no progress bar")
     c.set_defaults(func=_collect)
+
+    b = asub.add_parser("calibrate", help="fit the batch calibration (mean answer per market and position) on the "
+                                          "training days; collect divides every answer by it")
+    b.add_argument("run_dir", type=Path, help="a run directory")
+    b.add_argument("--llm", choices=TEACHER_NAMES,
+                   help="back end (default: the run's llm section or --config, else transformers; as collect)")
+    b.add_argument("--config", help="LLM config YAML used instead of the run's llm section (as collect)")
+    b.add_argument("--adapter", metavar="DIR", help="transformers: the base model with this LoRA adapter (as collect)")
+    b.add_argument("--max-states", type=int, default=200,
+                   help="training bars, evenly spread; each is asked flat, long and short (default 200)")
+    b.add_argument("--min-states", type=int, default=20, help="fewest states per market and position (default 20)")
+    b.add_argument("--batch", type=int, default=16, help="contexts per model call (default 16)")
+    b.add_argument("--force", action="store_true", help="fit again over an existing calibration")
+    b.set_defaults(func=_calibrate)
 
     k = asub.add_parser("check", help="find damaged, lost and unrecorded chunks and states stored twice in a "
                                       "run's advice (exit 1 when any); --repair keeps every good row once")
@@ -107,6 +124,33 @@ def _collect(args: argparse.Namespace) -> int:
                   f"{r.abstained:,} abstained; {len(r.chunks)} chunk(s)")
         results.append(r.to_dict())
     print(json.dumps({"collect": results}))
+    return 0
+
+
+def _calibrate(args: argparse.Namespace) -> int:
+    # calibrate loads the back end and the features (~3 s); the CLI's --help must not pay it
+    from hybrid_trader.advise.calibrate import calibrate_run
+    from hybrid_trader.advise.collect import collect_llm_config  # same reason as above
+    from hybrid_trader.training.market import load_market  # same reason as above
+    from hybrid_trader.training.runner import load_run_config  # same reason as above
+
+    for name, v in (("--max-states", args.max_states), ("--min-states", args.min_states), ("--batch", args.batch)):
+        if v < 1:
+            raise UserError(f"{name} must be 1 or more", value=v)
+    run_config = load_run_config(args.run_dir)
+    llm_config = collect_llm_config(run_config, args.config, args.llm, args.batch, adapter=args.adapter)
+    market = load_market(run_config.data, run_config.split)
+    cal, table = calibrate_run(args.run_dir, run_config, llm_config, market, max_states=args.max_states,
+                               min_states=args.min_states, batch=args.batch, force=args.force)
+    print(f"batch calibration of {llm_config.backend} on {len(cal.days)} training day(s): "
+          + ", ".join(f"{k} {n} states" for k, n in cal.counts.items()))
+    for key, mean in cal.means.items():
+        print(f"  mean answer {key:<10} " + " ".join(f"{Action(a).name} {m:.3f}" for a, m in enumerate(mean) if m > 0))
+    print(f"{'position':<9}{'trend':<18}{'states':>7}  top action [%] raw -> calibrated")
+    for row in table:
+        cells = "  ".join(f"{a} {row['raw'][a]:.0f}->{row['calibrated'][a]:.0f}" for a in row["raw"])
+        print(f"{row['position']:<9}{row['trend']:<18}{row['states']:>7}  {cells}")
+    print(json.dumps({"calibration": cal.to_dict(), "table": table}))
     return 0
 
 

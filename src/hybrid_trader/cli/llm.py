@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+from pathlib import Path
 from typing import Any
 
 from hybrid_trader.cli.options import add_options, llm_key_overrides, overrides_from
@@ -49,6 +50,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     a.add_argument("--position", choices=("flat", "long", "short"), default="flat",
                    help="pretend account position (default flat); long/short enter 10 bars earlier")
     a.add_argument("--balance", type=float, default=50_000.0, help="account balance [$] (default 50000)")
+    a.add_argument("--run", metavar="RUN_DIR", default=None,
+                   help="divide the advice by this run's batch calibration (advise calibrate; same model and prompt)")
     a.add_argument("--cot", action="store_true",
                    help="chain of thought: generation mode, four reasoning steps, then ACTION | confidence | reason")
     add_llm_config_options(a)
@@ -76,11 +79,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     f.add_argument("--resume", action="store_true", help="continue from the newest checkpoint")
     f.set_defaults(func=_finetune)
 
-    e = lsub.add_parser("eval", help="base vs fine-tuned model against hindsight labels of later days")
-    e.add_argument("run_dir", metavar="RUN_DIR", help="run directory with RUN_DIR/llm_adapter")
+    e = lsub.add_parser("eval", help="the LLM (raw, calibrated, fine-tuned) and three controls against hindsight "
+                                     "labels and returns of later days")
+    e.add_argument("run_dir", metavar="RUN_DIR",
+                   help="run directory (its llm section; RUN_DIR/llm_calibration.json and llm_adapter when present)")
     e.add_argument("--split", choices=("val", "test"), default="val", help="later days to measure on (default val)")
     e.add_argument("--max-states", type=int, default=200, help="labelled states, evenly spread (default 200)")
     e.add_argument("--batch", type=int, default=16, help="contexts per forward pass (default 16)")
+    e.add_argument("--train-states", type=int, default=400,
+                   help="labelled training states the majority and logistic controls are fitted on (default 400)")
     e.add_argument("--cot", type=int, default=0, metavar="N",
                    help="also run the chain of thought on N of the states: parse rate, latency, agreement (default 0)")
     e.set_defaults(func=_eval)
@@ -146,7 +153,14 @@ def _ask(args: argparse.Namespace) -> int:
         account = AccountState(balance=args.balance)
     ctx = context_from_market(bars, features, t, account, mask)
     advisor = build_advisor(cfg, source=args.config or "llm config")
+    calibration = None
     try:
+        if args.run:
+            # the run layer loads pyarrow; only --run needs it
+            from hybrid_trader.run.calibration import attach_calibration, load_calibration
+
+            load_calibration(Path(args.run), cfg, required=True)
+            calibration = attach_calibration(advisor, cfg, [args.run])
         print(f"# bar {t} of {bars.source} ({bars.market}, {ctx.timestamp:%Y-%m-%d %H:%M} ET), "
               f"back end {advisor.backend.describe()}, mode {cfg.mode}")
         print("# prompt " + "-" * 60)
@@ -178,8 +192,10 @@ def _ask(args: argparse.Namespace) -> int:
     else:
         print(f"action: {advice.action_name}  confidence: {advice.confidence:.3f}  coverage: {advice.coverage:.3f}"
               + (f"  reason: {advice.reason}" if advice.reason else ""))
-    print(f"latency: {advice.latency_ms:.0f} ms")
+    print(f"latency: {advice.latency_ms:.0f} ms"
+          + (f"; divided by the batch calibration {calibration}" if calibration else ""))
     print(json.dumps({
+        "calibration": str(calibration) if calibration else None,
         "bar": t, "time": ctx.timestamp.isoformat(), "backend": advice.backend, "mode": cfg.mode,
         "action": advice.action_name, "confidence": round(advice.confidence, 4), "coverage": round(advice.coverage, 4),
         "probs": {w: round(float(p), 4) for w, p, ok in zip(ACTION_WORDS, advice.probs, ctx.legal) if ok},
@@ -220,11 +236,19 @@ def _eval(args: argparse.Namespace) -> int:
     # torch and transformers load ~3 s; only this command pays them
     from hybrid_trader.finetune.pipeline import evaluate_run
 
-    result = evaluate_run(args.run_dir, args.split, max_states=args.max_states, batch=args.batch, cot=args.cot)
+    result = evaluate_run(args.run_dir, args.split, max_states=args.max_states, batch=args.batch, cot=args.cot,
+                          train_states=args.train_states)
+    adapter = result["adapter"]
     print(f"# {result['split']} split, {result['states']} labelled states ({result['source']}); "
-          f"adapter best step {result['adapter']['best_step']}")
+          + (f"adapter best step {adapter['best_step']}" if adapter else "no adapter")
+          + f"; calibration {result['calibration'] or 'none (hybrid-trader advise calibrate RUN_DIR)'}")
     print(result["table"])
     print("labels: " + ", ".join(f"{k} {v:.1f}" for k, v in result["baselines"].items()))
+    print(f"# informativeness, 95% bootstrap intervals; IC: P(BUY)-P(SELL) vs the next {result['horizon']} bars' "
+          f"return; controls fitted on {result['train_states']} training states")
+    print(result["info_table"])
+    for name, dep in result["label_dependence"].items():
+        print(f"  {name}: " + ", ".join(f"{k} {v:.2f}" for k, v in dep.items()))
     cot = result.get("cot")
     if cot:
         print(f"# chain of thought (base model), {cot['decisions']} decisions one at a time")
@@ -233,5 +257,6 @@ def _eval(args: argparse.Namespace) -> int:
                 print(f"  {key:<42}{value:>10.1f}")
     print(f"written: {result['path']}")
     print(json.dumps({"split": result["split"], "states": result["states"], "metrics": result["metrics"],
-                      "baselines": result["baselines"]}))
+                      "baselines": result["baselines"], "informativeness": result["informativeness"],
+                      "label_dependence": result["label_dependence"], "calibration": result["calibration"]}))
     return 0

@@ -35,6 +35,7 @@ from hybrid_trader.evaluation.runner import entry_rate, evaluation_env, run_fres
 from hybrid_trader.evaluation.verdict import VerdictConfig, prop_verdict
 from hybrid_trader.llm.health import HEALTH_STAT_NAMES
 from hybrid_trader.run import FolderLock, RunDir, data_identity, same_data, sha256_file
+from hybrid_trader.run.calibration import attach_calibration
 from hybrid_trader.run.files import atomic_write_text, check_writable
 from hybrid_trader.run.models import final_model, load_model, load_normalizer
 from hybrid_trader.run.pins import check_pins
@@ -174,7 +175,7 @@ def _evaluate(run: RunDir, config: RunConfig, data: dict, out_dir: Path, *, spli
     if phase3:
         agent, agent_env, ablation_metrics, llm_info = _phase3_agent(
             model, vec, config, market, sessions, llm_overrides=llm_overrides, strategy=strategy, ablation=ablation,
-            explain=explain, explain_llm=explain_llm, fresh_days=fresh_days, say=say)
+            explain=explain, explain_llm=explain_llm, fresh_days=fresh_days, say=say, run_dir=run_dir)
     else:
         agent_env = env()
         agent = run_policy(AgentPolicy(model, vec), agent_env, record_decisions=50)
@@ -229,7 +230,7 @@ def _evaluate(run: RunDir, config: RunConfig, data: dict, out_dir: Path, *, spli
 def _phase3_agent(model: Any, vec: Any, config: RunConfig, market: Any, sessions: Any, *,
                   llm_overrides: dict | None, strategy: Literal["prior", "rules"] | None, ablation: bool,
                   explain: int, explain_llm: str | None, fresh_days: bool,
-                  say: Any) -> tuple[StrategyResult, Any, dict | None, dict[str, str]]:
+                  say: Any, run_dir: Path | None = None) -> tuple[StrategyResult, Any, dict | None, dict[str, str]]:
     """The hybrid agent with its advisor over the split: ``(result, its env, RL-only ablation, llm info)``."""
     from hybrid_trader.llm import build_advisor  # phase 3 only: loads the advisor's back ends
 
@@ -238,7 +239,9 @@ def _phase3_agent(model: Any, vec: Any, config: RunConfig, market: Any, sessions
         llm_config = merge_overrides(llm_config, llm_overrides, path="llm")
     fusion = dataclasses.replace(config.fusion, strategy=strategy) if strategy else config.fusion
     advisor = build_advisor(llm_config)
-    llm_info = {"llm_backend": llm_config.backend, "llm": advisor.backend.describe()}
+    calibration = attach_calibration(advisor, llm_config, [run_dir])
+    llm_info = {"llm_backend": llm_config.backend, "llm": advisor.backend.describe(),
+                "llm_calibration": str(calibration) if calibration else "none"}
     say(f"LLM advisor: {llm_config.backend} ({llm_config.mode} mode), fusion {fusion.strategy} "
         f"({fusion.mode}), llm_weight {fusion.llm_weight}")
     agent_env = evaluation_env(market, config.env, sessions, risk_veto=make_veto(config.risk))

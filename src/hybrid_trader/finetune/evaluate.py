@@ -90,11 +90,12 @@ def format_table(columns: dict[str, dict[str, float]], rows: Sequence[str] = MET
     """A plain-text table: one row per metric, one column per model."""
     names = list(columns)
     width = max(len(r) for r in rows) + 2
-    lines = [f"{'':<{width}}" + "".join(f"{n:>14}" for n in names)]
+    cw = {n: max(14, len(n) + 2) for n in names}
+    lines = [f"{'':<{width}}" + "".join(f"{n:>{cw[n]}}" for n in names)]
     for r in rows:
         cells = []
         for n in names:
             v = columns[n].get(r)
-            cells.append(f"{'-':>14}" if v is None else f"{v:>14.{0 if r == 'States' else 3}f}")
+            cells.append(f"{'-':>{cw[n]}}" if v is None else f"{v:>{cw[n]}.{0 if r == 'States' else 3}f}")
         lines.append(f"{r:<{width}}" + "".join(cells))
     return "\n".join(lines)

@@ -16,13 +16,25 @@ from hybrid_trader.config import merge_overrides
 from hybrid_trader.errors import UserError
 from hybrid_trader.finetune.evaluate import format_table, label_baselines, outcome_metrics, score_examples
 from hybrid_trader.finetune.examples import ExampleSet, build_examples
+from hybrid_trader.finetune.informativeness import (
+    LogisticControl,
+    format_info_table,
+    forward_returns,
+    informativeness,
+    label_dependence,
+    majority_probs,
+    prompt_numbers,
+)
 from hybrid_trader.finetune.labels import LABEL_ACTIONS, LabelConfig
 from hybrid_trader.finetune.lora import FinetuneConfig, FinetuneResult, finetune
+from hybrid_trader.llm.backends import make_backend
 from hybrid_trader.llm.backends.transformers_backend import TransformersBackend
+from hybrid_trader.llm.backends.trend_rule_backend import TrendRuleBackend
 from hybrid_trader.llm.config import LLMConfig
 from hybrid_trader.llm.model_cache import ADAPTER_META
 from hybrid_trader.llm.parsing import ParseError, parse_answer, parse_cot_steps
 from hybrid_trader.llm.prompt import PromptBuilder
+from hybrid_trader.run.calibration import load_calibration
 from hybrid_trader.run.files import check_writable
 from hybrid_trader.run.rundir import ADAPTER, LLM_EVAL
 from hybrid_trader.training.config import RunConfig
@@ -75,45 +87,73 @@ def adapter_config(llm: LLMConfig, adapter_dir: Path) -> LLMConfig:
 
 
 def evaluate_run(run_dir: str | Path, split: str = "val", *, max_states: int = 200, batch: int = 16,
-                 progress: bool = True, cot: int = 0) -> dict[str, Any]:
-    """Base vs fine-tuned on ``split``'s labelled states; writes ``RUN_DIR/llm_eval/<split>.json``.
+                 progress: bool = True, cot: int = 0, train_states: int = 400, draws: int = 1000) -> dict[str, Any]:
+    """The run's LLM (raw, batch-calibrated, fine-tuned when ``RUN_DIR/llm_adapter`` exists) and three controls
+    on ``split``'s labelled states; writes ``RUN_DIR/llm_eval/<split>.json``.
 
     ``cot``: also run the chain of thought (base model) on that many of the states, one
     at a time, and measure its parse rate, latency and agreement with scoring mode.
+    ``train_states``: labelled training states the controls are fitted on.
     """
     if split not in ("val", "test"):
         raise UserError(f"--split {split!r}: evaluation is on later days", value=split, fix="use val or test")
-    if max_states < 1 or batch < 1 or cot < 0:
+    if max_states < 1 or batch < 1 or cot < 0 or train_states < 1:
         raise UserError(f"llm eval: --max-states {max_states}, --batch {batch} and --cot {cot}: states and batch "
                         "must be 1 or more, --cot 0 or more", fix="e.g. --max-states 200 --batch 16 --cot 0")
     run = load_run(run_dir)
     check_writable(run.path / LLM_EVAL, what="llm eval")  # before minutes of model calls, not after
     adapter_dir = run.path / ADAPTER
     meta_path = adapter_dir / ADAPTER_META
-    if not meta_path.is_file():
-        raise UserError("the run has no fine-tuned adapter", file=str(meta_path),
-                        fix=f"run: hybrid-trader llm finetune {run.path}")
-    meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    meta = json.loads(meta_path.read_text(encoding="utf-8")) if meta_path.is_file() else {}
+    calibration = load_calibration(run.path, run.llm)
     labels = LabelConfig(**meta.get("labels", {})) if meta.get("labels") else LabelConfig()
     examples = build_examples(run.market, run.config, run.llm, split, purpose="evaluate", run_dir=run.path,
                               label_config=labels, max_states=max_states)
     coverage = examples.labelled / max(examples.candidates, 1)
-    columns: dict[str, dict[str, float]] = {}
-    probs: dict[str, list] = {}
-    for name, cfg in (("base", run.llm), ("fine-tuned", adapter_config(run.llm, adapter_dir))):
-        backend = TransformersBackend(cfg, PromptBuilder(cfg, source=str(run.path / "config.yaml")))
+    contexts = [q.context for q in examples.queries]
+    advisors: dict[str, np.ndarray] = {}
+    builder = PromptBuilder(run.llm, source=str(run.path / "config.yaml"))
+    backend = make_backend(run.llm, builder)
+    try:
+        advisors["LLM raw"] = score_examples(backend, examples, batch=batch, progress=progress, desc="base")
+    finally:
+        backend.close()
+    if calibration is not None:
+        advisors["LLM calibrated"] = np.array([calibration.apply(p, c.legal, c.market, c.position)
+                                               for p, c in zip(advisors["LLM raw"], contexts)])
+    if meta:
+        cfg = adapter_config(run.llm, adapter_dir)
+        tuned = TransformersBackend(cfg, PromptBuilder(cfg, source=str(run.path / "config.yaml")))
         try:
-            p = score_examples(backend, examples, batch=batch, progress=progress, desc=name)
+            advisors["fine-tuned"] = score_examples(tuned, examples, batch=batch, progress=progress, desc="fine-tuned")
         finally:
-            backend.close()
-        columns[name] = outcome_metrics(p, examples.labels.label, label_coverage=coverage)
-        probs[name] = p.round(5).tolist()
-    cot_result = cot_study(run.llm, examples, np.asarray(probs["base"]), cot, progress=progress) if cot else None
+            tuned.close()
+    train = build_examples(run.market, run.config, run.llm, "train", purpose="train", run_dir=run.path,
+                           label_config=labels, max_states=train_states)
+    rule = TrendRuleBackend().score(examples.queries)
+    controls = {
+        "majority": majority_probs(train.labels.label, len(examples)),
+        "trend rule": rule,
+        "logistic": LogisticControl().fit(prompt_numbers([q.context for q in train.queries]), train.labels.label)
+        .predict(prompt_numbers(contexts)),
+    }
+    columns = {name: outcome_metrics(p, examples.labels.label, label_coverage=coverage)
+               for name, p in advisors.items()}
+    fwd = forward_returns(run.market.bars.close, run.market.bars.session_id, examples.labels.t, labels.horizon or 60)
+    info = {name: informativeness(p, examples.labels.label, fwd, draws=draws)
+            for name, p in {**advisors, **controls}.items()}
+    trend = np.array([c.trend_score for c in contexts])
+    dependence = {name: label_dependence(p, rule, trend) for name, p in advisors.items()}
+    probs = {name: p.round(5).tolist() for name, p in advisors.items()}
+    cot_result = cot_study(run.llm, examples, advisors["LLM raw"], cot, progress=progress) if cot else None
     result = {
         "split": split, "states": len(examples), "source": examples.source, "labels": dataclasses.asdict(labels),
         "baselines": label_baselines(examples.labels.label), "metrics": columns,
+        "informativeness": {n: {k: list(v) for k, v in m.items()} for n, m in info.items()},
+        "label_dependence": dependence, "calibration": "batch" if calibration is not None else None,
+        "train_states": len(train), "horizon": labels.horizon or 60,
         "adapter": {"dir": str(adapter_dir), "best_step": meta.get("best_step"),
-                    "best_val_loss": meta.get("best_val_loss"), "base_model": meta.get("base_model")},
+                    "best_val_loss": meta.get("best_val_loss"), "base_model": meta.get("base_model")} if meta else None,
         "t": examples.labels.t.tolist(), "label": examples.labels.label.tolist(), "probs": probs,
         **({"cot": cot_result} if cot_result else {}),
     }
@@ -121,6 +161,7 @@ def evaluate_run(run_dir: str | Path, split: str = "val", *, max_states: int = 2
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
     result["table"] = format_table(columns)
+    result["info_table"] = format_info_table(info)
     result["path"] = str(out)
     return result
 

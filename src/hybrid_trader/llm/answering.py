@@ -2,7 +2,9 @@
 
 :class:`Answerer` is the one place a query meets the model, for the advisor's worker
 thread and its synchronous path alike: it scores (or generates) the batch under one lock,
-divides the scores by the calibration of the query's market when ``scoring.calibrate``,
+divides the scores by the batch calibration of the query's kind of state when one is set
+(``batch_calibration``, fitted on a run's training days), else by the content-free answer
+of its market when ``scoring.calibrate``,
 turns every failure into abstentions with a reason code (or a UserError when asked), and
 keeps the back end's health: errors by kind, the circuit breaker, the stall watch.
 """
@@ -26,6 +28,7 @@ from hybrid_trader.llm.advice import (
     advice_from_mass,
 )
 from hybrid_trader.llm.backends.base import ERROR_OTHER, Backend, BackendError
+from hybrid_trader.llm.batch_calibration import BatchCalibration
 from hybrid_trader.llm.config import LLMConfig
 from hybrid_trader.llm.health import LLM_CIRCUIT_OPEN, AdvisorHealth, StallWatch
 from hybrid_trader.llm.parsing import ParseError, parse_answer
@@ -50,6 +53,8 @@ class Answerer:
         self._lock = threading.Lock()
         self._calibration: dict[str, np.ndarray] = {}
         self._errors_logged = 0
+        self.batch_calibration: BatchCalibration | None = None
+        """Mean answers per market and position state that scores are divided by (set by the run's owner)."""
 
     def calibration_for(self, market: str) -> np.ndarray | None:
         """The content-free answer of ``market`` that scores are divided by (None: not calibrating)."""
@@ -61,6 +66,12 @@ class Answerer:
             cal = np.asarray(mass, dtype=np.float64)
             self._calibration[market] = cal
         return cal
+
+    def divisor_for(self, market: str, position: int) -> np.ndarray | None:
+        """What a query's scores are divided by: the batch calibration, else the content-free answer, else None."""
+        if self.batch_calibration is not None and self.config.mode == "score":
+            return self.batch_calibration.divisor(market, position)
+        return self.calibration_for(market)
 
     def answer(self, queries: Sequence[RenderedQuery], raise_errors: bool = False) -> list[Advice]:
         """One back-end call for the batch; failures become abstentions (or UserError if ``raise_errors``).
@@ -81,7 +92,7 @@ class Answerer:
         try:
             with self._lock:
                 if cfg.mode == "score":
-                    cals = {q.context.market: self.calibration_for(q.context.market) for q in queries}
+                    cals = [self.divisor_for(q.context.market, q.context.position) for q in queries]
                     mass = np.asarray(self.backend.score(queries), dtype=np.float64)
                     if mass.shape != (len(queries), 6):
                         raise BackendError(f"back end returned scores of shape {mass.shape}, "
@@ -113,9 +124,9 @@ class Answerer:
         ms = (time.perf_counter() - t0) * 1000.0
         out: list[Advice] = []
         if cfg.mode == "score":
-            for q, m in zip(queries, mass):
+            for q, m, cal in zip(queries, mass, cals):
                 out.append(advice_from_mass(m, q.context.legal, min_coverage=cfg.scoring.min_coverage, backend=name,
-                                            latency_ms=ms, calibration=cals.get(q.context.market)))
+                                            latency_ms=ms, calibration=cal))
         else:
             for q, text in zip(queries, texts):
                 try:

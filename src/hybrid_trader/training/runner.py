@@ -31,6 +31,7 @@ from hybrid_trader.errors import UserError
 from hybrid_trader.features.names import FEATURE_NAMES
 from hybrid_trader.run import RunDir
 from hybrid_trader.run.advice_dataset import student_path
+from hybrid_trader.run.calibration import attach_calibration
 from hybrid_trader.run.files import check_writable
 from hybrid_trader.run.models import (
     final_model,
@@ -228,7 +229,7 @@ def train_run(
     config = with_absolute_inputs(with_default_student(with_absolute_data(config), init))
     market = market or load_market(config.data, config.split, pool=True)
     split_info = _split_info(market)
-    advisor, llm_config = _advisor(config, say)
+    advisor, llm_config = _advisor(config, say, (run_dir, init))
     venv = build_vec_env(market, config, market.sessions("train"), config.ppo.n_envs, config.ppo.seed,
                          normalize=config.ppo.normalize_observations, advisor=advisor,
                          teacher=_teacher(config, market, say))
@@ -314,7 +315,7 @@ def _resume(run: RunDir, config: RunConfig, *, market, extra_callbacks, say, qui
         run.write_status(target_timesteps=target)
         market = market or load_market(config.data, config.split, pool=True)
         say(market.describe())
-        advisor, _ = _advisor(config, say)
+        advisor, _ = _advisor(config, say, (run.path, status.get("init")))
         venv = build_vec_env(market, config, market.sessions("train"), config.ppo.n_envs, config.ppo.seed,
                              normalize=config.ppo.normalize_observations, advisor=advisor,
                              teacher=_teacher(config, market, say))
@@ -361,14 +362,18 @@ def with_default_student(config: RunConfig, init: Path | None) -> RunConfig:
     return merge_overrides(config, {"llm.student.path": str(student_path(Path(init)).resolve())})
 
 
-def _advisor(config: RunConfig, say) -> tuple[Any, Any]:
-    """Phase 3: the LLM advisor (its start-up check runs here, before any file is written)."""
+def _advisor(config: RunConfig, say, run_dirs: tuple = ()) -> tuple[Any, Any]:
+    """Phase 3: the LLM advisor (its start-up check runs here, before any file is written), with the batch
+    calibration of the first of ``run_dirs`` (this run, then its ``init``) that has one."""
     if config.env.phase != 3:
         return None, None
     from hybrid_trader.llm import build_advisor  # phase 3 only: loads the advisor's back ends
 
     llm_config = config.llm.in_run()
     advisor = build_advisor(llm_config)
+    calibration = attach_calibration(advisor, llm_config, run_dirs)
+    if calibration is not None:
+        say(f"LLM advice divided by the batch calibration {calibration}")
     if callable(getattr(advisor.backend, "advise_batch", None)):
         say(f"LLM advisor: {advisor.backend.describe()}, always on (every decision, one batched forward per step), "
             f"fusion {config.fusion.mode}, llm_weight {config.fusion.llm_weight}")

@@ -1,0 +1,138 @@
+"""``advise calibrate``: fit the run's batch calibration on its training days, and show what it changes.
+
+States: bars of the training split's trading windows that may decide an entry, evenly
+spread, each asked three times: flat (HOLD/BUY/SELL legal), long and short (entered 10
+bars earlier, as ``llm ask --position``). The model's raw answers are averaged per market
+and position state (:mod:`hybrid_trader.llm.batch_calibration`) and stored in
+``RUN_DIR/llm_calibration.json`` with the advice identity. Only training days are read
+(the environment is built on the training sessions alone), so the calibration looks at no
+validation or test bar.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from hybrid_trader.account_state import AccountState
+from hybrid_trader.actions import Action
+from hybrid_trader.env import TradingEnv
+from hybrid_trader.errors import UserError
+from hybrid_trader.llm.backends import make_backend
+from hybrid_trader.llm.backends.base import Backend
+from hybrid_trader.llm.batch_calibration import (
+    MIN_STATES,
+    POSITION_NAMES,
+    BatchCalibration,
+    fit_batch_calibration,
+    legal_distributions,
+)
+from hybrid_trader.llm.config import LLMConfig
+from hybrid_trader.llm.context import TREND_LABELS, AdvisorContext, context_from_market
+from hybrid_trader.llm.prompt import PromptBuilder
+from hybrid_trader.markets import get_contract
+from hybrid_trader.run.advice_dataset import advice_identity
+from hybrid_trader.run.calibration import calibration_path
+from hybrid_trader.run.files import check_writable
+from hybrid_trader.training.config import RunConfig
+from hybrid_trader.training.market import Market
+
+FLAT_MASK = np.array([True, True, True, False, False, False])
+ENTERED_BARS_AGO = 10
+"""A long or short calibration state entered this many bars before the decision bar."""
+
+
+def calibration_bars(market: Market, run_config: RunConfig, part: str = "train", max_states: int = 200) -> np.ndarray:
+    """Up to ``max_states`` entry-window bars of ``part`` (evenly spread); the env sees only ``part``'s sessions."""
+    sessions = list(market.split.part(part))
+    if not sessions:
+        raise UserError(f"the {part} split holds no trading day: nothing to fit the calibration on",
+                        fix="give the run training days (split.train)")
+    cfg = dataclasses.replace(run_config.env, phase=1, episode_sessions=None)
+    env = TradingEnv(market.bars, market.features, cfg, sessions=sessions)
+    t = np.concatenate([np.arange(max(w.first, ENTERED_BARS_AGO), w.last_entry + 1)
+                        for w in env.episode_windows if w.last_entry >= 0] or [np.zeros(0, np.int64)]).astype(np.int64)
+    if len(t) > max_states:
+        t = t[np.unique(np.linspace(0, len(t) - 1, max_states).round().astype(np.int64))]
+    return t
+
+
+def calibration_contexts(market: Market, t: Sequence[int] | np.ndarray) -> list[AdvisorContext]:
+    """Flat, long and short contexts at every bar of ``t`` (in that order per bar)."""
+    bars, features = market.bars, market.features
+    point_value = get_contract(bars.market).point_value
+    out: list[AdvisorContext] = []
+    for ti in (int(x) for x in t):
+        out.append(context_from_market(bars, features, ti, AccountState(balance=50_000.0), FLAT_MASK))
+        entry = float(bars.close[ti - ENTERED_BARS_AGO])
+        for pos in (1, -1):
+            pnl = (float(bars.close[ti]) - entry) * pos * point_value
+            mask = np.array([True, False, False, pnl > 0, True, False])
+            account = AccountState(position=pos, contracts=1, entry_price=entry, unrealized_pnl=pnl,
+                                   balance=50_000.0, win_rate=math.nan, consecutive_losses=0)
+            out.append(context_from_market(bars, features, ti, account, mask))
+    return out
+
+
+def score_contexts(backend: Backend, prompts: PromptBuilder, contexts: Sequence[AdvisorContext],
+                   batch: int = 16) -> np.ndarray:
+    """The back end's raw name probabilities (n, 6), no calibration."""
+    out = [np.asarray(backend.score([prompts.query(c) for c in contexts[i:i + batch]]), dtype=np.float64)
+           for i in range(0, len(contexts), batch)]
+    return np.concatenate(out) if out else np.zeros((0, 6))
+
+
+def lean_table(contexts: Sequence[AdvisorContext], mass: np.ndarray, cal: BatchCalibration) -> list[dict[str, Any]]:
+    """Per position state and trend label: states, and the top action's shares before and after calibration."""
+    legal = np.array([c.legal for c in contexts], dtype=bool)
+    raw = legal_distributions(mass, legal)
+    after = np.array([cal.apply(p, lg, c.market, c.position) for p, lg, c in zip(raw, legal, contexts)])
+    rows = []
+    for pos, pname in POSITION_NAMES.items():
+        for score in sorted(TREND_LABELS, reverse=True):
+            pick = [i for i, c in enumerate(contexts) if c.position == pos and c.trend_score == score]
+            if not pick:
+                continue
+            row: dict[str, Any] = {"position": pname, "trend": TREND_LABELS[score], "states": len(pick)}
+            for name, p in (("raw", raw[pick]), ("calibrated", after[pick])):
+                top = p.argmax(axis=1)
+                row[name] = {Action(a).name: round(100.0 * float((top == a).mean()), 1) for a in range(6)
+                             if legal[pick][:, a].any()}
+            rows.append(row)
+    return rows
+
+
+def calibrate_run(run_dir: Path, run_config: RunConfig, llm_config: LLMConfig, market: Market, *,
+                  max_states: int = 200, min_states: int = MIN_STATES, batch: int = 16, force: bool = False,
+                  backend: Backend | None = None) -> tuple[BatchCalibration, list[dict[str, Any]]]:
+    """Fit and store ``RUN_DIR/llm_calibration.json`` on the training days; returns it and the lean table."""
+    if llm_config.mode != "score":
+        raise UserError("batch calibration divides scoring-mode distributions; llm.mode is 'generate'",
+                        fix="set llm.mode: score")
+    path = calibration_path(run_dir)
+    if path.exists() and not force:
+        raise UserError("the run already has a batch calibration", file=str(path),
+                        fix="add --force to fit it again (advice collected with the old one keeps it)")
+    check_writable(path, what="advise calibrate")
+    t = calibration_bars(market, run_config, "train", max_states)
+    contexts = calibration_contexts(market, t)
+    prompts = PromptBuilder(llm_config, source="the run's llm config")
+    own = backend is None
+    backend = backend or make_backend(llm_config, prompts)
+    try:
+        mass = score_contexts(backend, prompts, contexts, batch=batch)
+    finally:
+        if own:
+            backend.close()
+    legal = np.array([c.legal for c in contexts], dtype=bool)
+    cal = fit_batch_calibration(mass, legal, [c.market for c in contexts], [c.position for c in contexts],
+                                identity=advice_identity(llm_config),
+                                days=market.bars.session_id[t].tolist() if len(t) else [],
+                                min_states=min_states)
+    cal.save(path)
+    return cal, lean_table(contexts, mass, cal)

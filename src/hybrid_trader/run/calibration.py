@@ -1,0 +1,49 @@
+"""A run's batch calibration file (``RUN_DIR/llm_calibration.json``), refused under another model or prompt."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from hybrid_trader.errors import UserError
+from hybrid_trader.llm.batch_calibration import BatchCalibration
+from hybrid_trader.llm.config import LLMConfig
+from hybrid_trader.run.advice_dataset import advice_identity, check_same_advice
+from hybrid_trader.run.rundir import CALIBRATION
+
+
+def calibration_path(run_dir: Path) -> Path:
+    return Path(run_dir) / CALIBRATION
+
+
+def load_calibration(run_dir: Path, config: LLMConfig, *, required: bool = False) -> BatchCalibration | None:
+    """The run's batch calibration, checked against ``config``'s advice identity (None: none fitted, not required).
+
+    Content-free calibration (``llm.scoring.calibrate``) and generation mode use none, nor
+    does the student (it learnt from advice collect had already calibrated).
+    """
+    path = calibration_path(run_dir)
+    if config.mode != "score" or config.backend == "student" or (config.scoring.calibrate and not required):
+        return None
+    if not path.is_file():
+        if required:
+            raise UserError("the run has no batch calibration", file=str(path),
+                            fix=f"fit it on the training days: hybrid-trader advise calibrate {run_dir}")
+        return None
+    cal = BatchCalibration.load(path)
+    check_same_advice(cal.identity, advice_identity(config), file=str(path),
+                      fix=f"fit it again for this model and prompt: hybrid-trader advise calibrate {run_dir} --force")
+    return cal
+
+
+def attach_calibration(advisor: Any, config: LLMConfig, run_dirs: Sequence[Path | str | None]) -> Path | None:
+    """Give ``advisor`` the first run's batch calibration found among ``run_dirs``; returns its file (None: none)."""
+    for d in run_dirs:
+        if d is None:
+            continue
+        cal = load_calibration(Path(d), config)
+        if cal is not None:
+            advisor.answerer.batch_calibration = cal
+            return calibration_path(Path(d))
+    return None

@@ -1,0 +1,163 @@
+"""``advise calibrate``: fitted on training days only, refused under another prompt, applied by collect."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+from hybrid_trader.account_state import AccountState
+from hybrid_trader.advise.calibrate import calibrate_run
+from hybrid_trader.advise.collect import collect_split
+from hybrid_trader.cli.main import main
+from hybrid_trader.config import merge_overrides
+from hybrid_trader.data.bars import Bars
+from hybrid_trader.errors import UserError
+from hybrid_trader.llm import build_advisor
+from hybrid_trader.llm.backends.mock import MockBackend
+from hybrid_trader.llm.context import context_from_market
+from hybrid_trader.run.advice_dataset import read_split
+from hybrid_trader.run.calibration import attach_calibration, calibration_path, load_calibration
+from hybrid_trader.training.market import load_market
+
+
+class LeaningMock(MockBackend):
+    """The mock with a constant lean: BUY's mass x300 (a base model's few-shot lean)."""
+
+    def score(self, queries):
+        mass = super().score(queries)
+        mass[:, 1] *= 300.0
+        return mass / mass.sum(axis=1, keepdims=True) * self.config.coverage
+
+
+def leaning(config):
+    return LeaningMock(config.mock)
+
+
+def test_calibration_removes_the_lean_of_flat_states_when_fitted(run_dir, run_parts, mock_config):
+    cfg, market, _ = run_parts
+    cal, table = calibrate_run(run_dir, cfg, mock_config, market, max_states=120, backend=leaning(mock_config))
+    assert calibration_path(run_dir).is_file() and cal.counts == {"NQ/flat": 120, "NQ/long": 120, "NQ/short": 120}
+    assert set(cal.days) <= set(market.split.part("train"))
+    flat = [r for r in table if r["position"] == "flat"]
+    n = sum(r["states"] for r in flat)
+    raw_buy = sum(r["raw"]["BUY"] * r["states"] for r in flat) / n
+    cal_top = max(sum(r["calibrated"][a] * r["states"] for r in flat) / n for a in ("HOLD", "BUY", "SELL"))
+    assert raw_buy > 85.0 and cal_top < 70.0, (raw_buy, cal_top)
+    down = [r for r in flat if "downtrend" in r["trend"]]
+    assert down and all(r["calibrated"]["SELL"] > r["raw"]["SELL"] for r in down)  # the trend shows through
+
+
+def test_calibration_ignores_later_days_when_val_and_test_bars_change(run_dir, run_parts, mock_config, tmp_path):
+    cfg, market, _ = run_parts
+    a, _ = calibrate_run(run_dir, cfg, mock_config, market, max_states=80, backend=leaning(mock_config))
+    first_val = int(np.flatnonzero(market.bars.session_id == min(market.split.part("val")))[0])
+    frame = market.bars.frame.copy()
+    scale = np.where(np.arange(len(frame)) >= first_val, 1.0, 0.0) * np.linspace(0, 0.2, len(frame))
+    for col in ("open", "high", "low", "close"):
+        frame[col] = frame[col] * (1.0 - scale)  # a crash on every later day
+    frame["volume"] = frame["volume"] * (1.0 + 5 * scale)
+    bars = Bars(frame, market=market.bars.market, bar_minutes=market.bars.bar_minutes, source="perturbed")
+    perturbed = load_market(cfg.data, cfg.split, bars=bars)
+    assert not np.allclose(perturbed.bars.close, market.bars.close)
+    b, _ = calibrate_run(tmp_path, cfg, mock_config, perturbed, max_states=80, backend=leaning(mock_config))
+    assert a.means == b.means and a.counts == b.counts and a.days == b.days
+
+
+def test_run_refuses_the_calibration_when_fitted_with_another_prompt(run_dir, run_parts, mock_config):
+    cfg, market, _ = run_parts
+    calibrate_run(run_dir, cfg, mock_config, market, max_states=40, backend=leaning(mock_config))
+    assert load_calibration(run_dir, mock_config) is not None
+    other = merge_overrides(mock_config, {"prompt.system": "You are a cautious trader."})
+    with pytest.raises(UserError) as err:
+        load_calibration(run_dir, other)
+    assert "another model or prompt" in str(err.value) and "prompt" in str(err.value)
+    with pytest.raises(UserError, match="already has"):
+        calibrate_run(run_dir, cfg, mock_config, market, max_states=40, backend=leaning(mock_config))
+
+
+def test_calibrate_says_the_fix_when_too_few_states(run_dir, run_parts, mock_config):
+    cfg, market, _ = run_parts
+    with pytest.raises(UserError) as err:
+        calibrate_run(run_dir, cfg, mock_config, market, max_states=5, min_states=20, backend=leaning(mock_config))
+    assert "too few states" in str(err.value) and "--max-states" in str(err.value)
+    assert not calibration_path(run_dir).exists()
+
+
+def test_collect_stores_calibrated_advice_when_the_run_has_a_calibration(run_dir, run_parts, mock_config, tmp_path):
+    cfg, market, policy = run_parts
+    plain = tmp_path / "plain"
+    shutil.copytree(run_dir, plain)
+    cal, _ = calibrate_run(run_dir, cfg, mock_config, market, max_states=60, backend=leaning(mock_config))
+    for d in (run_dir, plain):
+        collect_split(d, "train", mock_config, market=market, run_config=cfg, policy=policy, max_states=60,
+                      progress=False, say=lambda s: None)
+    rows, meta = read_split(run_dir, "train")
+    raw, raw_meta = read_split(plain, "train")
+    assert meta["calibration"].startswith("batch:") and raw_meta["calibration"] == ""
+    assert np.array_equal(rows.t, raw.t) and np.array_equal(rows.position, raw.position)
+    masks = rows.masks()
+    ok = ~rows.abstained
+    assert ok.sum() > 30 and not np.allclose(rows.probs[ok], raw.probs[ok], atol=1e-3)
+    for i in np.flatnonzero(ok):
+        expect = cal.apply(raw.probs[i], masks[i], "NQ", int(rows.position[i]))
+        assert np.allclose(rows.probs[i], expect, atol=1e-5)
+        assert rows.confidence[i] == pytest.approx(float(expect.max()), abs=1e-5)
+    with pytest.raises(UserError, match="calibrated with no batch calibration"):  # the plain dataset, now calibrated
+        shutil.copy(calibration_path(run_dir), calibration_path(plain))
+        collect_split(plain, "train", mock_config, market=market, run_config=cfg, policy=policy, max_states=80,
+                      progress=False, say=lambda s: None)
+
+
+def test_cli_calibrate_prints_the_table_and_a_json_line_when_run(run_dir, capsys):
+    assert main(["advise", "calibrate", str(run_dir), "--llm", "mock", "--max-states", "40"]) == 0
+    out = capsys.readouterr().out
+    assert "raw -> calibrated" in out and "mean answer NQ/flat" in out
+    summary = json.loads(out.strip().splitlines()[-1])
+    assert summary["calibration"]["counts"]["NQ/flat"] == 40 and summary["table"]
+    assert main(["advise", "calibrate", str(run_dir), "--llm", "mock", "--max-states", "40"]) == 2
+    assert "already has" in capsys.readouterr().err
+
+
+def test_advisor_answers_calibrated_when_a_run_dir_has_a_calibration(run_dir, run_parts, mock_config):
+    cfg, market, _ = run_parts
+    cal, _ = calibrate_run(run_dir, cfg, mock_config, market, max_states=40, backend=leaning(mock_config))
+    advisor = build_advisor(mock_config)
+    try:
+        ctx = context_from_market(market.bars, market.features, 500, AccountState(balance=50_000.0),
+                                  np.array([True, True, True, False, False, False]))
+        raw = advisor.advise_now([ctx], use_cache=False)[0]
+        assert attach_calibration(advisor, mock_config, [None, run_dir]) == calibration_path(run_dir)
+        after = advisor.advise_now([ctx], use_cache=False)[0]
+        assert np.allclose(after.probs, cal.apply(raw.probs, ctx.legal, ctx.market, 0), atol=1e-6)
+        student = merge_overrides(mock_config, {"backend": "student"})
+        assert load_calibration(run_dir, student) is None  # the student learnt calibrated advice already
+    finally:
+        advisor.close()
+
+
+def test_bench_llm_divides_by_the_run_calibration_when_given_one(run_dir, capsys):
+    assert main(["advise", "calibrate", str(run_dir), "--llm", "mock", "--max-states", "30"]) == 0
+    capsys.readouterr()
+    assert main(["bench", "llm", "--backend", "mock", "--queries", "64", "--step-ms", "0",
+                 "--calibration-run", str(run_dir)]) == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert out["calibration"] == "batch" and out["queries"] >= 64
+    assert main(["bench", "llm", "--backend", "mock", "--queries", "64", "--calibration-run",
+                 str(run_dir.parent / "nothing")]) == 2
+    assert "no batch calibration" in capsys.readouterr().err
+
+
+def test_llm_ask_shows_calibrated_advice_when_given_the_run(run_dir, capsys):
+    assert main(["advise", "calibrate", str(run_dir), "--llm", "mock", "--max-states", "30"]) == 0
+    capsys.readouterr()
+    assert main(["llm", "ask", "--backend", "mock", "--bar", "300"]) == 0
+    raw = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert main(["llm", "ask", "--backend", "mock", "--bar", "300", "--run", str(run_dir)]) == 0
+    out = capsys.readouterr().out
+    cal = json.loads(out.strip().splitlines()[-1])
+    assert raw["calibration"] is None and cal["calibration"].endswith("llm_calibration.json")
+    assert "divided by the batch calibration" in out and cal["probs"] != raw["probs"]
+    assert main(["llm", "ask", "--backend", "mock", "--run", str(run_dir.parent / "none")]) == 2
