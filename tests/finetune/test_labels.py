@@ -69,7 +69,7 @@ def test_label_equals_the_environments_trade_when_the_agent_buys_on_that_bar():
     env = TradingEnv(market.bars, market.features, EnvConfig(**{**CFG.__dict__, "episode_sessions": None}),
                      sessions=[0])
     env.reset(seed=0, options={"start": 0})
-    while env._t < t:
+    while env.current_index < t:
         env.step(Action.HOLD)
     env.step(Action.BUY)
     while env.broker.side:
