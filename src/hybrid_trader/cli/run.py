@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from hybrid_trader.errors import UserError
@@ -34,6 +35,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--on-exit", choices=("flatten", "protect"), default="flatten",
                    help="Ctrl-C with an open position: close it at the last close (flatten, default) or leave it "
                         "to its stop and target (protect)")
+    p.add_argument("--no-status", action="store_true",
+                   help="no live status on stderr (by default: one line redrawn in place on a terminal, a line per "
+                        "change of position, trades, account status or day otherwise; docs/LIVE.md)")
     p.add_argument("--json", action="store_true",
                    help="print one JSON summary as the last line (net P&L, trades, account status)")
     p.set_defaults(func=run)
@@ -43,6 +47,7 @@ def run(args: argparse.Namespace) -> int:
     # the executor loads torch, SB3 and the environment: `hybrid-trader --help` must not pay it
     from hybrid_trader.live.executor import Executor, split_dates
     from hybrid_trader.live.feeds import ReplayFeed, open_feed, parse_feed_spec  # same reason
+    from hybrid_trader.live.status import StatusPrinter
 
     run_dir = Path(args.run_dir)
     if not (run_dir / "config.yaml").is_file():
@@ -59,14 +64,17 @@ def run(args: argparse.Namespace) -> int:
     say = (lambda *a: None) if args.json else (lambda *a: print(*a, flush=True))
     executor = Executor(run_dir, journal, trade_dates=split_dates(run_dir, args.split), market=market,
                         bar_minutes=bar_minutes, say=say)
+    status = None if args.no_status else StatusPrinter(sys.stderr)
     code = 0
     try:
-        summary = executor.run_feed(feed)
+        summary = executor.run_feed(feed, on_bar=None if status is None else status.update)
     except KeyboardInterrupt:
         executor.stop(args.on_exit)
         summary = executor.summary
         code = 130
     finally:
+        if status is not None:
+            status.finish(executor)
         executor.close()
     for note in summary.notes:
         say(f"note: {note}")

@@ -29,7 +29,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -183,6 +183,8 @@ class Executor:
         self.latencies_ms: list[float] = []
         """Per decision: ms from the bar's arrival to the decision and its orders committed to the journal."""
         self._decided = False
+        self.last_decision: tuple[int, int, list[str]] | None = None
+        """The last decision: (bar time ns, action, reason codes), for the status line."""
         self._batched = 0
         self._batch_started: float | None = None
 
@@ -192,6 +194,7 @@ class Executor:
         model, vec, _ = load_policy(self.run.path, self.config.ppo.device, self.config.ppo.normalize_observations)
         self.model = model
         self.vec = vec
+        self.advisor_label = f"none (phase {self.phase})"
         if self.phase != 3:
             return AgentPolicy(model, vec)
         llm = self.config.llm.in_run()
@@ -200,7 +203,9 @@ class Executor:
             from hybrid_trader.llm import build_advisor
 
             advisor = build_advisor(llm)
+            self.advisor_label = "student"
             return HybridAgentPolicy(model, vec, advisor, None, self.config.fusion, max_samples=0)
+        self.advisor_label = f"off (RL-only; llm.backend {llm.backend})"
         self.notes.append(f"llm.backend {llm.backend}: the executor decides RL-only (no LLM may block a "
                           "decision; only the distilled student advises every bar)")
         return HybridAgentPolicy(model, vec, None, None, self.config.fusion, use_llm=False, max_samples=0)
@@ -229,10 +234,13 @@ class Executor:
         return self.core.account_snapshot()
 
     # ------------------------------------------------------------------ the loop
-    def run_feed(self, feed: Iterable[Bar]) -> ExecutorSummary:
-        """Process every bar of ``feed``; KeyboardInterrupt propagates (see :meth:`stop`)."""
+    def run_feed(self, feed: Iterable[Bar], on_bar: Callable[[Executor], None] | None = None) -> ExecutorSummary:
+        """Process every bar of ``feed``, calling ``on_bar(self)`` after each (the status line);
+        KeyboardInterrupt propagates (see :meth:`stop`)."""
         for bar in feed:
             self.on_bar(bar)
+            if on_bar is not None:
+                on_bar(self)
         self.journal.commit()
         self._finish_summary()
         return self.summary
@@ -375,6 +383,7 @@ class Executor:
             self._entry_id = oid
         latency = (time.perf_counter() - arrived) * 1000.0  # rows written, not yet committed
         self._decided = True
+        self.last_decision = (tns, action, codes)
         if self._journaled_decisions is not None and tns <= self._journaled_decisions:
             return
         decision = getattr(self.policy, "last_decision", None)  # phase 3: the hybrid agent's Decision
@@ -384,6 +393,7 @@ class Executor:
         else:
             probs = decision.probs
             codes = [f"fusion:{decision.reason}", *codes]
+            self.last_decision = (tns, action, codes)
             if decision.advice is not None:
                 advice = {"action": ACTION_NAMES[decision.advice.action],
                           "confidence": round(float(decision.advice.confidence), 4),
