@@ -113,7 +113,7 @@ def test_restart_continues_without_duplicates_when_killed_mid_replay(tiny, tmp_p
     replay(run, csv, whole)
     journal = tmp_path / "killed.sqlite"
     cmd = [sys.executable, "-m", "hybrid_trader.cli.main", "run", str(run), "--feed", f"replay:{csv}",
-           "--split", "test", "--broker", "paper", "--journal", str(journal)]
+           "--split", "test", "--broker", "paper", "--journal", str(journal), "--no-status"]
     env = {**os.environ, "PYTHONPATH": str(REPO / "src") + os.pathsep + str(REPO)}
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.time() + 300

@@ -31,6 +31,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "default all")
     p.add_argument("--broker", choices=("paper",), default="paper",
                    help="paper: the environment's own fills, costs and stops (default)")
+    p.add_argument("--bar-minutes", type=int, default=None, metavar="N",
+                   help="the bar size of a follow: feed in minutes (default: the run's training data's; a replay "
+                        "reads it from its file)")
+    p.add_argument("--idle-exit", type=float, default=None, metavar="S",
+                   help="a follow: feed ends after S seconds without a new line (default: it runs until Ctrl-C)")
     p.add_argument("--journal", required=True, metavar="FILE", help="the SQLite journal (created, or continued)")
     p.add_argument("--on-exit", choices=("flatten", "protect"), default="flatten",
                    help="Ctrl-C with an open position: close it at the last close (flatten, default) or leave it "
@@ -45,7 +50,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     # the executor loads torch, SB3 and the environment: `hybrid-trader --help` must not pay it
-    from hybrid_trader.live.executor import Executor, split_dates
+    from hybrid_trader.live.executor import Executor, run_bar_minutes, split_dates
     from hybrid_trader.live.feeds import ReplayFeed, open_feed, parse_feed_spec  # same reason
     from hybrid_trader.live.status import StatusPrinter
 
@@ -58,9 +63,20 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("the journal's folder does not exist", file=str(journal),
                         fix=f"create it first (mkdir -p {journal.parent}) or choose another path")
     spec = parse_feed_spec(args.feed)
-    feed = open_feed(spec)
+    if args.idle_exit is not None and (spec.scheme != "follow" or not args.idle_exit > 0):
+        raise UserError(f"--idle-exit {args.idle_exit}: a positive number of seconds, for a follow: feed",
+                        fix="e.g. --feed follow:export.csv --idle-exit 600, or drop it")
+    feed = open_feed(spec, **({"timeout_s": args.idle_exit} if args.idle_exit else {}))
     market = feed.bars.market if isinstance(feed, ReplayFeed) else None
-    bar_minutes = feed.bars.bar_minutes if isinstance(feed, ReplayFeed) else 1
+    if isinstance(feed, ReplayFeed):
+        bar_minutes = feed.bars.bar_minutes
+        if args.bar_minutes is not None and args.bar_minutes != bar_minutes:
+            raise UserError(f"--bar-minutes {args.bar_minutes} but the replayed file holds {bar_minutes}-minute bars",
+                            file=str(spec.path), fix="drop --bar-minutes for a replay")
+    else:
+        bar_minutes = args.bar_minutes or run_bar_minutes(run_dir)
+    if bar_minutes < 1:
+        raise UserError(f"--bar-minutes {bar_minutes} must be at least 1", fix="e.g. --bar-minutes 5")
     say = (lambda *a: None) if args.json else (lambda *a: print(*a, flush=True))
     executor = Executor(run_dir, journal, trade_dates=split_dates(run_dir, args.split), market=market,
                         bar_minutes=bar_minutes, say=say)

@@ -495,6 +495,12 @@ def _utc(tns: int) -> pd.Timestamp:
     return pd.Timestamp(tns, tz="UTC")
 
 
+def run_bar_minutes(run_dir: str | Path) -> int:
+    """The bar size [min] of the data the run was trained on (a followed feed must have the same)."""
+    config = RunDir(run_dir).require().load_config(RunConfig)
+    return int(load_market(config.data, config.split).bars.bar_minutes)
+
+
 def split_dates(run_dir: str | Path, split: str) -> list[np.datetime64] | None:
     """The trading dates of the run's ``split`` (``all``: None, every day)."""
     if split == "all":

@@ -1,0 +1,88 @@
+"""The executor on a followed CSV: a platform appending bars makes the replay's trades."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pytest
+
+from hybrid_trader.live.executor import Executor, split_dates
+from hybrid_trader.live.feeds import FollowFeed, ReplayFeed
+
+from .executor_run import tiny_run
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return tiny_run(tmp_path_factory.mktemp("follow"))
+
+
+def append_in_chunks(src, dst, chunk: int, pause_s: float) -> threading.Thread:
+    """Write ``src`` into ``dst`` a chunk at a time, each cut in the middle of a line (a platform mid-write)."""
+    data = src.read_bytes()
+
+    def write() -> None:
+        with open(dst, "ab") as f:
+            for start in range(0, len(data), chunk):
+                f.write(data[start:start + chunk])
+                f.flush()
+                time.sleep(pause_s)
+
+    thread = threading.Thread(target=write, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_following_a_growing_csv_makes_the_replays_trades_when_lines_arrive_cut_in_the_middle(tiny, tmp_path):
+    run, csv, _ = tiny
+    replay_feed = ReplayFeed(csv)
+    dates = split_dates(run, "test")
+    expected = Executor(run, tmp_path / "replay.sqlite", trade_dates=dates, market=replay_feed.bars.market,
+                        bar_minutes=replay_feed.bars.bar_minutes)
+    expected.run_feed(replay_feed)
+    expected.close()
+
+    growing = tmp_path / "export.csv"
+    growing.touch()
+    writer = append_in_chunks(csv, growing, chunk=64_123, pause_s=0.01)
+    followed = Executor(run, tmp_path / "follow.sqlite", trade_dates=dates, market=replay_feed.bars.market,
+                        bar_minutes=replay_feed.bars.bar_minutes)
+    summary = followed.run_feed(FollowFeed(growing, poll_s=0.01, timeout_s=3.0))
+    writer.join()
+    followed.close()
+    assert summary.rejected == 0 and summary.bars == expected.summary.bars
+    got, want = followed.trade_log(), expected.trade_log()
+    assert len(got) == len(want) > 0
+    assert got.drop(columns=[]).equals(want)
+
+
+def test_run_follow_ends_after_idle_exit_with_the_replays_summary_and_status_lines(tiny, tmp_path, capsys):
+    from hybrid_trader.cli.main import main
+
+    run, csv, _ = tiny
+    common = ["--split", "test", "--json"]
+    assert main(["run", str(run), "--feed", f"replay:{csv}", "--journal", str(tmp_path / "r.sqlite"), *common]) == 0
+    replayed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert main(["run", str(run), "--feed", f"follow:{csv}", "--idle-exit", "1", "--journal",
+                 str(tmp_path / "f.sqlite"), *common]) == 0
+    out = capsys.readouterr()
+    followed = json.loads(out.out.strip().splitlines()[-1])
+    for key in ("bars", "decisions", "trades", "net_pnl", "balance", "account_status"):
+        assert followed[key] == replayed[key], key
+    status = [line for line in out.err.splitlines() if " trades  | " in line]
+    assert status and f"{followed['trades']:,} trades" in status[-1]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--idle-exit", "0"], "--idle-exit 0"),
+    (["--bar-minutes", "5"], "--bar-minutes 5 but the replayed file holds 1-minute bars"),
+])
+def test_run_refuses_options_when_they_do_not_fit_the_feed(tiny, tmp_path, capsys, args, message):
+    from hybrid_trader.cli.main import main
+
+    run, csv, _ = tiny
+    code = main(["run", str(run), "--feed", f"replay:{csv}", "--journal", str(tmp_path / "j.sqlite"), *args])
+    assert code == 2
+    assert message in capsys.readouterr().err
