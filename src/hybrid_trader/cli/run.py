@@ -36,6 +36,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "reads it from its file)")
     p.add_argument("--idle-exit", type=float, default=None, metavar="S",
                    help="a follow: feed ends after S seconds without a new line (default: it runs until Ctrl-C)")
+    p.add_argument("--advisor", choices=("async", "off"), default="async",
+                   help="a phase 3 run whose advisor is an LLM (not a distilled student): ask it asynchronously, "
+                        "each decision using the latest answer (async, default), or decide RL-only (off)")
+    p.add_argument("--llm-budget-ms", type=float, default=0.0, metavar="MS",
+                   help="with --advisor async, how long a decision may wait for its own bar's answer before it uses "
+                        "the advice in force (default 0: never waits)")
     p.add_argument("--journal", required=True, metavar="FILE", help="the SQLite journal (created, or continued)")
     p.add_argument("--on-exit", choices=("flatten", "protect"), default="flatten",
                    help="Ctrl-C with an open position: close it at the last close (flatten, default) or leave it "
@@ -75,11 +81,14 @@ def run(args: argparse.Namespace) -> int:
                             file=str(spec.path), fix="drop --bar-minutes for a replay")
     else:
         bar_minutes = args.bar_minutes or run_bar_minutes(run_dir)
+    if not 0.0 <= args.llm_budget_ms <= 60_000.0:
+        raise UserError(f"--llm-budget-ms {args.llm_budget_ms} must be between 0 and 60000",
+                        fix="e.g. --llm-budget-ms 200, or 0 to never wait")
     if bar_minutes < 1:
         raise UserError(f"--bar-minutes {bar_minutes} must be at least 1", fix="e.g. --bar-minutes 5")
     say = (lambda *a: None) if args.json else (lambda *a: print(*a, flush=True))
     executor = Executor(run_dir, journal, trade_dates=split_dates(run_dir, args.split), market=market,
-                        bar_minutes=bar_minutes, say=say)
+                        bar_minutes=bar_minutes, say=say, llm=args.advisor, llm_budget_ms=args.llm_budget_ms)
     status = None if args.no_status else StatusPrinter(sys.stderr)
     code = 0
     try:

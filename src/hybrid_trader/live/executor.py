@@ -47,9 +47,9 @@ from hybrid_trader.env.observation import ObservationBuilder
 from hybrid_trader.env.rules import get_rules
 from hybrid_trader.errors import UserError
 from hybrid_trader.evaluation.evaluate import load_policy, sessions_for
-from hybrid_trader.evaluation.policies import AgentPolicy, HybridAgentPolicy
 from hybrid_trader.features.feature_set import N_BAR, N_MARKET, make_windows
 from hybrid_trader.features.names import WINDOW
+from hybrid_trader.live.async_advice import AsyncAdvisedPolicy, live_policy
 from hybrid_trader.live.features import IncrementalFeatures
 from hybrid_trader.live.feeds import Bar, BarGate
 from hybrid_trader.live.journal import Journal
@@ -128,11 +128,15 @@ class Executor:
     ``market`` and ``bar_minutes``: the feed's (the run's ``env.market`` wins). ``trade_dates``: the
     trading dates to trade (None: every day); the other bars only
     warm the features up. ``run_tag`` names the orders (default: the run folder's name).
+    ``llm``, ``llm_budget_ms``: a phase 3 run's LLM (not its student) asked asynchronously, a
+    decision waiting at most that long for its own bar's answer (``async``), or not at all (``off``);
+    ``llm_overrides``: ``llm.*`` keys over the run's.
     """
 
     def __init__(self, run_dir: str | Path, journal: str | Path | Journal, *,
                  trade_dates: Iterable[Any] | None = None, run_tag: str | None = None,
-                 market: str | None = None, bar_minutes: int = 1, say: Any = None) -> None:
+                 market: str | None = None, bar_minutes: int = 1, say: Any = None, llm: str = "async",
+                 llm_budget_ms: float = 0.0, llm_overrides: dict | None = None) -> None:
         self.run = RunDir(run_dir).require()
         self.config: RunConfig = self.run.load_config(RunConfig)
         cfg = self.config.env
@@ -162,7 +166,7 @@ class Executor:
         self.core = TradingCore(self.broker, self.account, self.observer, n_actions, a.open, a.high, a.low,
                                 a.close, a.atr, veto)
         self.window = window_minutes(cfg, self.account)
-        self.policy = self._policy()
+        self.policy = self._policy(llm, llm_budget_ms, llm_overrides)
         self.features: IncrementalFeatures | None = None
         self.gate: BarGate | None = None
         self.summary = ExecutorSummary()
@@ -189,26 +193,22 @@ class Executor:
         self._batch_started: float | None = None
 
     # ------------------------------------------------------------------ set-up
-    def _policy(self) -> Any:
-        """The evaluation's deterministic policy of the run (phase 3: the student, or RL-only)."""
+    def _policy(self, llm: str, budget_ms: float, llm_overrides: dict | None) -> Any:
+        """The evaluation's deterministic policy of the run (``live.async_advice.live_policy``)."""
         model, vec, _ = load_policy(self.run.path, self.config.ppo.device, self.config.ppo.normalize_observations)
-        self.model = model
-        self.vec = vec
-        self.advisor_label = f"none (phase {self.phase})"
-        if self.phase != 3:
-            return AgentPolicy(model, vec)
-        llm = self.config.llm.in_run()
-        if llm.backend == "student":
-            # phase 3 only: the advisor's back ends load torch models of their own.
-            from hybrid_trader.llm import build_advisor
+        self.model, self.vec = model, vec
+        live = live_policy(self.config, model, vec, self.run.path, self.contract.symbol, llm=llm,
+                           budget_ms=budget_ms, llm_overrides=llm_overrides)
+        self.notes.extend(live.notes)
+        self._advisor_label, self.live_market = live.label, live.market
+        return live.policy
 
-            advisor = build_advisor(llm)
-            self.advisor_label = "student"
-            return HybridAgentPolicy(model, vec, advisor, None, self.config.fusion, max_samples=0)
-        self.advisor_label = f"off (RL-only; llm.backend {llm.backend})"
-        self.notes.append(f"llm.backend {llm.backend}: the executor decides RL-only (no LLM may block a "
-                          "decision; only the distilled student advises every bar)")
-        return HybridAgentPolicy(model, vec, None, None, self.config.fusion, use_llm=False, max_samples=0)
+    @property
+    def advisor_label(self) -> str:
+        """Who advises, for the status line (an asynchronous LLM with its health)."""
+        if isinstance(self.policy, AsyncAdvisedPolicy):
+            return f"{self._advisor_label} ({self.policy.health()})"
+        return self._advisor_label
 
     # ------------------------------------------------------------------ the policy's view of the state
     @property
@@ -274,6 +274,8 @@ class Executor:
             self.summary.recovered_bars += 1
         self.summary.bars += 1
         row = self.features.append(tns, bar.open, bar.high, bar.low, bar.close, bar.volume)
+        if self.live_market is not None:  # an asynchronous LLM's contexts read the bars and raw indicators
+            self.live_market.push(bar.close, bar.time.tz_convert(EASTERN).to_pydatetime(), row.raw)
         if self.arrays.push(bar, row.bar, row.llm_market, row.atr):
             self.observer.rebind(self.arrays.windows, self.arrays.market)
         if not replayed and not self._recovery_checked:
@@ -477,6 +479,10 @@ class Executor:
         s.net_pnl = float(sum(tr.net_pnl for tr in self.broker.trades))
         s.balance = float(self.account.balance)
         s.account_status = self.account.status.value
+        if isinstance(self.policy, AsyncAdvisedPolicy):
+            notice = self.policy.advisor.health.rl_only_notice()
+            if notice and notice not in self.notes:
+                self.notes.append(notice)
         if self.account.status is AccountStatus.BREACHED:
             self.notes.append("the account breached its trailing threshold: trading halted")
 
@@ -488,6 +494,8 @@ class Executor:
         return trades_frame(self.broker.trades, index, self.bar_minutes)
 
     def close(self) -> None:
+        if isinstance(self.policy, AsyncAdvisedPolicy):
+            self.policy.close()
         self.journal.close()
 
 

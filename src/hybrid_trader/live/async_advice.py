@@ -1,0 +1,173 @@
+"""A phase 3 run's LLM advising the executor asynchronously: a decision never waits past its budget.
+
+Per decision bar, :class:`AsyncAdvisedPolicy`:
+
+1. takes the advice in force (the latest answer, aged by the bars since its question;
+   none once it is older than ``llm.batching.max_age_steps``) and decides with it through
+   the same ``agent.HybridAgent`` evaluation uses;
+2. offers the bar's context to the advisor (``llm.async_advisor.Advisor.submit``: the
+   run's query policy decides whether to ask, the cache may answer at once; never blocks);
+3. with a budget above 0 ms, waits at most that long for the answer to this bar's
+   question and, when it came, decides again with it (age 0).
+
+So with ``budget_ms=0`` the advice a decision uses was asked one or more bars earlier,
+and the decision's latency is the policy's alone; the model runs on its own thread.
+The context is built by ``llm.context.context_from_market`` from :class:`LiveMarket`, the
+executor's bars and raw indicators so far (equal to the batch ones: the incremental
+features are). A failing back end opens the advisor's circuit: decisions go on RL-only,
+and the status line and the summary say so.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from hybrid_trader.agent.hybrid_agent import Decision, HybridAgent
+from hybrid_trader.llm.context import context_from_market
+
+CONTEXT_RAW_KEYS = ("atr14", "rsi14", "adx14", "sma20", "sma50", "macd_hist", "vwap", "mom10", "ret_20", "ret_60")
+"""The raw indicators ``context_from_market`` reads (the executor keeps these per bar when an LLM advises)."""
+WAIT_POLL_S = 0.0005
+
+
+@dataclass
+class _LiveBars:
+    market: str
+    close: list[float]
+    py_times: list[Any]
+
+
+@dataclass
+class _LiveRaw:
+    raw: dict[str, list[float]] = field(default_factory=lambda: {k: [] for k in CONTEXT_RAW_KEYS})
+
+
+class LiveMarket:
+    """The ``bars`` and ``features`` ``context_from_market`` reads, grown one bar at a time."""
+
+    def __init__(self, market: str) -> None:
+        self.bars = _LiveBars(market, [], [])
+        self.features = _LiveRaw()
+
+    def push(self, close: float, time_et: Any, raw: dict[str, float]) -> None:
+        """Append bar ``len(self)``: its close, its ET time (a ``datetime``) and its raw indicators."""
+        self.bars.close.append(float(close))
+        self.bars.py_times.append(time_et)
+        for key, values in self.features.raw.items():
+            values.append(float(raw.get(key, np.nan)))
+
+    def __len__(self) -> int:
+        return len(self.bars.close)
+
+
+class AsyncAdvisedPolicy:
+    """The hybrid agent with an asynchronous advisor (see the module's docstring); ``policy(obs, mask, executor)``."""
+
+    def __init__(self, model: Any, vec_normalize: Any, advisor: Any, market: LiveMarket, fusion: Any, *,
+                 budget_ms: float = 0.0) -> None:
+        self.advisor = advisor
+        self.market = market
+        self.budget_s = max(float(budget_ms), 0.0) / 1000.0
+        max_age = advisor.config.batching.max_age_steps
+        self.agent = HybridAgent.from_model(model, vec_normalize, fusion, max_age=max_age, use_llm=True)
+        self.step = 0
+        self.last_decision: Decision | None = None
+        """The latest decision (fused probabilities, rule, advice): the executor journals it."""
+        self.asked = 0
+        """Questions the advisor took (queued or answered from its cache)."""
+        self.fresh = 0
+        """Decisions made again with their own bar's answer, inside the budget."""
+        advisor.expect_envs(1)  # one stream of questions: a batch need not wait for others
+
+    def __call__(self, obs: np.ndarray, mask: np.ndarray, executor: Any) -> int:
+        step = self.step
+        decision = self.agent.decide(obs, mask, self.advisor.poll(0, step))
+        context = context_from_market(self.market.bars, self.market.features, executor.current_index,
+                                      executor.account_snapshot(), mask)
+        if self.advisor.submit(0, step, context, rl_confidence=decision.rl_confidence):
+            self.asked += 1
+            answer = self._wait(step)
+            if answer is not None:
+                self.fresh += 1
+                decision = self.agent.decide(obs, mask, answer)
+        self.last_decision = decision
+        self.step += 1
+        return decision.action
+
+    def _wait(self, step: int) -> Any:
+        """This step's answer if it comes within the budget (None: decide with what was in force)."""
+        deadline = time.perf_counter() + self.budget_s
+        while True:
+            advice = self.advisor.poll(0, step)
+            if advice is not None and advice.step == step:
+                return advice
+            if time.perf_counter() >= deadline:
+                return None
+            time.sleep(WAIT_POLL_S)
+
+    def health(self) -> str:
+        """'ok', 'circuit open' or 'failing', for the status line."""
+        h = self.advisor.health
+        if h.circuit_open:
+            return "circuit open, RL-only"
+        return "failing" if h.consecutive else "ok"
+
+    def close(self) -> None:
+        self.advisor.close()
+
+
+@dataclass
+class LivePolicy:
+    """The executor's policy and what the status line and the summary say of its advice."""
+
+    policy: Any
+    label: str
+    """'none (phase 2)', 'student', '<backend> async', or 'off (...)'."""
+    market: LiveMarket | None = None
+    """The bars the asynchronous advisor's contexts read (None: no LLM asked)."""
+    notes: list[str] = field(default_factory=list)
+
+
+def live_policy(config: Any, model: Any, vec: Any, run_dir: Any, symbol: str, *, llm: str = "async",
+                budget_ms: float = 0.0, llm_overrides: dict | None = None) -> LivePolicy:
+    """Evaluation's deterministic policy of a run for the executor.
+
+    Phases 1-2: ``AgentPolicy``. Phase 3: ``HybridAgentPolicy`` with the run's distilled
+    student (every bar advised, synchronously: it is a small network); any other back end
+    is asked asynchronously (:class:`AsyncAdvisedPolicy`, with the run's batch calibration)
+    unless ``llm='off'``, which decides RL-only. ``llm_overrides``: ``llm.*`` keys over the run's
+    (e.g. ``{"mock": {"latency_ms": 50}}``), as ``evaluate`` takes them.
+    """
+    # the advisor's back ends load torch models of their own: imported for phase 3 only
+    from hybrid_trader.evaluation.policies import AgentPolicy, HybridAgentPolicy
+
+    phase = config.env.phase
+    if phase != 3:
+        return LivePolicy(AgentPolicy(model, vec), f"none (phase {phase})")
+    from hybrid_trader.llm import build_advisor
+    from hybrid_trader.run.calibration import attach_calibration
+
+    llm_config = config.llm.in_run()
+    if llm_overrides:
+        from hybrid_trader.config import merge_overrides
+
+        llm_config = merge_overrides(llm_config, llm_overrides, path="llm")
+    if llm_config.backend == "student":
+        advisor = build_advisor(llm_config)
+        return LivePolicy(HybridAgentPolicy(model, vec, advisor, None, config.fusion, max_samples=0), "student")
+    if llm == "off":
+        return LivePolicy(HybridAgentPolicy(model, vec, None, None, config.fusion, use_llm=False, max_samples=0),
+                          f"off (RL-only; llm.backend {llm_config.backend})",
+                          notes=[f"--advisor off: decisions were RL-only (the run's llm.backend {llm_config.backend} "
+                                 "was not asked)"])
+    advisor = build_advisor(llm_config)
+    calibration = attach_calibration(advisor, llm_config, [run_dir])
+    market = LiveMarket(symbol)
+    notes = [] if calibration else [f"the run has no batch calibration of its {llm_config.backend} advice: raw "
+                                    "answers were used (hybrid-trader advise calibrate RUN_DIR)"]
+    policy = AsyncAdvisedPolicy(model, vec, advisor, market, config.fusion, budget_ms=budget_ms)
+    return LivePolicy(policy, f"{llm_config.backend} async", market, notes)

@@ -1,0 +1,95 @@
+"""A phase 3 run's LLM asked asynchronously by the executor: the contexts, the parity, the budget."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from hybrid_trader.account_state import AccountState
+from hybrid_trader.evaluation.evaluate import evaluate_run
+from hybrid_trader.live.async_advice import AsyncAdvisedPolicy, LiveMarket
+from hybrid_trader.live.executor import Executor, split_dates
+from hybrid_trader.live.features import IncrementalFeatures
+from hybrid_trader.live.feeds import ReplayFeed
+from hybrid_trader.llm.context import context_from_market
+
+from .test_executor import assert_same_trades
+
+
+@pytest.fixture(scope="module")
+def mock_p3(tmp_path_factory, student_p2, student_market):
+    """A phase 3 run advised by the mock LLM (asked on every decision), and its bars as an ET CSV."""
+    from hybrid_trader.training.runner import train_run
+    from tests.training.conftest import student_cfg
+
+    root = tmp_path_factory.mktemp("async")
+    p3 = root / "p3"
+    train_run(student_cfg(3, 256, **{"llm.backend": "mock"}), p3, init=student_p2, market=student_market,
+              quiet=True)
+    csv = root / "bars.csv"
+    student_market.bars.frame.tz_convert("America/New_York").tz_localize(None).to_csv(csv, index_label="timestamp")
+    return p3, csv, student_market
+
+
+def replay(run, csv, journal, **kw) -> Executor:
+    feed = ReplayFeed(csv)
+    ex = Executor(run, journal, trade_dates=split_dates(run, "test"), market=feed.bars.market,
+                  bar_minutes=feed.bars.bar_minutes, **kw)
+    ex.run_feed(feed)
+    ex.close()
+    return ex
+
+
+def test_live_contexts_equal_the_batch_contexts_when_built_bar_by_bar(student_market):
+    bars, features = student_market.bars, student_market.features
+    inc = IncrementalFeatures(bars.market, bars.bar_minutes)
+    live = LiveMarket(bars.market)
+    account = AccountState(position=1, contracts=1, entry_price=float(bars.close[0]), unrealized_pnl=12.5)
+    mask = np.ones(6, dtype=bool)
+    times = bars.frame.index
+    n = min(len(bars.close), 3000)
+    for t in range(n):
+        row = inc.append(int(times[t].value), bars.open[t], bars.high[t], bars.low[t], bars.close[t], bars.volume[t])
+        live.push(bars.close[t], times[t].tz_convert("America/New_York").to_pydatetime(), row.raw)
+    for t in range(0, n, 97):
+        assert context_from_market(live.bars, live.features, t, account, mask) == \
+            context_from_market(bars, features, t, account, mask), t
+
+
+def test_async_replay_makes_evaluations_trades_when_the_budget_covers_the_models_answer(mock_p3, tmp_path):
+    run, csv, market = mock_p3
+    ex = replay(run, csv, tmp_path / "j.sqlite", llm="async", llm_budget_ms=5_000)
+    assert isinstance(ex.policy, AsyncAdvisedPolicy)
+    assert ex.policy.fresh == ex.policy.asked > 0, "each question answered inside the budget"
+    out = evaluate_run(run, split="test", seeds=1, market=market, quiet=True, ablation=False)
+    expected = pd.read_csv(out.out_dir / "agent.trades.csv")
+    assert len(expected) > 3
+    assert_same_trades(ex.trade_log(), expected)
+    assert ex.advisor_label == "mock async (ok)"
+
+
+def test_async_decisions_never_wait_for_the_model_when_the_budget_is_zero(mock_p3, tmp_path):
+    run, csv, _ = mock_p3
+    slow = {"mock": {"latency_ms": 30.0}, "cache": {"enabled": False}}
+    ex = replay(run, csv, tmp_path / "j.sqlite", llm="async", llm_budget_ms=0, llm_overrides=slow)
+    policy = ex.policy
+    assert policy.fresh == 0 and policy.asked > 0
+    assert max(ex.latencies_ms) < 30.0, "no decision waited for the model's 30 ms"
+    db = sqlite3.connect(tmp_path / "j.sqlite")
+    advised = [json.loads(a) for (a,) in db.execute("SELECT advice FROM decisions WHERE advice IS NOT NULL")]
+    assert advised, "answers asked on earlier bars advise later decisions"
+    assert {a["backend"].split("+")[0] for a in advised} == {"mock"}
+    assert len(advised) < ex.summary.decisions, "the first decision of the replay had no answer yet"
+
+
+def test_executor_decides_rl_only_with_a_note_when_the_llm_is_off(mock_p3, tmp_path):
+    run, csv, _ = mock_p3
+    ex = replay(run, csv, tmp_path / "j.sqlite", llm="off")
+    assert ex.advisor_label == "off (RL-only; llm.backend mock)"
+    assert any("--advisor off" in note for note in ex.notes)
+    db = sqlite3.connect(tmp_path / "j.sqlite")
+    assert db.execute("SELECT COUNT(*) FROM decisions WHERE advice IS NOT NULL").fetchone()[0] == 0
