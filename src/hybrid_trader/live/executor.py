@@ -22,6 +22,10 @@ orders and fills have deterministic ids (``live.ninjatrader.order_id``) and are 
 idempotently, so nothing is sent or booked twice. When the replay reaches the journal's
 last bar, the position and balance it rebuilt are checked against the journal's fills
 and account row; a difference stops the executor with an error naming both.
+
+**NinjaTrader** (``bridge``): the decisions stay these; :class:`~hybrid_trader.live.broker_link.BrokerLink`
+mirrors the paper orders to NinjaTrader after each bar's commit and checks its fills and position before
+each decision (a disagreement or a rejection halts new entries, with a reason code).
 """
 
 from __future__ import annotations
