@@ -22,15 +22,8 @@ from hybrid_trader.live.executor import Executor, split_dates
 from hybrid_trader.live.feeds import ReplayFeed
 from hybrid_trader.live.journal import Journal
 
-from .executor_run import tiny_run
-
 REPO = Path(__file__).resolve().parents[2]
 COMPARED = ["entry_time", "exit_time", "side", "entry_price", "exit_price", "net_pnl", "exit_reason"]
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    return tiny_run(tmp_path_factory.mktemp("executor"))
 
 
 def replay(run: Path, csv: Path, journal: Path) -> Executor:

@@ -11,13 +11,6 @@ import pytest
 from hybrid_trader.live.executor import Executor, split_dates
 from hybrid_trader.live.feeds import FollowFeed, ReplayFeed
 
-from .executor_run import tiny_run
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    return tiny_run(tmp_path_factory.mktemp("follow"))
-
 
 def append_in_chunks(src, dst, chunk: int, pause_s: float) -> threading.Thread:
     """Write ``src`` into ``dst`` a chunk at a time, each cut in the middle of a line (a platform mid-write)."""

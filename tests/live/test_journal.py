@@ -179,3 +179,23 @@ def test_journal_keeps_unreadable_bar_and_nan_advice_when_recorded(tmp_path: Pat
         assert '"confidence": null' in advice[0] and advice[1] == "[0.5, 0.25, 0.25]"
         with pytest.raises(ValueError, match="reason code"):
             j.record_bar(_t(1), 1, 2, 0.5, 1.5, 1, accepted=False)
+
+
+def test_journal_upgrades_in_place_when_opening_a_version_1_journal(tmp_path: Path) -> None:
+    path = tmp_path / "j.sqlite"
+    with Journal(path) as j:
+        j.record_order("o-1", 0, "entry", "BUY", 1, state="sent")
+        j.record_fill("o-1", 1, 100.0, 0, fill_id="o-1")
+    db = sqlite3.connect(path)  # as version 1 wrote it: no fills.source, no errors.code
+    db.executescript("ALTER TABLE fills DROP COLUMN source; ALTER TABLE errors DROP COLUMN code; "
+                     "UPDATE schema_version SET version = 1;")
+    db.close()
+    from hybrid_trader.live.journal import read_journal
+
+    assert read_journal(path)["fills"]["source"].tolist() == ["paper"], "read as it is"
+    with Journal(path) as j:
+        assert j.position_from_fills().qty == 1
+        j.record_fill("o-1", 1, 101.0, 1, fill_id="o-1:broker:1", source="broker")
+        j.record_error("broker", "rejected", 1, code="broker:rejected")
+        assert j.position_from_fills().qty == 1 and j.position_from_fills("broker").qty == 1
+    assert sqlite3.connect(path).execute("SELECT version FROM schema_version").fetchone()[0] == SCHEMA_VERSION

@@ -14,13 +14,6 @@ from hybrid_trader.live.executor import Executor, split_dates
 from hybrid_trader.live.feeds import ReplayFeed
 from hybrid_trader.live.status import StatusPrinter, StatusSnapshot, format_status, snapshot
 
-from .executor_run import tiny_run
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    return tiny_run(tmp_path_factory.mktemp("status"))
-
 
 def replay_with(printer: StatusPrinter, run, csv, journal) -> Executor:
     feed = ReplayFeed(csv)

@@ -1,4 +1,4 @@
-"""``hybrid-trader run RUN_DIR --feed ... --broker paper --journal FILE``: trade a run's agent on a bar feed."""
+"""``hybrid-trader run RUN_DIR --feed ... --broker paper|ninjatrader --journal FILE``: trade a run's agent on a feed."""
 
 from __future__ import annotations
 
@@ -6,8 +6,14 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from hybrid_trader.errors import UserError
+
+if TYPE_CHECKING:
+    from hybrid_trader.live.ninjatrader import NinjaTraderBridge
+
+NT_DIR_DEFAULT = "~/Documents/NinjaTrader 8"
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -29,8 +35,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--split", choices=("train", "val", "test", "all"), default="all",
                    help="trade only the run's days of this split (replays: 'test' makes evaluate's trades); "
                         "default all")
-    p.add_argument("--broker", choices=("paper",), default="paper",
-                   help="paper: the environment's own fills, costs and stops (default)")
+    p.add_argument("--broker", choices=("paper", "ninjatrader"), default="paper",
+                   help="paper: the environment's own fills, costs and stops (default); ninjatrader: the same "
+                        "paper decisions, every order also sent to NinjaTrader 8 through its ATI files, its fills "
+                        "journaled and its position watched (docs/NINJATRADER.md)")
+    p.add_argument("--nt-dir", metavar="DIR", default=None,
+                   help=f"ninjatrader: NinjaTrader's user folder holding incoming/ and outgoing/ (default "
+                        f"'{NT_DIR_DEFAULT}')")
+    p.add_argument("--nt-account", metavar="NAME", help="ninjatrader: the account as NinjaTrader names it (Sim101)")
+    p.add_argument("--nt-instrument", metavar="NAME",
+                   help="ninjatrader: the contract as NinjaTrader names it, e.g. 'NQ 12-26'")
+    p.add_argument("--nt-mismatch-bars", metavar="N", type=int, default=2,
+                   help="ninjatrader: bars NinjaTrader's position may differ from the paper one (a fill may lag) "
+                        "before new entries halt (default 2)")
     p.add_argument("--bar-minutes", type=int, default=None, metavar="N",
                    help="the bar size of a follow: feed in minutes (default: the run's training data's; a replay "
                         "reads it from its file)")
@@ -68,6 +85,7 @@ def run(args: argparse.Namespace) -> int:
     if not journal.parent.is_dir():
         raise UserError("the journal's folder does not exist", file=str(journal),
                         fix=f"create it first (mkdir -p {journal.parent}) or choose another path")
+    bridge = ninjatrader_bridge(args)
     spec = parse_feed_spec(args.feed)
     if args.idle_exit is not None and (spec.scheme != "follow" or not args.idle_exit > 0):
         raise UserError(f"--idle-exit {args.idle_exit}: a positive number of seconds, for a follow: feed",
@@ -88,7 +106,8 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--bar-minutes {bar_minutes} must be at least 1", fix="e.g. --bar-minutes 5")
     say = (lambda *a: None) if args.json else (lambda *a: print(*a, flush=True))
     executor = Executor(run_dir, journal, trade_dates=split_dates(run_dir, args.split), market=market,
-                        bar_minutes=bar_minutes, say=say, llm=args.advisor, llm_budget_ms=args.llm_budget_ms)
+                        bar_minutes=bar_minutes, say=say, llm=args.advisor, llm_budget_ms=args.llm_budget_ms,
+                        bridge=bridge, mismatch_bars=args.nt_mismatch_bars)
     status = None if args.no_status else StatusPrinter(sys.stderr)
     code = 0
     try:
@@ -103,10 +122,40 @@ def run(args: argparse.Namespace) -> int:
         executor.close()
     for note in summary.notes:
         say(f"note: {note}")
+    halted = f", new entries halted ({summary.halted})" if summary.halted else ""
     if args.json:
         print(json.dumps(summary.as_dict()))
     else:
         print(f"{summary.bars} bars ({summary.rejected} rejected, {summary.recovered_bars} recovered from the "
               f"journal), {summary.decisions} decisions, {summary.trades} trades, net P&L {summary.net_pnl:,.2f}, "
-              f"account {summary.account_status}; journal: {journal}")
+              f"account {summary.account_status}{halted}; journal: {journal}")
     return code
+
+
+def ninjatrader_bridge(args: argparse.Namespace) -> NinjaTraderBridge | None:
+    """The ATI bridge ``--broker ninjatrader`` names (None for paper); each bad option is a UserError naming it."""
+    nt_options = {"--nt-dir": args.nt_dir, "--nt-account": args.nt_account, "--nt-instrument": args.nt_instrument}
+    if args.broker != "ninjatrader":
+        given = [name for name, value in nt_options.items() if value is not None]
+        if given:
+            raise UserError(f"{', '.join(given)} only applies to --broker ninjatrader", value=args.broker,
+                            fix="add --broker ninjatrader, or leave out the --nt-* options")
+        return None
+    for name, example in (("--nt-account", "Sim101"), ("--nt-instrument", "'NQ 12-26'")):
+        if not (nt_options[name] or "").strip():
+            raise UserError(f"--broker ninjatrader needs {name}", fix=f"add {name} {example} (as NinjaTrader "
+                            "names it in its Control Center)")
+    if args.nt_mismatch_bars < 0:
+        raise UserError("--nt-mismatch-bars must be 0 or more", value=args.nt_mismatch_bars,
+                        fix="e.g. --nt-mismatch-bars 2 (a fill may lag a bar)")
+    nt_dir = Path(args.nt_dir or NT_DIR_DEFAULT).expanduser()
+    if not nt_dir.is_dir():
+        raise UserError("--nt-dir: NinjaTrader's user folder not found", file=str(nt_dir),
+                        fix="pass --nt-dir with the folder holding incoming/ and outgoing/ (Windows: Documents\\"
+                            "NinjaTrader 8; under WSL: /mnt/c/Users/<you>/Documents/NinjaTrader 8)")
+    from hybrid_trader.live.ninjatrader import NinjaTraderBridge  # checks incoming/, outgoing/, writing
+
+    try:
+        return NinjaTraderBridge(nt_dir, args.nt_account.strip(), args.nt_instrument.strip())
+    except UserError as err:
+        raise UserError(f"--nt-dir: {err.message}", file=err.file, value=err.value, fix=err.fix) from None

@@ -163,14 +163,19 @@ class Broker:
     def open(self, t: int, side: int, bar_open: float, atr: float) -> None:
         """Fill an entry at bar t's open (+ slippage) with the ATR stop and target of the decision bar."""
         self.raw_entry = bar_open
-        self.entry = entry = bar_open + side * self.slip
+        self.entry = bar_open + side * self.slip
         self.side = side
-        self.stop = entry - side * self.stop_atr * atr
-        self.target = entry + side * self.target_atr * atr if self.target_atr > 0 else math.nan
+        self.stop, self.target = self.levels(side, bar_open, atr)
         self.trail_on = False
         self.entry_index = t
         self.mae = 0.0
         self.mfe = 0.0
+
+    def levels(self, side: int, bar_open: float, atr: float) -> tuple[float, float]:
+        """The stop and target of an entry filled at ``bar_open`` (+ slippage); NaN target when disabled."""
+        entry = bar_open + side * self.slip
+        target = entry + side * self.target_atr * atr if self.target_atr > 0 else math.nan
+        return entry - side * self.stop_atr * atr, target
 
     def move_stop_to_breakeven(self) -> None:
         self.stop = self.entry

@@ -22,15 +22,17 @@ orders and fills have deterministic ids (``live.ninjatrader.order_id``) and are 
 idempotently, so nothing is sent or booked twice. When the replay reaches the journal's
 last bar, the position and balance it rebuilt are checked against the journal's fills
 and account row; a difference stops the executor with an error naming both.
+
+**NinjaTrader** (``bridge``): the decisions stay these; :class:`~hybrid_trader.live.broker_link.BrokerLink`
+mirrors the paper orders to NinjaTrader after each bar's commit and checks its fills and position before
+each decision (a disagreement or a rejection halts new entries, with a reason code).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -46,19 +48,21 @@ from hybrid_trader.env.core import TradingCore, make_broker, window_minutes
 from hybrid_trader.env.observation import ObservationBuilder
 from hybrid_trader.env.rules import get_rules
 from hybrid_trader.errors import UserError
-from hybrid_trader.evaluation.evaluate import load_policy, sessions_for
-from hybrid_trader.features.feature_set import N_BAR, N_MARKET, make_windows
+from hybrid_trader.evaluation.evaluate import load_policy
 from hybrid_trader.features.names import WINDOW
 from hybrid_trader.live.async_advice import AsyncAdvisedPolicy, live_policy
+from hybrid_trader.live.broker_link import BrokerLink
+from hybrid_trader.live.executor_parts import ExecutorSummary, LiveArrays, run_bar_minutes, split_dates, utc
 from hybrid_trader.live.features import IncrementalFeatures
 from hybrid_trader.live.feeds import Bar, BarGate
 from hybrid_trader.live.journal import Journal
-from hybrid_trader.live.ninjatrader import order_id
+from hybrid_trader.live.ninjatrader import NinjaTraderBridge, order_id
 from hybrid_trader.markets import get_contract
 from hybrid_trader.run import RunDir
 from hybrid_trader.training.config import RunConfig
-from hybrid_trader.training.market import load_market, make_veto
+from hybrid_trader.training.market import make_veto
 
+__all__ = ["EXIT_MANUAL", "Executor", "ExecutorSummary", "OnExit", "run_bar_minutes", "split_dates"]
 OnExit = Literal["flatten", "protect"]
 EXIT_MANUAL = "MANUAL_EXIT"
 """Exit reason of a position flattened when the executor stops (``--on-exit flatten``)."""
@@ -66,60 +70,6 @@ BATCH_BARS = 1000
 BATCH_S = 1.0
 """Journal rows of bars outside the trading window are committed together, at most this many or this old:
 one fsync for many (a kill loses the batch, and the restart's replay writes it again)."""
-
-
-@dataclass
-class ExecutorSummary:
-    """What a run of the executor did (the CLI's ``--json`` line)."""
-
-    bars: int = 0
-    rejected: int = 0
-    decisions: int = 0
-    trades: int = 0
-    net_pnl: float = 0.0
-    balance: float = 0.0
-    account_status: str = ""
-    recovered_bars: int = 0
-    """Bars replayed from the journal's history at start (a restart), nothing sent again."""
-    interrupted: bool = False
-    notes: list[str] = field(default_factory=list)
-
-    def as_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-
-class _LiveArrays:
-    """The bars and features seen so far, in arrays the observation builder indexes by bar."""
-
-    def __init__(self, capacity: int = 1 << 14) -> None:
-        self.open: list[float] = []
-        self.high: list[float] = []
-        self.low: list[float] = []
-        self.close: list[float] = []
-        self.atr: list[float] = []
-        self.time_ns: list[int] = []
-        self.bar = np.zeros((capacity, N_BAR), dtype=np.float32)
-        self.market = np.zeros((capacity, N_MARKET), dtype=np.float32)
-        self.windows = make_windows(self.bar)
-
-    def push(self, bar: Bar, row_bar: np.ndarray, row_market: np.ndarray, atr: float) -> bool:
-        """Append one bar; True when the feature buffers were reallocated (rebind the observer)."""
-        t = len(self.close)
-        grown = False
-        if t >= len(self.bar):
-            self.bar = np.concatenate([self.bar, np.zeros_like(self.bar)])
-            self.market = np.concatenate([self.market, np.zeros_like(self.market)])
-            self.windows = make_windows(self.bar)
-            grown = True
-        self.bar[t] = row_bar
-        self.market[t] = row_market
-        self.open.append(bar.open)
-        self.high.append(bar.high)
-        self.low.append(bar.low)
-        self.close.append(bar.close)
-        self.atr.append(atr)
-        self.time_ns.append(int(bar.time_ns or 0))
-        return grown
 
 
 class Executor:
@@ -131,12 +81,15 @@ class Executor:
     ``llm``, ``llm_budget_ms``: a phase 3 run's LLM (not its student) asked asynchronously, a
     decision waiting at most that long for its own bar's answer (``async``), or not at all (``off``);
     ``llm_overrides``: ``llm.*`` keys over the run's.
+    ``bridge``: NinjaTrader's ATI bridge; the paper orders are then mirrored to it
+    (:mod:`hybrid_trader.live.broker_link`; ``mismatch_bars``: how long the positions may differ).
     """
 
     def __init__(self, run_dir: str | Path, journal: str | Path | Journal, *,
                  trade_dates: Iterable[Any] | None = None, run_tag: str | None = None,
                  market: str | None = None, bar_minutes: int = 1, say: Any = None, llm: str = "async",
-                 llm_budget_ms: float = 0.0, llm_overrides: dict | None = None) -> None:
+                 llm_budget_ms: float = 0.0, llm_overrides: dict | None = None,
+                 bridge: NinjaTraderBridge | None = None, mismatch_bars: int = 2) -> None:
         self.run = RunDir(run_dir).require()
         self.config: RunConfig = self.run.load_config(RunConfig)
         cfg = self.config.env
@@ -158,7 +111,7 @@ class Executor:
         self.account.check_contracts(cfg.contracts, self.contract)
         self.broker = make_broker(cfg, self.contract)
         self.phase = cfg.phase
-        self.arrays = a = _LiveArrays()
+        self.arrays = a = LiveArrays()
         n_actions = 3 if cfg.phase == 1 else 6
         self.observer = ObservationBuilder(cfg.phase, a.windows, a.market, a.atr, a.close,
                                            self.rules.trailing_drawdown)
@@ -167,6 +120,8 @@ class Executor:
                                 a.close, a.atr, veto)
         self.window = window_minutes(cfg, self.account)
         self.policy = self._policy(llm, llm_budget_ms, llm_overrides)
+        self.link = None if bridge is None else BrokerLink(bridge, self.journal, self.broker, self.contract.tick_size,
+                                                           mismatch_bars=mismatch_bars, say=self.say)
         self.features: IncrementalFeatures | None = None
         self.gate: BarGate | None = None
         self.summary = ExecutorSummary()
@@ -189,6 +144,8 @@ class Executor:
         self._decided = False
         self.last_decision: tuple[int, int, list[str]] | None = None
         """The last decision: (bar time ns, action, reason codes), for the status line."""
+        self._replayed = False
+        self._checked = False
         self._batched = 0
         self._batch_started: float | None = None
 
@@ -281,7 +238,16 @@ class Executor:
         if not replayed and not self._recovery_checked:
             self._check_recovery()
         self._decided = False
-        self._commit_if_due(self._trade(row.index, bar.time, tns, arrived), arrived)
+        self._replayed, self._checked = replayed, False
+        traded = self._trade(row.index, bar.time, tns, arrived)
+        if not self._checked:
+            self._check_broker(tns)
+        link = self.link
+        if link is not None and link.pending and not replayed:
+            traded = True  # the bar's rows are committed before its orders are written
+        self._commit_if_due(traded, arrived)
+        if link is not None:
+            link.flush(live=not replayed)
         if self._decided:  # arrival -> decision and its orders committed to the journal
             self.latencies_ms.append((time.perf_counter() - arrived) * 1000.0)
 
@@ -334,7 +300,8 @@ class Executor:
                 self._day_open, self._day_done = False, True
                 self._journal_account(tns)
                 return True
-        core.last_entry = t if minute <= last_entry else -1
+        halted = self._check_broker(tns)
+        core.last_entry = t if minute <= last_entry and not halted else -1
         vetoes_before = dict(core.veto_counts)
         obs = core.observe()
         mask = core.mask.copy()
@@ -342,8 +309,10 @@ class Executor:
         if self.broker.side == 0:
             if not self.account.can_enter:
                 codes.append(f"account:{self.account.status.value}")
-            if core.last_entry < 0:
+            if minute > last_entry:
                 codes.append("window:after_last_entry")
+            if halted:
+                codes.append(halted)
         action = int(self.policy(obs, mask, self))
         self._pending = core.apply(action)
         self.summary.decisions += 1
@@ -366,9 +335,20 @@ class Executor:
         self._pending = 0
         self._day_open, self._day_done = False, True
 
+    def _check_broker(self, tns: int) -> str:
+        """NinjaTrader's events and position before the bar's decision; the halt's reason code ("" if none)."""
+        self._checked = True
+        if self.link is None:
+            return ""
+        b = self.broker
+        self.link.check(tns, b.side * b.qty if b.side else 0, self._replayed)
+        return self.link.halted
+
     def _drop_pending(self, why: str) -> None:
-        """An entry decided but never filled: cancelled in the journal."""
+        """An entry decided but never filled: cancelled in the journal (and closed at NinjaTrader)."""
         if self._entry_id is not None:
+            if self.link is not None:
+                self.link.drop(self.arrays.time_ns[-1])
             self.journal.update_order_state(self._entry_id, "cancelled", note=why)
             self._entry_id = None
         self._pending = 0
@@ -379,10 +359,12 @@ class Executor:
         """The decision (probabilities, reason codes: ``veto:<code>``, ``account:<status>``,
         ``window:after_last_entry``) and the entry order it makes."""
         if self._pending:
-            oid = order_id(self.run_tag, _utc(tns), "entry")
+            oid = order_id(self.run_tag, utc(tns), "entry")
             self.journal.record_order(oid, tns, "entry", "BUY" if self._pending > 0 else "SELL",
                                       self.broker.qty, state="sent")
             self._entry_id = oid
+            if self.link is not None:
+                self.link.entry(oid, self._pending, self.broker.qty, self.arrays.close[-1], self.arrays.atr[-1], tns)
         latency = (time.perf_counter() - arrived) * 1000.0  # rows written, not yet committed
         self._decided = True
         self.last_decision = (tns, action, codes)
@@ -423,10 +405,12 @@ class Executor:
             self.journal.update_order_state(self._entry_id, "filled")
             self._entry_id = None
         for trade in new:
-            oid = order_id(self.run_tag, _utc(tns), f"exit-{trade.exit_reason}")
+            oid = order_id(self.run_tag, utc(tns), f"exit-{trade.exit_reason}")
             self.journal.record_order(oid, tns, "exit", "SELL" if trade.side > 0 else "BUY", trade.contracts,
                                       state="filled", note=trade.exit_reason)
             self.journal.record_fill(oid, trade.contracts, trade.exit_price, tns, fill_id=oid)
+            if self.link is not None:
+                self.link.exit(trade.exit_reason, tns)
 
     def _journal_account(self, tns: int) -> None:
         if self._journaled_account is not None and tns <= self._journaled_account:
@@ -435,7 +419,8 @@ class Executor:
         self.journal.record_account(tns, acc.status.value, {
             "balance": acc.balance, "threshold": acc.threshold, "peak": acc.peak, "equity": self.core.equity_now,
             "position": self.broker.side * (self.broker.qty if self.broker.side else 0),
-            "day_pnl": acc.balance - acc.day_start_balance, "verdict": acc.verdict.value})
+            "day_pnl": acc.balance - acc.day_start_balance, "verdict": acc.verdict.value,
+            **({} if self.link is None else {"broker_position": self.link.broker_position})})
 
     def _check_recovery(self) -> None:
         """At the first bar after the journal's last one: the rebuilt state must be the journal's."""
@@ -471,6 +456,9 @@ class Executor:
         elif self.broker.side:
             self.notes.append("stopped with an open position, left protected by its stop and target "
                               "(--on-exit protect)")
+        if self.link is not None:  # the journal first, then NinjaTrader (CLOSEPOSITION for flatten)
+            self.journal.commit()
+            self.link.flush(live=self._recovery_checked)
         self._finish_summary()
 
     def _finish_summary(self) -> None:
@@ -483,6 +471,9 @@ class Executor:
             notice = self.policy.advisor.health.rl_only_notice()
             if notice and notice not in self.notes:
                 self.notes.append(notice)
+        if self.link is not None and self.link.halted:
+            s.halted = self.link.halted
+            self.notes.append(f"new entries halted ({self.link.halted}): see the journal's errors table")
         if self.account.status is AccountStatus.BREACHED:
             self.notes.append("the account breached its trailing threshold: trading halted")
 
@@ -497,24 +488,3 @@ class Executor:
         if isinstance(self.policy, AsyncAdvisedPolicy):
             self.policy.close()
         self.journal.close()
-
-
-def _utc(tns: int) -> pd.Timestamp:
-    return pd.Timestamp(tns, tz="UTC")
-
-
-def run_bar_minutes(run_dir: str | Path) -> int:
-    """The bar size [min] of the data the run was trained on (a followed feed must have the same)."""
-    config = RunDir(run_dir).require().load_config(RunConfig)
-    return int(load_market(config.data, config.split).bars.bar_minutes)
-
-
-def split_dates(run_dir: str | Path, split: str) -> list[np.datetime64] | None:
-    """The trading dates of the run's ``split`` (``all``: None, every day)."""
-    if split == "all":
-        return None
-    run = RunDir(run_dir).require()
-    config = run.load_config(RunConfig)
-    market = load_market(config.data, config.split)
-    sessions = sessions_for(market, split)
-    return [market.bars.session_dates[s] for s in sessions]

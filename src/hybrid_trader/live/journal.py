@@ -35,8 +35,11 @@ import pandas as pd
 
 from hybrid_trader.errors import UserError
 
-SCHEMA_VERSION = 1
-"""Bump when a table changes; a journal of another version is refused (no silent migration)."""
+SCHEMA_VERSION = 2
+"""Bump when a table changes. Version 1 journals (no ``fills.source``, no ``errors.code``) are upgraded in
+place when opened for writing (:data:`_MIGRATIONS`) and read as they are; any other version is refused."""
+FILL_SOURCES = ("paper", "broker")
+"""``paper``: the executor's own broker (the decisions); ``broker``: a fill NinjaTrader reported."""
 
 ORDER_STATES = ("new", "sent", "accepted", "partially_filled", "filled", "cancelled", "rejected")
 """``new``: decided and journaled, not yet handed to the broker; ``sent``: handed over."""
@@ -63,13 +66,17 @@ CREATE TABLE IF NOT EXISTS orders (
 CREATE INDEX IF NOT EXISTS orders_bar ON orders(bar_time_ns);
 CREATE TABLE IF NOT EXISTS fills (
     id INTEGER PRIMARY KEY, fill_id TEXT UNIQUE, order_id TEXT NOT NULL REFERENCES orders(order_id),
-    qty INTEGER NOT NULL, price REAL NOT NULL, time_ns INTEGER NOT NULL, recorded_ns INTEGER NOT NULL);
+    qty INTEGER NOT NULL, price REAL NOT NULL, time_ns INTEGER NOT NULL, recorded_ns INTEGER NOT NULL,
+    source TEXT NOT NULL DEFAULT 'paper');
 CREATE TABLE IF NOT EXISTS account (
     id INTEGER PRIMARY KEY, bar_time_ns INTEGER NOT NULL, status TEXT NOT NULL, snapshot TEXT NOT NULL,
     recorded_ns INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS errors (
-    id INTEGER PRIMARY KEY, time_ns INTEGER NOT NULL, location TEXT NOT NULL, message TEXT NOT NULL);
+    id INTEGER PRIMARY KEY, time_ns INTEGER NOT NULL, location TEXT NOT NULL, message TEXT NOT NULL, code TEXT);
 """
+_MIGRATIONS = {1: ("ALTER TABLE fills ADD COLUMN source TEXT NOT NULL DEFAULT 'paper'",
+                   "ALTER TABLE errors ADD COLUMN code TEXT")}
+"""Statements that bring a journal of version k to k + 1."""
 
 
 def to_ns(t: pd.Timestamp | int) -> int:
@@ -172,7 +179,12 @@ class Journal:
             if not rows:
                 db.execute("INSERT INTO schema_version (version) VALUES (?)", (SCHEMA_VERSION,))
                 return
-        found = rows[0][0]
+            found = rows[0][0]
+            while found in _MIGRATIONS:  # an older journal: add the new columns, keep every row
+                for stmt in _MIGRATIONS[found]:
+                    db.execute(stmt)
+                found += 1
+                db.execute("UPDATE schema_version SET version = ?", (found,))
         if found != SCHEMA_VERSION:
             self._db.close()
             raise UserError(
@@ -277,16 +289,20 @@ class Journal:
         return OrderRow(*row)
 
     def record_fill(self, order_id: str, qty: int, price: float, time: pd.Timestamp | int,
-                    fill_id: str | None = None) -> bool:
-        """A fill of ``qty`` (> 0) contracts of an order; a repeated ``fill_id`` is ignored (returns False)."""
+                    fill_id: str | None = None, source: str = "paper") -> bool:
+        """A fill of ``qty`` (> 0) contracts of an order; a repeated ``fill_id`` is ignored (returns False).
+
+        ``source``: ``paper`` (the executor's broker) or ``broker`` (reported by NinjaTrader)."""
         if int(qty) <= 0:
             raise ValueError(f"fill of order {order_id}: qty {qty} must be > 0")
+        if source not in FILL_SOURCES:
+            raise ValueError(f"fill of order {order_id}: source {source!r} is not one of {FILL_SOURCES}")
         with self._tx() as db:
             if db.execute("SELECT 1 FROM orders WHERE order_id = ?", (order_id,)).fetchone() is None:
                 raise KeyError(f"fill for order {order_id!r}, which is not in the journal {self.path}")
-            cur = db.execute("INSERT INTO fills (fill_id, order_id, qty, price, time_ns, recorded_ns) "
-                             "VALUES (?,?,?,?,?,?) ON CONFLICT(fill_id) DO NOTHING",
-                             (fill_id, order_id, int(qty), float(price), to_ns(time), _now()))
+            cur = db.execute("INSERT INTO fills (fill_id, order_id, qty, price, time_ns, recorded_ns, source) "
+                             "VALUES (?,?,?,?,?,?,?) ON CONFLICT(fill_id) DO NOTHING",
+                             (fill_id, order_id, int(qty), float(price), to_ns(time), _now(), source))
             return cur.rowcount == 1
 
     def record_account(self, bar_time: pd.Timestamp | int, status: str, snapshot: Mapping[str, Any]) -> None:
@@ -296,11 +312,13 @@ class Journal:
             db.execute("INSERT INTO account (bar_time_ns, status, snapshot, recorded_ns) VALUES (?,?,?,?)",
                        (to_ns(bar_time), status, _json(dict(snapshot)), _now()))
 
-    def record_error(self, where: str, message: str, time: pd.Timestamp | int | None = None) -> None:
-        """Something that went wrong and was survived (a rejected bar's cause, a broker timeout ...)."""
+    def record_error(self, where: str, message: str, time: pd.Timestamp | int | None = None,
+                     code: str | None = None) -> None:
+        """Something that went wrong and was survived (a rejected bar's cause, a broker timeout ...), with
+        its reason code (e.g. ``broker:rejected``)."""
         with self._tx() as db:
-            db.execute("INSERT INTO errors (time_ns, location, message) VALUES (?,?,?)",
-                       (_now() if time is None else to_ns(time), where, message))
+            db.execute("INSERT INTO errors (time_ns, location, message, code) VALUES (?,?,?,?)",
+                       (_now() if time is None else to_ns(time), where, message, code))
 
     # ---- recovery reads -------------------------------------------------------------------
     def last_bar_time(self, accepted_only: bool = True) -> int | None:
@@ -338,10 +356,23 @@ class Journal:
         row = self._db.execute("SELECT bar_time_ns, status, snapshot FROM account ORDER BY id DESC LIMIT 1").fetchone()
         return None if row is None else AccountRow(int(row[0]), row[1], json.loads(row[2]))
 
-    def position_from_fills(self) -> Position:
-        """Net position from every fill in journal order (BUY +, SELL -), with its average entry price."""
+    def errors_at(self, location: str) -> list[tuple[int, str | None, str]]:
+        """``(time_ns, code, message)`` of the ``errors`` rows of one location, in time order (e.g. ``halt``)."""
+        rows = self._db.execute("SELECT time_ns, code, message FROM errors WHERE location = ? ORDER BY time_ns, id",
+                                (location,)).fetchall()
+        return [(int(t), c, m) for t, c, m in rows]
+
+    def last_order(self, intent: str) -> OrderRow | None:
+        """The latest order of one intent (e.g. ``entry``), None when there is none."""
+        row = self._db.execute(f"SELECT {_ORDER_COLUMNS} FROM orders WHERE intent = ? ORDER BY id DESC LIMIT 1",
+                               (intent,)).fetchone()
+        return None if row is None else OrderRow(*row)
+
+    def position_from_fills(self, source: str = "paper") -> Position:
+        """Net position from every fill of ``source`` in journal order (BUY +, SELL -), with its average entry
+        price."""
         rows = self._db.execute("SELECT o.side, f.qty, f.price FROM fills f JOIN orders o USING (order_id) "
-                                "ORDER BY f.id").fetchall()
+                                "WHERE f.source = ? ORDER BY f.id", (source,)).fetchall()
         qty, avg = 0, 0.0
         for side, q, price in rows:
             d = q if side == "BUY" else -q
@@ -380,11 +411,16 @@ def read_journal(path: str | Path) -> dict[str, pd.DataFrame]:
         db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30.0)
         try:
             version = db.execute("SELECT version FROM schema_version").fetchone()
-            if version is None or version[0] != SCHEMA_VERSION:
+            if version is None or version[0] not in (*_MIGRATIONS, SCHEMA_VERSION):
                 raise UserError(f"journal schema version {None if version is None else version[0]} is not this "
                                 f"program's version {SCHEMA_VERSION}", file=str(path),
                                 fix="use the hybrid-trader version that wrote this journal")
-            return {t: pd.read_sql_query(f"SELECT * FROM {t} ORDER BY id", db) for t in TABLES}
+            tables = {t: pd.read_sql_query(f"SELECT * FROM {t} ORDER BY id", db) for t in TABLES}
+            if "source" not in tables["fills"]:  # a version 1 journal, read as it is
+                tables["fills"]["source"] = "paper"
+            if "code" not in tables["errors"]:
+                tables["errors"]["code"] = None
+            return tables
         finally:
             db.close()
     except (sqlite3.DatabaseError, pd.errors.DatabaseError) as err:

@@ -39,6 +39,8 @@ def _times(ns: pd.Series) -> pd.DatetimeIndex:
 def journal_trades(tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
     """Round trips from the fills in journal order: an entry fill opens, the next exit fill closes."""
     fills, orders = tables["fills"], tables["orders"]
+    if "source" in fills:  # the executor's own fills: NinjaTrader's (``broker``) mirror them
+        fills = fills[fills["source"] == "paper"]
     if fills.empty:
         return pd.DataFrame(columns=["entry_time", "exit_time", "side", "qty", "entry_price", "exit_price",
                                      "pnl_points", "exit_reason"])

@@ -279,6 +279,11 @@ class NinjaTraderBridge:
         stop_id, _, _ = bracket_ids(order_id)
         return self._send(f"{stop_id}-change", [change_line(stop_id, stop_price=stop_price)])
 
+    def move_target(self, order_id: str, target_price: float) -> Path:
+        """Move an entry's target: CHANGE of ``<id>-TP``'s limit price only."""
+        _, target_id, _ = bracket_ids(order_id)
+        return self._send(f"{target_id}-change", [change_line(target_id, limit_price=target_price)])
+
     # --- reading --------------------------------------------------------------------------------------------
 
     def _read(self, path: Path) -> str | None:

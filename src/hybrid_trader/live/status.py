@@ -41,7 +41,7 @@ class StatusSnapshot:
     to_threshold: float
     """Equity minus the trailing threshold [$]: how much may still be lost before a breach."""
     status: str
-    """The account's status (active, daily_locked, target_reached, breached, ...)."""
+    """The account's status (active, daily_locked, target_reached, breached, ...), and a broker halt's reason."""
     last_action: str
     last_codes: tuple[str, ...]
     """Reason codes of the last decision (fusion, veto, account, window)."""
@@ -61,13 +61,14 @@ def snapshot(executor: Executor) -> StatusSnapshot:
     when = None if last is None else pd.Timestamp(last[0], tz="UTC").tz_convert(EASTERN)
     equity = float(core.equity_now) if side else float(account.balance)
     trades = broker.trades
+    link = getattr(executor, "link", None)
     return StatusSnapshot(
         time=when, position=position, entry_price=float(broker.entry) if side else float("nan"),
         unrealized_pnl=equity - float(account.balance) if side else 0.0,
         day_pnl=float(account.balance - account.day_start_balance),
         net_pnl=float(sum(tr.net_pnl for tr in trades)),
         to_threshold=equity - float(account.threshold),
-        status=account.status.value,
+        status=account.status.value + (f", entries halted ({link.halted})" if link is not None and link.halted else ""),
         last_action="-" if last is None else ACTION_NAMES[last[1]],
         last_codes=() if last is None else tuple(last[2]),
         advisor=executor.advisor_label, bars=executor.summary.bars, decisions=executor.summary.decisions,

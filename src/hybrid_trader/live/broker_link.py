@@ -1,0 +1,266 @@
+"""The NinjaTrader mirror of the executor's paper orders (``hybrid-trader run --broker ninjatrader``).
+
+The executor's decision path stays the paper one: the environment's core, the paper
+:class:`~hybrid_trader.env.broker.Broker` and the prop-firm account decide and keep the
+rules. :class:`BrokerLink` copies what that path does to NinjaTrader through the ATI bridge:
+
+* an entry decided at a bar's close -> :meth:`NinjaTraderBridge.enter` with the entry's
+  journal id, a MARKET order with an OCO stop and target at the levels the paper broker
+  will give it (:meth:`Broker.levels` from the decision bar's close, on the tick grid,
+  rounded away from the market so that they trigger on the bars the paper levels do);
+  once the paper entry has filled, and whenever its stop moves (break-even, trailing),
+  a CHANGE brings NinjaTrader's stop and target to the paper broker's;
+* an exit the paper broker takes by stop, target, trailing or break-even stop needs
+  nothing: NinjaTrader's own OCO orders take it; any other exit (session end, breach,
+  daily loss, ``--on-exit flatten``) and an entry the paper side drops -> :meth:`close`
+  (CLOSEPOSITION and the bracket's CANCELs).
+
+Orders are written only after the bar's journal rows are committed, and never for a
+bar a restart replays, so an order id reaches ``incoming/`` at most once
+(``bridge.was_sent`` guards entries too). Each live bar :meth:`check` polls NinjaTrader
+before the decision: its fills go to the journal (``fills.source = 'broker'``), its
+rejections, missing acknowledgements and unprotected positions to ``errors`` with a
+reason code, and its position is compared with the paper one. A rejection, an
+unprotected position, an order that cannot be written, or a position that differs for
+more than ``mismatch_bars`` bars (at the first live bar, at once) halts new entries: a
+``halt`` row in ``errors`` with the reason code, which a restart's replay applies again
+at the same bar so that it rebuilds the same decisions; the restart itself resumes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from hybrid_trader.env.broker import EXIT_BREAKEVEN, EXIT_STOP, EXIT_TARGET, EXIT_TRAIL, Broker
+from hybrid_trader.errors import UserError
+from hybrid_trader.live.journal import Journal
+from hybrid_trader.live.ninjatrader import Bracket, BridgeEvent, NinjaTraderBridge, bracket_ids
+
+NT_EXITS = frozenset({EXIT_STOP, EXIT_TARGET, EXIT_TRAIL, EXIT_BREAKEVEN})
+"""Paper exits NinjaTrader takes with its own OCO stop or target: nothing is sent for them."""
+HALT = "halt"
+"""``errors.location`` of the rows that halt (code ``broker:*``) or resume (``broker:resumed``) entries."""
+CODE_REJECTED = "broker:rejected"
+CODE_MISMATCH = "broker:position_mismatch"
+CODE_UNPROTECTED = "broker:unprotected"
+CODE_NO_ACK = "broker:no_ack"
+CODE_SEND_FAILED = "broker:send_failed"
+CODE_READ_FAILED = "broker:read_failed"
+CODE_UNKNOWN_ORDER = "broker:unknown_order"
+CODE_RESUMED = "broker:resumed"
+
+
+@dataclass
+class _Mirrored:
+    """The position NinjaTrader is asked to hold: its entry id and the bracket levels last sent."""
+
+    entry_id: str
+    side: str
+    qty: int
+    stop: float
+    target: float
+
+
+class BrokerLink:
+    """Mirror the paper broker's orders to NinjaTrader and watch NinjaTrader's fills and position."""
+
+    def __init__(self, bridge: NinjaTraderBridge, journal: Journal, broker: Broker, tick_size: float, *,
+                 mismatch_bars: int = 2, say: Callable[..., Any] | None = None) -> None:
+        if broker.target_atr <= 0:
+            raise UserError("the run has no target (env.target_atr 0): the NinjaTrader bracket needs a stop "
+                            "and a target", value=broker.target_atr,
+                            fix="trade this run with --broker paper, or train one with env.target_atr > 0")
+        if mismatch_bars < 0:
+            raise UserError("--nt-mismatch-bars must be 0 or more", value=mismatch_bars,
+                            fix="e.g. --nt-mismatch-bars 2 (a fill may lag a bar)")
+        self.bridge = bridge
+        self.journal = journal
+        self.broker = broker
+        self.tick = float(tick_size)
+        self.mismatch_bars = int(mismatch_bars)
+        self.say = say or (lambda *a: None)
+        self.halted = ""
+        """The reason code that halted new entries ("" while entries are allowed)."""
+        self.broker_position = 0
+        """NinjaTrader's signed position at the last live check."""
+        self._halts = journal.errors_at(HALT)
+        self._open: _Mirrored | None = None
+        self._outbox: list[tuple[str, _Mirrored, int]] = []
+        self._live = False
+        self._mismatch = 0
+        self._closing: str | None = None
+        self._seen_errors: set[tuple[str, str]] = set()
+
+    # ------------------------------------------------------------------ what the paper side did (replay and live)
+    def entry(self, order_id: str, side: int, qty: int, ref_price: float, atr: float, tns: int) -> None:
+        """An entry decided at bar ``tns``; its bracket levels as the paper broker will set them from ``ref_price``."""
+        stop, target = self.broker.levels(side, ref_price, atr)
+        self._open = _Mirrored(order_id, "BUY" if side > 0 else "SELL", qty, *self._ticks(side, stop, target))
+        self._outbox.append(("enter", self._open, tns))
+
+    def exit(self, reason: str, tns: int) -> None:
+        """The paper position closed (``reason``: the trade's exit reason)."""
+        if self._open is not None and reason not in NT_EXITS:
+            self._outbox.append(("close", self._open, tns))
+        self._open = None
+
+    def drop(self, tns: int) -> None:
+        """The paper side dropped an entry before its fill: NinjaTrader may hold it already, so close."""
+        self.exit("DROPPED", tns)
+
+    @property
+    def pending(self) -> bool:
+        """Whether orders wait for :meth:`flush` (the bar's journal rows must be committed first)."""
+        return bool(self._outbox) or self._levels_moved()
+
+    def _ticks(self, side: int, stop: float, target: float) -> tuple[float, float]:
+        """Stop and target on the tick grid, each rounded away from the market: on bars whose prices are on
+        the grid, NinjaTrader's orders then trigger on exactly the bars the paper broker's levels do."""
+        def grid(price: float, up: bool) -> float:
+            n = price / self.tick
+            return round((math.ceil(n - 1e-9) if up else math.floor(n + 1e-9)) * self.tick, 10)
+        return grid(stop, side < 0), grid(target, side > 0)
+
+    def _levels_moved(self) -> bool:
+        m, b = self._open, self.broker
+        return m is not None and b.side != 0 and self._ticks(b.side, b.stop, b.target) != (m.stop, m.target)
+
+    # ------------------------------------------------------------------ sending (after the journal's commit)
+    def flush(self, live: bool) -> None:
+        """Send the bar's orders (``live``), or forget them (a replayed bar: they were sent, or the restart's
+        reconciliation finds that they were not)."""
+        actions, self._outbox = self._outbox, []
+        m, b = self._open, self.broker
+        moves: list[tuple[str, float]] = []
+        if m is not None and b.side != 0:  # the paper entry filled: NinjaTrader's bracket follows its levels
+            stop, target = self._ticks(b.side, b.stop, b.target)
+            moves = [(k, v) for k, v, old in (("stop", stop, m.stop), ("target", target, m.target)) if v != old]
+            m.stop, m.target = stop, target
+        if not live:
+            return
+        try:
+            for kind, pos, tns in actions:
+                if kind == "enter":
+                    self._enter(pos, tns)
+                else:
+                    self._close(pos, tns)
+            for kind, price in moves:
+                assert m is not None
+                (self.bridge.move_stop if kind == "stop" else self.bridge.move_target)(m.entry_id, price)
+        except (UserError, OSError) as err:
+            when = actions[-1][2] if actions else None
+            self._error(CODE_SEND_FAILED, f"could not write an order file for NinjaTrader: {err}", when)
+            self._halt(CODE_SEND_FAILED, f"an order could not be sent to NinjaTrader ({err})", when)
+
+    def _enter(self, m: _Mirrored, tns: int) -> None:
+        stop_id, target_id, _ = bracket_ids(m.entry_id)
+        exit_side = "SELL" if m.side == "BUY" else "BUY"
+        j = self.journal
+        j.record_order(stop_id, tns, "stop", exit_side, m.qty, order_type="STOPMARKET", stop_price=m.stop,
+                       state="sent", note=f"OCO of {m.entry_id}")
+        j.record_order(target_id, tns, "target", exit_side, m.qty, order_type="LIMIT", limit_price=m.target,
+                       state="sent", note=f"OCO of {m.entry_id}")
+        bracket = self.bridge.enter(m.entry_id, m.side, m.qty, m.stop, m.target)  # type: ignore[arg-type]
+        if not bracket.sent:
+            self.say(f"NinjaTrader already has order {m.entry_id}: not sent again")
+
+    def _close(self, m: _Mirrored, tns: int) -> None:
+        close_id = f"{m.entry_id}-close"
+        self.journal.record_order(close_id, tns, "close", "SELL" if m.side == "BUY" else "BUY", m.qty,
+                                  order_type="CLOSEPOSITION", state="sent", note=f"closes {m.entry_id}")
+        self.bridge.close(m.entry_id)
+        self._closing = close_id
+
+    # ------------------------------------------------------------------ watching (each bar, before the decision)
+    def check(self, tns: int, paper_qty: int, replayed: bool) -> None:
+        """Before bar ``tns``'s decision: on a replayed bar, the journal's halts; on a live bar, NinjaTrader's
+        events and position against the paper position ``paper_qty`` (signed)."""
+        if replayed:
+            self.halted = ""
+            for t, code, _ in self._halts:
+                if t <= tns:
+                    self.halted = "" if code == CODE_RESUMED else (code or "broker:halted")
+            return
+        first = not self._live
+        if first:
+            self._start(tns)
+        try:
+            for event in self.bridge.poll():
+                self._on_event(event, tns)
+            self.broker_position = self.bridge.position().signed_qty
+        except (UserError, OSError) as err:
+            self._error(CODE_READ_FAILED, f"could not read NinjaTrader's outgoing files: {err}", tns)
+            return
+        if self.broker_position == paper_qty:
+            self._mismatch = 0
+            return
+        self._mismatch += 1
+        if first or self._mismatch > self.mismatch_bars:
+            when = "at start (the journal's recovered position)" if first else f"for {self._mismatch} bars"
+            self._halt(CODE_MISMATCH, f"NinjaTrader holds {self.broker_position} contract(s) of "
+                       f"{self.bridge.instrument} in {self.bridge.account} but the paper position is {paper_qty}, "
+                       f"{when}: check NinjaTrader's Positions tab and flatten by hand if needed", tns)
+
+    def _start(self, tns: int) -> None:
+        """The first live bar: resume after a journaled halt, watch the latest entry an earlier process sent."""
+        self._live = True
+        if self.halted:
+            self.journal.record_error(HALT, f"restarted after a halt ({self.halted}): entries allowed again if "
+                                      "NinjaTrader's position agrees", tns, code=CODE_RESUMED)
+            self.say(f"resuming after the journal's halt {self.halted}")
+            self.halted = ""
+        last = self.journal.last_order("entry")
+        if last is not None and self.bridge.was_sent(last.order_id):
+            stop_id, target_id, oco_id = bracket_ids(last.order_id)
+            self.bridge.adopt(Bracket(last.order_id, last.side, last.qty, stop_id, target_id,  # type: ignore[arg-type]
+                                      oco_id, sent=False))
+        # the broker errors already journaled: a restart's poll reports them again
+        self._seen_errors = {(c or "", m) for _, c, m in self.journal.errors_at("broker")}
+
+    def _on_event(self, ev: BridgeEvent, tns: int) -> None:
+        j = self.journal
+        child = ev.order_id.endswith(("-SL", "-TP"))
+        if ev.kind == "FILL":
+            if j.order(ev.order_id) is None:
+                self._error(CODE_UNKNOWN_ORDER, f"NinjaTrader filled {ev.order_id}, an order not in the journal", tns)
+                return
+            j.record_fill(ev.order_id, ev.new_qty, ev.avg_price, tns, fill_id=f"{ev.order_id}:broker:{ev.filled_qty}",
+                          source="broker")
+            if child and ev.state == "FILLED":
+                j.update_order_state(ev.order_id, "filled")
+        elif ev.kind == "REJECTED":
+            if child and j.order(ev.order_id) is not None:
+                j.update_order_state(ev.order_id, "rejected")
+            if self._error(CODE_REJECTED, ev.message, tns):
+                self._halt(CODE_REJECTED, f"{ev.message}: no new entries (NinjaTrader's Log tab says why)", tns)
+        elif ev.kind == "CANCELLED" and child and j.order(ev.order_id) is not None:
+            j.update_order_state(ev.order_id, "cancelled")
+        elif ev.kind == "NO_ACK":
+            self._error(CODE_NO_ACK, ev.message, tns)
+        elif ev.kind == "UNPROTECTED":
+            if self._error(CODE_UNPROTECTED, ev.message, tns):
+                self._halt(CODE_UNPROTECTED, f"{ev.message}: no new entries", tns)
+        elif ev.kind == "POSITION" and ev.state == "FLAT" and self._closing is not None:
+            if j.order(self._closing) is not None:
+                j.update_order_state(self._closing, "filled", note="NinjaTrader's position is flat (the ATI "
+                                     "reports no price for CLOSEPOSITION)")
+            self._closing = None
+
+    def _error(self, code: str, message: str, tns: int | None) -> bool:
+        """Journal a broker error once; False when the journal already had it (a restart's poll repeats it)."""
+        if (code, message) in self._seen_errors:
+            return False
+        self._seen_errors.add((code, message))
+        self.journal.record_error("broker", message, tns, code=code)
+        self.say(f"NinjaTrader [{code}]: {message}")
+        return True
+
+    def _halt(self, code: str, message: str, tns: int | None) -> None:
+        if self.halted:
+            return
+        self.halted = code
+        self.journal.record_error(HALT, message, tns, code=code)
+        self.say(f"HALTED [{code}]: {message}")

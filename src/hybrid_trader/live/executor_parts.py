@@ -1,0 +1,95 @@
+"""The executor's plain parts: its summary, the bar arrays it grows, and the dates of a run's split."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from hybrid_trader.evaluation.evaluate import sessions_for
+from hybrid_trader.features.feature_set import N_BAR, N_MARKET, make_windows
+from hybrid_trader.live.feeds import Bar
+from hybrid_trader.run import RunDir
+from hybrid_trader.training.config import RunConfig
+from hybrid_trader.training.market import load_market
+
+
+@dataclass
+class ExecutorSummary:
+    """What a run of the executor did (the CLI's ``--json`` line)."""
+
+    bars: int = 0
+    rejected: int = 0
+    decisions: int = 0
+    trades: int = 0
+    net_pnl: float = 0.0
+    balance: float = 0.0
+    account_status: str = ""
+    recovered_bars: int = 0
+    """Bars replayed from the journal's history at start (a restart), nothing sent again."""
+    interrupted: bool = False
+    halted: str = ""
+    """``--broker ninjatrader``: the reason code that halted new entries (e.g. ``broker:rejected``); "" if none."""
+    notes: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+class LiveArrays:
+    """The bars and features seen so far, in arrays the observation builder indexes by bar."""
+
+    def __init__(self, capacity: int = 1 << 14) -> None:
+        self.open: list[float] = []
+        self.high: list[float] = []
+        self.low: list[float] = []
+        self.close: list[float] = []
+        self.atr: list[float] = []
+        self.time_ns: list[int] = []
+        self.bar = np.zeros((capacity, N_BAR), dtype=np.float32)
+        self.market = np.zeros((capacity, N_MARKET), dtype=np.float32)
+        self.windows = make_windows(self.bar)
+
+    def push(self, bar: Bar, row_bar: np.ndarray, row_market: np.ndarray, atr: float) -> bool:
+        """Append one bar; True when the feature buffers were reallocated (rebind the observer)."""
+        t = len(self.close)
+        grown = False
+        if t >= len(self.bar):
+            self.bar = np.concatenate([self.bar, np.zeros_like(self.bar)])
+            self.market = np.concatenate([self.market, np.zeros_like(self.market)])
+            self.windows = make_windows(self.bar)
+            grown = True
+        self.bar[t] = row_bar
+        self.market[t] = row_market
+        self.open.append(bar.open)
+        self.high.append(bar.high)
+        self.low.append(bar.low)
+        self.close.append(bar.close)
+        self.atr.append(atr)
+        self.time_ns.append(int(bar.time_ns or 0))
+        return grown
+
+
+def utc(tns: int) -> pd.Timestamp:
+    return pd.Timestamp(tns, tz="UTC")
+
+
+def run_bar_minutes(run_dir: str | Path) -> int:
+    """The bar size [min] of the data the run was trained on (a followed feed must have the same)."""
+    config = RunDir(run_dir).require().load_config(RunConfig)
+    return int(load_market(config.data, config.split).bars.bar_minutes)
+
+
+def split_dates(run_dir: str | Path, split: str) -> list[np.datetime64] | None:
+    """The trading dates of the run's ``split`` (``all``: None, every day)."""
+    if split == "all":
+        return None
+    run = RunDir(run_dir).require()
+    config = run.load_config(RunConfig)
+    market = load_market(config.data, config.split)
+    sessions = sessions_for(market, split)
+    return [market.bars.session_dates[s] for s in sessions]

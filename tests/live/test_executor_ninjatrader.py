@@ -1,0 +1,244 @@
+"""``run --broker ninjatrader``: the paper decisions mirrored to a fake NinjaTrader, halts, restarts, Ctrl-C."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from hybrid_trader.env.broker import EXIT_BREAKEVEN, EXIT_STOP, EXIT_TARGET, EXIT_TRAIL
+from hybrid_trader.live.executor import Executor, split_dates
+from hybrid_trader.live.feeds import Bar, ReplayFeed
+from hybrid_trader.live.ninjatrader import NinjaTraderBridge
+from hybrid_trader.live.status import format_status, snapshot
+
+from .fake_ninjatrader import FakeBar, FakeNinjaTrader
+from .test_executor import assert_same_trades, replay
+
+REPO = Path(__file__).resolve().parents[2]
+ACCOUNT, INSTRUMENT = "Sim101", "NQ 12-26"
+
+
+class NTFeed:
+    """The replay, with the fake NinjaTrader processing each bar before the executor sees it."""
+
+    def __init__(self, csv: Path, nt: FakeNinjaTrader, interrupt=None) -> None:
+        self.feed = ReplayFeed(csv)
+        self.nt = nt
+        self.interrupt = interrupt
+
+    def __iter__(self):
+        for bar in self.feed:
+            self.nt.process(fake_bar(bar))
+            yield bar
+            if self.interrupt is not None and self.interrupt():
+                raise KeyboardInterrupt
+
+
+def fake_bar(bar: Bar) -> FakeBar:
+    return FakeBar(bar.open, bar.high, bar.low, bar.close)
+
+
+def executor(run: Path, journal: Path, nt: FakeNinjaTrader, **kw) -> Executor:
+    bridge = NinjaTraderBridge(nt.nt_dir, ACCOUNT, INSTRUMENT, sleep=lambda s: None)
+    return Executor(run, journal, trade_dates=split_dates(run, "test"), market="NQ", bar_minutes=1, bridge=bridge, **kw)
+
+
+def placed(nt: FakeNinjaTrader, order_type: str | None = None) -> list[str]:
+    """The order ids of the PLACE lines the fake NinjaTrader read, in order."""
+    rows = [line.split(";") for line in nt.received if line.startswith("PLACE")]
+    return [r[10] for r in rows if order_type is None or r[5] == order_type]
+
+
+def rows(journal: Path, sql: str) -> list[tuple]:
+    db = sqlite3.connect(f"file:{journal}?mode=ro", uri=True, timeout=30.0)
+    try:
+        return db.execute(sql).fetchall()
+    except sqlite3.OperationalError:  # the schema is not there yet
+        return []
+    finally:
+        db.close()
+
+
+@pytest.fixture(scope="module")
+def mirrored(tiny, tmp_path_factory):
+    """The tiny run's test days replayed with the paper broker alone, and mirrored to a fake NinjaTrader."""
+    run, csv, _ = tiny
+    root = tmp_path_factory.mktemp("mirrored")
+    paper = replay(run, csv, root / "paper.sqlite")
+    nt = FakeNinjaTrader(root / "NinjaTrader 8", ACCOUNT, INSTRUMENT)
+    ex = executor(run, root / "nt.sqlite", nt)
+    ex.run_feed(NTFeed(csv, nt))
+    ex.close()
+    return paper, ex, nt, root / "nt.sqlite"
+
+
+def test_ninjatrader_gets_the_paper_trades_when_a_run_is_replayed_against_it(mirrored):
+    paper, ex, nt, journal = mirrored
+    assert_same_trades(ex.trade_log(), paper.trade_log())  # mirroring changes no decision
+    trades = ex.trade_log()
+    assert len(trades) > 5 and ex.summary.halted == ""
+    assert rows(journal, "SELECT code, message FROM errors WHERE code LIKE 'broker:%'") == []
+    entries = [r[0] for r in rows(journal, "SELECT order_id FROM orders WHERE intent = 'entry' ORDER BY id")]
+    assert placed(nt, "MARKET") == entries, "each entry reaches NinjaTrader once, under its journal id"
+    assert all(nt.orders[f"{e}-SL"].order_type == "STOPMARKET" and nt.orders[f"{e}-TP"].oco == f"{e}-OCO"
+               for e in entries)
+    broker = rows(journal, "SELECT o.order_id, o.intent, o.side, f.qty, f.time_ns FROM fills f "
+                           "JOIN orders o USING (order_id) WHERE f.source = 'broker' ORDER BY f.id")
+    paper_fills = rows(journal, "SELECT o.order_id, o.intent, o.side, f.qty, f.time_ns FROM fills f "
+                                "JOIN orders o USING (order_id) WHERE f.source = 'paper' ORDER BY f.id")
+    assert [f for f in broker if f[1] == "entry"] == [f for f in paper_fills if f[1] == "entry"], \
+        "NinjaTrader fills each entry on the paper fill's bar, same side and quantity"
+    nt_exits = {EXIT_STOP, EXIT_TARGET, EXIT_TRAIL, EXIT_BREAKEVEN}
+    paper_exits = list(zip(trades["exit_reason"], paper_fills[1::2], strict=True))
+    by_nt = [(f[2], f[3], f[4]) for r, f in paper_exits if r in nt_exits]
+    assert [(f[2], f[3], f[4]) for f in broker if f[1] in ("stop", "target")] == by_nt, \
+        "NinjaTrader's own stop or target exits on the paper exit's bar"
+    closes = [r for r, _ in paper_exits if r not in nt_exits]
+    assert closes, "the tiny run closes positions at the session end or the breach"
+    assert Counter(line.split(";")[0] for line in nt.received)["CLOSEPOSITION"] == len(closes)
+    assert nt.position == 0
+    status = rows(journal, "SELECT snapshot FROM account ORDER BY id DESC LIMIT 1")[0][0]
+    assert '"broker_position": 0' in status
+
+
+def test_entries_halt_with_broker_rejected_when_ninjatrader_rejects_an_entry(tiny, tmp_path):
+    run, csv, _ = tiny
+    nt = FakeNinjaTrader(tmp_path / "NinjaTrader 8", ACCOUNT, INSTRUMENT)
+    nt.reject_next("no market data")
+    ex = executor(run, tmp_path / "j.sqlite", nt)
+    ex.run_feed(NTFeed(csv, nt))
+    ex.close()
+    assert ex.summary.halted == "broker:rejected"
+    assert "entries halted (broker:rejected)" in format_status(snapshot(ex)), "the status line says why"
+    assert len(placed(nt, "MARKET")) == 1, "no entry is sent after the rejection"
+    halt = rows(tmp_path / "j.sqlite", "SELECT time_ns, message FROM errors WHERE location = 'halt'")
+    assert len(halt) == 1 and "rejected" in halt[0][1]
+    assert rows(tmp_path / "j.sqlite", "SELECT code FROM errors WHERE location = 'broker'")[0][0] == "broker:rejected"
+    later = rows(tmp_path / "j.sqlite", f"SELECT COUNT(*) FROM orders WHERE intent = 'entry' AND bar_time_ns >= "
+                                        f"{halt[0][0]}")[0][0]
+    assert later == 0
+    codes = rows(tmp_path / "j.sqlite", f"SELECT rule_codes FROM decisions WHERE bar_time_ns >= {halt[0][0]}")
+    assert any("broker:rejected" in c[0] for c in codes), "decisions say why entries are refused"
+
+
+def test_entries_halt_with_position_mismatch_when_ninjatrader_stops_reading(tiny, tmp_path):
+    run, csv, _ = tiny
+    nt = FakeNinjaTrader(tmp_path / "NinjaTrader 8", ACCOUNT, INSTRUMENT)
+    nt.disconnect()  # the OIFs pile up in incoming/: NinjaTrader stays flat while the paper side trades
+    ex = executor(run, tmp_path / "j.sqlite", nt, mismatch_bars=2)
+    ex.run_feed(NTFeed(csv, nt))
+    ex.close()
+    assert ex.summary.halted == "broker:position_mismatch"
+    halt = rows(tmp_path / "j.sqlite", "SELECT time_ns, code, message FROM errors WHERE location = 'halt'")
+    assert len(halt) == 1 and halt[0][1] == "broker:position_mismatch" and "for 3 bars" in halt[0][2]
+    trades = ex.trade_log()
+    long_enough = trades[trades["bars_held"] >= 3].iloc[0]  # NinjaTrader stays flat: each trade disagrees
+    assert halt[0][0] == long_enough["entry_time"].value + 2 * 60 * 10**9, "halted on the 3rd bar of disagreement"
+    assert not (trades["entry_time"] > long_enough["entry_time"]).any(), "no entry after the halt"
+    assert any("halted" in n for n in ex.summary.notes)
+
+
+@pytest.mark.parametrize("on_exit", ["flatten", "protect"])
+def test_ctrl_c_closes_the_ninjatrader_position_when_on_exit_is_flatten(tiny, tmp_path, on_exit):
+    run, csv, _ = tiny
+    nt = FakeNinjaTrader(tmp_path / "NinjaTrader 8", ACCOUNT, INSTRUMENT)
+    ex = executor(run, tmp_path / "j.sqlite", nt)
+    in_position = []
+
+    def interrupt() -> bool:
+        in_position.append(bool(ex.broker.side))
+        return len(in_position) > 2 and all(in_position[-2:])  # two bars into a position
+    with pytest.raises(KeyboardInterrupt):
+        ex.run_feed(NTFeed(csv, nt, interrupt))
+    assert nt.position != 0
+    ex.stop(on_exit)
+    ex.close()
+    nt.process(FakeBar(*[ex.arrays.close[-1]] * 4))  # NinjaTrader reads what the stop wrote
+    closes = [line for line in nt.received if line.startswith("CLOSEPOSITION")]
+    if on_exit == "flatten":
+        assert closes == [f"CLOSEPOSITION;{ACCOUNT};{INSTRUMENT};;;;;;;;;;"] and nt.position == 0
+        assert rows(tmp_path / "j.sqlite", "SELECT COUNT(*) FROM orders WHERE intent = 'close'")[0][0] == 1
+    else:
+        assert closes == [] and nt.position != 0
+        assert {o.state for oid, o in nt.orders.items() if oid.endswith(("-SL", "-TP"))} >= {"WORKING"}
+
+
+def test_restart_sends_each_order_once_when_killed_mid_replay_against_ninjatrader(tiny, mirrored, tmp_path):
+    run, csv, _ = tiny
+    nt = FakeNinjaTrader(tmp_path / "NinjaTrader 8", ACCOUNT, INSTRUMENT)
+    bars = [fake_bar(b) for b in ReplayFeed(csv)]
+    journal = tmp_path / "j.sqlite"
+    cmd = [sys.executable, "-m", "tests.live.nt_lockstep", "run", str(run), "--feed", f"replay:{csv}",
+           "--split", "test", "--journal", str(journal), "--broker", "ninjatrader", "--nt-dir", str(nt.nt_dir),
+           "--nt-account", ACCOUNT, "--nt-instrument", INSTRUMENT]
+    processed = [-1]
+
+    def drive(kill_after_entries: int | None) -> int | None:
+        """Run the child in lockstep with the fake NinjaTrader; kill -9 it once it has sent that many entries."""
+        to_test, from_child = os.pipe()
+        to_child, from_test = os.pipe()
+        env = {**os.environ, "PYTHONPATH": str(REPO / "src") + os.pathsep + str(REPO),
+               "NT_SYNC_W": str(from_child), "NT_SYNC_R": str(to_child)}
+        proc = subprocess.Popen(cmd, env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                pass_fds=(from_child, to_child))
+        os.close(from_child)
+        os.close(to_child)
+        with os.fdopen(to_test) as requests, os.fdopen(from_test, "w", buffering=1) as answers:
+            for line in requests:
+                i = int(line)
+                while processed[0] < i:
+                    processed[0] += 1
+                    nt.process(bars[processed[0]])
+                if kill_after_entries is not None and len(placed(nt, "MARKET")) >= kill_after_entries:
+                    proc.kill()  # SIGKILL while the child waits for bar i, which NinjaTrader has seen
+                    proc.wait()
+                    return None
+                answers.write("ok\n")
+        err = proc.stderr.read().decode() if proc.stderr else ""
+        assert proc.wait(timeout=120) == 0, err[-2000:]
+        return 0
+
+    assert drive(kill_after_entries=4) is None
+    sent_before = placed(nt)
+    assert 4 <= len(placed(nt, "MARKET")) < len(placed(mirrored[2], "MARKET"))
+    drive(kill_after_entries=None)
+    ids = placed(nt)
+    assert [i for i, n in Counter(ids).items() if n > 1] == [], "no order id is placed twice"
+    assert ids[:len(sent_before)] == sent_before
+    assert ids == placed(mirrored[2]), "the restarted run sends what an uninterrupted one sends"
+    paper = "SELECT order_id, qty, price, time_ns FROM fills WHERE source = 'paper' ORDER BY id"
+    assert rows(journal, paper) == rows(mirrored[3], paper)
+    assert rows(journal, "SELECT code FROM errors WHERE location = 'halt'") == []
+    assert nt.position == 0
+
+
+@pytest.mark.parametrize("what", ["account", "instrument", "nt dir", "incoming", "paper"])
+def test_run_names_the_option_and_fix_when_ninjatrader_options_are_wrong(tiny, tmp_path, capsys, what):
+    from hybrid_trader.cli.main import main
+
+    run, csv, _ = tiny
+    nt_dir = tmp_path / "NinjaTrader 8"
+    (nt_dir / "outgoing").mkdir(parents=True)
+    if what != "incoming":
+        (nt_dir / "incoming").mkdir()
+    opts = {"--broker": "ninjatrader", "--nt-dir": str(nt_dir), "--nt-account": ACCOUNT,
+            "--nt-instrument": INSTRUMENT}
+    if what in ("account", "instrument"):
+        del opts[f"--nt-{what}"]
+    if what == "nt dir":
+        opts["--nt-dir"] = str(tmp_path / "missing")
+    if what == "paper":
+        opts["--broker"] = "paper"
+    args = [str(run), "--feed", f"replay:{csv}", "--journal", str(tmp_path / "j.sqlite")]
+    assert main(["run", *args, *[x for kv in opts.items() for x in kv]]) == 2
+    err = capsys.readouterr().err
+    named = {"account": "--nt-account", "instrument": "--nt-instrument", "nt dir": "--nt-dir",
+             "incoming": "incoming", "paper": "--broker ninjatrader"}[what]
+    assert named in err and "fix:" in err
+    assert not (tmp_path / "j.sqlite").exists(), "nothing is started on a bad option"
