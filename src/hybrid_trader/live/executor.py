@@ -5,9 +5,9 @@ skipped), the incremental features (equal to the batch ones), then, inside the t
 window of a traded day, the same :class:`~hybrid_trader.env.core.TradingCore` the
 environment drives (the decided action, the broker's fills, the account's rules, the
 mask with the risk veto, the observation) and the same policy objects evaluation uses
-(``evaluation.policies.AgentPolicy``; phase 3: ``HybridAgentPolicy`` with the run's
-student, or RL-only). So a replay of the run's test days makes the trades ``evaluate``
-reports (``tests/live/test_executor_parity.py``).
+(``evaluation.policies.AgentPolicy``, its forward in numpy: ``live.fast_policy``; phase 3:
+``HybridAgentPolicy`` with the run's student, or RL-only, in torch). So a replay of the run's
+test days makes the trades ``evaluate`` reports (``tests/live/test_executor_parity.py``).
 
 **Days and windows** (as ``TradingEnv`` builds them): a day's window starts on its first
 bar inside ``env.trade_start``..``trade_end`` (ended by the rules' flat-by time) at or
@@ -39,7 +39,7 @@ import pandas as pd
 
 from hybrid_trader.account_state import AccountState
 from hybrid_trader.actions import ACTION_NAMES
-from hybrid_trader.calendar import EASTERN, SESSION_ROLL, session_minute
+from hybrid_trader.calendar import EASTERN, session_minute
 from hybrid_trader.env.account import AccountStatus, PropFirmAccount
 from hybrid_trader.env.broker import TRADE_LOG_COLUMNS, Trade, trades_frame
 from hybrid_trader.env.core import TradingCore, make_broker, window_minutes
@@ -50,6 +50,8 @@ from hybrid_trader.evaluation.evaluate import load_policy, sessions_for
 from hybrid_trader.evaluation.policies import AgentPolicy, HybridAgentPolicy
 from hybrid_trader.features.feature_set import N_BAR, N_MARKET, make_windows
 from hybrid_trader.features.names import WINDOW
+from hybrid_trader.live.clock import EasternClock
+from hybrid_trader.live.fast_policy import numpy_policy
 from hybrid_trader.live.features import IncrementalFeatures
 from hybrid_trader.live.feeds import Bar, BarGate
 from hybrid_trader.live.journal import Journal
@@ -185,6 +187,7 @@ class Executor:
         self._decided = False
         self._batched = 0
         self._batch_started: float | None = None
+        self._clock = EasternClock()
 
     # ------------------------------------------------------------------ set-up
     def _policy(self) -> Any:
@@ -193,7 +196,11 @@ class Executor:
         self.model = model
         self.vec = vec
         if self.phase != 3:
-            return AgentPolicy(model, vec)
+            agent = AgentPolicy(model, vec)
+            fast, why = numpy_policy(agent)  # the same decisions, ~20x faster than torch per call
+            if fast is None:
+                self.notes.append(f"the policy runs in torch ({why}: no numpy forward for it)")
+            return fast or agent
         llm = self.config.llm.in_run()
         if llm.backend == "student":
             # phase 3 only: the advisor's back ends load torch models of their own.
@@ -261,7 +268,7 @@ class Executor:
             return
         assert tns is not None and bar.time is not None
         if not replayed:
-            self.journal.record_bar(bar.time, bar.open, bar.high, bar.low, bar.close, bar.volume)
+            self.journal.record_bar(tns, bar.open, bar.high, bar.low, bar.close, bar.volume)
         else:
             self.summary.recovered_bars += 1
         self.summary.bars += 1
@@ -286,17 +293,17 @@ class Executor:
 
     def _trade(self, t: int, time_et: pd.Timestamp, tns: int, arrived: float) -> bool:
         """Bar t inside a traded window: the day's bookkeeping and the decision; False outside any."""
-        et = time_et.tz_convert(EASTERN) if time_et.tzinfo is not None else time_et
-        date = np.datetime64((et.tz_localize(None) + SESSION_ROLL).date(), "D")
-        minute = session_minute(et.hour * 60 + et.minute)
+        wall = self._clock.wall_ns(tns)
+        date = self._clock.trading_date(wall)
+        minute = session_minute(EasternClock.minute_of_day(wall))
         start, end, last_entry = self.window
         if date != self._date:
             if self._day_open:  # the previous window's last bar never came: close at this bar
                 self._close_missed_window(t)
             self._date, self._day_open, self._day_done = date, False, False
         traded = self.trade_dates is None or date in self.trade_dates
-        first_valid = max(self.features.warmup if self.features else 0, WINDOW - 1)
-        inside = traded and start <= minute < end and t >= first_valid
+        inside = traded and start <= minute < end and t >= max(self.features.warmup if self.features else 0,
+                                                                WINDOW - 1)
         if not inside:
             if self._day_open and minute >= end:
                 self._close_missed_window(t)
@@ -393,6 +400,9 @@ class Executor:
 
     def _probabilities(self, obs: np.ndarray, mask: np.ndarray) -> np.ndarray:
         """The masked policy distribution the deterministic action is the mode of."""
+        last = getattr(self.policy, "last_probs", None)  # the numpy policy's, of this decision
+        if last is not None:
+            return last
         # torch only here: the decision itself goes through the evaluation's policy object.
         import torch as th
 
