@@ -256,3 +256,21 @@ def test_parse_feed_spec_raises_user_error_when_spec_is_bad(tmp_path: Path, spec
     assert "fix:" in str(err.value)
     if "missing.csv" in text:
         assert str(tmp_path / "missing.csv") in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "values",
+    [(100.0, 101.0, 99.0, 100.5, 10.0), (100.0, 100.0, 100.0, 100.0, 0.0), (99.0, 101.0, 99.0, 101.0, 1.0),
+     (101.5, 101.0, 99.0, 100.0, 1.0), (100.0, 101.0, 99.0, 98.0, 1.0), (100.0, 101.0, 0.0, 100.0, 1.0),
+     (100.0, math.inf, 99.0, 100.0, 1.0), (100.0, 101.0, 99.0, 100.0, math.nan), (100.0, 101.0, 99.0, 100.0, -1.0),
+     (-1.0, 101.0, -2.0, 100.0, 1.0), (100.0, 98.0, 99.0, 100.0, 1.0)],
+)
+def test_gate_row_verdict_equals_check_table_when_fast_path_taken(values: tuple, monkeypatch) -> None:
+    import hybrid_trader.live.feeds as feeds
+
+    bar = _bar("2024-01-02 09:30", *values)
+    fast = BarGate(market="NQ", check_tick_grid=False).check(bar)
+    monkeypatch.setattr(feeds, "_plainly_valid", lambda bar: False)
+    table = BarGate(market="NQ", check_tick_grid=False).check(bar)
+    assert (fast is None) == (table is None)
+    assert fast is None or table is None or (fast.code, fast.message) == (table.code, table.message)

@@ -5,9 +5,9 @@ skipped), the incremental features (equal to the batch ones), then, inside the t
 window of a traded day, the same :class:`~hybrid_trader.env.core.TradingCore` the
 environment drives (the decided action, the broker's fills, the account's rules, the
 mask with the risk veto, the observation) and the same policy objects evaluation uses
-(``evaluation.policies.AgentPolicy``; phase 3: ``HybridAgentPolicy`` with the run's
-student, or RL-only). So a replay of the run's test days makes the trades ``evaluate``
-reports (``tests/live/test_executor_parity.py``).
+(``evaluation.policies.AgentPolicy``, its forward in numpy: ``live.fast_policy``; phase 3:
+``HybridAgentPolicy`` with the run's student, or RL-only, in torch). So a replay of the run's
+test days makes the trades ``evaluate`` reports (``tests/live/test_executor_parity.py``).
 
 **Days and windows** (as ``TradingEnv`` builds them): a day's window starts on its first
 bar inside ``env.trade_start``..``trade_end`` (ended by the rules' flat-by time) at or
@@ -41,7 +41,7 @@ import pandas as pd
 
 from hybrid_trader.account_state import AccountState
 from hybrid_trader.actions import ACTION_NAMES
-from hybrid_trader.calendar import EASTERN, SESSION_ROLL, session_minute
+from hybrid_trader.calendar import EASTERN, session_minute
 from hybrid_trader.env.account import AccountStatus, PropFirmAccount
 from hybrid_trader.env.broker import TRADE_LOG_COLUMNS, Trade, trades_frame
 from hybrid_trader.env.core import TradingCore, make_broker, window_minutes
@@ -52,6 +52,7 @@ from hybrid_trader.evaluation.evaluate import load_policy
 from hybrid_trader.features.names import WINDOW
 from hybrid_trader.live.async_advice import AsyncAdvisedPolicy, live_policy
 from hybrid_trader.live.broker_link import BrokerLink
+from hybrid_trader.live.clock import EasternClock
 from hybrid_trader.live.executor_parts import ExecutorSummary, LiveArrays, run_bar_minutes, split_dates, utc
 from hybrid_trader.live.features import IncrementalFeatures
 from hybrid_trader.live.feeds import Bar, BarGate
@@ -148,6 +149,7 @@ class Executor:
         self._checked = False
         self._batched = 0
         self._batch_started: float | None = None
+        self._clock = EasternClock()
 
     # ------------------------------------------------------------------ set-up
     def _policy(self, llm: str, budget_ms: float, llm_overrides: dict | None) -> Any:
@@ -226,7 +228,7 @@ class Executor:
             return
         assert tns is not None and bar.time is not None
         if not replayed:
-            self.journal.record_bar(bar.time, bar.open, bar.high, bar.low, bar.close, bar.volume)
+            self.journal.record_bar(tns, bar.open, bar.high, bar.low, bar.close, bar.volume)
         else:
             self.summary.recovered_bars += 1
         self.summary.bars += 1
@@ -262,17 +264,17 @@ class Executor:
 
     def _trade(self, t: int, time_et: pd.Timestamp, tns: int, arrived: float) -> bool:
         """Bar t inside a traded window: the day's bookkeeping and the decision; False outside any."""
-        et = time_et.tz_convert(EASTERN) if time_et.tzinfo is not None else time_et
-        date = np.datetime64((et.tz_localize(None) + SESSION_ROLL).date(), "D")
-        minute = session_minute(et.hour * 60 + et.minute)
+        wall = self._clock.wall_ns(tns)
+        date = self._clock.trading_date(wall)
+        minute = session_minute(EasternClock.minute_of_day(wall))
         start, end, last_entry = self.window
         if date != self._date:
             if self._day_open:  # the previous window's last bar never came: close at this bar
                 self._close_missed_window(t)
             self._date, self._day_open, self._day_done = date, False, False
         traded = self.trade_dates is None or date in self.trade_dates
-        first_valid = max(self.features.warmup if self.features else 0, WINDOW - 1)
-        inside = traded and start <= minute < end and t >= first_valid
+        inside = traded and start <= minute < end and t >= max(self.features.warmup if self.features else 0,
+                                                                WINDOW - 1)
         if not inside:
             if self._day_open and minute >= end:
                 self._close_missed_window(t)
@@ -387,6 +389,9 @@ class Executor:
 
     def _probabilities(self, obs: np.ndarray, mask: np.ndarray) -> np.ndarray:
         """The masked policy distribution the deterministic action is the mode of."""
+        last = getattr(self.policy, "last_probs", None)  # the numpy policy's, of this decision
+        if last is not None:
+            return last
         # torch only here: the decision itself goes through the evaluation's policy object.
         import torch as th
 

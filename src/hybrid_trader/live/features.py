@@ -57,13 +57,14 @@ from hybrid_trader.features.llm_features import (
     RANGE_MINUTES,
     SMA_SLOPE_BARS,
     SWING_MINUTES,
-    double_top_bottom,
 )
 from hybrid_trader.features.names import BAR_FEATURE_NAMES, MARKET_FEATURE_NAMES, WINDOW
-from hybrid_trader.live.kernels import PhasedRSI, RollingMoments, RollingVar, TalibStream
+from hybrid_trader.live.clock import EasternClock
+from hybrid_trader.live.kernels import PhasedRSI, RollingMoments, RollingVar, TalibStream, double_top_bottom_last
 from hybrid_trader.markets import CONTRACTS
 
 NAN = math.nan
+_np_log = np.log
 _DAY_NS = 86_400 * 10**9
 _ROLL_NS = int(SESSION_ROLL.value)
 
@@ -100,8 +101,10 @@ def _clip(x: float, lo: float, hi: float) -> float:
 
 
 def _log(x: float) -> float:
+    if x > 0:  # no floating-point warning to silence: skip the errstate context (same np.log)
+        return float(_np_log(x))
     with np.errstate(divide="ignore", invalid="ignore"):
-        return float(np.log(np.float64(x)))
+        return float(_np_log(np.float64(x)))
 
 
 def _log_ratio(a: float, b: float) -> float:
@@ -122,8 +125,14 @@ def _safe_div(num: float, den: float, fill: float = 0.0) -> float:
     return fill if den == 0 else num / den
 
 
-def _flag(cond: bool, *inputs: float) -> float:
-    return NAN if any(x != x for x in inputs) else float(cond)
+def _flag(cond: bool, a: float, b: float = 0.0) -> float:
+    """1.0 / 0.0, NaN while an input is (warm-up)."""
+    return NAN if a != a or b != b else float(cond)
+
+
+def _zero_nonfinite(x: float) -> float:
+    """``np.nan_to_num(x, nan=0, posinf=0, neginf=0)`` of one float."""
+    return x if x - x == 0.0 else 0.0
 
 
 def _finite(x: float, fallback: float) -> float:
@@ -201,10 +210,13 @@ class IncrementalFeatures:
         self._hi_max = -math.inf
         self._first_valid_bar = [-1] * N_BAR
         self._first_valid_market = [-1] * N_MARKET
+        self._clock = EasternClock()
+        self._warm = False
+        self._sqrt20, self._sqrt60 = float(np.sqrt(np.float64(self.k20))), float(np.sqrt(np.float64(self.k60)))
 
     @classmethod
     def from_bars(cls, bars: Bars) -> tuple[IncrementalFeatures, FeatureRow | None]:
-        """Fed every bar of ``bars`` (the history a restart replays; ~0.25 ms a bar), and the last row."""
+        """Fed every bar of ``bars`` (the history a restart replays; ~0.08 ms a bar), and the last row."""
         inc = cls(bars.market, bars.bar_minutes)
         row = None
         cols = (bars.frame.index.asi8.tolist(), bars.open.tolist(), bars.high.tolist(), bars.low.tolist(),
@@ -243,27 +255,28 @@ class IncrementalFeatures:
     def append(self, time: pd.Timestamp | int, open: float, high: float, low: float, close: float,
                volume: float) -> FeatureRow:
         """Add the next bar (strictly later than the last) and return its features."""
-        et = self._eastern(time)
-        time_ns = int(et.value)
+        time_ns = int(self._eastern(time).value) if isinstance(time, pd.Timestamp) else int(time)
         if self.last_time_ns is not None and time_ns <= self.last_time_ns:
-            raise ValueError(f"bar at {et} is not after the previous bar ({pd.Timestamp(self.last_time_ns, tz='UTC')}"
-                             "): pass bars through live.feeds.BarGate first")
+            raise ValueError(f"bar at {self._eastern(time_ns)} is not after the previous bar "
+                             f"({pd.Timestamp(self.last_time_ns, tz='UTC')}): "
+                             "pass bars through live.feeds.BarGate first")
         self.last_time_ns = time_ns
-        self._session(int(et.tz_localize(None).value))
+        wall = self._clock.wall_ns(time_ns)
+        self._session(wall)
         o, h, lo, c, v = float(open), float(high), float(low), float(close), float(volume)
         t = self.n
         for buf, x in ((self.o, o), (self.h, h), (self.lo, lo), (self.c, c), (self.v, v)):
             buf.append(x)
         self.n += 1
         ind = self._indicators(t, o, h, lo, c, v)
-        minute = et.hour * 60 + et.minute
+        minute = EasternClock.minute_of_day(wall)
         bar = self._bar_features(t, o, h, lo, c, v, ind, minute)
         market, extras = self._market_features(t, h, lo, c, ind)
         raw = self._raw(t, h, lo, c, v, {**ind, **extras})
         self._track_warmup(t, bar, market)
-        bar_arr = np.nan_to_num(np.array(bar, dtype=np.float64), nan=0.0, posinf=0.0, neginf=0.0).astype(np.float32)
-        mkt_arr = np.nan_to_num(np.array(market, dtype=np.float64), nan=0.0, posinf=0.0, neginf=0.0)
-        return FeatureRow(t, time_ns, bar_arr, mkt_arr.astype(np.float32), raw["atr14"], raw)
+        bar_arr = np.array([_zero_nonfinite(x) for x in bar], dtype=np.float32)
+        mkt_arr = np.array([_zero_nonfinite(x) for x in market], dtype=np.float32)
+        return FeatureRow(t, time_ns, bar_arr, mkt_arr, raw["atr14"], raw)
 
     # ---- indicators (features.base.compute_indicators) -----------------------------------------
     def _indicators(self, t: int, o: float, h: float, lo: float, c: float, v: float) -> dict[str, float]:
@@ -345,7 +358,7 @@ class IncrementalFeatures:
         sopen = self.o.at(self._session_start)
         since_open = t - self._session_start
         net = abs(c - self.c.at(t - EFFICIENCY_BARS))
-        sqrt20, sqrt60 = float(np.sqrt(np.float64(self.k20))), float(np.sqrt(np.float64(self.k60)))
+        sqrt20, sqrt60 = self._sqrt20, self._sqrt60
         trend_sign = float(np.sign(np.float64(ind["sma20"] - ind["sma50"])))
         context = {
             "adx_slope": _clip((adx - self.adx_hist.at(t - ADX_SLOPE_BARS)) / ADX_SLOPE_BARS, -10, 10),
@@ -412,8 +425,8 @@ class IncrementalFeatures:
         m = self.m_double
         if t + 1 < m:
             return NAN, NAN
-        top, bottom = double_top_bottom(self.h.tail(m), self.lo.tail(m), self.c.tail(m), self.atr_hist.tail(m), m)
-        return float(top[-1]), float(bottom[-1])
+        return double_top_bottom_last(self.h.tail(m), self.lo.tail(m), float(self.c.data[t]),
+                                      float(self.atr_hist.data[t]), m)
 
     # ---- raw (features.base.fill_raw) ---------------------------------------------------------
     def _raw(self, t: int, h: float, lo: float, c: float, v: float, ind: dict[str, float]) -> dict[str, float]:
@@ -441,10 +454,13 @@ class IncrementalFeatures:
 
     # ---- warm-up (FeatureSet.warmup) -------------------------------------------------------------
     def _track_warmup(self, t: int, bar: list[float], market: list[float]) -> None:
+        if self._warm:  # every column has had its first valid value: nothing can change
+            return
         for first, row in ((self._first_valid_bar, bar), (self._first_valid_market, market)):
             for j, x in enumerate(row):
                 if first[j] < 0 and x == x:
                     first[j] = t
+        self._warm = min(self._first_valid_bar) >= 0 and min(self._first_valid_market) >= 0
 
     @property
     def warmup(self) -> int:

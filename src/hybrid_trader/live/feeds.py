@@ -98,6 +98,15 @@ def _rows(bar: Bar) -> Rows:
     )
 
 
+def _plainly_valid(bar: Bar) -> bool:
+    """True when no row check can reject ``bar``: a readable, existing time, float prices with
+    ``0 < low <= open, close <= high < inf`` and a finite volume >= 0 (NaN fails every comparison)."""
+    o, h, lo, c, v = bar.open, bar.high, bar.low, bar.close, bar.volume
+    return (bar.time is not None and not bar.nonexistent
+            and all(type(x) is float for x in (o, h, lo, c, v))
+            and 0.0 < lo <= o <= h < math.inf and lo <= c <= h and 0.0 <= v < math.inf)
+
+
 def _num(v: Any) -> float:
     try:
         return float(v)
@@ -147,6 +156,8 @@ class BarGate:
         return None
 
     def _row_rules(self, bar: Bar) -> Rejection | None:
+        if _plainly_valid(bar):  # none of the row checks can hit: skip building their one-row table
+            return None
         rows = _rows(bar)
         where = f"line {bar.line}" if bar.line else (str(bar.time) if bar.time is not None else "bar")
         for chk in _ROW_CHECKS:
@@ -229,17 +240,18 @@ class ReplayFeed:
 
     def __iter__(self) -> Iterator[Bar]:
         index = self.bars.frame.index
-        o, h, lo, c, v = (self.bars.open, self.bars.high, self.bars.low, self.bars.close, self.bars.volume)
+        o, h, lo, c, v = (np.asarray(x, dtype=np.float64).tolist() for x in
+                          (self.bars.open, self.bars.high, self.bars.low, self.bars.close, self.bars.volume))
         interval = None if self.speed is None else 60.0 * self.bars.bar_minutes / self.speed
         due = time.monotonic()
-        for i in range(len(index)):
+        for i, stamp in enumerate(index):
             if self.stop.is_set():
                 return
             if interval is not None and i:
                 due += interval
                 if self.stop.wait(max(0.0, due - time.monotonic())):
                     return
-            yield Bar(index[i], float(o[i]), float(h[i]), float(lo[i]), float(c[i]), float(v[i]))
+            yield Bar(stamp, o[i], h[i], lo[i], c[i], v[i])
 
 
 # ---- follow ---------------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ import talib
 from talib import stream
 
 from hybrid_trader.features.base import RSI_PERIOD
+from hybrid_trader.features.llm_features import DOUBLE_DEPTH_ATR, DOUBLE_TOLERANCE_ATR
 
 NAN = math.nan
 
@@ -236,3 +237,29 @@ class PhasedRSI:
         else:
             value = float(handle.update(close))
         return value if self.moved[p] else 50.0
+
+
+# ---- the double top / bottom of the newest window ------------------------------------------------
+
+
+def double_top_bottom_last(high: np.ndarray, low: np.ndarray, close: float, atr: float, m: int) -> tuple[float, float]:
+    """``features.llm_features.double_top_bottom`` at the newest bar only: ``high`` and ``low`` are the
+    last ``m`` bars, ``close`` and ``atr`` the newest bar's. The same argmax / argmin (first of equals),
+    extrema and comparisons on the same float64 values, so the same flags (NaN while ``atr`` is)."""
+    if atr != atr:
+        return NAN, NAN
+    half = m // 2
+    p1 = int(high[:half].argmax())
+    p2 = half + int(high[half:].argmax())
+    t1, t2 = float(high[p1]), float(high[p2])
+    trough = float(low[p1 + 1 : p2].min()) if p2 > p1 + 1 else math.inf
+    peak = min(t1, t2) if t1 == t1 and t2 == t2 else NAN
+    depth = DOUBLE_DEPTH_ATR * atr
+    top = abs(t1 - t2) <= DOUBLE_TOLERANCE_ATR * atr and trough <= peak - depth and close <= peak - depth
+    q1 = int(low[:half].argmin())
+    q2 = half + int(low[half:].argmin())
+    b1, b2 = float(low[q1]), float(low[q2])
+    crest = float(high[q1 + 1 : q2].max()) if q2 > q1 + 1 else -math.inf
+    floor = max(b1, b2) if b1 == b1 and b2 == b2 else NAN
+    bottom = abs(b1 - b2) <= DOUBLE_TOLERANCE_ATR * atr and crest >= floor + depth and close >= floor + depth
+    return float(top), float(bottom)
