@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,8 @@ from hybrid_trader.training.market import load_market
 from tests.training.conftest import student_cfg, train_phase2
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
+SHARED_DATA = Path(os.environ.get("HYBRID_TRADER_SHARED_DATA") or REPO_ROOT.parent / "shared" / "data")
+"""The real bars: ``../shared/data`` beside the checkout, or ``$HYBRID_TRADER_SHARED_DATA`` (a worktree elsewhere)."""
 
 NQ_1MIN = "NQ_1min_2023-11_eastern.csv"
 ES_1MIN = "ES_1min_2025-09_11_eastern_plus5h.csv"
