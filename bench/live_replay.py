@@ -1,7 +1,7 @@
-"""Replay speed and decision latency of ``hybrid-trader run`` (the executor, paper broker, no LLM).
+"""Replay speed and decision latency of ``hybrid-trader run`` (the executor, paper broker).
 
     python bench/live_replay.py RUN_DIR [--data FILE] [--tz TZ] [--split test] [--repeats N]
-                                [--journal-dir DIR]
+                                [--journal-dir DIR] [--llm BACKEND] [--llm-budget-ms MS] [--pace-ms MS]
 
 Replays FILE (default: the run's own ``data.path``, read in its ``data.tz``) through
 :class:`hybrid_trader.live.executor.Executor` as fast as it goes and prints the bars per
@@ -10,6 +10,12 @@ bar's arrival to its decision and order committed to the journal (p50, p99, max,
 decision bars), in milliseconds. ``--repeats N`` replays N times (a new journal each) and
 adds the medians. The journal is a new file in ``--journal-dir`` (default: a temporary
 folder on disk; ``/dev/shm`` takes the disk's fsync out of the figures).
+
+A phase 3 run decides with its advisor: its student (synchronous), or with ``--llm BACKEND``
+that back end in the student's place (e.g. ``transformers``: Gemma), asked asynchronously,
+each decision waiting at most ``--llm-budget-ms`` for its own answer. ``--pace-ms`` sleeps
+that long after each decision bar, so a slow model has time to answer between bars as on a
+live feed (the sleep is not counted in the latency); the advisor's own statistics follow.
 """
 
 from __future__ import annotations
@@ -23,20 +29,36 @@ from pathlib import Path
 import numpy as np
 
 from hybrid_trader.calendar import EASTERN
+from hybrid_trader.live.async_advice import AsyncAdvisedPolicy
 from hybrid_trader.live.executor import Executor, split_dates
 from hybrid_trader.live.feeds import ReplayFeed
 from hybrid_trader.run import RunDir
 from hybrid_trader.training.config import RunConfig
 
 
-def replay(run_dir: Path, data: Path, tz: str, split: str, journal: Path) -> tuple[float, list[float], Executor]:
+def replay(run_dir: Path, data: Path, tz: str, split: str, journal: Path, *, llm: str | None = None,
+           budget_ms: float = 0.0, pace_ms: float = 0.0) -> tuple[float, list[float], Executor]:
     """One replay: (bars per second, decision latencies in ms, the executor)."""
     feed = ReplayFeed(data, tz=tz)
     ex = Executor(run_dir, journal, trade_dates=split_dates(run_dir, split), market=feed.bars.market,
-                  bar_minutes=feed.bars.bar_minutes)
+                  bar_minutes=feed.bars.bar_minutes, llm_budget_ms=budget_ms,
+                  llm_overrides={"backend": llm} if llm else None)
+    decisions = [0]
+
+    def pace(executor: Executor) -> None:
+        if executor.summary.decisions != decisions[0]:
+            decisions[0] = executor.summary.decisions
+            time.sleep(pace_ms / 1000.0)
+
     start = time.perf_counter()
-    summary = ex.run_feed(feed)
+    summary = ex.run_feed(feed, on_bar=pace if pace_ms > 0 else None)
     elapsed = time.perf_counter() - start
+    advisor = getattr(ex.policy, "advisor", None)
+    if isinstance(ex.policy, AsyncAdvisedPolicy):
+        stats = advisor.stats() if advisor is not None else {}
+        print(f"advisor {ex.advisor_label}: asked {ex.policy.asked}, answered inside the budget {ex.policy.fresh}, "
+              f"model latency avg {stats.get('llm/avg_latency_ms', float('nan')):.0f} ms "
+              f"p95 {stats.get('llm/p95_latency_ms', float('nan')):.0f} ms")
     ex.close()
     lat = list(ex.latencies_ms)
     print(f"bars {summary.bars}  decisions {summary.decisions}  trades {summary.trades}  "
@@ -56,6 +78,10 @@ def main() -> None:
     ap.add_argument("--split", default="test", choices=("train", "val", "test", "all"))
     ap.add_argument("--repeats", type=int, default=1, help="replays (medians printed when more than one)")
     ap.add_argument("--journal-dir", type=Path, help="folder of the journal files (default: a temporary folder)")
+    ap.add_argument("--llm", metavar="BACKEND", help="phase 3: this LLM back end in the run's advisor's place, asked "
+                                                   "asynchronously (e.g. transformers)")
+    ap.add_argument("--llm-budget-ms", type=float, default=0.0, help="phase 3 asynchronous LLM: the wait budget")
+    ap.add_argument("--pace-ms", type=float, default=0.0, help="sleep after each decision bar (a live feed's pace)")
     args = ap.parse_args()
     data_cfg = RunDir(args.run_dir).require().load_config(RunConfig).data
     data, tz = args.data, args.tz
@@ -66,7 +92,8 @@ def main() -> None:
     rates, p50, p99 = [], [], []
     with tempfile.TemporaryDirectory(dir=args.journal_dir) as tmp:
         for i in range(args.repeats):
-            rate, lat, ex = replay(args.run_dir, data, tz or EASTERN, args.split, Path(tmp) / f"journal{i}.sqlite")
+            rate, lat, ex = replay(args.run_dir, data, tz or EASTERN, args.split, Path(tmp) / f"journal{i}.sqlite",
+                                   llm=args.llm, budget_ms=args.llm_budget_ms, pace_ms=args.pace_ms)
             rates.append(rate)
             if lat:
                 p50.append(float(np.percentile(lat, 50)))

@@ -143,3 +143,18 @@ def test_adapter_makes_another_model_when_collecting_with_a_finetuned_llm(run_pa
         collect_llm_config(cfg, backend="mock", adapter=str(tmp_path / "llm_adapter"))
     with pytest.raises(UserError, match="not found"):
         collect_llm_config(cfg, backend="transformers", adapter=str(tmp_path / "missing"))
+
+
+def test_rollout_walks_the_usable_days_when_a_session_of_the_split_is_too_short_to_trade(run_parts, monkeypatch):
+    from hybrid_trader.env import TradingEnv
+
+    cfg, market, policy = run_parts
+    build = TradingEnv._build_windows
+
+    def without_first(self, sessions):  # the split's first session too short to trade (a holiday)
+        return build(self, sessions)[1:]
+
+    monkeypatch.setattr(TradingEnv, "_build_windows", without_first)
+    visited = rollout_states(market, cfg, policy, "train", sampled=0, seed=0)
+    train = list(market.sessions("train"))
+    assert set(visited.session) == set(train[1:])

@@ -175,10 +175,11 @@ def rollout_states(market: Market, run_config: RunConfig, policy: Callable, spli
         raise UserError(f"the run's {split} split holds no trading day", fix="choose another --split")
     risk = run_config.risk if cfg.phase == 3 else None
     env = TradingEnv(market.bars, market.features, cfg, sessions=sessions, risk_veto=make_veto(risk))
+    days = len(env.episode_windows)  # the usable days (TradingEnv refuses none): a holiday has no window
     out = VisitedStates()
     seen = set(skip or ())
     session_id = market.bars.session_id
-    for k, day in itertools.product(range(sampled + 1), range(len(sessions))):
+    for k, day in itertools.product(range(sampled + 1), range(days)):
         if day == 0:
             torch.manual_seed(seed + k)
         obs, _ = env.reset(seed=seed + k if day == 0 else None, options={"start": day})
