@@ -6,6 +6,7 @@ import json
 import threading
 import time
 
+import pandas as pd
 import pytest
 
 from hybrid_trader.live.executor import Executor, split_dates
@@ -79,3 +80,24 @@ def test_run_refuses_options_when_they_do_not_fit_the_feed(tiny, tmp_path, capsy
     code = main(["run", str(run), "--feed", f"replay:{csv}", "--journal", str(tmp_path / "j.sqlite"), *args])
     assert code == 2
     assert message in capsys.readouterr().err
+
+
+def test_run_reads_the_feed_in_the_zone_given_when_its_clock_is_not_eastern(tiny, tmp_path, capsys):
+    from hybrid_trader.cli.main import main
+
+    run, csv, _ = tiny
+    frame = pd.read_csv(csv)
+    chicago = tmp_path / "chicago.csv"
+    stamps = pd.to_datetime(frame["timestamp"]).dt.tz_localize("America/New_York").dt.tz_convert("America/Chicago")
+    frame.assign(timestamp=stamps.dt.tz_localize(None).astype(str)).to_csv(chicago, index=False)
+    common = ["--split", "test", "--json", "--no-status"]
+    assert main(["run", str(run), "--feed", f"replay:{csv}", "--journal", str(tmp_path / "et.sqlite"), *common]) == 0
+    eastern = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert main(["run", str(run), "--feed", f"replay:{chicago}", "--tz", "America/Chicago", "--journal",
+                 str(tmp_path / "ct.sqlite"), *common]) == 0
+    central = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert main(["run", str(run), "--feed", f"replay:{chicago}", "--time-shift", "1", "--journal",
+                 str(tmp_path / "shift.sqlite"), *common]) == 0
+    shifted = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    for key in ("bars", "decisions", "trades", "net_pnl"):
+        assert central[key] == eastern[key] == shifted[key], key

@@ -48,6 +48,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--nt-mismatch-bars", metavar="N", type=int, default=2,
                    help="ninjatrader: bars NinjaTrader's position may differ from the paper one (a fill may lag) "
                         "before new entries halt (default 2)")
+    p.add_argument("--tz", metavar="TZ",
+                   help="time zone of the feed's naive timestamps (default: the run's data.tz, as it was trained)")
+    p.add_argument("--time-shift", type=float, metavar="HOURS",
+                   help="hours added to every timestamp of the feed (default: the run's data.time_shift)")
     p.add_argument("--bar-minutes", type=int, default=None, metavar="N",
                    help="the bar size of a follow: feed in minutes (default: the run's training data's; a replay "
                         "reads it from its file)")
@@ -76,6 +80,8 @@ def run(args: argparse.Namespace) -> int:
     from hybrid_trader.live.executor import Executor, run_bar_minutes, split_dates
     from hybrid_trader.live.feeds import ReplayFeed, open_feed, parse_feed_spec  # same reason
     from hybrid_trader.live.status import StatusPrinter
+    from hybrid_trader.run import RunDir
+    from hybrid_trader.training.config import RunConfig
 
     run_dir = Path(args.run_dir)
     if not (run_dir / "config.yaml").is_file():
@@ -90,7 +96,10 @@ def run(args: argparse.Namespace) -> int:
     if args.idle_exit is not None and (spec.scheme != "follow" or not args.idle_exit > 0):
         raise UserError(f"--idle-exit {args.idle_exit}: a positive number of seconds, for a follow: feed",
                         fix="e.g. --feed follow:export.csv --idle-exit 600, or drop it")
-    feed = open_feed(spec, **({"timeout_s": args.idle_exit} if args.idle_exit else {}))
+    data = RunDir(run_dir).load_config(RunConfig).data  # the feed's clock defaults to the training data's
+    clock = {"tz": args.tz or data.tz,
+             "time_shift": data.time_shift if args.time_shift is None else args.time_shift}
+    feed = open_feed(spec, **clock, **({"timeout_s": args.idle_exit} if args.idle_exit else {}))
     market = feed.bars.market if isinstance(feed, ReplayFeed) else None
     if isinstance(feed, ReplayFeed):
         bar_minutes = feed.bars.bar_minutes
