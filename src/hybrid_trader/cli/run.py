@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from hybrid_trader.errors import UserError
 
@@ -97,9 +97,11 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--idle-exit {args.idle_exit}: a positive number of seconds, for a follow: feed",
                         fix="e.g. --feed follow:export.csv --idle-exit 600, or drop it")
     data = RunDir(run_dir).load_config(RunConfig).data  # the feed's clock defaults to the training data's
-    clock = {"tz": args.tz or data.tz,
-             "time_shift": data.time_shift if args.time_shift is None else args.time_shift}
-    feed = open_feed(spec, **clock, **({"timeout_s": args.idle_exit} if args.idle_exit else {}))
+    extra: dict[str, Any] = {"tz": args.tz or data.tz,
+                             "time_shift": data.time_shift if args.time_shift is None else args.time_shift}
+    if args.idle_exit:
+        extra["timeout_s"] = args.idle_exit
+    feed = open_feed(spec, **extra)
     market = feed.bars.market if isinstance(feed, ReplayFeed) else None
     if isinstance(feed, ReplayFeed):
         bar_minutes = feed.bars.bar_minutes
