@@ -19,9 +19,10 @@ from hybrid_trader.data import generate_bars, load_bars
 from hybrid_trader.env import EnvConfig, TradingEnv
 from hybrid_trader.env.risk_veto import RiskConfig, RiskVeto
 from hybrid_trader.features import compute_features
+from tests.conftest import SHARED_DATA
 
 GOLDEN_DIR = Path(__file__).parent / "golden"
-NQ_SAMPLE = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "NQ_1min_2023-11_eastern.csv"
+NQ_SAMPLE = SHARED_DATA / "NQ_1min_2023-11_eastern.csv"  # $HYBRID_TRADER_SHARED_DATA or ../shared/data
 
 # name -> (EnvConfig kwargs, risk veto kwargs or None, steps (None: one pass over the split))
 CASES: dict[str, tuple[dict, dict | None, int | None]] = {

@@ -144,3 +144,21 @@ def test_veto_returns_codes_from_snapshot_and_account_when_given_no_env():
     later = AccountState(balance=account.balance, consecutive_losses=2, t=40)  # cooldown over
     assert veto.entry_veto(later, account) is None
     assert veto.trail_veto(later, account) is None
+
+
+def test_veto_codes_from_values_equal_the_snapshot_ones_when_the_env_passes_no_snapshot():
+    """The env's hot loop passes equity, bar and losses (``entry_code``, ``trail_code``): the same codes."""
+    from hybrid_trader.account_state import AccountState
+    from hybrid_trader.env.account import PropFirmAccount
+    from hybrid_trader.env.rules import get_rules
+
+    account = PropFirmAccount(get_rules("apex-legacy", "50K"))
+    veto = RiskVeto(RiskConfig(dd_buffer_threshold=0.2, max_consecutive_losses=2, cooldown_bars=30))
+    account.begin_day(0)
+    for i in (1, 2):
+        account._book(i, -10.0, -10.0)
+    for balance, upnl, t, losses in [(48_000.0, -100.0, 5, 0), (account.balance, 0.0, 10, 2),
+                                     (account.balance, 3.0, 40, 2), (49_000.0, 0.1, 3, 0)]:
+        state = AccountState(balance=balance, unrealized_pnl=upnl, t=t, consecutive_losses=losses)
+        assert veto.entry_code(balance + upnl, t, losses, account) == veto.entry_veto(state, account)
+        assert veto.trail_code(balance + upnl, account) == veto.trail_veto(state, account)

@@ -105,6 +105,37 @@ def test_prefix_normaliser_leaves_the_rest_as_it_is_when_frozen(student_market):
     np.testing.assert_allclose(vec.unnormalize_obs(out), raw, rtol=1e-5, atol=1e-5)
 
 
+def test_frozen_normaliser_gives_the_bits_of_the_clip_formula_when_given_any_input(student_market):
+    """float64 arithmetic then float32, as VecNormalize: bit for bit, float64 and NaN inputs included."""
+    vec = LeanVecNormalize(DummyVecEnv(_fns(student_market, student_cfg(2))), n_normalized=200, frozen=True)
+    dim = vec.observation_space.shape[0]
+    mean, var = np.linspace(-1, 1, 200), np.linspace(0.5, 2, 200)
+    vec.set_statistics(mean, var, 1.0)
+    raw = np.random.default_rng(6).normal(scale=20, size=(3, dim))
+    raw[0, 3] = np.nan
+    for obs in (raw, raw.astype(np.float32), raw[1]):
+        x = np.array(obs, dtype=np.float32)
+        want = x.copy()
+        want[..., :200] = np.clip((x[..., :200] - mean) / np.sqrt(var + 1e-8), -10.0, 10.0)
+        got = vec.normalize_obs(obs)
+        assert got.dtype == np.float32 and got.tobytes() == want.tobytes()
+    other = RunningMeanStd(shape=(dim,))  # statistics replaced while frozen: noticed
+    other.mean[:] = 2.0
+    vec.obs_rms = other
+    np.testing.assert_allclose(vec.normalize_obs(raw)[:, :200], np.clip(raw[:, :200] - 2.0, -10, 10), rtol=1e-5)
+
+
+def test_lean_environments_answer_env_method_as_dummy_vec_env_when_asked(student_market):
+    config = student_cfg(2)
+    lean, plain = LeanDummyVecEnv(_fns(student_market, config)), DummyVecEnv(_fns(student_market, config))
+    lean.reset(), plain.reset()
+    for args, kwargs in [((), {}), ((), {"indices": [1]})]:
+        for a, b in zip(lean.env_method("action_masks", *args, **kwargs),
+                        plain.env_method("action_masks", *args, **kwargs), strict=True):
+            np.testing.assert_array_equal(a, b)
+    assert lean.env_method("reset", seed=9)[0][0].tobytes() == plain.env_method("reset", seed=9)[0][0].tobytes()
+
+
 def test_warmup_statistics_read_only_training_days_when_later_days_change(student_market):
     """No look-ahead: the fit is the same when every bar after the training days is different."""
     config = student_cfg(2)

@@ -141,7 +141,8 @@ class TradingCore:
             if self.t <= self.last_entry and self.account.can_enter:  # a plain bool: read every step
                 allowed = True
                 if veto is not None:
-                    code = veto.entry_veto(self.account_snapshot(), self.account)
+                    acc = self.account
+                    code = veto.entry_code(self._snapshot_equity(), self.t, acc.consecutive_losses, acc)
                     if code is not None:
                         self._count_veto(code)
                         allowed = False
@@ -155,7 +156,7 @@ class TradingCore:
             elif veto is None:
                 m[4] = True
             else:
-                code = veto.trail_veto(self.account_snapshot(), self.account)
+                code = veto.trail_code(self._snapshot_equity(), self.account)
                 if code is None:
                     m[4] = True
                 else:
@@ -173,6 +174,14 @@ class TradingCore:
         mask = self.update_mask()
         equity = self.equity_now if self.observer.phase == 3 else 0.0  # only the phase 3 risk features need it
         return self.observer.build(self.t, self.broker, mask, self.n_actions > 3, self.account, equity)
+
+    def _snapshot_equity(self) -> float:
+        """The equity the risk veto reads from a snapshot, ``balance + unrealized_pnl``, without building one.
+
+        The same float operations, ``balance + (equity - balance)`` (it may differ from ``equity`` in the last bit).
+        """
+        balance = self.account.balance
+        return balance + (self.equity() - balance)
 
     # ------------------------------------------------------------------ read-only views
     def account_snapshot(self) -> AccountState:

@@ -66,19 +66,28 @@ class RiskVeto:
 
     def entry_veto(self, state: AccountState, account: PropFirmAccount) -> str | None:
         """The reason code that blocks a new entry now, or None."""
+        return self.entry_code(state.balance + state.unrealized_pnl, state.t, state.consecutive_losses, account)
+
+    def trail_veto(self, state: AccountState, account: PropFirmAccount) -> str | None:
+        """The reason code that blocks enabling the trailing stop now, or None."""
+        return self.trail_code(state.balance + state.unrealized_pnl, account)
+
+    # The environment's hot loop passes the few values the vetoes read, not a whole snapshot.
+    def entry_code(self, equity: float, t: int, consecutive_losses: int, account: PropFirmAccount) -> str | None:
+        """:meth:`entry_veto` of an account at ``equity`` at bar ``t`` after ``consecutive_losses`` losses."""
         c = self.config
-        if account.drawdown_buffer(state.balance + state.unrealized_pnl) < c.dd_buffer_threshold:
+        if account.drawdown_buffer(equity) < c.dd_buffer_threshold:
             return VETO_DRAWDOWN_BUFFER
-        if account.bars_since_exit_today(state.t) >= c.cooldown_bars:
+        if account.bars_since_exit_today(t) >= c.cooldown_bars:
             return None
-        if state.consecutive_losses >= c.max_consecutive_losses:
+        if consecutive_losses >= c.max_consecutive_losses:
             return VETO_CONSECUTIVE_LOSSES
         if len(account.recent) >= c.win_rate_window and account.win_rate(c.win_rate_window) < c.min_win_rate:
             return VETO_LOW_WIN_RATE
         return None
 
-    def trail_veto(self, state: AccountState, account: PropFirmAccount) -> str | None:
-        """The reason code that blocks enabling the trailing stop now, or None."""
-        if account.drawdown_buffer(state.balance + state.unrealized_pnl) < self.config.dd_buffer_threshold:
+    def trail_code(self, equity: float, account: PropFirmAccount) -> str | None:
+        """:meth:`trail_veto` of an account at ``equity``."""
+        if account.drawdown_buffer(equity) < self.config.dd_buffer_threshold:
             return VETO_DRAWDOWN_BUFFER
         return None

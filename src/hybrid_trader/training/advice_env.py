@@ -131,8 +131,9 @@ class AdvisorVecEnv(VecEnvWrapper):
         assert isinstance(obs, np.ndarray)  # a Box observation space: one array, never a dict or tuple
         self.steps += 1
         reset_infos = self.venv.unwrapped.reset_infos
-        snaps = [reset_infos[i] if dones[i] else infos[i] for i in range(self.num_envs)]
-        for i in np.flatnonzero(dones):
+        done = dones.tolist()  # Python bools: numpy scalars cost per environment
+        snaps = [reset_infos[i] if done[i] else infos[i] for i in range(self.num_envs)]
+        for i in (i for i in range(self.num_envs) if done[i]):
             terminal = infos[i].get("terminal_observation")
             if terminal is not None and terminal.shape == (N_FEATURES,):
                 # The value bootstrap of a truncated episode sees the advice that was in force.

@@ -33,6 +33,8 @@ from hybrid_trader.training.vec_env import LeanDummyVecEnv
 
 CLIP_OBS = 10.0
 """Normalised observations are clipped to [-CLIP_OBS, CLIP_OBS] (as with VecNormalize before)."""
+_clip: Any = vars(np)["_core"].umath.clip  # the ufunc np.clip wraps
+"""The clip ufunc itself (``np.clip`` wraps it in argument checks that cost more than the clip of a step)."""
 CONSTANT_VAR = 1e-6
 """An input whose variance is below this never varied where its statistics were gathered."""
 
@@ -53,6 +55,9 @@ class LeanVecNormalize(VecNormalize):
         self.n_normalized = dim if n_normalized is None else int(n_normalized)
         """Observation values normalised (a prefix); the rest pass through unchanged."""
         self._std: np.ndarray | None = None
+        self._mean: np.ndarray | None = None
+        self._stats_of: Any = None
+        """The statistics ``_std`` and ``_mean`` were taken from (a replaced ``obs_rms`` is noticed)."""
 
     # ------------------------------------------------------------------ statistics
     @property
@@ -75,7 +80,7 @@ class LeanVecNormalize(VecNormalize):
         rms = RunningMeanStd(shape=rms_of(self).mean.shape)
         rms.mean[:n], rms.var[:n], rms.count = mean, var, float(count)
         self.obs_rms = cast(Any, rms)  # SB3 types it as a dict too
-        self._std = None
+        self._std = self._mean = None
 
     def mean_std(self) -> tuple[np.ndarray, np.ndarray]:
         """Mean and standard deviation (``sqrt(var + epsilon)``) of the normalised prefix, float64 copies."""
@@ -86,23 +91,37 @@ class LeanVecNormalize(VecNormalize):
     def __setstate__(self, state: dict[str, Any]) -> None:
         super().__setstate__(state)
         self.__dict__.setdefault("n_normalized", int(rms_of(self).mean.shape[0]))
-        self._std = None
+        self._std = self._mean = self._stats_of = None
 
     def __getstate__(self) -> dict[str, Any]:
         state = super().__getstate__()
         state.pop("_std", None)
+        state.pop("_mean", None)
+        state.pop("_stats_of", None)
         return state
 
     # ------------------------------------------------------------------ normalisation
     def normalize_obs(self, obs: Any) -> Any:
-        """``obs`` with its prefix normalised and clipped (a new float32 array; the input is not changed)."""
+        """``obs`` with its prefix normalised and clipped (a new float32 array; the input is not changed).
+
+        float64 arithmetic as ``VecNormalize`` does it (``clip((x - mean) / std)``), then float32;
+        the ufuncs write in place (one float64 temporary, no ``np.clip`` wrapper): the same bits.
+        """
         n = self.n_normalized
         rms = rms_of(self)
-        if self.training or self._std is None:
+        if self.training or self._mean is None or rms is not self._stats_of:  # statistics moved or replaced
+            self._stats_of = rms
             self._std = np.sqrt(rms.var[:n] + self.epsilon)
-        out = np.array(obs, dtype=np.float32, copy=True)
-        # float64 arithmetic as VecNormalize does it, then float32
-        out[..., :n] = np.clip((out[..., :n] - rms.mean[:n]) / self._std, -self.clip_obs, self.clip_obs)
+            self._mean = rms.mean[:n]
+        obs = np.asarray(obs, dtype=np.float32)
+        x = np.subtract(obs[..., :n] if n < obs.shape[-1] else obs, self._mean)
+        np.divide(x, cast(np.ndarray, self._std), out=x)
+        _clip(x, -self.clip_obs, self.clip_obs, out=x)
+        if n == obs.shape[-1]:
+            return x.astype(np.float32)
+        out = np.empty(obs.shape, dtype=np.float32)
+        out[..., :n] = x
+        out[..., n:] = obs[..., n:]
         return out
 
     def unnormalize_obs(self, obs: Any) -> Any:

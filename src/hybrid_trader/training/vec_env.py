@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
 from stable_baselines3.common.vec_env import DummyVecEnv
-from stable_baselines3.common.vec_env.base_vec_env import VecEnvStepReturn
+from stable_baselines3.common.vec_env.base_vec_env import VecEnvIndices, VecEnvStepReturn
 
 
 class LeanDummyVecEnv(DummyVecEnv):
@@ -42,27 +43,42 @@ class LeanDummyVecEnv(DummyVecEnv):
     def step_wait(self) -> VecEnvStepReturn:
         space = self.observation_space
         obs_out = np.empty((self.num_envs, *(space.shape or ())), dtype=space.dtype)
-        rewards = np.empty(self.num_envs, dtype=np.float32)
-        dones = np.empty(self.num_envs, dtype=bool)
+        actions = self.actions
+        if isinstance(actions, np.ndarray) and actions.ndim == 1:
+            actions = actions.tolist()  # Discrete: Python ints, one conversion a step (not a numpy scalar each)
+        rewards: list[Any] = []
+        dones: list[bool] = []
         infos = []
+        any_done = False
         for i, env in enumerate(self.envs):
-            obs, reward, terminated, truncated, info = env.step(self.actions[i])
+            obs, reward, terminated, truncated, info = env.step(actions[i])
             done = terminated or truncated
             info["TimeLimit.truncated"] = truncated and not terminated
             if done:
+                any_done = True
                 info["terminal_observation"] = obs
                 obs, self.reset_infos[i] = env.reset()
             obs_out[i] = obs
-            rewards[i] = reward
-            dones[i] = done
+            rewards.append(reward)
+            dones.append(done)
             infos.append(info)
-        self.episode_returns += rewards
+        rewards_out = np.array(rewards, dtype=np.float32)  # float to float32: the rounding of an item write
+        dones_out = np.array(dones, dtype=bool)
+        self.episode_returns += rewards_out
         self.episode_lengths += 1
-        if dones.any():  # VecMonitor's record of each finished episode
-            for k in np.flatnonzero(dones).tolist():
+        if any_done:  # VecMonitor's record of each finished episode
+            for k in np.flatnonzero(dones_out).tolist():
                 infos[k]["episode"] = {"r": self.episode_returns[k], "l": self.episode_lengths[k],
                                        "t": round(time.time() - self.t_start, 6)}
                 self.episode_returns[k] = 0
                 self.episode_lengths[k] = 0
         self.buf_infos = infos
-        return obs_out, rewards, dones, infos
+        return obs_out, rewards_out, dones_out, infos
+
+    def env_method(self, method_name: str, *method_args: Any, indices: VecEnvIndices = None,
+                   **method_kwargs: Any) -> list[Any]:
+        """``DummyVecEnv.env_method``; MaskablePPO's ``action_masks()`` of every environment on every step
+        without its index resolution."""
+        if indices is None and not method_args and not method_kwargs:
+            return [getattr(env, method_name)() for env in self.envs]
+        return super().env_method(method_name, *method_args, indices=indices, **method_kwargs)
