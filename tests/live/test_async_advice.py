@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import time
 
 import numpy as np
 import pandas as pd
@@ -35,11 +36,19 @@ def mock_p3(tmp_path_factory, student_p2, student_market):
     return p3, csv, student_market
 
 
-def replay(run, csv, journal, **kw) -> Executor:
+def replay(run, csv, journal, pace_s: float = 0.0, **kw) -> Executor:
+    """Replay the test days; ``pace_s``: a pause after each decision bar (a live feed's pace)."""
     feed = ReplayFeed(csv)
     ex = Executor(run, journal, trade_dates=split_dates(run, "test"), market=feed.bars.market,
                   bar_minutes=feed.bars.bar_minutes, **kw)
-    ex.run_feed(feed)
+    seen = [0]
+
+    def pace(executor: Executor) -> None:
+        if executor.summary.decisions != seen[0]:
+            seen[0] = executor.summary.decisions
+            time.sleep(pace_s)
+
+    ex.run_feed(feed, on_bar=pace if pace_s else None)
     ex.close()
     return ex
 
@@ -74,8 +83,9 @@ def test_async_replay_makes_evaluations_trades_when_the_budget_covers_the_models
 
 def test_async_decisions_never_wait_for_the_model_when_the_budget_is_zero(mock_p3, tmp_path):
     run, csv, _ = mock_p3
-    slow = {"mock": {"latency_ms": 30.0}, "cache": {"enabled": False}}
-    ex = replay(run, csv, tmp_path / "j.sqlite", llm="async", llm_budget_ms=0, llm_overrides=slow)
+    slow = {"mock": {"latency_ms": 5.0}, "cache": {"enabled": False}}
+    # bars 20 ms apart: an answer (5 ms) comes before the next decision bar, never inside its own decision
+    ex = replay(run, csv, tmp_path / "j.sqlite", pace_s=0.02, llm="async", llm_budget_ms=0, llm_overrides=slow)
     policy = ex.policy
     assert policy.fresh == 0 and policy.asked > 0, "no decision waited for its own bar's answer"
     db = sqlite3.connect(tmp_path / "j.sqlite")

@@ -164,7 +164,8 @@ def ninjatrader_bridge(args: argparse.Namespace) -> NinjaTraderBridge | None:
         raise UserError("--nt-dir: NinjaTrader's user folder not found", file=str(nt_dir),
                         fix="pass --nt-dir with the folder holding incoming/ and outgoing/ (Windows: Documents\\"
                             "NinjaTrader 8; under WSL: /mnt/c/Users/<you>/Documents/NinjaTrader 8)")
-    from hybrid_trader.live.ninjatrader import NinjaTraderBridge  # checks incoming/, outgoing/, writing
+    # --broker ninjatrader only (the bridge checks incoming/, outgoing/ and writing when it is made)
+    from hybrid_trader.live.ninjatrader import NinjaTraderBridge
 
     try:
         return NinjaTraderBridge(nt_dir, args.nt_account.strip(), args.nt_instrument.strip())

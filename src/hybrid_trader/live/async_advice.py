@@ -153,12 +153,13 @@ def live_policy(config: Any, model: Any, vec: Any, run_dir: Any, symbol: str, *,
         fast, why = numpy_policy(agent)  # the same decisions, ~20x faster than torch per call
         notes = [] if fast is not None else [f"the policy runs in torch ({why}: no numpy forward for it)"]
         return LivePolicy(fast or agent, f"none (phase {phase})", notes=notes)
+    # phase 3 only: the advisor's back ends load torch models of their own
     from hybrid_trader.llm import build_advisor
     from hybrid_trader.run.calibration import attach_calibration
 
     llm_config = config.llm.in_run()
     if llm_overrides:
-        from hybrid_trader.config import merge_overrides
+        from hybrid_trader.config import merge_overrides  # only with overrides (tests, the bench)
 
         llm_config = merge_overrides(llm_config, llm_overrides, path="llm")
     if llm_config.backend == "student":
