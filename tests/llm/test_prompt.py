@@ -18,8 +18,8 @@ def builder(**prompt):
     return PromptBuilder(load_llm_config(overrides={"prompt": prompt} if prompt else None))
 
 
-def test_default_prompt_when_rendered_has_every_seed_field():
-    pb = builder()
+def test_labels_prompt_when_rendered_has_every_seed_field():
+    pb = builder(preset="labels")
     q = pb.query(make_context())
     assert q.text == q.prefix + q.suffix
     body = q.suffix
@@ -33,13 +33,13 @@ def test_default_prompt_when_rendered_has_every_seed_field():
 
 def test_prefix_when_contexts_differ_is_shared_and_suffix_is_not():
     pb = builder()
-    a, b = pb.query(make_context(rsi=30.0)), pb.query(make_context(rsi=70.0))
+    a, b = pb.query(make_context(ret_5=-0.002)), pb.query(make_context(ret_5=0.002))
     assert a.prefix is b.prefix
     assert a.suffix != b.suffix
 
 
 def test_missing_values_when_rendered_print_na_whatever_the_format():
-    pb = builder()
+    pb = builder(preset="labels")
     text = pb.suffix(make_context(rsi=math.nan, win_rate=math.nan, momentum=math.nan))
     assert "RSI n/a" in text and "win n/a" in text and "mom n/a" in text
 
@@ -105,7 +105,7 @@ def test_chain_of_thought_when_generating_adds_the_instruction_to_the_prefix():
 
 
 def test_chain_of_thought_when_generating_shows_worked_four_step_examples_and_starts_the_first_step():
-    cfg = load_llm_config(overrides={"mode": "generate", "prompt": {"chain_of_thought": True},
+    cfg = load_llm_config(overrides={"mode": "generate", "prompt": {"chain_of_thought": True, "preset": "labels"},
                                      "generation": {"max_new_tokens": 200}})
     pb = PromptBuilder(cfg)
     prefix = pb.prefix("NQ")
@@ -163,3 +163,11 @@ def test_basis_point_fields_when_rendered_are_the_fractions_times_ten_thousand()
     ctx = sample_context()
     expected = " ".join(f"{1e4 * v:+.0f}" for v in (ctx.ret_5, ctx.ret_20, ctx.ret_60, ctx.vwap_distance))
     assert pb.suffix(ctx).startswith(expected + "\n") and expected == "+8 +20 +40 +15"
+
+
+def test_chain_of_thought_when_the_prompt_has_no_trend_words_describes_the_market_by_its_numbers():
+    cfg = load_llm_config(overrides={"mode": "generate", "prompt": {"chain_of_thought": True},
+                                     "generation": {"max_new_tokens": 200}})
+    prefix = PromptBuilder(cfg).prefix("NQ")
+    assert "1. Market: returns -21 -48 -65 bp, vwap -18 bp." in prefix
+    assert "n/a" not in prefix and "trend" not in prefix

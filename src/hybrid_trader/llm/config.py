@@ -39,6 +39,7 @@ from hybrid_trader.llm.backend_config import (  # the sections live beside the r
 )
 from hybrid_trader.llm.backends import BACKEND_NAMES
 from hybrid_trader.llm.backends import BACKENDS as REGISTRY
+from hybrid_trader.llm.presets import PRESET_KEYS, PRESETS, PromptPreset, prompt_preset
 
 BACKENDS = BACKEND_NAMES
 """The back-end names (from the registry ``hybrid_trader.llm.backends.BACKENDS``)."""
@@ -172,8 +173,8 @@ class PromptConfig:
     """Orders of the few-shot examples: order r moves the first r examples to the end; each state reads the
     order a hash of its market, bar time and position picks (reproducible); each order is one cached prefix."""
     preset: PromptPreset | None = None
-    """A packaged prompt (system, context_template, examples): labels (trend words, the one before issue 21)
-    or numbers (numbers only, balanced examples); null: the three as written. See docs/LLM.md."""
+    """A packaged prompt (system, context_template, examples): labels (trend words, the default before issue 21)
+    or numbers (numbers only, balanced examples: the default's text); null: the three as written. docs/LLM.md."""
 
     def __post_init__(self) -> None:
         check(1 <= self.example_orders <= 16, "example_orders", f"{self.example_orders} is not in 1..16",
@@ -200,30 +201,6 @@ class PromptConfig:
         self.system = chosen["system"]
         self.context_template = chosen["context_template"]
         self.examples = [FewShotExample(**e) for e in chosen["examples"]]
-
-
-PromptPreset = Literal["labels", "numbers"]
-PRESETS: tuple[str, ...] = ("labels", "numbers")
-"""Packaged prompts, each ``hybrid_trader/configs/prompts/<name>.yaml``."""
-PRESET_KEYS = ("system", "context_template", "examples")
-
-
-@functools.cache
-def _preset_data(name: str) -> dict:
-    path = Path(str(resources.files("hybrid_trader").joinpath("configs", "prompts", f"{name}.yaml")))
-    data, _ = read_yaml(path)
-    prompt = dict((data or {}).get("prompt") or {})
-    prompt["examples"] = [{"answer": e["answer"], "context": dict(e.get("context") or {})}
-                          for e in prompt.get("examples") or []]
-    return {k: prompt.get(k, "" if k != "examples" else []) for k in PRESET_KEYS}
-
-
-def prompt_preset(name: str) -> dict:
-    """The ``system``, ``context_template`` and ``examples`` (plain mappings) of a packaged preset."""
-    if name not in PRESETS:
-        raise UserError(f"unknown prompt preset '{name}'", value=name,
-                        fix=f"use one of: {', '.join(PRESETS)}.{did_you_mean(name, PRESETS)}")
-    return copy.deepcopy(_preset_data(name))
 
 
 @dataclass

@@ -47,8 +47,13 @@ def cot_example_answer(values: Mapping[str, Any], answer: str) -> str:
     elif isinstance(rsi, float) and not math.isnan(rsi) and (rsi >= 70 or rsi <= 30):
         risk = "RSI is extreme: chasing risks a reversal"
     else:
-        risk = "the stop is 1.5 ATR away; a fading trend would hit it"
-    market = f"{values.get('trend')}, RSI {format(rsi, '.0f')}, momentum {format(values.get('momentum'), '+.0f')}"
+        risk = "the stop is 1.5 ATR away; a fading move would hit it"
+    if str(values.get("trend", "n/a")) == "n/a":  # a prompt without trend words: the numbers it shows
+        market = (f"returns {format(values.get('ret_5_bp'), '+.0f')} {format(values.get('ret_20_bp'), '+.0f')} "
+                  f"{format(values.get('ret_60_bp'), '+.0f')} bp, vwap {format(values.get('vwap_bp'), '+.0f')} bp")
+    else:
+        market = (f"{values.get('trend')}, RSI {format(rsi, '.0f')}, "
+                  f"momentum {format(values.get('momentum'), '+.0f')}")
     return (f"{COT_START} {market}.\n2. Options: {values.get('legal_actions')}.\n3. Risks: {risk}.\n"
             f"4. Decision: {answer.strip()}")
 
