@@ -367,7 +367,7 @@ def test_journal_when_enabled_records_every_query_and_answer(tmp_path):
     assert prompt.endswith("Answer:") and json.loads(probs) == [0.125, 0.75, 0.125, 0, 0, 0]
     assert cov == pytest.approx(0.8) and conf == pytest.approx(0.75)
     prefix = con.execute("SELECT text FROM llm_prefixes").fetchone()[0]
-    assert "BUY | 0.65" in prefix
+    assert "BUY | 0.75" in prefix
     assert con.execute("SELECT backend, mode FROM llm_runs").fetchone() == ("fake", "score")
 
 

@@ -21,7 +21,7 @@ def run(capsys, *argv):
 def test_ask_when_mock_prints_prompt_advice_and_json(capsys):
     code, out, err = run(capsys, "llm", "ask", "--backend", "mock", "--bar", "-30")
     assert code == 0, err
-    assert "# prompt" in out and "Answer: BUY | 0.65" in out and "action:" in out
+    assert "# prompt" in out and "Answer: BUY | 0.75" in out and "action:" in out
     result = json.loads(out.strip().splitlines()[-1])
     assert result["backend"] == "mock" and result["mode"] == "score" and not result["abstained"]
     assert set(result["probs"]) == {"HOLD", "BUY", "SELL"}

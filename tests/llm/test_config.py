@@ -6,7 +6,6 @@ import dataclasses
 
 import pytest
 
-from hybrid_trader.config import merge_overrides
 from hybrid_trader.errors import UserError
 from hybrid_trader.llm.config import LLMConfig, default_config_path, load_llm_config
 
@@ -229,25 +228,24 @@ def test_api_key_env_when_it_looks_like_a_key_is_refused_with_a_hint(value):
 
 
 # --------------------------------------------------------------- prompt presets (issue 21)
-def test_numbers_preset_when_compared_is_the_packaged_default_prompt():
+def test_labels_preset_when_compared_is_the_packaged_default_prompt():
     from hybrid_trader.llm.config import prompt_preset
 
     cfg = load_llm_config()
-    numbers = prompt_preset("numbers")
+    labels = prompt_preset("labels")
     assert cfg.prompt.preset is None
-    assert cfg.prompt.system == numbers["system"] and cfg.prompt.context_template == numbers["context_template"]
-    assert [dataclasses.asdict(e) for e in cfg.prompt.examples] == numbers["examples"]
+    assert cfg.prompt.system == labels["system"] and cfg.prompt.context_template == labels["context_template"]
+    assert [dataclasses.asdict(e) for e in cfg.prompt.examples] == labels["examples"]
 
 
 def test_preset_when_set_over_another_presets_text_replaces_it_and_round_trips():
     from hybrid_trader.llm.config import prompt_preset
 
-    cfg = load_llm_config(overrides={"prompt.preset": "labels"})
-    assert cfg.prompt.context_template == prompt_preset("labels")["context_template"]
-    assert "{trend}" in cfg.prompt.context_template
+    cfg = load_llm_config(overrides={"prompt.preset": "numbers"})
+    assert cfg.prompt.context_template == prompt_preset("numbers")["context_template"]
     again = LLMConfig.from_dict(cfg.to_dict())
     assert again.to_dict() == cfg.to_dict()
-    back = merge_overrides(cfg, {"prompt.preset": "numbers"})
+    back = load_llm_config(overrides={"prompt.preset": "labels"})
     assert back.prompt.context_template == load_llm_config().prompt.context_template
 
 
@@ -268,7 +266,7 @@ def test_advice_identity_when_new_prompt_options_are_at_their_defaults_is_unchan
     from hybrid_trader.run.advice_dataset import advice_identity
 
     default = advice_identity(load_llm_config())
-    assert advice_identity(load_llm_config(overrides={"prompt.preset": "numbers"})) == default
-    labels = advice_identity(load_llm_config(overrides={"prompt.preset": "labels"}))
-    rotated = advice_identity(load_llm_config(overrides={"prompt.example_orders": 3}))
-    assert len({default["hash"], labels["hash"], rotated["hash"]}) == 3
+    assert advice_identity(load_llm_config(overrides={"prompt.preset": "labels"})) == default
+    numbers = advice_identity(load_llm_config(overrides={"prompt.preset": "numbers"}))
+    rotated = advice_identity(load_llm_config(overrides={"prompt.preset": "numbers", "prompt.example_orders": 3}))
+    assert len({default["hash"], numbers["hash"], rotated["hash"]}) == 3

@@ -33,7 +33,7 @@ def test_labels_prompt_when_rendered_has_every_seed_field():
 
 def test_prefix_when_contexts_differ_is_shared_and_suffix_is_not():
     pb = builder()
-    a, b = pb.query(make_context(ret_5=-0.002)), pb.query(make_context(ret_5=0.002))
+    a, b = pb.query(make_context(rsi=30.0)), pb.query(make_context(rsi=70.0))
     assert a.prefix is b.prefix
     assert a.suffix != b.suffix
 
@@ -166,7 +166,7 @@ def test_basis_point_fields_when_rendered_are_the_fractions_times_ten_thousand()
 
 
 def test_chain_of_thought_when_the_prompt_has_no_trend_words_describes_the_market_by_its_numbers():
-    cfg = load_llm_config(overrides={"mode": "generate", "prompt": {"chain_of_thought": True},
+    cfg = load_llm_config(overrides={"mode": "generate", "prompt": {"chain_of_thought": True, "preset": "numbers"},
                                      "generation": {"max_new_tokens": 200}})
     prefix = PromptBuilder(cfg).prefix("NQ")
     assert "1. Market: returns -21 -48 -65 bp, vwap -18 bp." in prefix

@@ -173,8 +173,8 @@ class PromptConfig:
     """Orders of the few-shot examples: order r moves the first r examples to the end; each state reads the
     order a hash of its market, bar time and position picks (reproducible); each order is one cached prefix."""
     preset: PromptPreset | None = None
-    """A packaged prompt (system, context_template, examples): labels (trend words, the default before issue 21)
-    or numbers (numbers only, balanced examples: the default's text); null: the three as written. docs/LLM.md."""
+    """A packaged prompt (system, context_template, examples): labels (trend words: the default's text)
+    or numbers (numbers only, balanced examples; issue 21); null: the three as written. See docs/LLM.md."""
 
     def __post_init__(self) -> None:
         check(1 <= self.example_orders <= 16, "example_orders", f"{self.example_orders} is not in 1..16",
