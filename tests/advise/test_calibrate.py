@@ -78,6 +78,19 @@ def test_run_refuses_the_calibration_when_fitted_with_another_prompt(run_dir, ru
         calibrate_run(run_dir, cfg, mock_config, market, max_states=40, backend=leaning(mock_config))
 
 
+def test_run_refuses_the_calibration_when_the_numbers_preset_replaces_the_prompt(run_dir, run_parts, mock_config):
+    from hybrid_trader.run.advice_dataset import advice_identity
+
+    cfg, market, _ = run_parts
+    calibrate_run(run_dir, cfg, mock_config, market, max_states=40, backend=leaning(mock_config))
+    numbers = merge_overrides(mock_config, {"prompt.preset": "numbers"})
+    with pytest.raises(UserError) as err:
+        load_calibration(run_dir, numbers)
+    text = str(err.value)
+    assert advice_identity(mock_config)["hash"] in text and advice_identity(numbers)["hash"] in text
+    assert "template" in text and "advise calibrate" in text
+
+
 def test_calibrate_says_the_fix_when_too_few_states(run_dir, run_parts, mock_config):
     cfg, market, _ = run_parts
     with pytest.raises(UserError) as err:

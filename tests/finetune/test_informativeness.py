@@ -10,6 +10,7 @@ import pytest
 from hybrid_trader.finetune.informativeness import (
     LogisticControl,
     forward_returns,
+    ic_difference,
     informativeness,
     label_dependence,
     majority_probs,
@@ -80,3 +81,17 @@ def test_forward_returns_stop_at_the_session_end_when_the_horizon_runs_past_it()
     session = np.array([0, 0, 0, 1, 1])
     r = forward_returns(close, session, np.array([0, 1, 3]), horizon=10)
     assert np.allclose(r, np.log([102 / 100, 102 / 101, 210 / 200]))
+
+
+def test_ic_difference_when_paired_is_tighter_than_either_ic_and_signs_the_better_advisor():
+    rng = np.random.default_rng(1)
+    ret = rng.normal(0, 1, 300)
+    good = dist(np.c_[np.full(300, 0.2), 0.4 + 0.1 * np.tanh(ret), 0.4 - 0.1 * np.tanh(ret)])
+    noisy_score = np.tanh(ret + rng.normal(0, 2, 300))
+    noisy = dist(np.c_[np.full(300, 0.2), 0.4 + 0.1 * noisy_score, 0.4 - 0.1 * noisy_score])
+    value, low, high = ic_difference(good, noisy, ret, draws=300)
+    ic_good = informativeness(good, np.zeros(300, int), ret, draws=300)["IC (Spearman)"]
+    ic_noisy = informativeness(noisy, np.zeros(300, int), ret, draws=300)["IC (Spearman)"]
+    assert value == pytest.approx(ic_good[0] - ic_noisy[0])
+    assert low > 0 and low <= value <= high
+    assert ic_difference(good, good, ret, draws=50) == (0.0, 0.0, 0.0)

@@ -63,7 +63,8 @@ def test_live_contexts_equal_the_batch_contexts_when_built_bar_by_bar(student_ma
     n = min(len(bars.close), 3000)
     for t in range(n):
         row = inc.append(int(times[t].value), bars.open[t], bars.high[t], bars.low[t], bars.close[t], bars.volume[t])
-        live.push(bars.close[t], times[t].tz_convert("America/New_York").to_pydatetime(), row.raw)
+        et = times[t].tz_convert("America/New_York").to_pydatetime()
+        live.push(bars.high[t], bars.low[t], bars.close[t], et, row.raw)
     for t in range(0, n, 97):
         assert context_from_market(live.bars, live.features, t, account, mask) == \
             context_from_market(bars, features, t, account, mask), t

@@ -225,3 +225,48 @@ def test_api_key_env_when_it_looks_like_a_key_is_refused_with_a_hint(value):
     text = err.value.render()
     assert "llm.openai.api_key_env" in text and "environment variable" in text and value not in text
     assert load_llm_config(overrides={"openai.api_key_env": "MY_SERVER_KEY"}).openai.api_key_env == "MY_SERVER_KEY"
+
+
+# --------------------------------------------------------------- prompt presets (issue 21)
+def test_labels_preset_when_compared_is_the_packaged_default_prompt():
+    from hybrid_trader.llm.config import prompt_preset
+
+    cfg = load_llm_config()
+    labels = prompt_preset("labels")
+    assert cfg.prompt.preset is None
+    assert cfg.prompt.system == labels["system"] and cfg.prompt.context_template == labels["context_template"]
+    assert [dataclasses.asdict(e) for e in cfg.prompt.examples] == labels["examples"]
+
+
+def test_preset_when_set_over_another_presets_text_replaces_it_and_round_trips():
+    from hybrid_trader.llm.config import prompt_preset
+
+    cfg = load_llm_config(overrides={"prompt.preset": "numbers"})
+    assert cfg.prompt.context_template == prompt_preset("numbers")["context_template"]
+    again = LLMConfig.from_dict(cfg.to_dict())
+    assert again.to_dict() == cfg.to_dict()
+    back = load_llm_config(overrides={"prompt.preset": "labels"})
+    assert back.prompt.context_template == load_llm_config().prompt.context_template
+
+
+def test_preset_when_the_user_wrote_a_template_is_refused_naming_both_options():
+    with pytest.raises(UserError) as err:
+        load_llm_config(overrides={"prompt.preset": "numbers", "prompt.context_template": "RSI {rsi:.0f}"})
+    text = str(err.value)
+    assert "prompt.preset" in text and "context_template" in text and "preset: null" in text
+
+
+def test_preset_when_unknown_is_a_config_error_listing_the_presets():
+    with pytest.raises(UserError) as err:
+        load_llm_config(overrides={"prompt.preset": "numbrs"})
+    assert "numbers" in str(err.value)
+
+
+def test_advice_identity_when_new_prompt_options_are_at_their_defaults_is_unchanged():
+    from hybrid_trader.run.advice_dataset import advice_identity
+
+    default = advice_identity(load_llm_config())
+    assert advice_identity(load_llm_config(overrides={"prompt.preset": "labels"})) == default
+    numbers = advice_identity(load_llm_config(overrides={"prompt.preset": "numbers"}))
+    rotated = advice_identity(load_llm_config(overrides={"prompt.preset": "numbers", "prompt.example_orders": 3}))
+    assert len({default["hash"], numbers["hash"], rotated["hash"]}) == 3

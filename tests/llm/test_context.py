@@ -67,3 +67,42 @@ def test_context_when_pickled_round_trips_for_subprocess_environments():
     ctx = context_from_market(bars, feats, 5, AccountState(), [True, True, True, False, False, False])
     again = pickle.loads(pickle.dumps(ctx))
     assert again.timestamp == ctx.timestamp and again.legal.tolist() == ctx.legal.tolist()
+
+
+# --------------------------------------------------------------- session numbers (issue 21 item 3)
+def test_session_numbers_when_built_measure_the_session_so_far():
+    from tests.features import make_bars
+
+    bars = make_bars(900, bar_minutes=5, seed=3)
+    feats = SimpleNamespace(raw={"atr14": np.full(len(bars), 10.0)})
+    start = int(bars.session_bounds[1, 0])
+    t = start + 30
+    ctx = context_from_market(bars, feats, t, AccountState(), [True, True, True])
+    price = bars.close[t]
+    assert ctx.session_high_atr == pytest.approx((bars.high[start:t + 1].max() - price) / 10.0)
+    assert ctx.session_low_atr == pytest.approx((price - bars.low[start:t + 1].min()) / 10.0)
+    assert ctx.session_high_atr >= 0 and ctx.session_low_atr >= 0
+    assert ctx.ret_5 == pytest.approx(math.log(price / bars.close[t - 5]))
+    assert ctx.session_minutes == 30 * 5  # the synthetic sessions open at 18:00 ET
+    first = context_from_market(bars, feats, 2, AccountState(), [True, True, True])
+    assert math.isnan(first.ret_5)
+
+
+def test_context_at_t_when_later_bars_change_is_unchanged():
+    from hybrid_trader.features import compute_features
+    from tests.features import change_after, make_bars
+
+    bars = make_bars(1500, bar_minutes=5, seed=7)
+    feats = compute_features(bars)
+    starts = bars.session_bounds[:, 0]
+    for i, t in enumerate([3, int(starts[1]) - 1, int(starts[1]), int(starts[2]) + 40, len(bars) - 2]):
+        changed = change_after(bars, t, seed=i)
+        assert not np.allclose(changed.close[t + 1:], bars.close[t + 1:])  # the future did change
+        acc = AccountState(position=1, contracts=1, entry_price=16000.0, unrealized_pnl=50.0, balance=50_050.0)
+        a = context_from_market(bars, feats, t, acc, [True] * 6)
+        b = context_from_market(changed, compute_features(changed), t, acc, [True] * 6)
+        for name in ("price", "ret_5", "ret_20", "ret_60", "atr", "vwap_distance", "session_high_atr",
+                     "session_low_atr", "session_minutes", "rsi", "adx", "momentum", "macd_hist"):
+            x, y = getattr(a, name), getattr(b, name)
+            assert (math.isnan(x) and math.isnan(y)) or x == y, (name, t, x, y)
+        assert a.trend == b.trend and a.timestamp == b.timestamp

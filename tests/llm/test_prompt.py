@@ -18,8 +18,8 @@ def builder(**prompt):
     return PromptBuilder(load_llm_config(overrides={"prompt": prompt} if prompt else None))
 
 
-def test_default_prompt_when_rendered_has_every_seed_field():
-    pb = builder()
+def test_labels_prompt_when_rendered_has_every_seed_field():
+    pb = builder(preset="labels")
     q = pb.query(make_context())
     assert q.text == q.prefix + q.suffix
     body = q.suffix
@@ -39,7 +39,7 @@ def test_prefix_when_contexts_differ_is_shared_and_suffix_is_not():
 
 
 def test_missing_values_when_rendered_print_na_whatever_the_format():
-    pb = builder()
+    pb = builder(preset="labels")
     text = pb.suffix(make_context(rsi=math.nan, win_rate=math.nan, momentum=math.nan))
     assert "RSI n/a" in text and "win n/a" in text and "mom n/a" in text
 
@@ -105,7 +105,7 @@ def test_chain_of_thought_when_generating_adds_the_instruction_to_the_prefix():
 
 
 def test_chain_of_thought_when_generating_shows_worked_four_step_examples_and_starts_the_first_step():
-    cfg = load_llm_config(overrides={"mode": "generate", "prompt": {"chain_of_thought": True},
+    cfg = load_llm_config(overrides={"mode": "generate", "prompt": {"chain_of_thought": True, "preset": "labels"},
                                      "generation": {"max_new_tokens": 200}})
     pb = PromptBuilder(cfg)
     prefix = pb.prefix("NQ")
@@ -116,3 +116,58 @@ def test_chain_of_thought_when_generating_shows_worked_four_step_examples_and_st
     assert pb.suffix(sample_context()).endswith("\n" + COT_START)
     plain = PromptBuilder(load_llm_config())
     assert plain.suffix(sample_context()).endswith("\nAnswer:") and "1. Market:" not in plain.prefix("NQ")
+
+
+# --------------------------------------------------------------- numbers preset, example orders (issue 21)
+def _entry_answers(prefix: str) -> list[str]:
+    return [line.split()[1] for line in prefix.splitlines() if line.startswith("Answer: ")
+            and line.split()[1] in ("HOLD", "BUY", "SELL")]
+
+
+def test_numbers_preset_when_rendered_shows_numbers_and_no_trend_words():
+    pb = builder(preset="numbers")
+    q = pb.query(make_context())
+    for word in ("uptrend", "downtrend", "sideways", "trend"):
+        assert word not in q.text.lower()
+    for piece in ("ret ", "atr ", "vwap ", "hi ", "lo ", "FLAT", "pnl "):
+        assert piece in q.suffix, piece
+    answers = _entry_answers(q.prefix)
+    assert sorted(answers) == ["BUY", "BUY", "HOLD", "HOLD", "SELL", "SELL"]  # balanced over the entries
+    assert "MOVE_TO_BE" in q.prefix  # and the position-management example of the default
+
+
+def test_example_orders_when_several_give_one_cached_prefix_per_order_ending_on_each_entry():
+    pb = builder(preset="numbers", example_orders=3)
+    prefixes = [pb.prefix("NQ", r) for r in range(3)]
+    assert len(set(prefixes)) == 3 and all(pb.prefix("NQ", r) is prefixes[r] for r in range(3))
+    assert {_entry_answers(p)[-1] for p in prefixes} == {"BUY", "SELL", "HOLD"}
+    assert all(sorted(_entry_answers(p)) == sorted(_entry_answers(prefixes[0])) for p in prefixes)
+
+
+def test_example_order_when_chosen_per_state_is_reproducible_and_varies():
+    import datetime as dt
+
+    a, b = builder(preset="numbers", example_orders=3), builder(preset="numbers", example_orders=3)
+    base = sample_context().timestamp
+    contexts = [make_context() for _ in range(30)]
+    for i, ctx in enumerate(contexts):
+        ctx.timestamp = base + dt.timedelta(minutes=5 * i)
+    orders = [a.order_of(c) for c in contexts]
+    assert orders == [b.order_of(c) for c in contexts] and set(orders) == {0, 1, 2}
+    assert all(a.query(c).prefix == a.prefix("NQ", r) for c, r in zip(contexts, orders))
+    assert {builder(preset="numbers").order_of(c) for c in contexts} == {0}  # one order: as written
+
+
+def test_basis_point_fields_when_rendered_are_the_fractions_times_ten_thousand():
+    pb = builder(context_template="{ret_5_bp:+.0f} {ret_20_bp:+.0f} {ret_60_bp:+.0f} {vwap_bp:+.0f}")
+    ctx = sample_context()
+    expected = " ".join(f"{1e4 * v:+.0f}" for v in (ctx.ret_5, ctx.ret_20, ctx.ret_60, ctx.vwap_distance))
+    assert pb.suffix(ctx).startswith(expected + "\n") and expected == "+8 +20 +40 +15"
+
+
+def test_chain_of_thought_when_the_prompt_has_no_trend_words_describes_the_market_by_its_numbers():
+    cfg = load_llm_config(overrides={"mode": "generate", "prompt": {"chain_of_thought": True, "preset": "numbers"},
+                                     "generation": {"max_new_tokens": 200}})
+    prefix = PromptBuilder(cfg).prefix("NQ")
+    assert "1. Market: returns -21 -48 -65 bp, vwap -18 bp." in prefix
+    assert "n/a" not in prefix and "trend" not in prefix

@@ -159,3 +159,32 @@ def test_chat_template_when_model_has_none_is_a_user_error(backend):
     cfg = load_llm_config(overrides={"prompt": {"chat_template": True}})
     with pytest.raises(UserError, match="no chat template"):
         TransformersBackend(cfg, PromptBuilder(cfg))
+
+
+def test_packaged_prompt_presets_when_tokenized_leave_room_in_the_sliding_window_for_query_and_answer(backend):
+    from hybrid_trader.llm.config import PRESETS
+    from hybrid_trader.markets import CONTRACTS
+
+    window = backend.sliding_window
+    assert window, "Gemma 3 has sliding-window layers"
+    for preset in PRESETS:
+        pb = PromptBuilder(load_llm_config(overrides={"prompt.preset": preset, "prompt.example_orders": 3}))
+        for market in CONTRACTS:
+            for order in range(3):
+                n = len(backend.tokenizer(pb.prefix(market, order), add_special_tokens=False).input_ids)
+                # prefix + a long suffix (60 tokens) + an answer stay inside the window: past it the cached
+                # prefix gives other scores than the model's own sliding-window rule
+                assert n + 60 + pb.config.generation.max_new_tokens < window, (preset, market, order, n)
+
+
+def test_prefix_past_the_sliding_window_when_scored_is_said_once(backend, caplog):
+    from hybrid_trader.llm.prompt import RenderedQuery
+
+    q = mixed_queries(backend.prompts)[0]
+    long = RenderedQuery(context=q.context, prefix="Trading log. " * 200 + q.prefix, suffix=q.suffix)
+    backend._warned_window = False
+    with caplog.at_level("WARNING"):
+        backend.score([long])
+        backend.score([long])
+    said = [r for r in caplog.records if "sliding window" in r.getMessage()]
+    assert len(said) == 1 and "llm.prompt.system" in said[0].getMessage()

@@ -39,6 +39,7 @@ from hybrid_trader.run.calibration import load_calibration
 def bench_contexts(n: int, seed: int = 0) -> list:
     """``n`` varied, plausible contexts (no data or features needed)."""
     rng = np.random.default_rng(seed)
+    more = np.random.default_rng([seed, 1])  # the numbers prompt's fields: a second stream keeps the first's draws
     base = sample_context()
     out = []
     for i in range(n):
@@ -56,6 +57,9 @@ def bench_contexts(n: int, seed: int = 0) -> list:
             unrealized_pnl=0.0 if pos == 0 else float(rng.normal(0, 400)),
             win_rate=float(rng.uniform(0.3, 0.7)), consecutive_losses=int(rng.integers(0, 4)),
             balance=float(50_000 + rng.normal(0, 800)), legal=legal,
+            ret_5=float(more.normal(0, 0.001)), ret_20=float(more.normal(0, 0.003)),
+            ret_60=float(more.normal(0, 0.006)), atr=float(more.uniform(8, 30)),
+            session_high_atr=float(more.exponential(2.0)), session_low_atr=float(more.exponential(2.0)),
         ))
     return out
 

@@ -249,6 +249,9 @@ def _eval(args: argparse.Namespace) -> int:
     print(result["info_table"])
     for name, dep in result["label_dependence"].items():
         print(f"  {name}: " + ", ".join(f"{k} {v:.2f}" for k, v in dep.items()))
+    for name, diffs in result["ic_difference"].items():
+        print(f"  {name}: IC minus " + "; ".join(f"{c}'s {v:+.3f} [{lo:+.3f}, {hi:+.3f}]"
+                                                for c, (v, lo, hi) in diffs.items()) + " (paired bootstrap)")
     cot = result.get("cot")
     if cot:
         print(f"# chain of thought (base model), {cot['decisions']} decisions one at a time")
@@ -258,5 +261,6 @@ def _eval(args: argparse.Namespace) -> int:
     print(f"written: {result['path']}")
     print(json.dumps({"split": result["split"], "states": result["states"], "metrics": result["metrics"],
                       "baselines": result["baselines"], "informativeness": result["informativeness"],
-                      "label_dependence": result["label_dependence"], "calibration": result["calibration"]}))
+                      "ic_difference": result["ic_difference"], "label_dependence": result["label_dependence"],
+                      "calibration": result["calibration"]}))
     return 0

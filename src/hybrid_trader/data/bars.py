@@ -127,6 +127,16 @@ class Bars:
         return calendar.session_bounds(self.session_id)
 
     @cached_property
+    def session_high(self) -> np.ndarray:
+        """Highest high of each bar's session up to and including the bar (causal)."""
+        return pd.Series(self.high).groupby(self.session_id).cummax().to_numpy(np.float64)
+
+    @cached_property
+    def session_low(self) -> np.ndarray:
+        """Lowest low of each bar's session up to and including the bar (causal)."""
+        return pd.Series(self.low).groupby(self.session_id).cummin().to_numpy(np.float64)
+
+    @cached_property
     def session_dates(self) -> np.ndarray:
         """Trading date of each session (datetime64[D])."""
         return self.trading_date[self.session_bounds[:, 0]] if len(self) else np.array([], "datetime64[D]")

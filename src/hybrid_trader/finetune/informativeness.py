@@ -92,6 +92,17 @@ def informativeness(probs: np.ndarray, label: np.ndarray, forward_return: np.nda
     return out
 
 
+def ic_difference(probs: np.ndarray, other: np.ndarray, forward_return: np.ndarray, *, draws: int = 1000,
+                  seed: int = 0) -> tuple[float, float, float]:
+    """IC of ``probs`` minus IC of ``other`` on the same states, ``(value, low, high)``: a paired 95%
+    bootstrap (each draw resamples the states once for both), so their shared noise cancels."""
+    a, b = legal3(probs), legal3(other)
+    sa, sb = a[:, 1] - a[:, 2], b[:, 1] - b[:, 2]
+    ret = np.asarray(forward_return, dtype=np.float64)
+    return bootstrap_statistic(lambda i: spearman(sa[i], ret[i]) - spearman(sb[i], ret[i]), len(a), draws=draws,
+                               seed=seed)
+
+
 def majority_probs(train_label: np.ndarray, n: int) -> np.ndarray:
     """The training label frequencies for every state (its argmax: the majority class)."""
     col = label_columns(train_label)

@@ -20,6 +20,7 @@ from hybrid_trader.finetune.informativeness import (
     LogisticControl,
     format_info_table,
     forward_returns,
+    ic_difference,
     informativeness,
     label_dependence,
     majority_probs,
@@ -142,6 +143,8 @@ def evaluate_run(run_dir: str | Path, split: str = "val", *, max_states: int = 2
     fwd = forward_returns(run.market.bars.close, run.market.bars.session_id, examples.labels.t, labels.horizon or 60)
     info = {name: informativeness(p, examples.labels.label, fwd, draws=draws)
             for name, p in {**advisors, **controls}.items()}
+    ic_diff = {name: {control: list(ic_difference(p, controls[control], fwd, draws=draws))
+                      for control in ("trend rule", "logistic")} for name, p in advisors.items()}
     trend = np.array([c.trend_score for c in contexts])
     dependence = {name: label_dependence(p, rule, trend) for name, p in advisors.items()}
     probs = {name: p.round(5).tolist() for name, p in advisors.items()}
@@ -150,7 +153,8 @@ def evaluate_run(run_dir: str | Path, split: str = "val", *, max_states: int = 2
         "split": split, "states": len(examples), "source": examples.source, "labels": dataclasses.asdict(labels),
         "baselines": label_baselines(examples.labels.label), "metrics": columns,
         "informativeness": {n: {k: list(v) for k, v in m.items()} for n, m in info.items()},
-        "label_dependence": dependence, "calibration": "batch" if calibration is not None else None,
+        "ic_difference": ic_diff, "label_dependence": dependence,
+        "calibration": "batch" if calibration is not None else None,
         "train_states": len(train), "horizon": labels.horizon or 60,
         "adapter": {"dir": str(adapter_dir), "best_step": meta.get("best_step"),
                     "best_val_loss": meta.get("best_val_loss"), "base_model": meta.get("base_model")} if meta else None,

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from hybrid_trader.agent.hybrid_agent import Decision, HybridAgent
+from hybrid_trader.calendar import SESSION_ROLL
 from hybrid_trader.live.fast_policy import numpy_policy
 from hybrid_trader.llm.context import context_from_market
 
@@ -38,8 +39,12 @@ WAIT_POLL_S = 0.0005
 @dataclass
 class _LiveBars:
     market: str
-    close: list[float]
-    py_times: list[Any]
+    close: list[float] = field(default_factory=list)
+    py_times: list[Any] = field(default_factory=list)
+    minute_of_day: list[int] = field(default_factory=list)
+    session_high: list[float] = field(default_factory=list)
+    """Highest high of the bar's session so far, as ``Bars.session_high``."""
+    session_low: list[float] = field(default_factory=list)
 
 
 @dataclass
@@ -51,13 +56,24 @@ class LiveMarket:
     """The ``bars`` and ``features`` ``context_from_market`` reads, grown one bar at a time."""
 
     def __init__(self, market: str) -> None:
-        self.bars = _LiveBars(market, [], [])
+        self.bars = _LiveBars(market)
         self.features = _LiveRaw()
+        self._session: Any = None
 
-    def push(self, close: float, time_et: Any, raw: dict[str, float]) -> None:
-        """Append bar ``len(self)``: its close, its ET time (a ``datetime``) and its raw indicators."""
-        self.bars.close.append(float(close))
-        self.bars.py_times.append(time_et)
+    def push(self, high: float, low: float, close: float, time_et: Any, raw: dict[str, float]) -> None:
+        """Append bar ``len(self)``: its high, low and close, its ET time (a ``datetime``) and its raw indicators."""
+        b = self.bars
+        b.close.append(float(close))
+        b.py_times.append(time_et)
+        b.minute_of_day.append(time_et.hour * 60 + time_et.minute)
+        session = (time_et.replace(tzinfo=None) + SESSION_ROLL).date()  # the Globex trading date
+        if session != self._session or not b.session_high:
+            self._session = session
+            b.session_high.append(float(high))
+            b.session_low.append(float(low))
+        else:
+            b.session_high.append(max(b.session_high[-1], float(high)))
+            b.session_low.append(min(b.session_low[-1], float(low)))
         for key, values in self.features.raw.items():
             values.append(float(raw.get(key, np.nan)))
 

@@ -234,7 +234,8 @@ class Executor:
         self.summary.bars += 1
         row = self.features.append(tns, bar.open, bar.high, bar.low, bar.close, bar.volume)
         if self.live_market is not None:  # an asynchronous LLM's contexts read the bars and raw indicators
-            self.live_market.push(bar.close, bar.time.tz_convert(EASTERN).to_pydatetime(), row.raw)
+            self.live_market.push(bar.high, bar.low, bar.close, bar.time.tz_convert(EASTERN).to_pydatetime(),
+                                  row.raw)
         if self.arrays.push(bar, row.bar, row.llm_market, row.atr):
             self.observer.rebind(self.arrays.windows, self.arrays.market)
         if not replayed and not self._recovery_checked:

@@ -39,6 +39,7 @@ from hybrid_trader.llm.backend_config import (  # the sections live beside the r
 )
 from hybrid_trader.llm.backends import BACKEND_NAMES
 from hybrid_trader.llm.backends import BACKENDS as REGISTRY
+from hybrid_trader.llm.presets import PRESET_KEYS, PRESETS, PromptPreset, prompt_preset
 
 BACKENDS = BACKEND_NAMES
 """The back-end names (from the registry ``hybrid_trader.llm.backends.BACKENDS``)."""
@@ -64,6 +65,14 @@ TEMPLATE_FIELDS: dict[str, str] = {
     "macd_hist": "MACD histogram [points]",
     "ret_20": "20-bar return [fraction]",
     "ret_60": "60-bar return [fraction]",
+    "ret_5": "5-bar log return [fraction; format with %]",
+    "session_high_atr": "distance below the session's highest high so far [ATR(14), >= 0]; session from 18:00 ET",
+    "session_low_atr": "distance above the session's lowest low so far [ATR(14), >= 0]",
+    "session_minutes": "minutes since the Globex session open (18:00 ET) [min]",
+    "ret_5_bp": "ret_5 in basis points (one to three tokens where a % takes six)",
+    "ret_20_bp": "ret_20 in basis points",
+    "ret_60_bp": "ret_60 in basis points",
+    "vwap_bp": "vwap_distance in basis points",
     "trend": "strong uptrend, uptrend, sideways, downtrend, strong downtrend",
     "trend_score": "-2..+2",
     "position": "-1, 0, +1",
@@ -160,12 +169,38 @@ class PromptConfig:
     """Wrap the prompt in the tokenizer's chat template (instruction-tuned models); base models: false."""
     chain_of_thought: bool = False
     """Generation mode only: ask for the 4-step reasoning (analyse, options, risks, decide) first."""
+    example_orders: int = 1
+    """Orders of the few-shot examples: order r moves the first r examples to the end; each state reads the
+    order a hash of its market, bar time and position picks (reproducible); each order is one cached prefix."""
+    preset: PromptPreset | None = None
+    """A packaged prompt (system, context_template, examples): labels (trend words: the default's text)
+    or numbers (numbers only, balanced examples; issue 21); null: the three as written. See docs/LLM.md."""
 
     def __post_init__(self) -> None:
+        check(1 <= self.example_orders <= 16, "example_orders", f"{self.example_orders} is not in 1..16",
+              fix="use 1 (the order as written) or a few orders, e.g. 3")
+        if self.preset is not None:
+            self._apply_preset(self.preset)
         check(self.context_template.strip(), "context_template", "is empty",
               fix="give a template such as 'RSI {rsi:.0f}, trend {trend}'")
         _check_template(self.context_template, TEMPLATE_FIELDS, "context_template")
         _check_template(self.system, SYSTEM_FIELDS, "system")
+
+    def _apply_preset(self, name: str) -> None:
+        """Fill system, context_template and examples from the preset; a field holding text of no preset
+        (written by the user) is refused, since the preset would silently replace it."""
+        chosen = prompt_preset(name)
+        for key in PRESET_KEYS:
+            value = getattr(self, key)
+            plain = [dataclasses.asdict(e) if isinstance(e, FewShotExample) else e for e in value] \
+                if key == "examples" else value
+            if not any(plain == prompt_preset(other)[key] for other in PRESETS):
+                raise ConfigError(
+                    f"is '{name}' but {key} is not the text of a packaged preset", key="preset", value=name,
+                    fix=f"remove prompt.{key} to use the preset's, or set prompt.preset: null to keep yours")
+        self.system = chosen["system"]
+        self.context_template = chosen["context_template"]
+        self.examples = [FewShotExample(**e) for e in chosen["examples"]]
 
 
 @dataclass

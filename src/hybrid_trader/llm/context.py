@@ -18,6 +18,7 @@ import numpy as np
 
 from hybrid_trader.account_state import AccountState
 from hybrid_trader.actions import N_ACTIONS
+from hybrid_trader.calendar import session_minute
 
 TREND_LABELS = {2: "strong uptrend", 1: "uptrend", 0: "sideways", -1: "downtrend", -2: "strong downtrend"}
 STRONG_ADX = 25.0
@@ -62,6 +63,14 @@ class AdvisorContext:
     """20-bar return [fraction]."""
     ret_60: float = math.nan
     """60-bar return [fraction]."""
+    ret_5: float = math.nan
+    """5-bar log return [fraction]; NaN in the first 5 bars."""
+    session_high_atr: float = math.nan
+    """(highest high of the session so far - price) / ATR(14) [ATR, >= 0]; session: Globex, from 18:00 ET."""
+    session_low_atr: float = math.nan
+    """(price - lowest low of the session so far) / ATR(14) [ATR, >= 0]."""
+    session_minutes: float = math.nan
+    """Minutes since the Globex session open (18:00 ET) at the bar's start [min]."""
     trend_score: int = 0
     """-2 strong down .. +2 strong up, from SMA20/SMA50 alignment and ADX."""
     trend: str = "sideways"
@@ -121,12 +130,30 @@ def _at(raw: Mapping[str, np.ndarray], key: str, t: int) -> float:
     return float(arr[t])
 
 
+def session_numbers(bars: Any, t: int, atr: float) -> dict[str, float]:
+    """Causal numbers of bar ``t``'s session and recent bars: ``ret_5``, ``session_high_atr``,
+    ``session_low_atr``, ``session_minutes`` (bars <= t only; NaN where unknown)."""
+    close = bars.close
+    price = float(close[t])
+    out = {"ret_5": math.log(price / float(close[t - 5])) if t >= 5 and close[t - 5] > 0 and price > 0 else math.nan,
+           "session_high_atr": math.nan, "session_low_atr": math.nan, "session_minutes": math.nan}
+    high, low = getattr(bars, "session_high", None), getattr(bars, "session_low", None)
+    if high is not None and low is not None and math.isfinite(atr) and atr > 0:
+        out["session_high_atr"] = (float(high[t]) - price) / atr
+        out["session_low_atr"] = (price - float(low[t])) / atr
+    minute = getattr(bars, "minute_of_day", None)
+    if minute is not None:
+        out["session_minutes"] = float(session_minute(int(minute[t])))
+    return out
+
+
 def context_from_market(bars: Any, features: Any, t: int, account: AccountState, mask: Any) -> AdvisorContext:
     """Build the context of bar ``t`` from bars <= t only (causal features) and the account.
 
     ``bars`` is a :class:`hybrid_trader.data.bars.Bars`; ``features`` anything with a
     ``raw`` dict of float64 arrays (``atr14, rsi14, adx14, vwap, sma20, sma50, mom10,
     macd_hist, ret_20, ret_60``; missing keys become NaN). ``mask`` has 6 (or 3) entries.
+    The session numbers (:func:`session_numbers`) come from the bars themselves.
     """
     raw = features.raw
     price = float(bars.close[t])
@@ -135,6 +162,8 @@ def context_from_market(bars: Any, features: Any, t: int, account: AccountState,
     sma20 = _at(raw, "sma20", t)
     sma50 = _at(raw, "sma50", t)
     score = trend_score(price, sma20, sma50, adx)
+    atr = _at(raw, "atr14", t)
+    nums = session_numbers(bars, t, atr)
     times = getattr(bars, "py_times", None)
     ts = times[t] if times is not None else bars.frame.index[t].to_pydatetime()
     return AdvisorContext(
@@ -145,10 +174,14 @@ def context_from_market(bars: Any, features: Any, t: int, account: AccountState,
         vwap_distance=(price - vwap) / price if math.isfinite(vwap) and price else math.nan,
         rsi=_at(raw, "rsi14", t),
         momentum=_at(raw, "mom10", t),
-        atr=_at(raw, "atr14", t),
+        atr=atr,
         macd_hist=_at(raw, "macd_hist", t),
         ret_20=_at(raw, "ret_20", t),
         ret_60=_at(raw, "ret_60", t),
+        ret_5=nums["ret_5"],
+        session_high_atr=nums["session_high_atr"],
+        session_low_atr=nums["session_low_atr"],
+        session_minutes=nums["session_minutes"],
         trend_score=score,
         trend=TREND_LABELS[score],
         position=int(np.sign(account.position)),

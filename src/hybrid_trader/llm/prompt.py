@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import string
+import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -46,8 +47,13 @@ def cot_example_answer(values: Mapping[str, Any], answer: str) -> str:
     elif isinstance(rsi, float) and not math.isnan(rsi) and (rsi >= 70 or rsi <= 30):
         risk = "RSI is extreme: chasing risks a reversal"
     else:
-        risk = "the stop is 1.5 ATR away; a fading trend would hit it"
-    market = f"{values.get('trend')}, RSI {format(rsi, '.0f')}, momentum {format(values.get('momentum'), '+.0f')}"
+        risk = "the stop is 1.5 ATR away; a fading move would hit it"
+    if str(values.get("trend", "n/a")) == "n/a":  # a prompt without trend words: the numbers it shows
+        market = (f"returns {format(values.get('ret_5_bp'), '+.0f')} {format(values.get('ret_20_bp'), '+.0f')} "
+                  f"{format(values.get('ret_60_bp'), '+.0f')} bp, vwap {format(values.get('vwap_bp'), '+.0f')} bp")
+    else:
+        market = (f"{values.get('trend')}, RSI {format(rsi, '.0f')}, "
+                  f"momentum {format(values.get('momentum'), '+.0f')}")
     return (f"{COT_START} {market}.\n2. Options: {values.get('legal_actions')}.\n3. Risks: {risk}.\n"
             f"4. Decision: {answer.strip()}")
 
@@ -97,6 +103,14 @@ def context_fields(ctx: AdvisorContext) -> dict[str, Any]:
         "macd_hist": _Num(ctx.macd_hist),
         "ret_20": _Num(ctx.ret_20),
         "ret_60": _Num(ctx.ret_60),
+        "ret_5": _Num(ctx.ret_5),
+        "session_high_atr": _Num(ctx.session_high_atr),
+        "session_low_atr": _Num(ctx.session_low_atr),
+        "session_minutes": _Num(ctx.session_minutes),
+        "ret_5_bp": _Num(1e4 * ctx.ret_5),
+        "ret_20_bp": _Num(1e4 * ctx.ret_20),
+        "ret_60_bp": _Num(1e4 * ctx.ret_60),
+        "vwap_bp": _Num(1e4 * ctx.vwap_distance),
         "trend": _Text(ctx.trend),
         "trend_score": ctx.trend_score,
         "position": ctx.position,
@@ -134,7 +148,8 @@ def sample_context() -> AdvisorContext:
     return AdvisorContext(
         market="NQ", timestamp=_dt.datetime(2024, 1, 3, 10, 31, tzinfo=ZoneInfo("America/New_York")),
         price=16850.25, adx=27.4, vwap_distance=0.0015, rsi=61.2, momentum=12.5, atr=14.0, macd_hist=1.2,
-        ret_20=0.002, ret_60=0.004, trend_score=2, trend="strong uptrend", position=0, position_status="FLAT",
+        ret_20=0.002, ret_60=0.004, ret_5=0.0008, session_high_atr=0.4, session_low_atr=3.1, session_minutes=991.0,
+        trend_score=2, trend="strong uptrend", position=0, position_status="FLAT",
         unrealized_pnl=0.0, win_rate=0.55, consecutive_losses=0, balance=50_000.0,
         legal=np.array([True, True, True, False, False, False]),
     )
@@ -214,7 +229,8 @@ class PromptBuilder:
                     fix=f"use fields of the template: {', '.join(TEMPLATE_FIELDS)}."
                         f"{did_you_mean(unknown[0], TEMPLATE_FIELDS)}",
                 )
-        self._prefixes: dict[str, str] = {}
+        self.orders = max(1, int(p.example_orders))
+        self._prefixes: dict[tuple[str, int], str] = {}
         # render once now so that bad format specs fail at start, not in the worker thread
         self.suffix(sample_context())
         self.content_free_suffix()
@@ -233,9 +249,22 @@ class PromptBuilder:
             return f"{body}\n{cot_example_answer(values, ex.answer)}"
         return f"{body}\n{self.answer_prefix} {ex.answer.strip()}"
 
-    def prefix(self, market: str) -> str:
-        """The shared prefix for a market: system text, then the examples, then a separator."""
-        cached = self._prefixes.get(market)
+    def order_of(self, ctx: AdvisorContext) -> int:
+        """Which of the ``prompt.example_orders`` orders a context gets: a CRC32 of its market, bar time and
+        position, so the same state always reads the same prefix (0 with one order)."""
+        if self.orders == 1:
+            return 0
+        ts = ctx.timestamp.isoformat() if ctx.timestamp is not None else ""
+        return zlib.crc32(f"{ctx.market}|{ts}|{ctx.position}".encode()) % self.orders
+
+    def prefix(self, market: str, order: int = 0) -> str:
+        """The shared prefix for a market: system text, then the examples, then a separator.
+
+        Order ``r`` (0 <= r < ``prompt.example_orders``) moves the first ``r`` examples to the end;
+        each order is its own cached prefix.
+        """
+        order = int(order) % self.orders
+        cached = self._prefixes.get((market, order))
         if cached is not None:
             return cached
         system = _format(self.config.prompt.system, {"market": market, "market_name": _market_name(market),
@@ -244,9 +273,10 @@ class PromptBuilder:
         if self.chain_of_thought:
             system = f"{system}\n{COT_INSTRUCTION}" if system else COT_INSTRUCTION
         examples = [self._render_example(ex, i, market) for i, ex in enumerate(self.config.prompt.examples)]
+        examples = examples[order:] + examples[:order]
         parts = [s for s in [system, *examples] if s]
         text = self.separator.join(parts) + self.separator if parts else ""
-        self._prefixes[market] = text
+        self._prefixes[(market, order)] = text
         return text
 
     def render_context(self, ctx: AdvisorContext) -> str:
@@ -266,7 +296,7 @@ class PromptBuilder:
         return f"{body}\n{self.answer_prefix}"
 
     def query(self, ctx: AdvisorContext) -> RenderedQuery:
-        return RenderedQuery(context=ctx, prefix=self.prefix(ctx.market), suffix=self.suffix(ctx))
+        return RenderedQuery(context=ctx, prefix=self.prefix(ctx.market, self.order_of(ctx)), suffix=self.suffix(ctx))
 
     def content_free_query(self, market: str = "NQ") -> RenderedQuery:
         ctx = sample_context()

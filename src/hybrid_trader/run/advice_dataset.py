@@ -82,10 +82,15 @@ def advice_identity(config: LLMConfig) -> dict[str, str]:
 
     ``model`` (back end and model), ``mode`` (score/generate), ``template`` (context
     template and answer prefix), ``prompt`` (the rest of the prompt: system text,
-    examples, separators) and ``answer`` (scoring or generation options). The one
-    function behind every identity check (collect, distill, the student).
+    examples, separators, example orders) and ``answer`` (scoring or generation options). The one
+    function behind every identity check (collect, distill, the student). ``prompt.preset`` is left
+    out (the text it fills in is hashed), and so is ``example_orders`` at 1, so prompts from before
+    those options keep their identity.
     """
     p = dataclasses.asdict(config.prompt)
+    p.pop("preset", None)
+    if p.get("example_orders") == 1:
+        p.pop("example_orders")
     template = {"context_template": p.get("context_template"), "answer_prefix": p.get("answer_prefix")}
     rest = {k: v for k, v in p.items() if k not in template}
     answer = dataclasses.asdict(config.scoring if config.mode == "score" else config.generation)

@@ -219,6 +219,7 @@ class TransformersBackend(Backend):
         self.sliding_window = getattr(self.model.config, "sliding_window", None)
         self._stop_ids: list[int] | None = None
         self._prefixes: dict[str, tuple] = {}
+        self._warned_window = False
         self._lock = threading.Lock()
         self._chat_split: tuple[str, str] | None = None
 
@@ -294,6 +295,11 @@ class TransformersBackend(Backend):
         use_cache = self.config.transformers.prefix_cache and not (
             self.sliding_window and self.sliding_window - 1 <= P
         )
+        if self.config.transformers.prefix_cache and not use_cache and not self._warned_window:
+            self._warned_window = True
+            log.warning("the prompt prefix has %d tokens, past the model's %d-token sliding window: it cannot be "
+                        "cached and every query pays for all of it (about 10x slower); shorten llm.prompt.system or "
+                        "llm.prompt.examples", P, self.sliding_window)
         if use_cache:
             p_ids, p_cache = self._prefix(prefix)
             kwargs = suffix_inputs(torch, self.pad_id, P, s_ids, self.device)
