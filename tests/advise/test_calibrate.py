@@ -174,3 +174,21 @@ def test_llm_ask_shows_calibrated_advice_when_given_the_run(run_dir, capsys):
     assert raw["calibration"] is None and cal["calibration"].endswith("llm_calibration.json")
     assert "divided by the batch calibration" in out and cal["probs"] != raw["probs"]
     assert main(["llm", "ask", "--backend", "mock", "--run", str(run_dir.parent / "none")]) == 2
+
+
+def test_advisor_of_another_model_passes_over_the_calibration_when_evaluated_from_the_run(run_dir, run_parts,
+                                                                                          mock_config):
+    cfg, market, _ = run_parts
+    calibrate_run(run_dir, cfg, mock_config, market, max_states=40, backend=leaning(mock_config))
+    rule = merge_overrides(mock_config, {"backend": "trend_rule"})
+    advisor = build_advisor(rule)
+    try:
+        assert attach_calibration(advisor, rule, [run_dir]) is None  # the mock's calibration is not the rule's
+        assert advisor.answerer.batch_calibration is None
+        with pytest.raises(UserError, match="another model or prompt"):  # asked for it explicitly: refused
+            load_calibration(run_dir, rule)
+        other_prompt = merge_overrides(mock_config, {"prompt.system": "You are a cautious trader."})
+        with pytest.raises(UserError, match="another model or prompt"):  # same model, other prompt: refused
+            attach_calibration(advisor, other_prompt, [run_dir])
+    finally:
+        advisor.close()

@@ -37,10 +37,22 @@ def load_calibration(run_dir: Path, config: LLMConfig, *, required: bool = False
     return cal
 
 
+def fitted_model(run_dir: Path) -> str | None:
+    """The model a run's calibration was fitted for (``advice_identity``'s ``model``); None: none fitted."""
+    path = calibration_path(run_dir)
+    return str(BatchCalibration.load(path).identity.get("model")) if path.is_file() else None
+
+
 def attach_calibration(advisor: Any, config: LLMConfig, run_dirs: Sequence[Path | str | None]) -> Path | None:
-    """Give ``advisor`` the first run's batch calibration found among ``run_dirs``; returns its file (None: none)."""
+    """Give ``advisor`` the first run's batch calibration found among ``run_dirs``; returns its file (None: none).
+
+    A calibration fitted for another model is not this advisor's and is passed over (an
+    ablation's trend-rule or mock variants evaluated from a run calibrated for Gemma); one
+    fitted for the same model under another prompt is refused, naming both.
+    """
+    model = advice_identity(config)["model"]
     for d in run_dirs:
-        if d is None:
+        if d is None or fitted_model(Path(d)) not in (None, model):
             continue
         cal = load_calibration(Path(d), config)
         if cal is not None:
