@@ -200,3 +200,41 @@ class TradingCore:
             consecutive_losses=acc.consecutive_losses,
             mask=tuple(self.mask.tolist()),
         )
+
+
+class CoreViews:
+    """Read-only views of a :class:`TradingCore` (``self.core``) that policies, the advisor and reports read:
+    the same on ``TradingEnv`` and on the live executor."""
+
+    core: TradingCore
+
+    @property
+    def current_index(self) -> int:
+        """Index of the bar whose close the agent is looking at."""
+        return self.core.t
+
+    @property
+    def invalid_actions(self) -> int:
+        """Masked actions executed as HOLD in this episode."""
+        return self.core.invalid_actions
+
+    @property
+    def veto_counts(self) -> dict[str, int]:
+        """Risk veto reason codes counted in this episode."""
+        return self.core.veto_counts
+
+    @property
+    def veto_steps(self) -> int:
+        return self.core.veto_steps
+
+    @property
+    def decision_steps(self) -> int:
+        return self.core.decision_steps
+
+    def action_masks(self) -> np.ndarray:
+        """Legal actions in the current state (bool array, HOLD always legal)."""
+        return self.core.mask.copy()
+
+    def account_snapshot(self) -> AccountState:
+        """The account at the current bar (NaN where undefined), for the risk veto and the advisor."""
+        return self.core.account_snapshot()

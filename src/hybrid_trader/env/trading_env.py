@@ -15,7 +15,6 @@ import gymnasium as gym
 import numpy as np
 import pandas as pd
 
-from hybrid_trader.account_state import AccountState
 from hybrid_trader.actions import ACTION_NAMES, n_actions
 from hybrid_trader.calendar import session_minute
 from hybrid_trader.data.bars import Bars
@@ -33,7 +32,7 @@ from hybrid_trader.env.broker import (
     trades_frame,
 )
 from hybrid_trader.env.config import EnvConfig
-from hybrid_trader.env.core import TradingCore, make_broker, window_minutes
+from hybrid_trader.env.core import CoreViews, TradingCore, make_broker, window_minutes
 from hybrid_trader.env.observation import BASE_DIM, LLM_DIM, WINDOW_DIM, ObservationBuilder
 from hybrid_trader.env.risk_veto import RiskVeto
 from hybrid_trader.env.rules import PropFirmRules, get_rules
@@ -70,7 +69,7 @@ class EpisodeWindow:
     """Last bar whose close may decide an entry (-1: none)."""
 
 
-class TradingEnv(gym.Env):
+class TradingEnv(CoreViews, gym.Env):
     """Trade one futures contract on minute bars under prop-firm rules.
 
     **Time.** Each step is one bar. The agent sees the state at the *close* of bar t
@@ -331,19 +330,10 @@ class TradingEnv(gym.Env):
         self.position_history[t] = self.broker.side * self.broker.qty
         return equity
 
-    def action_masks(self) -> np.ndarray:
-        """Legal actions in the current state (bool array, HOLD always legal)."""
-        return self.core.mask.copy()
-
     def _observe(self) -> np.ndarray:
         return self.core.observe()
 
     # ------------------------------------------------------------------ read-only views
-    @property
-    def current_index(self) -> int:
-        """Index of the bar whose close the agent is looking at."""
-        return self.core.t
-
     @property
     def risk_veto(self) -> RiskVeto | None:
         """The risk veto masking risk-adding actions (None: none); settable."""
@@ -352,28 +342,6 @@ class TradingEnv(gym.Env):
     @risk_veto.setter
     def risk_veto(self, veto: RiskVeto | None) -> None:
         self.core.risk_veto = veto
-
-    @property
-    def invalid_actions(self) -> int:
-        """Masked actions executed as HOLD in this episode."""
-        return self.core.invalid_actions
-
-    @property
-    def veto_counts(self) -> dict[str, int]:
-        """Risk veto reason codes counted in this episode."""
-        return self.core.veto_counts
-
-    @property
-    def veto_steps(self) -> int:
-        return self.core.veto_steps
-
-    @property
-    def decision_steps(self) -> int:
-        return self.core.decision_steps
-
-    def account_snapshot(self) -> AccountState:
-        """The account at the current bar (NaN where undefined), for the risk veto and the advisor."""
-        return self.core.account_snapshot()
 
     # ------------------------------------------------------------------ reporting
     def trade_log(self) -> pd.DataFrame:

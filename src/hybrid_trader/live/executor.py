@@ -39,12 +39,11 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 
-from hybrid_trader.account_state import AccountState
 from hybrid_trader.actions import ACTION_NAMES
 from hybrid_trader.calendar import EASTERN, session_minute
 from hybrid_trader.env.account import AccountStatus, PropFirmAccount
 from hybrid_trader.env.broker import TRADE_LOG_COLUMNS, Trade, trades_frame
-from hybrid_trader.env.core import TradingCore, make_broker, window_minutes
+from hybrid_trader.env.core import CoreViews, TradingCore, make_broker, window_minutes
 from hybrid_trader.env.observation import ObservationBuilder
 from hybrid_trader.env.rules import get_rules
 from hybrid_trader.errors import UserError
@@ -73,7 +72,7 @@ BATCH_S = 1.0
 one fsync for many (a kill loses the batch, and the restart's replay writes it again)."""
 
 
-class Executor:
+class Executor(CoreViews):
     """Trade a run's agent on a bar feed with the paper broker, journaling everything.
 
     ``market`` and ``bar_minutes``: the feed's (the run's ``env.market`` wins). ``trade_dates``: the
@@ -170,28 +169,6 @@ class Executor:
         return self._advisor_label
 
     # ------------------------------------------------------------------ the policy's view of the state
-    @property
-    def current_index(self) -> int:
-        return self.core.t
-
-    @property
-    def veto_counts(self) -> dict[str, int]:
-        return self.core.veto_counts
-
-    @property
-    def veto_steps(self) -> int:
-        return self.core.veto_steps
-
-    @property
-    def decision_steps(self) -> int:
-        return self.core.decision_steps
-
-    def action_masks(self) -> np.ndarray:
-        return self.core.mask.copy()
-
-    def account_snapshot(self) -> AccountState:
-        return self.core.account_snapshot()
-
     # ------------------------------------------------------------------ the loop
     def run_feed(self, feed: Iterable[Bar], on_bar: Callable[[Executor], None] | None = None) -> ExecutorSummary:
         """Process every bar of ``feed``, calling ``on_bar(self)`` after each (the status line);

@@ -25,13 +25,11 @@ from stable_baselines3.common.logger import Logger
 from stable_baselines3.common.vec_env import SubprocVecEnv, VecEnv, VecMonitor, VecNormalize
 
 from hybrid_trader.agent.advice_block import N_FEATURES
-from hybrid_trader.config import merge_overrides, to_dict
+from hybrid_trader.config import to_dict
 from hybrid_trader.data.loader import guess_market
 from hybrid_trader.errors import UserError
 from hybrid_trader.features.names import FEATURE_NAMES
 from hybrid_trader.run import RunDir
-from hybrid_trader.run.advice_dataset import student_path
-from hybrid_trader.run.calibration import attach_calibration
 from hybrid_trader.run.files import check_writable
 from hybrid_trader.run.models import (
     final_model,
@@ -44,6 +42,13 @@ from hybrid_trader.run.models import (
 from hybrid_trader.run.pins import check_pins, pin_inputs
 from hybrid_trader.run.rundir import LLM_CONFIG, SPLIT
 from hybrid_trader.training.advice_env import AdvisorVecEnv
+from hybrid_trader.training.advisor_setup import (
+    llm_inputs,
+    make_advisor,
+    make_teacher,
+    with_absolute_inputs,
+    with_default_student,
+)
 from hybrid_trader.training.callbacks import (
     CheckpointCallback,
     FreezeBodyCallback,
@@ -229,10 +234,10 @@ def train_run(
     config = with_absolute_inputs(with_default_student(with_absolute_data(config), init))
     market = market or load_market(config.data, config.split, pool=True)
     split_info = _split_info(market)
-    advisor, llm_config = _advisor(config, say, (run_dir, init))
+    advisor, llm_config = make_advisor(config, say, (run_dir, init))
     venv = build_vec_env(market, config, market.sessions("train"), config.ppo.n_envs, config.ppo.seed,
                          normalize=config.ppo.normalize_observations, advisor=advisor,
-                         teacher=_teacher(config, market, say))
+                         teacher=make_teacher(config, market, say))
     created = False
     lock = None
     try:
@@ -315,10 +320,10 @@ def _resume(run: RunDir, config: RunConfig, *, market, extra_callbacks, say, qui
         run.write_status(target_timesteps=target)
         market = market or load_market(config.data, config.split, pool=True)
         say(market.describe())
-        advisor, _ = _advisor(config, say, (run.path, status.get("init")))
+        advisor, _ = make_advisor(config, say, (run.path, status.get("init")))
         venv = build_vec_env(market, config, market.sessions("train"), config.ppo.n_envs, config.ppo.seed,
                              normalize=config.ppo.normalize_observations, advisor=advisor,
-                             teacher=_teacher(config, market, say))
+                             teacher=make_teacher(config, market, say))
         try:
             _set_torch(config)
             model = load_model(run, ckpt.model, env=venv, device=config.ppo.device)
@@ -335,72 +340,6 @@ def _resume(run: RunDir, config: RunConfig, *, market, extra_callbacks, say, qui
                           extra_callbacks=extra_callbacks, say=say, quiet=quiet, validation=validation)
         finally:
             venv.close()
-
-
-def llm_inputs(llm: Any) -> dict[str, str | None]:
-    """The files outside the run that its advice depends on (``run.pins``): the student, an adapter."""
-    return {"student": llm.student.path if llm.backend == "student" else None,
-            "adapter": llm.transformers.adapter if llm.backend == "transformers" else None}
-
-
-def with_absolute_inputs(config: RunConfig) -> RunConfig:
-    """The student and adapter paths made absolute (a run is used from any directory)."""
-    over = {f"llm.{key}": str(Path(p).resolve()) for key, p in
-            (("student.path", config.llm.student.path), ("transformers.adapter", config.llm.transformers.adapter))
-            if p and not Path(p).is_absolute()}
-    return merge_overrides(config, over) if over else config
-
-
-def with_default_student(config: RunConfig, init: Path | None) -> RunConfig:
-    """Phase 3 with ``llm.backend: student`` and no ``llm.student.path``: the student distilled into ``init``.
-
-    ``hybrid-trader advise distill P2_RUN`` writes ``P2_RUN/advice/student.pt``; the run's
-    config.yaml records the resolved path.
-    """
-    if config.env.phase != 3 or config.llm.backend != "student" or config.llm.student.path or init is None:
-        return config
-    return merge_overrides(config, {"llm.student.path": str(student_path(Path(init)).resolve())})
-
-
-def _advisor(config: RunConfig, say, run_dirs: tuple = ()) -> tuple[Any, Any]:
-    """Phase 3: the LLM advisor (its start-up check runs here, before any file is written), with the batch
-    calibration of the first of ``run_dirs`` (this run, then its ``init``) that has one."""
-    if config.env.phase != 3:
-        return None, None
-    from hybrid_trader.llm import build_advisor  # phase 3 only: loads the advisor's back ends
-
-    llm_config = config.llm.in_run()
-    advisor = build_advisor(llm_config)
-    calibration = attach_calibration(advisor, llm_config, run_dirs)
-    if calibration is not None:
-        say(f"LLM advice divided by the batch calibration {calibration}")
-    if callable(getattr(advisor.backend, "advise_batch", None)):
-        say(f"LLM advisor: {advisor.backend.describe()}, always on (every decision, one batched forward per step), "
-            f"fusion {config.fusion.mode}, llm_weight {config.fusion.llm_weight}")
-    else:
-        say(f"LLM advisor: {llm_config.backend} back end, {llm_config.mode} mode, query {llm_config.query.mode}, "
-            f"fusion {config.fusion.mode}, llm_weight {config.fusion.llm_weight}")
-    return advisor, llm_config
-
-
-def _teacher(config: RunConfig, market: Market, say) -> Any:
-    """Phase 3 with the student and ``llm.student.teacher``: the real LLM beside it, or None (``training.teacher``)."""
-    teacher = config.llm.student.teacher
-    if teacher is not None and config.env.phase != 3:
-        raise UserError(f"a teacher ({teacher}) answers beside the student in phase 3; this run is phase "
-                        f"{config.env.phase}", fix="drop --teacher (llm.student.teacher), or train phase 3")
-    if config.env.phase != 3 or teacher is None:
-        return None
-    if config.llm.backend != "student":
-        raise UserError(f"llm.student.teacher ({teacher}) answers beside the student, but this run's back end is "
-                        f"{config.llm.backend}", fix="set llm.backend: student, or drop llm.student.teacher")
-    from hybrid_trader.llm import build_advisor  # phase 3 only: loads the advisor's back ends
-    from hybrid_trader.training.teacher import TeacherLog, teacher_config  # teacher runs only: loads pyarrow
-
-    log = TeacherLog(build_advisor(teacher_config(config.llm)), market, phase=config.env.phase)
-    say(f"teacher: {log.describe()} answers the decisions llm.query picks (mode {config.llm.query.mode}), "
-        "as fast as it can, into RUN_DIR/advice/train")
-    return log
 
 
 def _set_torch(config: RunConfig) -> None:
