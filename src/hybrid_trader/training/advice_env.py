@@ -24,9 +24,12 @@ batched forward per vector step on the raw observations (before normalisation) a
 legal actions; no query policy, no thread, no waiting, age 0 (the query rate is 100%).
 A teacher (``llm.student.teacher``, :mod:`hybrid_trader.training.teacher`) may run beside
 it: offered each step's decisions, it answers those its query policy picks, in its own
-worker, into the run's advice dataset. (The student inside the policy network was
-measured slower: PPO's update would run it again on every minibatch of every epoch;
-here it runs once a step and its advice is stored with the observation.)
+worker, into the run's advice dataset. Without a teacher the student reads nothing of a
+step but the legal actions, so the environments are switched to carry those alone
+(``TradingEnv.set_advisor_info("advisor_mask")``: no account snapshot built a step).
+(The student inside the policy network was measured slower: PPO's update would run it
+again on every minibatch of every epoch; here it runs once a step and its advice is
+stored with the observation.)
 
 Normalisation (``training.normalizer.LeanVecNormalize``) covers the
 features and leaves the advice as it is (probabilities must stay probabilities for the
