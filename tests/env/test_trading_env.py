@@ -241,3 +241,22 @@ def test_micro_contracts_count_as_tenth_of_a_mini():
     bars = make_bars(flat_session(), market="MNQ")
     env = TradingEnv(bars, stub_features(bars), EnvConfig(market="MNQ", contracts=20))
     assert math.isclose(env.contract.point_value, 2.0)
+
+
+def test_phase3_info_carries_the_account_snapshot_when_advisor_info_is_default():
+    env = make_env(flat_session(), phase=3)
+    _, info = env.reset(seed=0)
+    assert info["advisor_account"].mask == tuple(env.action_masks().tolist())
+    info = env.step(Action.BUY)[4]
+    assert "advisor_account" in info and "advisor_mask" not in info
+
+
+def test_phase3_info_carries_only_the_mask_when_advisor_info_is_mask():
+    env = make_env(flat_session(), phase=3)
+    env.set_advisor_info("advisor_mask")
+    _, info = env.reset(seed=0)
+    assert info == {"advisor_mask": tuple(env.action_masks().tolist())}
+    info = env.step(Action.BUY)[4]
+    assert info["advisor_mask"] == tuple(env.action_masks().tolist()) and "advisor_account" not in info
+    with pytest.raises(ValueError, match="advisor_info"):
+        env.set_advisor_info("everything")

@@ -14,6 +14,7 @@ from hybrid_trader.llm.backends.student_backend import (
     StudentConfig,
     StudentNet,
     layout_names,
+    no_legal_fix,
     student_bytes,
     student_from_options,
 )
@@ -103,3 +104,16 @@ def test_numpy_forward_equals_the_torch_network_when_the_student_runs_on_cpu(tmp
     np.testing.assert_allclose(probs, ref_probs, atol=1e-6)
     np.testing.assert_allclose(conf, ref_conf, atol=1e-6)
     assert (probs[1:][~masks[1:]] == 0).all() and probs[0, 0] == pytest.approx(1.0)
+
+
+def test_no_legal_fix_returns_the_masks_themselves_when_hold_is_legal_in_every_row():
+    masks = np.array([[True, False, False, False, False, False], [True, True, True, False, False, False]])
+    assert no_legal_fix(masks) is masks
+
+
+def test_no_legal_fix_makes_hold_legal_only_where_no_action_is_when_hold_is_illegal_somewhere():
+    masks = np.array([[False, True, False, False, False, False], [False] * 6, [True] + [False] * 5])
+    fixed = no_legal_fix(masks)
+    assert fixed.tolist() == [[False, True, False, False, False, False], [True] + [False] * 5,
+                              [True] + [False] * 5]
+    assert not masks[1].any()  # the caller's masks are not changed

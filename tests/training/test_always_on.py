@@ -113,3 +113,17 @@ def test_evaluation_advises_every_decision_and_reports_the_trust_when_fusion_is_
     html = write_report(out).read_text()
     assert "When the agent trusts the LLM" in html
     assert any(f"{bucket} trend" in html for bucket in ("down", "flat", "up"))
+
+
+def test_environments_report_their_masks_only_when_the_student_advises_without_a_teacher(student_market, student_p2):
+    config = with_default_student(student_cfg(3), student_p2)
+    venv = build_vec_env(student_market, config, student_market.sessions("train"), 2, 0, normalize=False,
+                         advisor=build_advisor(config.llm.in_run()))
+    try:
+        assert venv.masks_only
+        venv.reset()
+        venv.step(np.zeros(2, dtype=np.int64))
+        for info, masks in zip(venv.venv.buf_infos, venv.env_method("action_masks")):
+            assert info["advisor_mask"] == tuple(masks.tolist()) and "advisor_account" not in info
+    finally:
+        venv.close()

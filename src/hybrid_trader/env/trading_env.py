@@ -57,6 +57,12 @@ END_BREACH = "BREACH"
 END_EPISODE = "EPISODE_END"
 END_DATA = "DATA_END"
 
+# What a phase 3 step's info carries for the advisor (TradingEnv.advisor_info), under that key.
+ADVISOR_ACCOUNT = "advisor_account"
+"""The account snapshot (``AccountState``): what the query policy, the prompts and a teacher read."""
+ADVISOR_MASK = "advisor_mask"
+"""The legal actions only (a tuple of bools): all an always-on student without a teacher reads."""
+
 
 @dataclass(frozen=True)
 class EpisodeWindow:
@@ -208,6 +214,9 @@ class TradingEnv(CoreViews, gym.Env):
         self.position_history = np.zeros(n, dtype=np.int8)
         self._episode: list[EpisodeWindow] = []
         self._day = 0
+        self.advisor_info = ADVISOR_ACCOUNT
+        """Phase 3: what each step's ``info`` carries for the advisor: ``advisor_account`` (the account
+        snapshot, default) or ``advisor_mask`` (the legal actions only: what an always-on student reads)."""
 
     # ------------------------------------------------------------------ set-up
     def _build_windows(self, sessions: Sequence[int] | None) -> list[EpisodeWindow]:
@@ -266,7 +275,7 @@ class TradingEnv(CoreViews, gym.Env):
         self.position_history[:] = 0
         self._begin_day()
         obs = self._observe()
-        return obs, ({"advisor_account": self.account_snapshot()} if self.phase == 3 else {})
+        return obs, (self._advisor_info({}) if self.phase == 3 else {})
 
     def _begin_day(self) -> None:
         w = self._episode[self._day]
@@ -311,8 +320,22 @@ class TradingEnv(CoreViews, gym.Env):
             info = self.episode_info(end_reason)
         obs = self._observe()
         if self.phase == 3:
-            info["advisor_account"] = self.account_snapshot()
+            self._advisor_info(info)
         return obs, float(reward), terminated, truncated, info
+
+    def set_advisor_info(self, kind: str) -> None:
+        """Choose what phase 3 infos carry for the advisor: ``ADVISOR_ACCOUNT`` or ``ADVISOR_MASK``."""
+        if kind not in (ADVISOR_ACCOUNT, ADVISOR_MASK):
+            raise ValueError(f"advisor_info {kind!r} is neither {ADVISOR_ACCOUNT!r} nor {ADVISOR_MASK!r}")
+        self.advisor_info = kind
+
+    def _advisor_info(self, info: dict[str, Any]) -> dict[str, Any]:
+        """Phase 3: ``info`` with what the advisor reads of this step (:attr:`advisor_info`)."""
+        if self.advisor_info == ADVISOR_MASK:
+            info[ADVISOR_MASK] = tuple(self.core.mask.tolist())  # no snapshot built: a mask is all it reads
+        else:
+            info[ADVISOR_ACCOUNT] = self.account_snapshot()
+        return info
 
     # ------------------------------------------------------------------ state
     def equity(self) -> float:

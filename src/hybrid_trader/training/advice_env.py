@@ -24,9 +24,12 @@ batched forward per vector step on the raw observations (before normalisation) a
 legal actions; no query policy, no thread, no waiting, age 0 (the query rate is 100%).
 A teacher (``llm.student.teacher``, :mod:`hybrid_trader.training.teacher`) may run beside
 it: offered each step's decisions, it answers those its query policy picks, in its own
-worker, into the run's advice dataset. (The student inside the policy network was
-measured slower: PPO's update would run it again on every minibatch of every epoch;
-here it runs once a step and its advice is stored with the observation.)
+worker, into the run's advice dataset. Without a teacher the student reads nothing of a
+step but the legal actions, so the environments are switched to carry those alone
+(``TradingEnv.set_advisor_info("advisor_mask")``: no account snapshot built a step).
+(The student inside the policy network was measured slower: PPO's update would run it
+again on every minibatch of every epoch; here it runs once a step and its advice is
+stored with the observation.)
 
 Normalisation (``training.normalizer.LeanVecNormalize``) covers the
 features and leaves the advice as it is (probabilities must stay probabilities for the
@@ -53,6 +56,7 @@ from hybrid_trader.agent.advice_block import (
     write_advice,
 )
 from hybrid_trader.agent.fusion import rl_confidence
+from hybrid_trader.env.trading_env import ADVISOR_ACCOUNT, ADVISOR_MASK
 from hybrid_trader.features.names import FEATURE_NAMES
 from hybrid_trader.llm.context import context_from_market
 from hybrid_trader.training.normalizer import LeanVecNormalize
@@ -106,6 +110,11 @@ class AdvisorVecEnv(VecEnvWrapper):
             raise ValueError("a teacher answers beside an always-on advisor (llm.backend: student) only")
         self.teacher = teacher
         """Always-on: the real LLM beside the student (``training.teacher.TeacherLog``), or None."""
+        self.masks_only = self.advise_batch is not None and teacher is None and venv.has_attr("set_advisor_info")
+        """Always-on without a teacher: the environments' infos carry their legal actions only
+        (``ADVISOR_MASK``): the student reads nothing else, so no account snapshot is built a step."""
+        if self.masks_only:
+            venv.env_method("set_advisor_info", ADVISOR_MASK)
 
     def follow(self, policy: Any) -> None:
         """Give the query policy the RL confidence of ``policy``'s rollout decisions.
@@ -130,16 +139,18 @@ class AdvisorVecEnv(VecEnvWrapper):
         obs, rewards, dones, infos = self.venv.step_wait()
         assert isinstance(obs, np.ndarray)  # a Box observation space: one array, never a dict or tuple
         self.steps += 1
-        reset_infos = self.venv.unwrapped.reset_infos
         done = dones.tolist()  # Python bools: numpy scalars cost per environment
-        snaps = [reset_infos[i] if done[i] else infos[i] for i in range(self.num_envs)]
-        for i in (i for i in range(self.num_envs) if done[i]):
-            terminal = infos[i].get("terminal_observation")
-            if terminal is not None and terminal.shape == (N_FEATURES,):
-                # The value bootstrap of a truncated episode sees the advice that was in force.
-                block = self.last_block[i] if self.advise_batch is not None else \
-                    write_advice(self.last_advice[i], self.max_age, int(self.last_age[i]))
-                infos[i]["terminal_observation"] = np.concatenate([terminal, block]).astype(np.float32)
+        snaps = infos
+        if True in done:  # a finished episode's next observation (and snapshot) is its reset's
+            reset_infos = self.venv.unwrapped.reset_infos
+            snaps = [reset_infos[i] if done[i] else infos[i] for i in range(self.num_envs)]
+            for i in (i for i in range(self.num_envs) if done[i]):
+                terminal = infos[i].get("terminal_observation")
+                if terminal is not None and terminal.shape == (N_FEATURES,):
+                    # The value bootstrap of a truncated episode sees the advice that was in force.
+                    block = self.last_block[i] if self.advise_batch is not None else \
+                        write_advice(self.last_advice[i], self.max_age, int(self.last_age[i]))
+                    infos[i]["terminal_observation"] = np.concatenate([terminal, block]).astype(np.float32)
         if self.advise_batch is not None:
             return self._always_on(obs, snaps), rewards, dones, infos
         return self._with_advice(obs, snaps, dones), rewards, dones, infos
@@ -150,16 +161,21 @@ class AdvisorVecEnv(VecEnvWrapper):
         n = self.num_envs
         out = np.zeros((n, PHASE3_OBS_DIM), dtype=np.float32)
         out[:, :N_FEATURES] = obs
-        snaps = [info.get("advisor_account") if info else None for info in infos]
-        have = [snap is not None for snap in snaps]
+        snaps: list[Any] = []
+        if self.masks_only:
+            rows = [info.get(ADVISOR_MASK) if info else None for info in infos]
+        else:
+            snaps = [info.get(ADVISOR_ACCOUNT) if info else None for info in infos]
+            rows = [None if snap is None else snap.mask for snap in snaps]
+        have = [row is not None for row in rows]
         k = sum(have)
-        if k == n:  # every step of training: one array from the snapshots' mask tuples
-            masks = np.array([snap.mask for snap in snaps if snap is not None], dtype=np.bool_)
+        if k == n:  # every step of training: one array from the mask tuples
+            masks = np.array(rows, dtype=np.bool_)
         else:
             masks = np.ones((n, N_ACTIONS), dtype=bool)
-            for i, snap in enumerate(snaps):
-                if snap is not None:
-                    masks[i] = snap.mask
+            for i, row in enumerate(rows):
+                if row is not None:
+                    masks[i] = row
         probs, confidence = self.advise_batch(obs[:, :self.student_dim], masks)
         block = out[:, OBS_ADVICE]  # a view: writes into out
         block[:, ADVICE.probs] = probs
@@ -189,7 +205,7 @@ class AdvisorVecEnv(VecEnvWrapper):
         decision = self.last_decision() if self.last_decision is not None else None
         new = np.asarray(new_episode, dtype=bool).tolist()
         for i in range(self.num_envs):
-            snap = infos[i].get("advisor_account") if infos[i] else None
+            snap = infos[i].get(ADVISOR_ACCOUNT) if infos[i] else None
             if new[i]:
                 advisor.reset(i)
             if snap is None:

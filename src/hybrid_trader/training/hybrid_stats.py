@@ -51,12 +51,12 @@ class HybridStatsCallback(BaseCallback):
         self.stats = DecisionStats(self.llm_config.batching.max_age_steps)
         self.veto_steps = 0
         self.decision_steps = 0
-        # per step: RL-only logits, masks, executed actions, observations; reduced once at
-        # the end of the rollout (per-step array work costs training time)
+        # per step: RL-only logits, masks, executed actions; reduced once at the end of the
+        # rollout (per-step array work costs training time). The observations (their advice
+        # blocks) are read then from the rollout buffer, which holds every step's already.
         self._rl_logits: list[th.Tensor] = []
         self._masks: list[np.ndarray | None] = []
         self._actions: list[np.ndarray] = []
-        self._obs: list[th.Tensor] = []
         self._trust: list[th.Tensor] = []
         self.gate_values: dict[str, float] = {}
 
@@ -72,9 +72,6 @@ class HybridStatsCallback(BaseCallback):
         if decision.trust is not None:
             self._trust.append(decision.trust)
         self._actions.append(self.locals["actions"])
-        obs = self.locals.get("obs_tensor")
-        if isinstance(obs, th.Tensor):
-            self._obs.append(obs)  # sliced to the advice block at the end of the rollout
         dones = self.locals["dones"]
         if dones.any():
             infos = self.locals["infos"]
@@ -87,25 +84,36 @@ class HybridStatsCallback(BaseCallback):
                         self.veto_counts[code] = self.veto_counts.get(code, 0) + count
         return True
 
+    def _rollout_obs(self) -> np.ndarray | None:
+        """The rollout's observations ``(steps * n_envs, d)`` in step order, from the rollout buffer (None
+        when it does not hold exactly the steps recorded here)."""
+        buffer = getattr(self.model, "rollout_buffer", None)
+        obs = getattr(buffer, "observations", None)
+        steps = len(self._rl_logits)
+        if not isinstance(obs, np.ndarray) or obs.ndim != 3 or getattr(buffer, "pos", -1) != steps:
+            return None
+        return obs[:steps].reshape(-1, obs.shape[-1])
+
     def _reduce(self) -> None:
         """Turn the rollout's per-step records into the decision statistics."""
-        if not self._rl_logits or len(self._obs) != len(self._rl_logits):
+        obs = self._rollout_obs() if self._rl_logits else None
+        if obs is None:
             return
         logits = th.cat(self._rl_logits).cpu().numpy()
         masks = None if any(m is None for m in self._masks) else \
             np.concatenate([m for m in self._masks if m is not None])
         rl_best, rl_conf = best_probability(logits, masks)
         actions = np.concatenate([np.asarray(a).reshape(-1) for a in self._actions])
-        blocks = th.cat([obs[:, OBS_ADVICE] for obs in self._obs]).cpu().numpy()
+        blocks = obs[:, OBS_ADVICE]
         self.stats.add(rl_best, rl_conf, actions, blocks)
-        if self._trust and len(self._trust) == len(self._obs):
-            self.gate_values = self._gate_values(blocks)
+        if self._trust and len(self._trust) == len(self._rl_logits):
+            self.gate_values = self._gate_values(obs, blocks)
 
-    def _gate_values(self, blocks: np.ndarray) -> dict[str, float]:
+    def _gate_values(self, obs: np.ndarray, blocks: np.ndarray) -> dict[str, float]:
         """Learned fusion: the gate's trust on the rollout's advised decisions, by trend and volatility."""
         trust = th.cat(self._trust).reshape(-1).cpu().numpy()
         advised = blocks[:, ADVICE.present] > 0.5
-        obs = th.cat(self._obs).cpu().numpy()[advised]
+        obs = obs[advised]
         vec = self.model.get_vec_normalize_env()
         # the buckets are on raw feature values
         raw = np.asarray(vec.unnormalize_obs(obs) if vec is not None else obs)

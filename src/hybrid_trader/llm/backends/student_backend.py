@@ -95,6 +95,8 @@ def no_legal_fix(masks: np.ndarray) -> np.ndarray:
     on every vector step of always-on training.
     """
     masks = np.asarray(masks, dtype=bool)
+    if all(masks[:, 0].tolist()):  # HOLD legal in every row (the environments' rule): nothing to fix, no reduction
+        return masks
     empty = ~masks.any(axis=1)
     if empty.any():
         masks = masks.copy()
@@ -209,7 +211,11 @@ class NumpyStudent:
         logits -= logits.max(axis=1, keepdims=True)
         e = np.exp(logits, out=logits)
         e /= e.sum(axis=1, keepdims=True)
-        conf = 1.0 / (1.0 + np.exp(-out[:, N_ACTIONS]))
+        # 1 / (1 + exp(-z)) written in place: the same float32 operations, one array
+        conf = np.negative(out[:, N_ACTIONS])
+        np.exp(conf, out=conf)
+        conf += 1.0
+        np.divide(1.0, conf, out=conf)
         return e, conf
 
 
