@@ -10,12 +10,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from hybrid_trader.evaluation.evaluate import sessions_for
 from hybrid_trader.features.feature_set import N_BAR, N_MARKET, make_windows
 from hybrid_trader.live.feeds import Bar
 from hybrid_trader.run import RunDir
 from hybrid_trader.training.config import RunConfig
-from hybrid_trader.training.market import load_market
+from hybrid_trader.training.market import load_bars_from_config, make_split
 
 
 @dataclass
@@ -54,6 +53,15 @@ class LiveArrays:
         self.market = np.zeros((capacity, N_MARKET), dtype=np.float32)
         self.windows = make_windows(self.bar)
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled without the unused rows and the windows view (``live.snapshot``; rebuilt on loading)."""
+        n = len(self.close)
+        return {**self.__dict__, "bar": self.bar[:n].copy(), "market": self.market[:n].copy(), "windows": None}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self.windows = make_windows(self.bar)
+
     def push(self, bar: Bar, row_bar: np.ndarray, row_market: np.ndarray, atr: float) -> bool:
         """Append one bar; True when the feature buffers were reallocated (rebind the observer)."""
         t = len(self.close)
@@ -81,15 +89,16 @@ def utc(tns: int) -> pd.Timestamp:
 def run_bar_minutes(run_dir: str | Path) -> int:
     """The bar size [min] of the data the run was trained on (a followed feed must have the same)."""
     config = RunDir(run_dir).require().load_config(RunConfig)
-    return int(load_market(config.data, config.split).bars.bar_minutes)
+    return int(load_bars_from_config(config.data).bar_minutes)
 
 
 def split_dates(run_dir: str | Path, split: str) -> list[np.datetime64] | None:
-    """The trading dates of the run's ``split`` (``all``: None, every day)."""
+    """The trading dates of the run's ``split`` (``all``: None, every day): the sessions ``load_market`` and
+    ``evaluate`` give it, from the bars alone (the features, ~0.4 s of a restart, are not needed for them)."""
     if split == "all":
         return None
     run = RunDir(run_dir).require()
     config = run.load_config(RunConfig)
-    market = load_market(config.data, config.split)
-    sessions = sessions_for(market, split)
-    return [market.bars.session_dates[s] for s in sessions]
+    bars = load_bars_from_config(config.data)
+    sessions = make_split(bars.n_sessions, config.split, bars.session_dates).part(split)
+    return [bars.session_dates[s] for s in sessions]

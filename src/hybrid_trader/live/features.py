@@ -156,6 +156,12 @@ class _Buffer:
     def view(self) -> np.ndarray:
         return self.data[: self.n]
 
+    def __getstate__(self) -> dict[str, Any]:  # pickled without the unused capacity (live.snapshot)
+        return {"data": self.data[: self.n].copy(), "n": self.n}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.data, self.n = state["data"], state["n"]
+
     def at(self, i: int) -> float:
         """Value at 0-based position ``i``, NaN for ``i < 0`` (a lag before the first bar)."""
         return float(self.data[i]) if i >= 0 else NAN
@@ -224,6 +230,12 @@ class IncrementalFeatures:
         for ts, o, h, lo, c, v in zip(*cols):
             row = inc.append(ts, o, h, lo, c, v)
         return inc, row
+
+    def reopen(self) -> None:
+        """After unpickling (``live.snapshot``): the TA-Lib handles of the strided RSIs opened again on the closes
+        (the other handles open themselves at their next step)."""
+        for rsi in (self._rsi, self._rsi15, self._rsi60):
+            rsi.reopen(self.c.view())
 
     # ---- time and sessions -----------------------------------------------------------------
     @staticmethod

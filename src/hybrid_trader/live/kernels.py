@@ -197,6 +197,14 @@ class TalibStream:
         self.params = params
         self.handle: Any = None
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled without the C handle (``live.snapshot``): the next :meth:`step` opens it again on the whole
+        history, which gives the value the updated handle would (TA-Lib's contract: both equal its function API)."""
+        return {**self.__dict__, "handle": None, "factory": self.factory.__name__}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state, factory=getattr(stream, state["factory"]))
+
     def step(self, history: tuple[np.ndarray, ...], newest: tuple[float, ...]) -> Any:
         """The value at the newest bar; ``history`` ends with it (used only to open the handle)."""
         if self.handle is not None:
@@ -218,6 +226,20 @@ class PhasedRSI:
         self.handles: list[Any] = [None] * self.k
         self.last: list[float | None] = [None] * self.k
         self.moved = [False] * self.k
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled without the C handles (``live.snapshot``): :meth:`reopen` opens them again."""
+        return {**self.__dict__, "handles": [None] * self.k, "opened": [h is not None for h in self.handles]}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+
+    def reopen(self, closes: np.ndarray) -> None:
+        """After unpickling: each phase's handle opened again on its whole series of ``closes`` (every close fed so
+        far), which is where the updated handle was (TA-Lib's contract)."""
+        for p, opened in enumerate(self.__dict__.pop("opened", [])):
+            if opened:
+                self.handles[p] = stream.RSI(np.ascontiguousarray(closes[p :: self.k]), timeperiod=RSI_PERIOD)
 
     def step(self, t: int, close: float) -> float:
         p = t % self.k
