@@ -17,7 +17,9 @@ bar is closed at its close (``SESSION_END``). Bars outside the traded days only 
 features (the history before the test days, without trading).
 
 **Restarts.** The feed is read from its first bar every time (the features need the
-history). Bars, decisions and account rows already in the journal are not written again;
+history); the bars up to the journal's latest snapshot are skipped, the state after them
+restored from it (``live.snapshot``), and the later ones replayed. Bars, decisions and
+account rows already in the journal are not written again;
 orders and fills have deterministic ids (``live.ninjatrader.order_id``) and are journaled
 idempotently, so nothing is sent or booked twice. When the replay reaches the journal's
 last bar, the position and balance it rebuilt are checked against the journal's fills
@@ -57,6 +59,7 @@ from hybrid_trader.live.feeds import Bar, BarGate
 from hybrid_trader.live.journal import Journal
 from hybrid_trader.live.ninjatrader import NinjaTraderBridge, order_id
 from hybrid_trader.live.policy_cache import executor_policy
+from hybrid_trader.live.snapshot import Snapshots
 from hybrid_trader.markets import get_contract
 from hybrid_trader.run import RunDir
 from hybrid_trader.training.config import RunConfig
@@ -149,6 +152,8 @@ class Executor(CoreViews):
         self._batched = 0
         self._batch_started: float | None = None
         self._clock = EasternClock()
+        self.snapshots = Snapshots(self)  # the journal's latest snapshot, restored when it fits (live.snapshot)
+        self.snapshots.restore()
 
     # ------------------------------------------------------------------ set-up
     def _policy(self, llm: str, budget_ms: float, llm_overrides: dict | None) -> Any:
@@ -183,6 +188,8 @@ class Executor(CoreViews):
     def on_bar(self, bar: Bar) -> None:
         """One arriving bar: gate, features, and inside a traded window the decision and its orders."""
         arrived = time.perf_counter()
+        if self.snapshots.skip(bar):  # a bar the restored snapshot holds
+            return
         if self.features is None:
             self.features = IncrementalFeatures(self.contract.symbol, self.bar_minutes)
             self.gate = BarGate(market=self.contract.symbol, bar_minutes=self.bar_minutes, check_tick_grid=False)
@@ -224,6 +231,8 @@ class Executor(CoreViews):
         link = self.link
         if link is not None and link.pending and not replayed:
             traded = True  # the bar's rows are committed before its orders are written
+        if self.snapshots.maybe_take(replayed, traded, tns):
+            traded = True  # the snapshot is committed with its bar's rows
         self._commit_if_due(traded, arrived)
         if link is not None:
             link.flush(live=not replayed)

@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from hybrid_trader.features.feature_set import N_BAR, N_MARKET, make_windows
+from hybrid_trader.features.names import WINDOW
 from hybrid_trader.live.feeds import Bar
 from hybrid_trader.run import RunDir
 from hybrid_trader.training.config import RunConfig
@@ -39,6 +40,10 @@ class ExecutorSummary:
         return dataclasses.asdict(self)
 
 
+KEPT_ROWS = 2 * WINDOW
+"""Feature rows a snapshot keeps (the newest observation's window needs ``WINDOW``)."""
+
+
 class LiveArrays:
     """The bars and features seen so far, in arrays the observation builder indexes by bar."""
 
@@ -54,12 +59,20 @@ class LiveArrays:
         self.windows = make_windows(self.bar)
 
     def __getstate__(self) -> dict[str, Any]:
-        """Pickled without the unused rows and the windows view (``live.snapshot``; rebuilt on loading)."""
+        """Pickled for ``live.snapshot`` with the feature rows of the last :data:`KEPT_ROWS` bars only: the observation
+        reads the newest bar's window, never an older row (restored as zeros), and the windows view is rebuilt."""
         n = len(self.close)
-        return {**self.__dict__, "bar": self.bar[:n].copy(), "market": self.market[:n].copy(), "windows": None}
+        k = max(0, n - KEPT_ROWS)
+        return {**self.__dict__, "bar": self.bar[k:n].copy(), "market": self.market[k:n].copy(), "windows": None}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
+        n = len(self.close)
+        for name in ("bar", "market"):
+            tail = state[name]
+            rows = np.zeros((n, tail.shape[1]), dtype=tail.dtype)
+            rows[n - len(tail):] = tail
+            setattr(self, name, rows)
         self.windows = make_windows(self.bar)
 
     def push(self, bar: Bar, row_bar: np.ndarray, row_market: np.ndarray, atr: float) -> bool:

@@ -193,6 +193,7 @@ class TalibStream:
     """A ``talib.stream`` handle opened on the history as soon as it is long enough (NaN before)."""
 
     def __init__(self, name: str, **params: int) -> None:
+        self.name = name
         self.factory = getattr(stream, name)
         self.params = params
         self.handle: Any = None
@@ -200,10 +201,10 @@ class TalibStream:
     def __getstate__(self) -> dict[str, Any]:
         """Pickled without the C handle (``live.snapshot``): the next :meth:`step` opens it again on the whole
         history, which gives the value the updated handle would (TA-Lib's contract: both equal its function API)."""
-        return {**self.__dict__, "handle": None, "factory": self.factory.__name__}
+        return {**self.__dict__, "handle": None, "factory": None}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state, factory=getattr(stream, state["factory"]))
+        self.__dict__.update(state, factory=getattr(stream, state["name"]))
 
     def step(self, history: tuple[np.ndarray, ...], newest: tuple[float, ...]) -> Any:
         """The value at the newest bar; ``history`` ends with it (used only to open the handle)."""
