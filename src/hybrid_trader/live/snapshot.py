@@ -8,7 +8,7 @@ follows, on the first bar of each trading date and every :data:`SNAPSHOT_BARS` b
 (only on bars outside a trading window, so that a decision never waits for one; the
 journal keeps the latest): the incremental features with their whole history, the bar
 gate, the bar and feature arrays, the paper broker, the prop-firm account, the core's
-counters and the day's bookkeeping, pickled and compressed. TA-Lib's stream handles do
+counters and the day's bookkeeping, pickled. TA-Lib's stream handles do
 not pickle: they are opened again on the history they were fed, which gives the values
 the updated handles would (TA-Lib's contract: a handle equals its function API on the same
 bars; ``tests/live/test_snapshot.py`` checks the features against the batch ones).
@@ -33,7 +33,6 @@ from __future__ import annotations
 import hashlib
 import json
 import pickle
-import zlib
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
@@ -59,7 +58,7 @@ _EXECUTOR_FIELDS = ("_date", "_day_open", "_day_done", "_pending", "_entry_id", 
 _SUMMARY_FIELDS = ("bars", "rejected", "decisions")
 _CORE_SHARED = ("broker", "account", "observer", "_open", "_high", "_low", "_close", "_atr", "risk_veto")
 """The core's references to objects the snapshot holds on their own (the core is rebuilt on them)."""
-_READ_ERRORS = (pickle.UnpicklingError, zlib.error, EOFError, AttributeError, ImportError, KeyError, TypeError,
+_READ_ERRORS = (pickle.UnpicklingError, EOFError, AttributeError, ImportError, KeyError, TypeError,
                 ValueError, IndexError)
 
 
@@ -87,17 +86,18 @@ def snapshot_key(ex: Executor) -> str:
 
 
 def take(ex: Executor) -> bytes:
-    """The executor's state after its latest bar, pickled and compressed."""
+    """The executor's state after its latest bar, pickled (not compressed: zlib took longer than writing the
+    bytes it saved, 0.17 s against 0.05 s for three months of 1-minute bars)."""
     state = {"features": ex.features, "gate": ex.gate, "arrays": ex.arrays, "broker": ex.broker,
              "account": ex.account, "core": {k: v for k, v in ex.core.__dict__.items() if k not in _CORE_SHARED},
              "executor": {k: getattr(ex, k) for k in _EXECUTOR_FIELDS},
              "summary": {k: getattr(ex.summary, k) for k in _SUMMARY_FIELDS}}
-    return zlib.compress(pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL), 1)
+    return pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
 
 
 def load(blob: bytes) -> dict[str, Any]:
     """The state :func:`take` wrote, its TA-Lib handles opened again; an error of :data:`_READ_ERRORS` if damaged."""
-    state = pickle.loads(zlib.decompress(blob))
+    state = pickle.loads(blob)
     if not isinstance(state, dict) or set(state) != {"features", "gate", "arrays", "broker", "account", "core",
                                                      "executor", "summary"}:
         raise ValueError("not an executor snapshot")
