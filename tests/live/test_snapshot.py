@@ -184,3 +184,27 @@ def test_features_restored_from_a_snapshot_equal_batch_when_pickled_mid_history(
     for k in RAW_KEYS:
         np.testing.assert_array_equal(np.array([r.raw[k] for r in got]), fs.raw[k], err_msg=k)
     assert restored.warmup == fs.warmup
+
+
+def test_snapshot_is_replaced_by_full_replay_when_the_journal_lacks_its_bars(tiny, whole, tmp_path):
+    run, csv, _ = tiny
+    journal, _ = stopped(tiny, tmp_path)
+    db = sqlite3.connect(journal)
+    db.execute("DELETE FROM bars WHERE id = (SELECT MIN(id) FROM bars WHERE accepted = 1)")
+    db.commit()
+    db.close()
+    ex, feed = executor(run, csv, journal)
+    assert ex.snapshots.restored_ns is None
+    assert any("could not be read (ValueError" in n for n in ex.notes), ex.notes
+    ex.run_feed(feed)
+    ex.close()
+    got, expected = rows(journal), whole[0]
+    assert {k: v for k, v in got.items() if k != "bars"} == {k: v for k, v in expected.items() if k != "bars"}
+
+
+def test_snapshot_size_when_taken_holds_no_price_history(tiny, tmp_path):
+    journal, n = stopped(tiny, tmp_path)
+    db = sqlite3.connect(journal)
+    size = db.execute("SELECT length(state) FROM snapshots").fetchone()[0]
+    db.close()
+    assert n > 500 and size < 60 * n, "the prices stay in the journal's bars: the snapshot does not grow with them"

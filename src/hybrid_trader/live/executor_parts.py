@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,7 +42,8 @@ class ExecutorSummary:
 
 
 KEPT_ROWS = 2 * WINDOW
-"""Feature rows a snapshot keeps (the newest observation's window needs ``WINDOW``)."""
+"""Bars a snapshot keeps (the newest observation's window needs ``WINDOW``)."""
+_SERIES = ("open", "high", "low", "close", "atr", "time_ns")
 
 
 class LiveArrays:
@@ -57,23 +59,39 @@ class LiveArrays:
         self.bar = np.zeros((capacity, N_BAR), dtype=np.float32)
         self.market = np.zeros((capacity, N_MARKET), dtype=np.float32)
         self.windows = make_windows(self.bar)
+        self.missing = 0
+        """Leading bars whose prices a restored snapshot left to :meth:`fill`."""
 
     def __getstate__(self) -> dict[str, Any]:
-        """Pickled for ``live.snapshot`` with the feature rows of the last :data:`KEPT_ROWS` bars only: the observation
-        reads the newest bar's window, never an older row (restored as zeros), and the windows view is rebuilt."""
+        """Pickled for ``live.snapshot`` with the last :data:`KEPT_ROWS` bars only: the core and the observation read
+        the newest bars, never older ones; :meth:`fill` takes the older prices and times back from the journal
+        (the older feature rows and ATRs come back as zeros and NaN), and the windows view is rebuilt."""
         n = len(self.close)
         k = max(0, n - KEPT_ROWS)
-        return {**self.__dict__, "bar": self.bar[k:n].copy(), "market": self.market[k:n].copy(), "windows": None}
+        state = {name: getattr(self, name)[k:n] for name in _SERIES}
+        return {**state, "bar": self.bar[k:n].copy(), "market": self.market[k:n].copy(), "n": n, "start": k}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        n = len(self.close)
+        n, k = state["n"], state["start"]
+        for name in _SERIES:
+            setattr(self, name, [0 if name == "time_ns" else math.nan] * k + list(state[name]))
         for name in ("bar", "market"):
-            tail = state[name]
-            rows = np.zeros((n, tail.shape[1]), dtype=tail.dtype)
-            rows[n - len(tail):] = tail
+            rows = np.zeros((n, state[name].shape[1]), dtype=np.float32)
+            rows[k:] = state[name]
             setattr(self, name, rows)
+        self.missing = k
         self.windows = make_windows(self.bar)
+
+    def fill(self, prices: dict[str, np.ndarray]) -> None:
+        """Put back the prices and times a snapshot left out (``prices``: every bar's, as ``Journal.bar_history``
+        gives them); a ValueError if they are not the bars pushed."""
+        k, n = self.missing, len(self.close)
+        for name, key in (("open", "o"), ("high", "h"), ("low", "lo"), ("close", "c"), ("time_ns", "time_ns")):
+            values = prices[key].tolist()
+            if len(values) != n or values[k:] != getattr(self, name)[k:]:
+                raise ValueError(f"the journal's {len(values)} bars are not the {n} the snapshot was taken after")
+            getattr(self, name)[:k] = values[:k]
+        self.missing = 0
 
     def push(self, bar: Bar, row_bar: np.ndarray, row_market: np.ndarray, atr: float) -> bool:
         """Append one bar; True when the feature buffers were reallocated (rebind the observer)."""

@@ -333,6 +333,15 @@ class Journal:
                              (to_ns(bar_time), key, sqlite3.Binary(state), _now()))
             db.execute("DELETE FROM snapshots WHERE id < ?", (cur.lastrowid,))
 
+    def bar_history(self, until: pd.Timestamp | int) -> dict[str, np.ndarray]:
+        """The accepted bars up to ``until``, in time order (a restored snapshot's history): ``time_ns`` (int64),
+        ``o``, ``h``, ``lo``, ``c``, ``v`` (float64; a NULL volume as NaN)."""
+        rows = self._db.execute("SELECT time_ns, open, high, low, close, volume FROM bars WHERE accepted = 1 AND "
+                                "time_ns <= ? ORDER BY time_ns", (to_ns(until),)).fetchall()
+        values = np.array([r[1:] for r in rows], dtype=np.float64).reshape(-1, 5)
+        return {"time_ns": np.array([r[0] for r in rows], dtype=np.int64),
+                **{k: values[:, j] for j, k in enumerate(("o", "h", "lo", "c", "v"))}}
+
     def last_snapshot(self) -> tuple[int, str, bytes] | None:
         """``(bar time ns, key, state)`` of the latest snapshot, None when there is none."""
         row = self._db.execute("SELECT bar_time_ns, key, state FROM snapshots ORDER BY id DESC LIMIT 1").fetchone()

@@ -6,12 +6,15 @@ through the features, the broker and the account (~4 s for three months of 1-min
 Now the executor journals its state (:class:`Snapshots`), in the transaction of the bar it
 follows, on the first bar of each trading date and every :data:`SNAPSHOT_BARS` bars
 (only on bars outside a trading window, so that a decision never waits for one; the
-journal keeps the latest): the incremental features with their whole history, the bar
-gate, the bar and feature arrays, the paper broker, the prop-firm account, the core's
-counters and the day's bookkeeping, pickled. TA-Lib's stream handles do
-not pickle: they are opened again on the history they were fed, which gives the values
-the updated handles would (TA-Lib's contract: a handle equals its function API on the same
-bars; ``tests/live/test_snapshot.py`` checks the features against the batch ones).
+journal keeps the latest): the incremental features, the bar gate, the bar arrays, the
+paper broker, the prop-firm account, the core's counters and the day's bookkeeping,
+pickled. Its size does not grow with the history: the prices and times of the bars stay
+in the journal's ``bars`` table (read back at the restore: :meth:`Journal.bar_history`),
+the derived series keep their longest look-back, the feature rows the newest
+observation's window. TA-Lib's stream handles do not pickle: they are opened again on
+the history they were fed, which gives the values the updated handles would (TA-Lib's
+contract: a handle equals its function API on the same bars; ``tests/live/test_snapshot.py``
+checks the features against the batch ones).
 
 At start the executor loads the journal's latest snapshot when its key matches (the
 format, the program's version, the run's config.yaml and model files by sha256, the
@@ -33,8 +36,10 @@ from __future__ import annotations
 import hashlib
 import json
 import pickle
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pandas as pd
 
 from hybrid_trader import __version__
@@ -88,6 +93,8 @@ def snapshot_key(ex: Executor) -> str:
 def take(ex: Executor) -> bytes:
     """The executor's state after its latest bar, pickled (not compressed: zlib took longer than writing the
     bytes it saved, 0.17 s against 0.05 s for three months of 1-minute bars)."""
+    assert ex.features is not None
+    ex.features.keep_for_snapshot()  # the prices stay in the journal's bars
     state = {"features": ex.features, "gate": ex.gate, "arrays": ex.arrays, "broker": ex.broker,
              "account": ex.account, "core": {k: v for k, v in ex.core.__dict__.items() if k not in _CORE_SHARED},
              "executor": {k: getattr(ex, k) for k in _EXECUTOR_FIELDS},
@@ -95,13 +102,16 @@ def take(ex: Executor) -> bytes:
     return pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
 
 
-def load(blob: bytes) -> dict[str, Any]:
-    """The state :func:`take` wrote, its TA-Lib handles opened again; an error of :data:`_READ_ERRORS` if damaged."""
+def load(blob: bytes, prices: Callable[[], dict[str, np.ndarray]]) -> dict[str, Any]:
+    """The state :func:`take` wrote, with the prices it left out (``prices()``: the journal's bars up to it) and its
+    TA-Lib handles opened again; an error of :data:`_READ_ERRORS` if damaged or not the journal's bars."""
     state = pickle.loads(blob)
     if not isinstance(state, dict) or set(state) != {"features", "gate", "arrays", "broker", "account", "core",
                                                      "executor", "summary"}:
         raise ValueError("not an executor snapshot")
-    state["features"].reopen()
+    history = prices()
+    state["features"].reopen(history)
+    state["arrays"].fill(history)
     return state
 
 
@@ -156,7 +166,7 @@ class Snapshots:
                             "replayed")
             return
         try:
-            state = load(blob)
+            state = load(blob, lambda: ex.journal.bar_history(tns))
         except _READ_ERRORS as err:
             ex.notes.append(f"the journal's snapshot of {when} could not be read ({type(err).__name__}: {err}): not "
                             "used, the whole history was replayed")
