@@ -338,9 +338,10 @@ class Journal:
         ``o``, ``h``, ``lo``, ``c``, ``v`` (float64; a NULL volume as NaN)."""
         rows = self._db.execute("SELECT time_ns, open, high, low, close, volume FROM bars WHERE accepted = 1 AND "
                                 "time_ns <= ? ORDER BY time_ns", (to_ns(until),)).fetchall()
-        values = np.array([r[1:] for r in rows], dtype=np.float64).reshape(-1, 5)
-        return {"time_ns": np.array([r[0] for r in rows], dtype=np.int64),
-                **{k: values[:, j] for j, k in enumerate(("o", "h", "lo", "c", "v"))}}
+        table = np.array(rows, dtype=[("time_ns", "i8"), ("o", "f8"), ("h", "f8"), ("lo", "f8"), ("c", "f8"),
+                                      ("v", "O")])
+        return {"time_ns": table["time_ns"].copy(), **{k: table[k].copy() for k in ("o", "h", "lo", "c")},
+                "v": table["v"].astype(np.float64)}
 
     def last_snapshot(self) -> tuple[int, str, bytes] | None:
         """``(bar time ns, key, state)`` of the latest snapshot, None when there is none."""
