@@ -167,15 +167,25 @@ def _features(bars, inc: IncrementalFeatures | None, start: int, stop: int):
     return inc, out
 
 
+@pytest.mark.parametrize("prices", ["kept", "from-the-journal"])
 @pytest.mark.parametrize("source", ["synthetic-5min", "real-nq-1min"])
-def test_features_restored_from_a_snapshot_equal_batch_when_pickled_mid_history(source):
+def test_features_restored_from_a_snapshot_equal_batch_when_pickled_mid_history(source, prices):
     bars = generate_bars(12, seed=3, bar_minutes=5) if source == "synthetic-5min" else \
         load_bars(real_file("NQ_1min_2023-11_eastern.csv"))
     fs = compute_features(bars)
     cut = len(bars) * 2 // 3
     inc, before = _features(bars, None, 0, cut)
-    restored = pickle.loads(pickle.dumps(inc))
-    restored.reopen()
+    if prices == "kept":
+        restored = pickle.loads(pickle.dumps(inc))
+        restored.reopen()
+    else:  # as live.snapshot takes it: the prices left to the journal, the derived series cut to their look-back
+        inc.keep_for_snapshot()
+        restored = pickle.loads(pickle.dumps(inc))
+        assert restored.c.missing == cut and restored.atr_hist.missing > 0
+        with pytest.raises(ValueError, match="no prices"):
+            pickle.loads(pickle.dumps(inc)).reopen()
+        restored.reopen({"o": bars.open[:cut], "h": bars.high[:cut], "lo": bars.low[:cut], "c": bars.close[:cut],
+                         "v": bars.volume[:cut]})
     _, after = _features(bars, restored, cut, len(bars))
     got = before + after
     np.testing.assert_array_equal(np.stack([r.bar for r in got]), fs.bar)
