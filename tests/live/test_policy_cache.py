@@ -8,22 +8,37 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from hybrid_trader.live.fast_policy import NumpyAgentPolicy
-from hybrid_trader.live.policy_cache import CACHE_NAME, LazyAgent, executor_policy
+from hybrid_trader.live.policy_cache import LazyAgent, cache_key, cache_path, executor_policy
 from hybrid_trader.run import RunDir
+from hybrid_trader.run.model_files import final_model
 from hybrid_trader.training.config import RunConfig
 
 REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(autouse=True)
+def own_cache(tmp_path, monkeypatch):
+    """Each test its own user cache (the policy caches' folder), so none reads another's file."""
+    monkeypatch.setenv("HYBRID_TRADER_CACHE", str(tmp_path / "cache"))
+
+
+def cached_file(run: Path) -> Path:
+    """Where the executor keeps ``run``'s numpy policy."""
+    rd = RunDir(run)
+    config = rd.load_config(RunConfig)
+    return cache_path(cache_key(rd, *final_model(rd, config.ppo.normalize_observations)))
 
 
 def policies(run: Path):
     """(the policy built from torch, the cache it wrote, the policy read back from the cache)."""
     rd = RunDir(run)
     config = rd.load_config(RunConfig)
-    (run / CACHE_NAME).unlink(missing_ok=True)
+    cached_file(run).unlink(missing_ok=True)
     built, torch_model = executor_policy(rd, config, "NQ")
-    assert torch_model.loaded and (run / CACHE_NAME).is_file()
+    assert torch_model.loaded and cached_file(run).is_file()
     cached, lazy = executor_policy(rd, config, "NQ")
     return built, cached, lazy
 
@@ -63,16 +78,16 @@ def test_cache_is_rebuilt_with_a_note_when_made_from_another_model_or_damaged(ti
     rd = RunDir(run)
     config = rd.load_config(RunConfig)
     policies(run)
-    good = (run / CACHE_NAME).read_bytes()
+    good = cached_file(run).read_bytes()
     for damaged in (b"not a zip file", good[: len(good) // 2]):
-        (run / CACHE_NAME).write_bytes(damaged)
+        cached_file(run).write_bytes(damaged)
         live, torch_model = executor_policy(rd, config, "NQ")
         assert torch_model.loaded and any("could not be read" in n for n in live.notes), live.notes
-        assert (run / CACHE_NAME).read_bytes() == good, "written again"
-    with np.load(run / CACHE_NAME) as z:
+        assert cached_file(run).read_bytes() == good, "written again"
+    with np.load(cached_file(run)) as z:
         other = {k: z[k] for k in z.files}
     other["key"] = np.array(str(other["key"]).replace("model.zip ", "model.zip 00"))
-    np.savez(run / CACHE_NAME, **other)
+    np.savez(cached_file(run), **other)
     live, torch_model = executor_policy(rd, config, "NQ")
     assert torch_model.loaded and any("made from another model" in n for n in live.notes), live.notes
 

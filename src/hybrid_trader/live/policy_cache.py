@@ -1,26 +1,30 @@
-"""The executor's numpy policy cached beside the run: a restart decides without importing torch.
+"""The executor's numpy policy cached in the user's cache: a restart decides without importing torch.
 
 Loading a run's model (Stable-Baselines3's ``MaskablePPO.load``: torch, the optimiser,
 ``torch._dynamo``) took about 3.5 s of every start of ``hybrid-trader run``, though the
 executor decides phases 1 and 2 with the numpy forward (:mod:`hybrid_trader.live.fast_policy`),
 which needs only the actor's weights and the normaliser's statistics. So the first start on
-a run loads the model as before and writes them to ``RUN_DIR/live_policy.npz``, keyed by the
-sha256 of the model and normaliser files (the manifest's, which :func:`final_model` checks
-against the files); a later start whose key matches builds the same
-:class:`~hybrid_trader.live.fast_policy.NumpyAgentPolicy` from the file: the same float32
-weights and the same normalisation (``VecNormalize.normalize_obs``'s formula on the same
+a run loads the model as before and writes them to the user's cache
+(``$HYBRID_TRADER_CACHE/live_policy`` or ``~/.cache/hybrid_trader/live_policy``, never the run
+folder, whose one writer is training), one file per key: the sha256 of the model and
+normaliser files (the manifest's, which :func:`final_model` checks against the files); a
+later start whose key matches builds the same
+:class:`~hybrid_trader.live.fast_policy.NumpyAgentPolicy` from the file: the same float32 weights
+and the same normalisation (``VecNormalize.normalize_obs``'s formula on the same
 float64 statistics), hence the same decisions and probabilities. Torch is imported then only
 if a decision is a near-tie of the numpy logits (``fast_policy.TIE_GAP``: torch decides it,
 as before). A cache of another model (a retrained or resumed run), of another format, or
 that cannot be read is ignored and written again (a note says so); one that cannot be
-written (a read-only run folder) costs only the next start's time. Phase 3 always loads the
+written (a read-only cache folder) costs only the next start's time. Phase 3 always loads the
 model (the hybrid agent and its advisor run in torch).
 """
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
+import os
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
@@ -33,8 +37,8 @@ from hybrid_trader.live.fast_policy import NumpyAgentPolicy
 from hybrid_trader.run import RunDir, atomic_write_bytes, sha256_file
 from hybrid_trader.run.model_files import final_model
 
-CACHE_NAME = "live_policy.npz"
-"""The cache's file name in the run folder."""
+CACHE_FOLDER = "live_policy"
+"""The caches' folder in the user's cache (``$HYBRID_TRADER_CACHE`` or ``~/.cache/hybrid_trader``)."""
 FORMAT = 1
 """Bump when the file's layout changes: a cache of another format is rebuilt."""
 
@@ -108,6 +112,13 @@ def cache_key(run: RunDir, model_path: Path, vec_path: Path | None) -> str:
     return "; ".join(parts)
 
 
+def cache_path(key: str) -> Path:
+    """The cache file of ``key``: named by its sha256, in the user's cache, outside every run folder."""
+    env = os.environ.get("HYBRID_TRADER_CACHE")
+    root = Path(env).expanduser() if env else Path.home() / ".cache" / "hybrid_trader"
+    return root / CACHE_FOLDER / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.npz"
+
+
 def write_cache(path: Path, key: str, policy: NumpyAgentPolicy, vec: Any) -> str:
     """Write the numpy policy's weights and ``vec``'s statistics to ``path``; "" or why it could not."""
     arrays: dict[str, np.ndarray] = {"key": np.array(key)}
@@ -128,6 +139,7 @@ def write_cache(path: Path, key: str, policy: NumpyAgentPolicy, vec: Any) -> str
     buffer = io.BytesIO()
     np.savez(buffer, **arrays)  # type: ignore[arg-type]
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_bytes(path, buffer.getvalue())
     except OSError as err:
         return f"{path} could not be written ({err.strerror or err}): the next start loads torch again"
@@ -163,9 +175,10 @@ def executor_policy(run: RunDir, config: Any, symbol: str, *, llm: str = "async"
     model_path, vec_path = final_model(run, normalize)  # a damaged or missing file fails here, cached or not
     torch_model = TorchModel(run.path, config.ppo.device, normalize)
     phase = config.env.phase
-    path, key, notes = run.path / CACHE_NAME, "", []
+    path, key, notes = Path(), "", []
     if phase != 3:
         key = cache_key(run, model_path, vec_path)
+        path = cache_path(key)
         cached, why = read_cache(path, key, lambda norm: LazyAgent(torch_model, norm))
         if cached is not None:
             return LivePolicy(cached, f"none (phase {phase})"), torch_model
