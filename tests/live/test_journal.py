@@ -199,3 +199,40 @@ def test_journal_upgrades_in_place_when_opening_a_version_1_journal(tmp_path: Pa
         j.record_error("broker", "rejected", 1, code="broker:rejected")
         assert j.position_from_fills().qty == 1 and j.position_from_fills("broker").qty == 1
     assert sqlite3.connect(path).execute("SELECT version FROM schema_version").fetchone()[0] == SCHEMA_VERSION
+
+
+def test_journal_upgrades_in_place_when_opening_a_version_2_journal(tmp_path: Path) -> None:
+    path = tmp_path / "j.sqlite"
+    with Journal(path) as j:
+        j.record_bar(_t(0), 1, 2, 0.5, 1.5, 10)
+    db = sqlite3.connect(path)  # as version 2 wrote it: no snapshots table
+    db.executescript("DROP TABLE snapshots; UPDATE schema_version SET version = 2;")
+    db.close()
+    from hybrid_trader.live.journal import read_journal
+
+    assert len(read_journal(path)["bars"]) == 1, "read as it is"
+    with Journal(path) as j:
+        assert j.last_snapshot() is None
+        j.record_snapshot(_t(0), "key", b"state")
+        assert j.last_snapshot() == (to_ns(_t(0)), "key", b"state")
+    assert sqlite3.connect(path).execute("SELECT version FROM schema_version").fetchone()[0] == SCHEMA_VERSION == 3
+
+
+def test_snapshot_replaces_the_earlier_ones_when_recorded(tmp_path: Path) -> None:
+    with Journal(tmp_path / "j.sqlite") as j:
+        for i in range(3):
+            j.record_snapshot(_t(i), f"k{i}", bytes([i]) * 10)
+        assert j.last_snapshot() == (to_ns(_t(2)), "k2", bytes([2]) * 10)
+        assert j._db.execute("SELECT COUNT(*) FROM snapshots").fetchone()[0] == 1
+
+
+def test_bar_history_gives_the_accepted_bars_in_time_order_when_read_back(tmp_path: Path) -> None:
+    with Journal(tmp_path / "j.sqlite") as j:
+        j.record_bar(_t(0), 1.0, 2.0, 0.5, 1.5, 10.0)
+        j.record_bar(None, 9, 9, 9, 9, 9, accepted=False, reason="bad_time", raw="x")
+        j.record_bar(_t(1), 1.25, 2.25, 0.75, 1.75, float("nan"))
+        j.record_bar(_t(2), 3.0, 4.0, 2.0, 3.5, 5.0)
+        h = j.bar_history(_t(1))
+    assert h["time_ns"].tolist() == [to_ns(_t(0)), to_ns(_t(1))]
+    assert h["o"].tolist() == [1.0, 1.25] and h["c"].tolist() == [1.5, 1.75]
+    assert h["v"][0] == 10.0 and np.isnan(h["v"][1]), "a NaN volume (NULL in the journal) comes back as NaN"

@@ -22,14 +22,16 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from hybrid_trader.agent.hybrid_agent import Decision, HybridAgent
 from hybrid_trader.calendar import SESSION_ROLL
 from hybrid_trader.live.fast_policy import numpy_policy
 from hybrid_trader.llm.context import context_from_market
+
+if TYPE_CHECKING:
+    from hybrid_trader.agent.hybrid_agent import Decision
 
 CONTEXT_RAW_KEYS = ("atr14", "rsi14", "adx14", "sma20", "sma50", "macd_hist", "vwap", "mom10", "ret_20", "ret_60")
 """The raw indicators ``context_from_market`` reads (the executor keeps these per bar when an LLM advises)."""
@@ -89,6 +91,9 @@ class AsyncAdvisedPolicy:
         self.advisor = advisor
         self.market = market
         self.budget_s = max(float(budget_ms), 0.0) / 1000.0
+        # pulls in torch: only a phase 3 run with an asynchronous LLM gets here
+        from hybrid_trader.agent.hybrid_agent import HybridAgent
+
         max_age = advisor.config.batching.max_age_steps
         self.agent = HybridAgent.from_model(model, vec_normalize, fusion, max_age=max_age, use_llm=True)
         self.step = 0

@@ -17,7 +17,9 @@ bar is closed at its close (``SESSION_END``). Bars outside the traded days only 
 features (the history before the test days, without trading).
 
 **Restarts.** The feed is read from its first bar every time (the features need the
-history). Bars, decisions and account rows already in the journal are not written again;
+history); the bars up to the journal's latest snapshot are skipped, the state after them
+restored from it (``live.snapshot``), and the later ones replayed. Bars, decisions and
+account rows already in the journal are not written again;
 orders and fills have deterministic ids (``live.ninjatrader.order_id``) and are journaled
 idempotently, so nothing is sent or booked twice. When the replay reaches the journal's
 last bar, the position and balance it rebuilt are checked against the journal's fills
@@ -47,9 +49,8 @@ from hybrid_trader.env.core import CoreViews, TradingCore, make_broker, window_m
 from hybrid_trader.env.observation import ObservationBuilder
 from hybrid_trader.env.rules import get_rules
 from hybrid_trader.errors import UserError
-from hybrid_trader.evaluation.evaluate import load_policy
 from hybrid_trader.features.names import WINDOW
-from hybrid_trader.live.async_advice import AsyncAdvisedPolicy, live_policy
+from hybrid_trader.live.async_advice import AsyncAdvisedPolicy
 from hybrid_trader.live.broker_link import BrokerLink
 from hybrid_trader.live.clock import EasternClock
 from hybrid_trader.live.executor_parts import ExecutorSummary, LiveArrays, run_bar_minutes, split_dates, utc
@@ -57,6 +58,8 @@ from hybrid_trader.live.features import IncrementalFeatures
 from hybrid_trader.live.feeds import Bar, BarGate
 from hybrid_trader.live.journal import Journal
 from hybrid_trader.live.ninjatrader import NinjaTraderBridge, order_id
+from hybrid_trader.live.policy_cache import executor_policy
+from hybrid_trader.live.snapshot import Snapshots
 from hybrid_trader.markets import get_contract
 from hybrid_trader.run import RunDir
 from hybrid_trader.training.config import RunConfig
@@ -149,14 +152,15 @@ class Executor(CoreViews):
         self._batched = 0
         self._batch_started: float | None = None
         self._clock = EasternClock()
+        self.snapshots = Snapshots(self)  # the journal's latest snapshot, restored when it fits (live.snapshot)
+        self.snapshots.restore()
 
     # ------------------------------------------------------------------ set-up
     def _policy(self, llm: str, budget_ms: float, llm_overrides: dict | None) -> Any:
-        """The evaluation's deterministic policy of the run (``live.async_advice.live_policy``)."""
-        model, vec, _ = load_policy(self.run.path, self.config.ppo.device, self.config.ppo.normalize_observations)
-        self.model, self.vec = model, vec
-        live = live_policy(self.config, model, vec, self.run.path, self.contract.symbol, llm=llm,
-                           budget_ms=budget_ms, llm_overrides=llm_overrides)
+        """The evaluation's deterministic policy of the run (``live.async_advice.live_policy``; phases 1-2 from
+        the numpy cache without torch where it holds this model: ``live.policy_cache``)."""
+        live, self.torch_model = executor_policy(self.run, self.config, self.contract.symbol, llm=llm,
+                                                 budget_ms=budget_ms, llm_overrides=llm_overrides)
         self.notes.extend(live.notes)
         self._advisor_label, self.live_market = live.label, live.market
         return live.policy
@@ -184,6 +188,8 @@ class Executor(CoreViews):
     def on_bar(self, bar: Bar) -> None:
         """One arriving bar: gate, features, and inside a traded window the decision and its orders."""
         arrived = time.perf_counter()
+        if self.snapshots.skip(bar):  # a bar the restored snapshot holds
+            return
         if self.features is None:
             self.features = IncrementalFeatures(self.contract.symbol, self.bar_minutes)
             self.gate = BarGate(market=self.contract.symbol, bar_minutes=self.bar_minutes, check_tick_grid=False)
@@ -225,6 +231,8 @@ class Executor(CoreViews):
         link = self.link
         if link is not None and link.pending and not replayed:
             traded = True  # the bar's rows are committed before its orders are written
+        if self.snapshots.maybe_take(replayed, traded, tns):
+            traded = True  # the snapshot is committed with its bar's rows
         self._commit_if_due(traded, arrived)
         if link is not None:
             link.flush(live=not replayed)
@@ -373,10 +381,11 @@ class Executor(CoreViews):
         # torch only here: the decision itself goes through the evaluation's policy object.
         import torch as th
 
-        x = self.vec.normalize_obs(obs) if self.vec is not None else obs
+        model, vec = self.torch_model.get()
+        x = vec.normalize_obs(obs) if vec is not None else obs
         with th.no_grad():
-            obs_t, _ = self.model.policy.obs_to_tensor(x)
-            dist = self.model.policy.get_distribution(obs_t, action_masks=mask[None])
+            obs_t, _ = model.policy.obs_to_tensor(x)
+            dist = model.policy.get_distribution(obs_t, action_masks=mask[None])
             return dist.distribution.probs[0].numpy()
 
     def _journal_fills(self, t: int, tns: int, n_before: int) -> None:

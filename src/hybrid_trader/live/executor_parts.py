@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -10,12 +11,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from hybrid_trader.evaluation.evaluate import sessions_for
 from hybrid_trader.features.feature_set import N_BAR, N_MARKET, make_windows
+from hybrid_trader.features.names import WINDOW
 from hybrid_trader.live.feeds import Bar
 from hybrid_trader.run import RunDir
 from hybrid_trader.training.config import RunConfig
-from hybrid_trader.training.market import load_market
+from hybrid_trader.training.market import load_bars_from_config, make_split
 
 
 @dataclass
@@ -40,6 +41,11 @@ class ExecutorSummary:
         return dataclasses.asdict(self)
 
 
+KEPT_ROWS = 2 * WINDOW
+"""Bars a snapshot keeps (the newest observation's window needs ``WINDOW``)."""
+_SERIES = ("open", "high", "low", "close", "atr", "time_ns")
+
+
 class LiveArrays:
     """The bars and features seen so far, in arrays the observation builder indexes by bar."""
 
@@ -53,6 +59,39 @@ class LiveArrays:
         self.bar = np.zeros((capacity, N_BAR), dtype=np.float32)
         self.market = np.zeros((capacity, N_MARKET), dtype=np.float32)
         self.windows = make_windows(self.bar)
+        self.missing = 0
+        """Leading bars whose prices a restored snapshot left to :meth:`fill`."""
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled for ``live.snapshot`` with the last :data:`KEPT_ROWS` bars only: the core and the observation read
+        the newest bars, never older ones; :meth:`fill` takes the older prices and times back from the journal
+        (the older feature rows and ATRs come back as zeros and NaN), and the windows view is rebuilt."""
+        n = len(self.close)
+        k = max(0, n - KEPT_ROWS)
+        state = {name: getattr(self, name)[k:n] for name in _SERIES}
+        return {**state, "bar": self.bar[k:n].copy(), "market": self.market[k:n].copy(), "n": n, "start": k}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        n, k = state["n"], state["start"]
+        for name in _SERIES:
+            setattr(self, name, [0 if name == "time_ns" else math.nan] * k + list(state[name]))
+        for name in ("bar", "market"):
+            rows = np.zeros((n, state[name].shape[1]), dtype=np.float32)
+            rows[k:] = state[name]
+            setattr(self, name, rows)
+        self.missing = k
+        self.windows = make_windows(self.bar)
+
+    def fill(self, prices: dict[str, np.ndarray]) -> None:
+        """Put back the prices and times a snapshot left out (``prices``: every bar's, as ``Journal.bar_history``
+        gives them); a ValueError if they are not the bars pushed."""
+        k, n = self.missing, len(self.close)
+        for name, key in (("open", "o"), ("high", "h"), ("low", "lo"), ("close", "c"), ("time_ns", "time_ns")):
+            values = prices[key].tolist()
+            if len(values) != n or values[k:] != getattr(self, name)[k:]:
+                raise ValueError(f"the journal's {len(values)} bars are not the {n} the snapshot was taken after")
+            getattr(self, name)[:k] = values[:k]
+        self.missing = 0
 
     def push(self, bar: Bar, row_bar: np.ndarray, row_market: np.ndarray, atr: float) -> bool:
         """Append one bar; True when the feature buffers were reallocated (rebind the observer)."""
@@ -81,15 +120,16 @@ def utc(tns: int) -> pd.Timestamp:
 def run_bar_minutes(run_dir: str | Path) -> int:
     """The bar size [min] of the data the run was trained on (a followed feed must have the same)."""
     config = RunDir(run_dir).require().load_config(RunConfig)
-    return int(load_market(config.data, config.split).bars.bar_minutes)
+    return int(load_bars_from_config(config.data).bar_minutes)
 
 
 def split_dates(run_dir: str | Path, split: str) -> list[np.datetime64] | None:
-    """The trading dates of the run's ``split`` (``all``: None, every day)."""
+    """The trading dates of the run's ``split`` (``all``: None, every day): the sessions ``load_market`` and
+    ``evaluate`` give it, from the bars alone (the features, ~0.4 s of a restart, are not needed for them)."""
     if split == "all":
         return None
     run = RunDir(run_dir).require()
     config = run.load_config(RunConfig)
-    market = load_market(config.data, config.split)
-    sessions = sessions_for(market, split)
-    return [market.bars.session_dates[s] for s in sessions]
+    bars = load_bars_from_config(config.data)
+    sessions = make_split(bars.n_sessions, config.split, bars.session_dates).part(split)
+    return [bars.session_dates[s] for s in sessions]

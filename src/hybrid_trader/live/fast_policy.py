@@ -24,11 +24,12 @@ returns None with the reason).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from hybrid_trader.evaluation.policies import AgentPolicy
+if TYPE_CHECKING:
+    from hybrid_trader.evaluation.policies import AgentPolicy
 
 TIE_GAP = 1e-4
 """Best minus second-best legal logit at or below which torch decides (numpy vs torch logits: ~2e-8 apart)."""
@@ -82,8 +83,12 @@ class NumpyAgentPolicy:
     (float64 from the float32 logits; None when torch decided: ask torch for them).
     """
 
-    def __init__(self, agent: AgentPolicy, layers: list[tuple[np.ndarray, np.ndarray] | str]) -> None:
+    def __init__(self, agent: Any, layers: list[tuple[np.ndarray, np.ndarray] | str]) -> None:
+        """``agent``: an ``AgentPolicy`` or what stands for one (``normalize``, ``name``, ``result_extra``, and the
+        call that decides a near-tie in torch: ``live.policy_cache.LazyAgent`` loads torch only then)."""
         self.agent = agent
+        self.spec = list(layers)
+        """The layers as given: ``(W.T, b)`` pairs and activation names (``live.policy_cache`` writes them)."""
         self.name = agent.name
         self.result_extra = agent.result_extra
         self.layers: list[tuple[np.ndarray, np.ndarray] | Callable[[np.ndarray], np.ndarray]] = [

@@ -60,6 +60,7 @@ from hybrid_trader.features.llm_features import (
 )
 from hybrid_trader.features.names import BAR_FEATURE_NAMES, MARKET_FEATURE_NAMES, WINDOW
 from hybrid_trader.live.clock import EasternClock
+from hybrid_trader.live.kernels import Buffer as _Buffer
 from hybrid_trader.live.kernels import PhasedRSI, RollingMoments, RollingVar, TalibStream, double_top_bottom_last
 from hybrid_trader.markets import CONTRACTS
 
@@ -72,6 +73,8 @@ RAW_KEYS = ("tr", "atr14", "rsi14", "adx14", "sma20", "sma50", "sma200", "macd",
             "vwap", "mom10", "volume_sma20", "ret_20", "ret_60",
             "rsi_15m", "rsi_60m", "support_60m", "resistance_60m", "session_open")
 """Keys of ``FeatureRow.raw``, as ``FeatureSet.raw`` has them."""
+PRICE_SERIES = ("o", "h", "lo", "c", "v")
+"""The price histories (open, high, low, close, volume): a snapshot leaves them to the journal."""
 
 
 # ---- the per-bar computation ---------------------------------------------------------------------
@@ -140,30 +143,6 @@ def _finite(x: float, fallback: float) -> float:
     return v if math.isfinite(v) else 0.0
 
 
-class _Buffer:
-    """A growing float64 array (amortised doubling): the history of one series."""
-
-    def __init__(self, capacity: int = 4096) -> None:
-        self.data = np.empty(capacity, dtype=np.float64)
-        self.n = 0
-
-    def append(self, x: float) -> None:
-        if self.n == len(self.data):
-            self.data = np.concatenate([self.data, np.empty(len(self.data), dtype=np.float64)])
-        self.data[self.n] = x
-        self.n += 1
-
-    def view(self) -> np.ndarray:
-        return self.data[: self.n]
-
-    def at(self, i: int) -> float:
-        """Value at 0-based position ``i``, NaN for ``i < 0`` (a lag before the first bar)."""
-        return float(self.data[i]) if i >= 0 else NAN
-
-    def tail(self, m: int) -> np.ndarray:
-        return self.data[max(0, self.n - m) : self.n]
-
-
 class IncrementalFeatures:
     """Append bars one at a time; get the newest bar's features, equal to the batch's.
 
@@ -224,6 +203,29 @@ class IncrementalFeatures:
         for ts, o, h, lo, c, v in zip(*cols):
             row = inc.append(ts, o, h, lo, c, v)
         return inc, row
+
+    def keep_for_snapshot(self) -> None:
+        """Pickle (``live.snapshot``) the derived series' last look-back only and the prices not at all: the journal
+        holds them, :meth:`reopen` takes them back."""
+        lookback = max(self.k240, self.klong, self.kswing, self.m_double, ADX_SLOPE_BARS, SMA_SLOPE_BARS,
+                       EFFICIENCY_BARS) + 1
+        for name in PRICE_SERIES:
+            getattr(self, name).keep = 0
+        for buf in (self.atr_hist, self.adx_hist, self.sma50_hist, self.sma200_hist, self.hmax_hist, self.lmin_hist):
+            buf.keep = lookback
+
+    def reopen(self, prices: dict[str, np.ndarray] | None = None) -> None:
+        """After unpickling: the prices a snapshot left out (``prices``: every bar's, keys :data:`PRICE_SERIES`;
+        a ValueError if they are not the ones fed), then the strided RSIs' TA-Lib handles opened again on the
+        closes (the other handles open themselves at their next step, on the whole history)."""
+        for name in PRICE_SERIES:
+            buf = getattr(self, name)
+            if buf.missing:
+                if prices is None:
+                    raise ValueError("the snapshot holds no prices: give them")
+                buf.fill(prices[name])
+        for rsi in (self._rsi, self._rsi15, self._rsi60):
+            rsi.reopen(self.c.view())
 
     # ---- time and sessions -----------------------------------------------------------------
     @staticmethod

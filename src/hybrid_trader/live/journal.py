@@ -35,9 +35,10 @@ import pandas as pd
 
 from hybrid_trader.errors import UserError
 
-SCHEMA_VERSION = 2
-"""Bump when a table changes. Version 1 journals (no ``fills.source``, no ``errors.code``) are upgraded in
-place when opened for writing (:data:`_MIGRATIONS`) and read as they are; any other version is refused."""
+SCHEMA_VERSION = 3
+"""Bump when a table changes. Older journals are upgraded in place when opened for writing
+(:data:`_MIGRATIONS`: version 1 had no ``fills.source`` and ``errors.code``, version 2 no ``snapshots``) and
+read as they are; any other version is refused."""
 FILL_SOURCES = ("paper", "broker")
 """``paper``: the executor's own broker (the decisions); ``broker``: a fill NinjaTrader reported."""
 
@@ -73,9 +74,14 @@ CREATE TABLE IF NOT EXISTS account (
     recorded_ns INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS errors (
     id INTEGER PRIMARY KEY, time_ns INTEGER NOT NULL, location TEXT NOT NULL, message TEXT NOT NULL, code TEXT);
+CREATE TABLE IF NOT EXISTS snapshots (
+    id INTEGER PRIMARY KEY, bar_time_ns INTEGER NOT NULL, key TEXT NOT NULL, state BLOB NOT NULL,
+    recorded_ns INTEGER NOT NULL);
 """
-_MIGRATIONS = {1: ("ALTER TABLE fills ADD COLUMN source TEXT NOT NULL DEFAULT 'paper'",
-                   "ALTER TABLE errors ADD COLUMN code TEXT")}
+_MIGRATIONS: dict[int, tuple[str, ...]] = {
+    1: ("ALTER TABLE fills ADD COLUMN source TEXT NOT NULL DEFAULT 'paper'", "ALTER TABLE errors ADD COLUMN code TEXT"),
+    2: (),  # the snapshots table: created by _SCHEMA (CREATE TABLE IF NOT EXISTS)
+}
 """Statements that bring a journal of version k to k + 1."""
 
 
@@ -319,6 +325,28 @@ class Journal:
         with self._tx() as db:
             db.execute("INSERT INTO errors (time_ns, location, message, code) VALUES (?,?,?,?)",
                        (_now() if time is None else to_ns(time), where, message, code))
+
+    def record_snapshot(self, bar_time: pd.Timestamp | int, key: str, state: bytes) -> None:
+        """The executor's state after a bar (``live.snapshot``), replacing the earlier snapshots: one row."""
+        with self._tx() as db:
+            cur = db.execute("INSERT INTO snapshots (bar_time_ns, key, state, recorded_ns) VALUES (?,?,?,?)",
+                             (to_ns(bar_time), key, sqlite3.Binary(state), _now()))
+            db.execute("DELETE FROM snapshots WHERE id < ?", (cur.lastrowid,))
+
+    def bar_history(self, until: pd.Timestamp | int) -> dict[str, np.ndarray]:
+        """The accepted bars up to ``until``, in time order (a restored snapshot's history): ``time_ns`` (int64),
+        ``o``, ``h``, ``lo``, ``c``, ``v`` (float64; a NULL volume as NaN)."""
+        rows = self._db.execute("SELECT time_ns, open, high, low, close, volume FROM bars WHERE accepted = 1 AND "
+                                "time_ns <= ? ORDER BY time_ns", (to_ns(until),)).fetchall()
+        table = np.array(rows, dtype=[("time_ns", "i8"), ("o", "f8"), ("h", "f8"), ("lo", "f8"), ("c", "f8"),
+                                      ("v", "O")])
+        return {"time_ns": table["time_ns"].copy(), **{k: table[k].copy() for k in ("o", "h", "lo", "c")},
+                "v": table["v"].astype(np.float64)}
+
+    def last_snapshot(self) -> tuple[int, str, bytes] | None:
+        """``(bar time ns, key, state)`` of the latest snapshot, None when there is none."""
+        row = self._db.execute("SELECT bar_time_ns, key, state FROM snapshots ORDER BY id DESC LIMIT 1").fetchone()
+        return None if row is None else (int(row[0]), str(row[1]), bytes(row[2]))
 
     # ---- recovery reads -------------------------------------------------------------------
     def last_bar_time(self, accepted_only: bool = True) -> int | None:

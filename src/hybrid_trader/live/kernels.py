@@ -22,6 +22,56 @@ from hybrid_trader.features.llm_features import DOUBLE_DEPTH_ATR, DOUBLE_TOLERAN
 
 NAN = math.nan
 
+class Buffer:
+    """A growing float64 array (amortised doubling): the history of one series.
+
+    Pickled (``live.snapshot``) with its newest ``keep`` values only when ``keep`` is set (None: all); the
+    others come back as NaN, :attr:`missing` of them at the front, for :meth:`fill` or never to be read.
+    """
+
+    def __init__(self, capacity: int = 4096) -> None:
+        self.data = np.empty(capacity, dtype=np.float64)
+        self.n = 0
+        self.keep: int | None = None
+        self.missing = 0
+
+    def append(self, x: float) -> None:
+        if self.n == len(self.data):
+            self.data = np.concatenate([self.data, np.empty(len(self.data), dtype=np.float64)])
+        self.data[self.n] = x
+        self.n += 1
+
+    def view(self) -> np.ndarray:
+        return self.data[: self.n]
+
+    def at(self, i: int) -> float:
+        """Value at 0-based position ``i``, NaN for ``i < 0`` (a lag before the first bar)."""
+        return float(self.data[i]) if i >= 0 else NAN
+
+    def tail(self, m: int) -> np.ndarray:
+        return self.data[max(0, self.n - m) : self.n]
+
+    def __getstate__(self) -> dict[str, Any]:
+        start = 0 if self.keep is None else max(0, self.n - self.keep)
+        return {"data": self.data[start : self.n].copy(), "n": self.n, "start": start, "keep": self.keep}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        n, start = state["n"], state["start"]
+        self.data = np.full(max(n, 16), NAN)
+        self.data[start:n] = state["data"]
+        self.n, self.keep, self.missing = n, state["keep"], start
+
+    def fill(self, values: np.ndarray) -> None:
+        """Put back the values a snapshot left out: ``values`` holds all ``n`` (a ValueError if its tail is not the
+        one kept)."""
+        values = np.asarray(values, dtype=np.float64)
+        kept = self.data[self.missing : self.n]
+        if len(values) != self.n or not np.array_equal(values[self.missing :], kept, equal_nan=True):
+            raise ValueError(f"{len(values)} values given for a history of {self.n} that they do not continue")
+        self.data[: self.n] = values
+        self.missing = 0
+
+
 # ---- pandas' fixed-window kernels, one value at a time -------------------------------------------
 
 
@@ -193,9 +243,18 @@ class TalibStream:
     """A ``talib.stream`` handle opened on the history as soon as it is long enough (NaN before)."""
 
     def __init__(self, name: str, **params: int) -> None:
+        self.name = name
         self.factory = getattr(stream, name)
         self.params = params
         self.handle: Any = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled without the C handle (``live.snapshot``): the next :meth:`step` opens it again on the whole
+        history, which gives the value the updated handle would (TA-Lib's contract: both equal its function API)."""
+        return {**self.__dict__, "handle": None, "factory": None}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state, factory=getattr(stream, state["name"]))
 
     def step(self, history: tuple[np.ndarray, ...], newest: tuple[float, ...]) -> Any:
         """The value at the newest bar; ``history`` ends with it (used only to open the handle)."""
@@ -218,6 +277,20 @@ class PhasedRSI:
         self.handles: list[Any] = [None] * self.k
         self.last: list[float | None] = [None] * self.k
         self.moved = [False] * self.k
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled without the C handles (``live.snapshot``): :meth:`reopen` opens them again."""
+        return {**self.__dict__, "handles": [None] * self.k, "opened": [h is not None for h in self.handles]}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+
+    def reopen(self, closes: np.ndarray) -> None:
+        """After unpickling: each phase's handle opened again on its whole series of ``closes`` (every close fed so
+        far), which is where the updated handle was (TA-Lib's contract)."""
+        for p, opened in enumerate(self.__dict__.pop("opened", [])):
+            if opened:
+                self.handles[p] = stream.RSI(np.ascontiguousarray(closes[p :: self.k]), timeperiod=RSI_PERIOD)
 
     def step(self, t: int, close: float) -> float:
         p = t % self.k

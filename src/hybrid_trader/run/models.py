@@ -17,7 +17,11 @@ from stable_baselines3.common.vec_env import VecNormalize
 
 from hybrid_trader.errors import UserError
 from hybrid_trader.run.files import atomic_write_bytes
+from hybrid_trader.run.model_files import damaged_fix, final_model, restart_fix
 from hybrid_trader.run.rundir import Checkpoint, RunDir
+
+__all__ = ["damaged_fix", "final_model", "load_model", "load_normalizer", "model_bytes", "newest_valid_checkpoint",
+           "restart_fix", "save_model"]
 
 
 def model_bytes(model: Any) -> bytes:
@@ -35,13 +39,6 @@ def save_model(run: RunDir, model: Any, path: Path, vec: VecNormalize | None = N
     for target, data in written.items():
         atomic_write_bytes(target, data)
     run.manifest.record(written)
-
-
-def damaged_fix(run: RunDir, path: Path) -> str:
-    if path.parent == run.checkpoints_dir:
-        return (f"delete {path} (and its _vecnormalize.pkl): --resume then starts from the newest valid checkpoint")
-    return (f"restore {path} from a backup, or train again with `hybrid-trader train --resume --out {run.path}` "
-            "(it continues from the newest valid checkpoint and writes the file anew)")
 
 
 def load_model(run: RunDir, path: Path, **kwargs: Any) -> Any:
@@ -66,34 +63,6 @@ def load_normalizer(run: RunDir, path: Path) -> VecNormalize:
     if not isinstance(vec, VecNormalize):
         raise UserError("normalisation file does not hold a VecNormalize", file=str(path), fix=damaged_fix(run, path))
     return vec
-
-
-def final_model(run: RunDir, normalize: bool) -> tuple[Path, Path | None]:
-    """The model to evaluate: model.zip, else the newest checkpoint; with its normaliser.
-
-    A damaged file is an error (never a silent switch to another model); with
-    ``normalize`` (the config normalises observations) a missing normaliser is an error
-    too, never a silent change of results.
-    """
-    if run.model_path.exists() or run.manifest.expected(run.model_path) is not None:
-        model, vec = run.model_path, run.vecnormalize_path  # a recorded model.zip that is gone is an error below
-    else:
-        ckpts = run.checkpoints()
-        if not ckpts:
-            raise UserError(f"{run.path} has no {run.model_path.name} and no checkpoint",
-                            fix=restart_fix(run))
-        model, vec = ckpts[-1].model, ckpts[-1].vecnormalize
-    run.verified(model, fix=damaged_fix(run, model))
-    if not normalize:
-        return model, None
-    if not vec.exists():
-        raise UserError(
-            "normalisation file missing: this run normalises observations (ppo.normalize_observations), and "
-            "evaluating without its statistics would give different, wrong results", file=str(vec),
-            fix=f"restore {vec} (it was written with the model); or train again with "
-            f"`hybrid-trader train --resume --out {run.path}`")
-    run.verified(vec, fix=damaged_fix(run, vec))
-    return model, vec
 
 
 def newest_valid_checkpoint(run: RunDir, normalize: bool) -> tuple[Checkpoint, list[str]]:
@@ -121,14 +90,3 @@ def newest_valid_checkpoint(run: RunDir, normalize: bool) -> tuple[Checkpoint, l
                                                                  ": training stopped before its first checkpoint"),
         fix=restart_fix(run))
 
-
-def restart_fix(run: RunDir) -> str:
-    """The exact commands that start a run again from its saved configuration."""
-    try:
-        status = run.read_status()
-    except UserError:
-        status = {}
-    init = f" --init {status['init']}" if status.get("init") else ""
-    old = f"{run.path}.failed"
-    return (f"start it again from its saved configuration: mv {run.path} {old} && "
-            f"hybrid-trader train --config {old}/config.yaml --out {run.path}{init}")
