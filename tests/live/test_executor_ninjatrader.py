@@ -107,6 +107,19 @@ def test_ninjatrader_gets_the_paper_trades_when_a_run_is_replayed_against_it(mir
     assert '"broker_position": 0' in status
 
 
+def test_each_change_ninjatrader_reads_is_journaled_with_its_price_when_stops_move(mirrored):
+    _, _, nt, journal = mirrored
+    sent = [(r[10], float(r[7] or 0) or float(r[6])) for r in (line.split(";") for line in nt.received)
+            if r[0] == "CHANGE"]
+    assert sent, "the tiny run moves a stop or a target (break-even, trailing) at least once"
+    journaled = rows(journal, "SELECT order_id, price FROM order_changes ORDER BY id")
+    assert journaled == sent, "one journal row per CHANGE, same order and price, in the order sent"
+    for order_id, price in rows(journal, "SELECT c.order_id, CASE c.price_field WHEN 'stop_price' THEN o.stop_price "
+                                         "ELSE o.limit_price END FROM order_changes c JOIN orders o USING (order_id) "
+                                         "WHERE c.id IN (SELECT MAX(id) FROM order_changes GROUP BY order_id)"):
+        assert price == [p for oid, p in sent if oid == order_id][-1], "the order row holds its last price"
+
+
 def test_entries_halt_with_broker_rejected_when_ninjatrader_rejects_an_entry(tiny, tmp_path):
     run, csv, _ = tiny
     nt = FakeNinjaTrader(tmp_path / "NinjaTrader 8", ACCOUNT, INSTRUMENT)

@@ -236,3 +236,19 @@ def test_bar_history_gives_the_accepted_bars_in_time_order_when_read_back(tmp_pa
     assert h["time_ns"].tolist() == [to_ns(_t(0)), to_ns(_t(1))]
     assert h["o"].tolist() == [1.0, 1.25] and h["c"].tolist() == [1.5, 1.75]
     assert h["v"][0] == 10.0 and np.isnan(h["v"][1]), "a NaN volume (NULL in the journal) comes back as NaN"
+
+
+def test_record_change_moves_the_price_and_keeps_a_row_when_an_order_is_changed(tmp_path):
+    with Journal(tmp_path / "j.sqlite") as j:
+        j.record_order("e-SL", 10, "stop", "SELL", 1, order_type="STOPMARKET", stop_price=100.0, state="sent")
+        j.record_change("e-SL", 11, "stop_price", 101.25)
+        j.record_change("e-SL", 12, "stop_price", 102.5)
+        assert j.last_order("stop").stop_price == 102.5
+        db = sqlite3.connect(tmp_path / "j.sqlite")
+        changes = db.execute("SELECT order_id, bar_time_ns, price_field, price FROM order_changes ORDER BY id")
+        assert changes.fetchall() == [("e-SL", 11, "stop_price", 101.25), ("e-SL", 12, "stop_price", 102.5)]
+        db.close()
+        with pytest.raises(KeyError, match="not in the journal"):
+            j.record_change("nope", 13, "stop_price", 1.0)
+        with pytest.raises(ValueError, match="neither stop_price nor limit_price"):
+            j.record_change("e-SL", 13, "qty", 2.0)

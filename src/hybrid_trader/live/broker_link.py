@@ -93,6 +93,8 @@ class BrokerLink:
         self._mismatch = 0
         self._closing: str | None = None
         self._seen_errors: set[tuple[str, str]] = set()
+        self._bar_tns = 0
+        """The bar of the last :meth:`check`: the time of a CHANGE's journal row."""
 
     # ------------------------------------------------------------------ what the paper side did (replay and live)
     def entry(self, order_id: str, side: int, qty: int, ref_price: float, atr: float, tns: int) -> None:
@@ -149,6 +151,10 @@ class BrokerLink:
                     self._close(pos, tns)
             for kind, price in moves:
                 assert m is not None
+                stop_id, target_id, _ = bracket_ids(m.entry_id)
+                # the journal first (the new price, a row per CHANGE), then NinjaTrader
+                self.journal.record_change(stop_id if kind == "stop" else target_id, self._bar_tns,
+                                           "stop_price" if kind == "stop" else "limit_price", price)
                 (self.bridge.move_stop if kind == "stop" else self.bridge.move_target)(m.entry_id, price)
         except (UserError, OSError) as err:
             when = actions[-1][2] if actions else None
@@ -178,6 +184,7 @@ class BrokerLink:
     def check(self, tns: int, paper_qty: int, replayed: bool) -> None:
         """Before bar ``tns``'s decision: on a replayed bar, the journal's halts; on a live bar, NinjaTrader's
         events and position against the paper position ``paper_qty`` (signed)."""
+        self._bar_tns = tns
         if replayed:
             self.halted = ""
             for t, code, _ in self._halts:

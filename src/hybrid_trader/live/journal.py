@@ -37,7 +37,8 @@ from hybrid_trader.errors import UserError
 
 SCHEMA_VERSION = 3
 """Bump when a table changes. Older journals are upgraded in place when opened for writing
-(:data:`_MIGRATIONS`: version 1 had no ``fills.source`` and ``errors.code``, version 2 no ``snapshots``) and
+(:data:`_MIGRATIONS`: version 1 had no ``fills.source`` and ``errors.code``, version 2 no ``snapshots`` and
+``order_changes``) and
 read as they are; any other version is refused."""
 FILL_SOURCES = ("paper", "broker")
 """``paper``: the executor's own broker (the decisions); ``broker``: a fill NinjaTrader reported."""
@@ -65,6 +66,9 @@ CREATE TABLE IF NOT EXISTS orders (
     limit_price REAL, stop_price REAL, state TEXT NOT NULL, note TEXT,
     created_ns INTEGER NOT NULL, updated_ns INTEGER NOT NULL);
 CREATE INDEX IF NOT EXISTS orders_bar ON orders(bar_time_ns);
+CREATE TABLE IF NOT EXISTS order_changes (
+    id INTEGER PRIMARY KEY, order_id TEXT NOT NULL REFERENCES orders(order_id), bar_time_ns INTEGER NOT NULL,
+    price_field TEXT NOT NULL, price REAL NOT NULL, recorded_ns INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS fills (
     id INTEGER PRIMARY KEY, fill_id TEXT UNIQUE, order_id TEXT NOT NULL REFERENCES orders(order_id),
     qty INTEGER NOT NULL, price REAL NOT NULL, time_ns INTEGER NOT NULL, recorded_ns INTEGER NOT NULL,
@@ -80,7 +84,7 @@ CREATE TABLE IF NOT EXISTS snapshots (
 """
 _MIGRATIONS: dict[int, tuple[str, ...]] = {
     1: ("ALTER TABLE fills ADD COLUMN source TEXT NOT NULL DEFAULT 'paper'", "ALTER TABLE errors ADD COLUMN code TEXT"),
-    2: (),  # the snapshots table: created by _SCHEMA (CREATE TABLE IF NOT EXISTS)
+    2: (),  # the snapshots and order_changes tables: created by _SCHEMA (CREATE TABLE IF NOT EXISTS)
 }
 """Statements that bring a journal of version k to k + 1."""
 
@@ -293,6 +297,21 @@ class Journal:
                 raise KeyError(f"order {order_id!r} is not in the journal {self.path}")
             row = db.execute(f"SELECT {_ORDER_COLUMNS} FROM orders WHERE order_id = ?", (order_id,)).fetchone()
         return OrderRow(*row)
+
+    def record_change(self, order_id: str, bar_time: pd.Timestamp | int, price_field: str, price: float) -> None:
+        """Journal a working order's new price (a CHANGE: break-even, trailing) before it is sent: a row in
+        ``order_changes`` and the order's ``stop_price`` or ``limit_price`` (``price_field``); a KeyError for an
+        unknown order."""
+        if price_field not in ("stop_price", "limit_price"):
+            raise ValueError(f"order {order_id}: price_field {price_field!r} is neither stop_price nor limit_price")
+        now = _now()
+        with self._tx() as db:
+            cur = db.execute(f"UPDATE orders SET {price_field} = ?, updated_ns = ? WHERE order_id = ?",
+                             (float(price), now, order_id))
+            if cur.rowcount == 0:
+                raise KeyError(f"order {order_id!r} is not in the journal {self.path}")
+            db.execute("INSERT INTO order_changes (order_id, bar_time_ns, price_field, price, recorded_ns) "
+                       "VALUES (?,?,?,?,?)", (order_id, to_ns(bar_time), price_field, float(price), now))
 
     def record_fill(self, order_id: str, qty: int, price: float, time: pd.Timestamp | int,
                     fill_id: str | None = None, source: str = "paper") -> bool:
