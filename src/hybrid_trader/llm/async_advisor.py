@@ -100,7 +100,8 @@ class Advisor:
         self.backend = backend
         self.prompts = prompts or PromptBuilder(config)
         self.policy = QueryPolicy(config.query)
-        self.cache = AdviceCache(config.cache)
+        self.cache = AdviceCache(config.cache, examples_of=self.prompts.examples_key if
+                                 config.prompt.retrieval.enabled else None)  # retrieved examples vary by state
         self._stats = AdvisorStats()
         self.answerer = Answerer(config, backend, self.prompts)
         """Asks the model: calibration, health and the circuit breaker (``llm.answering``)."""
