@@ -269,5 +269,5 @@ def _eval(args: argparse.Namespace) -> int:
     print(json.dumps({"split": result["split"], "states": result["states"], "metrics": result["metrics"],
                       "baselines": result["baselines"], "informativeness": result["informativeness"],
                       "ic_difference": result["ic_difference"], "label_dependence": result["label_dependence"],
-                      "calibration": result["calibration"]}))
+                      "calibration": result["calibration"], "variants": result["variants"]}))
     return 0
