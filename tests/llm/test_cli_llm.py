@@ -176,7 +176,8 @@ def test_eval_when_asked_for_retrieval_adds_its_columns_each_calibrated_under_it
                          "--retrieval", "2", "--calibration-states", "30")
     assert code == 0, err
     summary = json.loads(out.strip().splitlines()[-1])
-    assert {"LLM calibrated", "retrieval", "retrieval calibrated"} <= set(summary["informativeness"])
+    columns = {"LLM calibrated", "retrieval", "retrieval calibrated", "retrieved labels"}
+    assert columns <= set(summary["informativeness"])
     variant = summary["variants"]["retrieval"]
     assert variant["calibration"] == "fitted on 30 training states"  # the run's file is the fixed prompt's
     assert variant["retrieval"]["k"] == 2 and len(variant["retrieval"]["pool"]) == 12

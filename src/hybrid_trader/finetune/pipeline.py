@@ -127,7 +127,7 @@ def evaluate_run(run_dir: str | Path, split: str = "val", *, max_states: int = 2
     if calibration is not None:
         advisors["LLM calibrated"] = np.array([calibration.apply(p, c.legal, c.market, c.position)
                                                for p, c in zip(advisors["LLM raw"], contexts)])
-    variants, variant_info = retrieval_variants(
+    variants, variant_info, retrieved = retrieval_variants(
         run.path, run.llm, run.market, run.config, contexts, k=retrieval, mode=retrieval_mode,
         adapter=adapter_config(run.llm, adapter_dir) if meta else None, calibration_states=calibration_states,
         batch=batch, progress=progress)
@@ -140,6 +140,7 @@ def evaluate_run(run_dir: str | Path, split: str = "val", *, max_states: int = 2
         "trend rule": rule,
         "logistic": LogisticControl().fit(prompt_numbers([q.context for q in train.queries]), train.labels.label)
         .predict(prompt_numbers(contexts)),
+        **retrieved,
     }
     columns = {name: outcome_metrics(p, examples.labels.label, label_coverage=coverage)
                for name, p in advisors.items()}
@@ -147,7 +148,7 @@ def evaluate_run(run_dir: str | Path, split: str = "val", *, max_states: int = 2
     info = {name: informativeness(p, examples.labels.label, fwd, draws=draws)
             for name, p in {**advisors, **controls}.items()}
     ic_diff = {name: {control: list(ic_difference(p, controls[control], fwd, draws=draws))
-                      for control in ("trend rule", "logistic")} for name, p in advisors.items()}
+                      for control in ("trend rule", "logistic", *retrieved)} for name, p in advisors.items()}
     for a, b in PAIRS:
         if a in advisors and b in advisors:
             ic_diff[a][b] = list(ic_difference(advisors[a], advisors[b], fwd, draws=draws))

@@ -74,13 +74,30 @@ def variant_calibration(run_dir: Path, backend: Backend, builder: PromptBuilder,
     return cal, f"fitted on {len(contexts)} training states"
 
 
+def neighbour_labels(builder: PromptBuilder, contexts: Sequence[AdvisorContext]) -> np.ndarray:
+    """(n, 6) a control: the label frequencies of the examples each state is shown (+0.5 each of HOLD/BUY/SELL).
+
+    What copying the retrieved answers would say, without a model: the LLM's retrieval
+    column is worth something only where it beats this.
+    """
+    r = builder.retrieval
+    assert r is not None
+    out = np.zeros((len(contexts), 6))
+    for row, ctx in enumerate(contexts):
+        counts = np.bincount(np.asarray(r.pool.label)[r.neighbours(ctx)].astype(np.int64), minlength=3)[:3]
+        out[row, :3] = (counts + 0.5) / (counts.sum() + 1.5)
+    return out
+
+
 def retrieval_variants(run_dir: Path, llm: LLMConfig, market: Market, run_config: RunConfig,
                        contexts: Sequence[AdvisorContext], *, k: int, mode: str, adapter: LLMConfig | None,
-                       calibration_states: int, batch: int, progress: bool) -> tuple[dict[str, np.ndarray], dict]:
+                       calibration_states: int, batch: int,
+                       progress: bool) -> tuple[dict[str, np.ndarray], dict, dict[str, np.ndarray]]:
     """Raw and calibrated distributions of: retrieval; the adapter (when given); the adapter with retrieval.
 
-    Returns the columns (``name`` and ``name calibrated``) and, per variant, its advice
-    identity hash and where its calibration came from.
+    Returns the columns (``name`` and ``name calibrated``); per variant, its advice
+    identity hash and where its calibration came from; and the ``retrieved labels`` control
+    (:func:`neighbour_labels`) when ``k`` > 0.
     """
     variants: list[tuple[str, LLMConfig]] = []
     if k > 0:
@@ -90,10 +107,13 @@ def retrieval_variants(run_dir: Path, llm: LLMConfig, market: Market, run_config
         if k > 0:
             variants.append(("fine-tuned + retrieval", retrieval_config(adapter, k, mode)))
     columns: dict[str, np.ndarray] = {}
+    controls: dict[str, np.ndarray] = {}
     info: dict[str, Any] = {}
     for name, cfg in variants:
         builder = PromptBuilder(cfg, source=str(run_dir / "config.yaml"))
         attach_run_pool(builder, market, run_config)
+        if builder.retrieval is not None and not controls:
+            controls["retrieved labels"] = neighbour_labels(builder, contexts)
         backend = (TransformersBackend(cfg, builder) if cfg.transformers.adapter else make_backend(cfg, builder))
         try:
             raw = score_contexts(backend, builder, contexts, batch=batch, progress=progress, desc=name)
@@ -107,7 +127,7 @@ def retrieval_variants(run_dir: Path, llm: LLMConfig, market: Market, run_config
         r = builder.retrieval
         info[name] = {"identity": cal.identity.get("hash"), "calibration": origin,
                       **({"retrieval": r.identity()} if r is not None else {})}
-    return columns, info
+    return columns, info, controls
 
 
 PAIRS: tuple[tuple[str, str], ...] = (
