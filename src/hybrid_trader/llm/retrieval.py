@@ -9,8 +9,9 @@ counts as the mean); the distance is Euclidean, exact, brute force over the pool
 
 Each neighbour is rendered with the prompt's own context template, its answer the label's
 action name (``Answer: BUY``), the nearest last (a small base model leans toward the last
-example it read). A query never retrieves a state of its own trading day (a training-day
-query, e.g. for the batch calibration, would otherwise read its own outcome).
+example it read). In exact mode a query never retrieves a state of its own trading day (a
+training-day query, e.g. for the batch calibration, would otherwise read its own outcome);
+a group's shared prefix in clusters mode may hold one (only training-day queries can meet it).
 
 Two modes:
 
