@@ -130,3 +130,17 @@ def test_kmeans_when_groups_are_apart_finds_them():
     rows = np.concatenate([np.zeros((5, 2)), np.full((5, 2), 10.0)])
     centres = kmeans(rows, 2)
     assert sorted(centres[:, 0].round(6).tolist()) == [0.0, 10.0]
+
+
+def test_build_advisor_when_retrieval_is_on_without_a_pool_is_refused_at_start():
+    from hybrid_trader.llm import build_advisor
+    from tests.llm import mock_config
+
+    cfg = mock_config(prompt={"retrieval": {"k": 2}})
+    with pytest.raises(UserError, match="no pool of labelled training states"):
+        build_advisor(cfg)
+    with build_advisor(cfg, retrieval_pool=pool()) as advisor:
+        ctx = make_context(rsi=41.0, momentum=4.0)
+        [advice] = advisor.advise_now([ctx])
+        assert not advice.abstained
+        assert advisor.prompts.query(ctx).suffix.count("Answer:") == 3  # two retrieved examples, then the query

@@ -16,8 +16,7 @@ import numpy as np
 
 from hybrid_trader.account_state import AccountState
 from hybrid_trader.errors import UserError
-from hybrid_trader.finetune.examples import ENTRY_MASK
-from hybrid_trader.finetune.labels import LabelConfig, build_labels
+from hybrid_trader.finetune.labels import ENTRY_MASK, LabelConfig, build_labels
 from hybrid_trader.llm.config import LLMConfig
 from hybrid_trader.llm.context import context_from_market
 from hybrid_trader.llm.prompt import PromptBuilder
