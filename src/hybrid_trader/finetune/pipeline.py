@@ -29,6 +29,7 @@ from hybrid_trader.finetune.informativeness import (
 from hybrid_trader.finetune.labels import LABEL_ACTIONS, LabelConfig
 from hybrid_trader.finetune.lora import FinetuneConfig, FinetuneResult, finetune
 from hybrid_trader.finetune.retrieval_eval import PAIRS, retrieval_variants
+from hybrid_trader.finetune.retrieval_pool import attach_run_pool
 from hybrid_trader.llm.backends import make_backend
 from hybrid_trader.llm.backends.transformers_backend import TransformersBackend
 from hybrid_trader.llm.backends.trend_rule_backend import TrendRuleBackend
@@ -111,14 +112,16 @@ def evaluate_run(run_dir: str | Path, split: str = "val", *, max_states: int = 2
     adapter_dir = run.path / ADAPTER
     meta_path = adapter_dir / ADAPTER_META
     meta = json.loads(meta_path.read_text(encoding="utf-8")) if meta_path.is_file() else {}
-    calibration = load_calibration(run.path, run.llm)
+    builder = PromptBuilder(run.llm, source=str(run.path / "config.yaml"))
+    attach_run_pool(builder, run.market, run.config)  # a retrieving run: its pool is part of the identity
+    calibration = load_calibration(run.path, run.llm, retrieval=builder.retrieval.identity()
+                                   if builder.retrieval is not None else None)
     labels = LabelConfig(**meta.get("labels", {})) if meta.get("labels") else LabelConfig()
     examples = build_examples(run.market, run.config, run.llm, split, purpose="evaluate", run_dir=run.path,
                               label_config=labels, max_states=max_states)
     coverage = examples.labelled / max(examples.candidates, 1)
     contexts = [q.context for q in examples.queries]
     advisors: dict[str, np.ndarray] = {}
-    builder = PromptBuilder(run.llm, source=str(run.path / "config.yaml"))
     backend = make_backend(run.llm, builder)
     try:
         advisors["LLM raw"] = score_examples(backend, examples, batch=batch, progress=progress, desc="base")
