@@ -192,3 +192,26 @@ def test_advisor_of_another_model_passes_over_the_calibration_when_evaluated_fro
             attach_calibration(advisor, other_prompt, [run_dir])
     finally:
         advisor.close()
+
+
+def test_run_refuses_the_calibration_when_fitted_with_other_retrieval_settings(run_dir, run_parts, mock_config):
+    from hybrid_trader.finetune.retrieval_pool import attach_run_pool
+    from hybrid_trader.llm.prompt import PromptBuilder
+
+    cfg, market, _ = run_parts
+
+    def retrieving(k):
+        llm = merge_overrides(mock_config, {"prompt.retrieval.k": k})
+        builder = PromptBuilder(llm)
+        attach_run_pool(builder, market, cfg)
+        return llm, builder.retrieval.identity()
+
+    two, two_identity = retrieving(2)
+    cal, _ = calibrate_run(run_dir, cfg, two, market, max_states=40, backend=leaning(two))
+    assert cal.identity["retrieval"] and load_calibration(run_dir, two, retrieval=two_identity) is not None
+    three, three_identity = retrieving(3)
+    with pytest.raises(UserError, match="another model or prompt") as err:
+        load_calibration(run_dir, three, retrieval=three_identity)
+    assert "retrieval" in str(err.value) and cal.identity["hash"] in str(err.value)
+    with pytest.raises(UserError, match="another model or prompt"):
+        load_calibration(run_dir, mock_config)  # the fixed examples: another prompt

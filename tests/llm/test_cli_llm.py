@@ -159,3 +159,46 @@ def test_eval_when_the_run_has_no_adapter_measures_the_llm_and_its_controls(caps
     code, out, err = run(capsys, "llm", "eval", str(run_dir), "--max-states", "60", "--train-states", "100")
     summary = json.loads(out.strip().splitlines()[-1])
     assert code == 0 and summary["calibration"] == "batch" and "LLM calibrated" in summary["informativeness"]
+
+
+def test_eval_when_asked_for_retrieval_adds_its_columns_each_calibrated_under_its_own_identity(capsys, tmp_path):
+    from hybrid_trader.env import EnvConfig
+    from hybrid_trader.run.rundir import RunDir
+    from hybrid_trader.training.config import DataConfig, RunConfig
+
+    config = RunConfig(data=DataConfig(synthetic_days=12), env=EnvConfig(phase=1))
+    config.llm.backend = "mock"
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    RunDir(run_dir).save_config(config, header="llm eval retrieval test run")
+    assert run(capsys, "advise", "calibrate", str(run_dir), "--max-states", "40")[0] == 0
+    code, out, err = run(capsys, "llm", "eval", str(run_dir), "--max-states", "40", "--train-states", "60",
+                         "--retrieval", "2", "--calibration-states", "30")
+    assert code == 0, err
+    summary = json.loads(out.strip().splitlines()[-1])
+    columns = {"LLM calibrated", "retrieval", "retrieval calibrated", "retrieved labels"}
+    assert columns <= set(summary["informativeness"])
+    variant = summary["variants"]["retrieval"]
+    assert variant["calibration"] == "fitted on 30 training states"  # the run's file is the fixed prompt's
+    assert variant["retrieval"]["k"] == 2 and len(variant["retrieval"]["pool"]) == 12
+    value, low, high = summary["ic_difference"]["retrieval calibrated"]["LLM calibrated"]
+    assert low <= value <= high
+
+
+def test_eval_when_the_runs_own_prompt_retrieves_uses_its_calibration_fitted_with_the_pool(capsys, tmp_path):
+    from hybrid_trader.env import EnvConfig
+    from hybrid_trader.run.rundir import RunDir
+    from hybrid_trader.training.config import DataConfig, RunConfig
+
+    config = RunConfig(data=DataConfig(synthetic_days=12), env=EnvConfig(phase=1))
+    config.llm.backend = "mock"
+    config.llm.prompt.retrieval.k = 2
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    RunDir(run_dir).save_config(config, header="llm eval of a retrieving run")
+    assert run(capsys, "advise", "calibrate", str(run_dir), "--max-states", "40")[0] == 0
+    stored = json.loads((run_dir / "llm_calibration.json").read_text())
+    assert stored["identity"]["retrieval"]
+    code, out, err = run(capsys, "llm", "eval", str(run_dir), "--max-states", "40", "--train-states", "60")
+    assert code == 0, err
+    assert json.loads(out.strip().splitlines()[-1])["calibration"] == "batch"

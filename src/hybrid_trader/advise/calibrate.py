@@ -23,6 +23,7 @@ from hybrid_trader.account_state import AccountState
 from hybrid_trader.actions import Action
 from hybrid_trader.env import TradingEnv
 from hybrid_trader.errors import UserError
+from hybrid_trader.finetune.retrieval_pool import attach_run_pool
 from hybrid_trader.llm.backends import make_backend
 from hybrid_trader.llm.backends.base import Backend
 from hybrid_trader.llm.batch_calibration import (
@@ -122,6 +123,7 @@ def calibrate_run(run_dir: Path, run_config: RunConfig, llm_config: LLMConfig, m
     t = calibration_bars(market, run_config, "train", max_states)
     contexts = calibration_contexts(market, t)
     prompts = PromptBuilder(llm_config, source="the run's llm config")
+    attach_run_pool(prompts, market, run_config)  # retrieval: the pool of the training days (nothing when off)
     own = backend is None
     backend = backend or make_backend(llm_config, prompts)
     try:
@@ -131,7 +133,8 @@ def calibrate_run(run_dir: Path, run_config: RunConfig, llm_config: LLMConfig, m
             backend.close()
     legal = np.array([c.legal for c in contexts], dtype=bool)
     cal = fit_batch_calibration(mass, legal, [c.market for c in contexts], [c.position for c in contexts],
-                                identity=advice_identity(llm_config),
+                                identity=advice_identity(llm_config, retrieval=prompts.retrieval.identity()
+                                                         if prompts.retrieval is not None else None),
                                 days=market.bars.session_id[t].tolist() if len(t) else [],
                                 min_states=min_states)
     cal.save(path)

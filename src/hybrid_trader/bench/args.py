@@ -63,6 +63,8 @@ class LLMBenchArgs:
     """Seed of the generated contexts."""
     calibration_run: str | None = None
     """A run directory whose batch calibration (llm_calibration.json) divides the advice; None: no calibration."""
+    retrieval_run: str | None = None
+    """A run directory whose training days give the retrieval pool (needed when llm.prompt.retrieval.k > 0)."""
 
     def __post_init__(self) -> None:
         check(self.batch >= 1, "batch", f"{self.batch} must be >= 1", fix="use 1 or more")

@@ -29,6 +29,9 @@ from pathlib import Path
 import numpy as np
 
 from hybrid_trader.bench.args import LLMBenchArgs
+from hybrid_trader.errors import UserError
+from hybrid_trader.finetune.pipeline import load_run
+from hybrid_trader.finetune.retrieval_pool import build_pool
 from hybrid_trader.llm import build_advisor, load_llm_config
 from hybrid_trader.llm.backends.transformers_backend import prefer_passive_openmp
 from hybrid_trader.llm.context import TREND_LABELS
@@ -84,7 +87,14 @@ def run(args: LLMBenchArgs) -> int:
     queries = args.queries or (2000 if cfg.backend == "mock" else 128)
 
     t0 = time.perf_counter()
-    advisor = build_advisor(cfg)
+    retrieval_pool = None
+    if cfg.prompt.retrieval.enabled:
+        if not args.retrieval_run:
+            raise UserError("llm.prompt.retrieval is on but bench llm has no run to take the pool from",
+                            fix="give --retrieval-run RUN_DIR (its training days), or set llm.prompt.retrieval.k: 0")
+        run = load_run(args.retrieval_run)
+        retrieval_pool = build_pool(run.market, run.config, cfg, source=args.retrieval_run)
+    advisor = build_advisor(cfg, retrieval_pool=retrieval_pool)
     if args.calibration_run:
         advisor.answerer.batch_calibration = load_calibration(Path(args.calibration_run), cfg, required=True)
     load_s = time.perf_counter() - t0
@@ -124,6 +134,7 @@ def run(args: LLMBenchArgs) -> int:
     result = {
         "backend": cfg.backend,
         "calibration": "batch" if args.calibration_run else None,
+        "retrieval": advisor.prompts.retrieval.identity() if advisor.prompts.retrieval is not None else None,
         "model": advisor.backend.describe(),
         "mode": cfg.mode,
         "batch": batch,

@@ -90,6 +90,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="labelled training states the majority and logistic controls are fitted on (default 400)")
     e.add_argument("--cot", type=int, default=0, metavar="N",
                    help="also run the chain of thought on N of the states: parse rate, latency, agreement (default 0)")
+    e.add_argument("--retrieval", type=int, default=0, metavar="K",
+                   help="also score K retrieved training-day examples per state, alone and on the adapter (default 0)")
+    e.add_argument("--retrieval-mode", choices=("exact", "clusters"), default="exact",
+                   help="exact: each state's nearest; clusters: its group's cached examples (default exact)")
+    e.add_argument("--calibration-states", type=int, default=120,
+                   help="training states a variant without a run calibration is calibrated on (default 120)")
     e.set_defaults(func=_eval)
 
 
@@ -237,7 +243,8 @@ def _eval(args: argparse.Namespace) -> int:
     from hybrid_trader.finetune.pipeline import evaluate_run
 
     result = evaluate_run(args.run_dir, args.split, max_states=args.max_states, batch=args.batch, cot=args.cot,
-                          train_states=args.train_states)
+                          train_states=args.train_states, retrieval=args.retrieval, retrieval_mode=args.retrieval_mode,
+                          calibration_states=args.calibration_states)
     adapter = result["adapter"]
     print(f"# {result['split']} split, {result['states']} labelled states ({result['source']}); "
           + (f"adapter best step {adapter['best_step']}" if adapter else "no adapter")
@@ -262,5 +269,5 @@ def _eval(args: argparse.Namespace) -> int:
     print(json.dumps({"split": result["split"], "states": result["states"], "metrics": result["metrics"],
                       "baselines": result["baselines"], "informativeness": result["informativeness"],
                       "ic_difference": result["ic_difference"], "label_dependence": result["label_dependence"],
-                      "calibration": result["calibration"]}))
+                      "calibration": result["calibration"], "variants": result["variants"]}))
     return 0

@@ -21,7 +21,8 @@ import numpy as np
 from hybrid_trader.account_state import AccountState
 from hybrid_trader.actions import Action
 from hybrid_trader.errors import UserError
-from hybrid_trader.finetune.labels import LabelConfig, OutcomeLabels, Purpose, build_labels
+from hybrid_trader.finetune.labels import ENTRY_MASK, LabelConfig, OutcomeLabels, Purpose, build_labels
+from hybrid_trader.finetune.retrieval_pool import attach_run_pool
 from hybrid_trader.llm.advice import ACTION_WORDS
 from hybrid_trader.llm.config import LLMConfig
 from hybrid_trader.llm.context import context_from_market
@@ -29,9 +30,6 @@ from hybrid_trader.llm.prompt import PromptBuilder, RenderedQuery
 from hybrid_trader.run.advice_dataset import masks_from_bits, read_split
 from hybrid_trader.training.config import RunConfig
 from hybrid_trader.training.market import Market
-
-ENTRY_MASK = np.array([True, True, True, False, False, False])
-"""Legal actions of a flat state inside the entry window."""
 
 
 @dataclass
@@ -101,6 +99,7 @@ def build_examples(market: Market, run_config: RunConfig, llm_config: LLMConfig,
         labels = OutcomeLabels(t=labels.t[pick], session=labels.session[pick], pnl=labels.pnl[pick],
                                exit_index=labels.exit_index[pick], label=labels.label[pick])
     builder = PromptBuilder(llm_config, source="the run's llm config")
+    attach_run_pool(builder, market, run_config)  # a retrieving prompt reads the training days' pool
     account = AccountState(balance=50_000.0)
     queries = [builder.query(context_from_market(market.bars, market.features, int(t), account, ENTRY_MASK))
                for t in labels.t.tolist()]

@@ -34,6 +34,8 @@ from hybrid_trader.errors import UserError
 
 LABEL_ACTIONS: tuple[int, ...] = (int(Action.HOLD), int(Action.BUY), int(Action.SELL))
 """The actions a label chooses among (phase 1 entries)."""
+ENTRY_MASK = np.array([True, True, True, False, False, False])
+"""Legal actions of a flat state inside the entry window (the states labels exist for)."""
 Purpose = Literal["train", "evaluate"]
 
 

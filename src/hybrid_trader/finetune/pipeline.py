@@ -28,6 +28,8 @@ from hybrid_trader.finetune.informativeness import (
 )
 from hybrid_trader.finetune.labels import LABEL_ACTIONS, LabelConfig
 from hybrid_trader.finetune.lora import FinetuneConfig, FinetuneResult, finetune
+from hybrid_trader.finetune.retrieval_eval import PAIRS, retrieval_variants
+from hybrid_trader.finetune.retrieval_pool import attach_run_pool
 from hybrid_trader.llm.backends import make_backend
 from hybrid_trader.llm.backends.transformers_backend import TransformersBackend
 from hybrid_trader.llm.backends.trend_rule_backend import TrendRuleBackend
@@ -88,13 +90,17 @@ def adapter_config(llm: LLMConfig, adapter_dir: Path) -> LLMConfig:
 
 
 def evaluate_run(run_dir: str | Path, split: str = "val", *, max_states: int = 200, batch: int = 16,
-                 progress: bool = True, cot: int = 0, train_states: int = 400, draws: int = 1000) -> dict[str, Any]:
+                 progress: bool = True, cot: int = 0, train_states: int = 400, draws: int = 1000,
+                 retrieval: int = 0, retrieval_mode: str = "exact", calibration_states: int = 120) -> dict[str, Any]:
     """The run's LLM (raw, batch-calibrated, fine-tuned when ``RUN_DIR/llm_adapter`` exists) and three controls
     on ``split``'s labelled states; writes ``RUN_DIR/llm_eval/<split>.json``.
 
     ``cot``: also run the chain of thought (base model) on that many of the states, one
     at a time, and measure its parse rate, latency and agreement with scoring mode.
     ``train_states``: labelled training states the controls are fitted on.
+    ``retrieval``: also score the prompt with that many retrieved examples (``retrieval_mode``), alone and on
+    the adapter; variants without a run calibration of their identity are calibrated on
+    ``calibration_states`` training states (:mod:`hybrid_trader.finetune.retrieval_eval`).
     """
     if split not in ("val", "test"):
         raise UserError(f"--split {split!r}: evaluation is on later days", value=split, fix="use val or test")
@@ -106,14 +112,16 @@ def evaluate_run(run_dir: str | Path, split: str = "val", *, max_states: int = 2
     adapter_dir = run.path / ADAPTER
     meta_path = adapter_dir / ADAPTER_META
     meta = json.loads(meta_path.read_text(encoding="utf-8")) if meta_path.is_file() else {}
-    calibration = load_calibration(run.path, run.llm)
+    builder = PromptBuilder(run.llm, source=str(run.path / "config.yaml"))
+    attach_run_pool(builder, run.market, run.config)  # a retrieving run: its pool is part of the identity
+    calibration = load_calibration(run.path, run.llm, retrieval=builder.retrieval.identity()
+                                   if builder.retrieval is not None else None)
     labels = LabelConfig(**meta.get("labels", {})) if meta.get("labels") else LabelConfig()
     examples = build_examples(run.market, run.config, run.llm, split, purpose="evaluate", run_dir=run.path,
                               label_config=labels, max_states=max_states)
     coverage = examples.labelled / max(examples.candidates, 1)
     contexts = [q.context for q in examples.queries]
     advisors: dict[str, np.ndarray] = {}
-    builder = PromptBuilder(run.llm, source=str(run.path / "config.yaml"))
     backend = make_backend(run.llm, builder)
     try:
         advisors["LLM raw"] = score_examples(backend, examples, batch=batch, progress=progress, desc="base")
@@ -122,13 +130,11 @@ def evaluate_run(run_dir: str | Path, split: str = "val", *, max_states: int = 2
     if calibration is not None:
         advisors["LLM calibrated"] = np.array([calibration.apply(p, c.legal, c.market, c.position)
                                                for p, c in zip(advisors["LLM raw"], contexts)])
-    if meta:
-        cfg = adapter_config(run.llm, adapter_dir)
-        tuned = TransformersBackend(cfg, PromptBuilder(cfg, source=str(run.path / "config.yaml")))
-        try:
-            advisors["fine-tuned"] = score_examples(tuned, examples, batch=batch, progress=progress, desc="fine-tuned")
-        finally:
-            tuned.close()
+    variants, variant_info, retrieved = retrieval_variants(
+        run.path, run.llm, run.market, run.config, contexts, k=retrieval, mode=retrieval_mode,
+        adapter=adapter_config(run.llm, adapter_dir) if meta else None, calibration_states=calibration_states,
+        batch=batch, progress=progress)
+    advisors.update(variants)
     train = build_examples(run.market, run.config, run.llm, "train", purpose="train", run_dir=run.path,
                            label_config=labels, max_states=train_states)
     rule = TrendRuleBackend().score(examples.queries)
@@ -137,6 +143,7 @@ def evaluate_run(run_dir: str | Path, split: str = "val", *, max_states: int = 2
         "trend rule": rule,
         "logistic": LogisticControl().fit(prompt_numbers([q.context for q in train.queries]), train.labels.label)
         .predict(prompt_numbers(contexts)),
+        **retrieved,
     }
     columns = {name: outcome_metrics(p, examples.labels.label, label_coverage=coverage)
                for name, p in advisors.items()}
@@ -144,7 +151,10 @@ def evaluate_run(run_dir: str | Path, split: str = "val", *, max_states: int = 2
     info = {name: informativeness(p, examples.labels.label, fwd, draws=draws)
             for name, p in {**advisors, **controls}.items()}
     ic_diff = {name: {control: list(ic_difference(p, controls[control], fwd, draws=draws))
-                      for control in ("trend rule", "logistic")} for name, p in advisors.items()}
+                      for control in ("trend rule", "logistic", *retrieved)} for name, p in advisors.items()}
+    for a, b in PAIRS:
+        if a in advisors and b in advisors:
+            ic_diff[a][b] = list(ic_difference(advisors[a], advisors[b], fwd, draws=draws))
     trend = np.array([c.trend_score for c in contexts])
     dependence = {name: label_dependence(p, rule, trend) for name, p in advisors.items()}
     probs = {name: p.round(5).tolist() for name, p in advisors.items()}
@@ -154,7 +164,7 @@ def evaluate_run(run_dir: str | Path, split: str = "val", *, max_states: int = 2
         "baselines": label_baselines(examples.labels.label), "metrics": columns,
         "informativeness": {n: {k: list(v) for k, v in m.items()} for n, m in info.items()},
         "ic_difference": ic_diff, "label_dependence": dependence,
-        "calibration": "batch" if calibration is not None else None,
+        "calibration": "batch" if calibration is not None else None, "variants": variant_info,
         "train_states": len(train), "horizon": labels.horizon or 60,
         "adapter": {"dir": str(adapter_dir), "best_step": meta.get("best_step"),
                     "best_val_loss": meta.get("best_val_loss"), "base_model": meta.get("base_model")} if meta else None,

@@ -68,6 +68,7 @@ from hybrid_trader.llm.journal import Journal
 from hybrid_trader.llm.prompt import PromptBuilder, RenderedQuery
 from hybrid_trader.llm.query_policy import QueryPolicy, RLConfidence
 from hybrid_trader.llm.recording import Recorder
+from hybrid_trader.llm.retrieval import RetrievalPool
 from hybrid_trader.llm.stats import AdvisorStats
 
 log = logging.getLogger(__name__)
@@ -100,7 +101,8 @@ class Advisor:
         self.backend = backend
         self.prompts = prompts or PromptBuilder(config)
         self.policy = QueryPolicy(config.query)
-        self.cache = AdviceCache(config.cache)
+        self.cache = AdviceCache(config.cache, examples_of=self.prompts.examples_key if
+                                 config.prompt.retrieval.enabled else None)  # retrieved examples vary by state
         self._stats = AdvisorStats()
         self.answerer = Answerer(config, backend, self.prompts)
         """Asks the model: calibration, health and the circuit breaker (``llm.answering``)."""
@@ -464,16 +466,24 @@ class Advisor:
 
 
 def build_advisor(
-    config: LLMConfig | None = None, *, backend: Backend | None = None, source: str = "llm config"
+    config: LLMConfig | None = None, *, backend: Backend | None = None, source: str = "llm config",
+    retrieval_pool: RetrievalPool | None = None,
 ) -> Advisor:
     """The advisor for ``config`` (default: the packaged ``llm.yaml``), with its back end and journal.
 
     Raises a UserError at once for a missing model, an unreachable server (when
-    ``check_on_start``), an unknown template field or an unwritable journal.
+    ``check_on_start``), an unknown template field, an unwritable journal, or a prompt that
+    retrieves its examples (``prompt.retrieval``) without ``retrieval_pool``.
     """
     if config is None:
         config = load_llm_config()
     prompts = PromptBuilder(config, source=source)
+    if config.prompt.retrieval.enabled:
+        if retrieval_pool is None:
+            raise UserError("llm.prompt.retrieval is on but no pool of labelled training states is given", file=source,
+                            fix="retrieval runs where a run's training days give the pool (llm eval --retrieval, "
+                                "advise calibrate, bench llm --retrieval-run RUN); elsewhere set prompt.retrieval.k: 0")
+        prompts.attach_retrieval(retrieval_pool)
     if backend is None:
         backend = make_backend(config, prompts)
     if config.check_on_start:

@@ -1,12 +1,13 @@
 """Answer cache: reuse advice for nearly identical contexts (seed 001: 5 minutes, 20% decay per reuse).
 
-The key is the context rounded by the ``cache.*_step`` options: market, position, trend,
-RSI, ADX, price vs VWAP, momentum in ATR, unrealised P&L, balance, win rate,
-consecutive losses and the legal-action mask. Price and time are not in the key; time
-enters through the time to live: an entry computed for the bar at market time T serves
-contexts at times T..T+ttl_minutes only (never earlier bars). Each reuse multiplies the
-confidence by (1 - decay) and flattens the distribution toward uniform by the same
-factor, so reused advice weighs less and less. Abstentions are never cached.
+The key is the context rounded by the ``cache.*_step`` options: market, position, trend, RSI, ADX,
+price vs VWAP, momentum in ATR, unrealised P&L, balance, win rate, consecutive losses and the legal-
+action mask, and with retrieval the retrieved examples' text (``PromptBuilder.examples_key``: two
+states share an answer only when they read the same examples). Price and time are not in the key;
+time enters through the time to live: an entry computed for the bar at market time T serves contexts
+at times T..T+ttl_minutes only (never earlier bars). Each reuse multiplies the confidence by (1 -
+decay) and flattens the distribution toward uniform by the same factor, so reused advice weighs less
+and less. Abstentions are never cached.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import math
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -40,8 +42,10 @@ class _Entry:
 class AdviceCache:
     """LRU cache of advice keyed on the rounded context, with a TTL in market minutes."""
 
-    def __init__(self, config: CacheConfig) -> None:
+    def __init__(self, config: CacheConfig, examples_of: Callable[[AdvisorContext], str] | None = None) -> None:
         self.config = config
+        self.examples_of = examples_of
+        """The text of the few-shot examples a context reads when they vary by state (retrieval): part of the key."""
         self._data: OrderedDict[tuple, _Entry] = OrderedDict()
         self._lock = threading.Lock()
         self.hits = 0
@@ -55,6 +59,7 @@ class AdviceCache:
             _q(ctx.rsi, c.rsi_step), _q(ctx.adx, c.adx_step), _q(ctx.vwap_distance, c.vwap_step),
             _q(mom_atr, c.momentum_atr_step), _q(ctx.unrealized_pnl, c.pnl_step), _q(ctx.balance, c.pnl_step),
             _q(ctx.win_rate, 0.1), min(int(ctx.consecutive_losses), 5), ctx.legal.tobytes(),
+            self.examples_of(ctx) if self.examples_of is not None else "",
         )
 
     def get(self, ctx: AdvisorContext) -> Advice | None:

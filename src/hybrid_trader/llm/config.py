@@ -40,6 +40,7 @@ from hybrid_trader.llm.backend_config import (  # the sections live beside the r
 from hybrid_trader.llm.backends import BACKEND_NAMES
 from hybrid_trader.llm.backends import BACKENDS as REGISTRY
 from hybrid_trader.llm.presets import PRESET_KEYS, PRESETS, PromptPreset, prompt_preset
+from hybrid_trader.llm.retrieval_config import RetrievalConfig
 
 BACKENDS = BACKEND_NAMES
 """The back-end names (from the registry ``hybrid_trader.llm.backends.BACKENDS``)."""
@@ -175,6 +176,8 @@ class PromptConfig:
     preset: PromptPreset | None = None
     """A packaged prompt (system, context_template, examples): labels (trend words: the default's text)
     or numbers (numbers only, balanced examples; issue 21); null: the three as written. See docs/LLM.md."""
+    retrieval: RetrievalConfig = field(default_factory=RetrievalConfig)
+    """Few-shot examples retrieved from labelled training-day states (k: 0 = off; docs/LLM.md, Retrieval)."""
 
     def __post_init__(self) -> None:
         check(1 <= self.example_orders <= 16, "example_orders", f"{self.example_orders} is not in 1..16",

@@ -28,6 +28,7 @@ from hybrid_trader.errors import UserError, did_you_mean
 from hybrid_trader.llm.advice import ACTION_WORDS
 from hybrid_trader.llm.config import SYSTEM_FIELDS, TEMPLATE_FIELDS, LLMConfig
 from hybrid_trader.llm.context import AdvisorContext
+from hybrid_trader.llm.retrieval import RetrievalPool, Retriever, template_features
 from hybrid_trader.markets import CONTRACTS
 
 COT_INSTRUCTION = (
@@ -231,6 +232,13 @@ class PromptBuilder:
                 )
         self.orders = max(1, int(p.example_orders))
         self._prefixes: dict[tuple[str, int], str] = {}
+        self.retrieval: Retriever | None = None
+        self.retrieval_features: tuple[str, ...] = ()
+        if p.retrieval.enabled:  # a template that shows none of the configured numbers fails here, at start
+            self.retrieval_features = template_features(self.template, p.retrieval, source)
+            if self.chain_of_thought:
+                raise UserError("llm.prompt.retrieval and llm.prompt.chain_of_thought are both on", file=source,
+                                fix="retrieved examples answer with an action name only: turn one of them off")
         # render once now so that bad format specs fail at start, not in the worker thread
         self.suffix(sample_context())
         self.content_free_suffix()
@@ -263,7 +271,7 @@ class PromptBuilder:
         Order ``r`` (0 <= r < ``prompt.example_orders``) moves the first ``r`` examples to the end;
         each order is its own cached prefix.
         """
-        order = int(order) % self.orders
+        order = -1 if order == -1 else int(order) % self.orders  # -1: the system text alone (retrieval)
         cached = self._prefixes.get((market, order))
         if cached is not None:
             return cached
@@ -273,11 +281,33 @@ class PromptBuilder:
         if self.chain_of_thought:
             system = f"{system}\n{COT_INSTRUCTION}" if system else COT_INSTRUCTION
         examples = [self._render_example(ex, i, market) for i, ex in enumerate(self.config.prompt.examples)]
-        examples = examples[order:] + examples[:order]
+        examples = [] if order == -1 else examples[order:] + examples[:order]
         parts = [s for s in [system, *examples] if s]
         text = self.separator.join(parts) + self.separator if parts else ""
         self._prefixes[(market, order)] = text
         return text
+
+    def attach_retrieval(self, pool: RetrievalPool) -> None:
+        """Retrieve the few-shot examples of flat states from ``pool`` (``llm.prompt.retrieval`` must be on)."""
+        if pool.features != self.retrieval_features:
+            raise UserError(f"the retrieval pool compares {', '.join(pool.features)} but the prompt needs "
+                            f"{', '.join(self.retrieval_features)}", file=self.source,
+                            fix="build the pool with this prompt's config (finetune.retrieval_pool.build_pool)")
+        self.retrieval = Retriever(pool, self.config.prompt.retrieval)
+
+    def _retrieved(self, ctx: AdvisorContext) -> list[str]:
+        if not self.config.prompt.retrieval.enabled:
+            return []
+        if self.retrieval is None:
+            raise UserError("llm.prompt.retrieval is on but no pool of labelled training states is attached",
+                            file=self.source, fix="use it where a run gives the pool (llm eval, bench llm "
+                                                  "--retrieval-run RUN), or set llm.prompt.retrieval.k: 0")
+        r = self.retrieval
+        return [r.example_text(int(i), self.render_context, self.answer_prefix) for i in r.neighbours(ctx)]
+
+    def examples_key(self, ctx: AdvisorContext) -> str:
+        """The retrieved examples' text of ``ctx`` ('' without retrieval): part of the answer cache's key."""
+        return self.separator.join(self._retrieved(ctx))
 
     def render_context(self, ctx: AdvisorContext) -> str:
         return _format(self.template, context_fields(ctx), "context_template", self.source)
@@ -296,7 +326,16 @@ class PromptBuilder:
         return f"{body}\n{self.answer_prefix}"
 
     def query(self, ctx: AdvisorContext) -> RenderedQuery:
-        return RenderedQuery(context=ctx, prefix=self.prefix(ctx.market, self.order_of(ctx)), suffix=self.suffix(ctx))
+        examples = self._retrieved(ctx)
+        if not examples:
+            return RenderedQuery(context=ctx, prefix=self.prefix(ctx.market, self.order_of(ctx)),
+                                 suffix=self.suffix(ctx))
+        system = self.prefix(ctx.market, -1)
+        if self.config.prompt.retrieval.mode == "clusters":  # the group's examples: a cached prefix of their own
+            return RenderedQuery(context=ctx, prefix=system + self.separator.join(examples) + self.separator,
+                                 suffix=self.suffix(ctx))
+        return RenderedQuery(context=ctx, prefix=system,
+                             suffix=self.separator.join(examples) + self.separator + self.suffix(ctx))
 
     def content_free_query(self, market: str = "NQ") -> RenderedQuery:
         ctx = sample_context()

@@ -77,7 +77,7 @@ def model_id(config: LLMConfig) -> str:
     return f"{spec.name}:{spec.identity(section) if spec.identity else _short(section)}"
 
 
-def advice_identity(config: LLMConfig) -> dict[str, str]:
+def advice_identity(config: LLMConfig, retrieval: dict | None = None) -> dict[str, str]:
     """The parts that decide the advice, each a short string, plus ``hash`` over them all.
 
     ``model`` (back end and model), ``mode`` (score/generate), ``template`` (context
@@ -85,10 +85,13 @@ def advice_identity(config: LLMConfig) -> dict[str, str]:
     examples, separators, example orders) and ``answer`` (scoring or generation options). The one
     function behind every identity check (collect, distill, the student). ``prompt.preset`` is left
     out (the text it fills in is hashed), and so is ``example_orders`` at 1, so prompts from before
-    those options keep their identity.
+    those options keep their identity. With ``prompt.retrieval`` on, ``retrieval`` hashes what decides the
+    retrieved examples: ``retrieval`` (``Retriever.identity()``: k, mode, features, horizon and the training
+    pool's digest; None: the settings alone, a pool not built yet); off, it is left out.
     """
     p = dataclasses.asdict(config.prompt)
     p.pop("preset", None)
+    settings = p.pop("retrieval", None)
     if p.get("example_orders") == 1:
         p.pop("example_orders")
     template = {"context_template": p.get("context_template"), "answer_prefix": p.get("answer_prefix")}
@@ -101,6 +104,8 @@ def advice_identity(config: LLMConfig) -> dict[str, str]:
         "prompt": _short(rest),
         "answer": _short(answer),
     }
+    if config.prompt.retrieval.enabled:
+        parts["retrieval"] = _short(retrieval if retrieval is not None else {"settings": settings, "pool": None})
     parts["hash"] = _short(parts)
     return parts
 
@@ -109,8 +114,8 @@ def check_same_advice(stored: dict, current: dict, *, file: str, fix: str) -> No
     """Refuse advice built with another model or prompt, naming both hashes and the parts that differ."""
     if stored.get("hash") == current.get("hash"):
         return
-    differ = [f"{k} {stored.get(k)!r} vs {current.get(k)!r}" for k in ("model", "mode", "template", "prompt", "answer")
-              if stored.get(k) != current.get(k)]
+    parts = ("model", "mode", "template", "prompt", "answer", "retrieval")
+    differ = [f"{k} {stored.get(k)!r} vs {current.get(k)!r}" for k in parts if stored.get(k) != current.get(k)]
     raise UserError(
         f"the advice was built with another model or prompt: dataset {stored.get('hash')} vs "
         f"{current.get('hash')} ({'; '.join(differ) or 'unknown parts'})", file=file, fix=fix)

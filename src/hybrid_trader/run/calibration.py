@@ -17,11 +17,13 @@ def calibration_path(run_dir: Path) -> Path:
     return Path(run_dir) / CALIBRATION
 
 
-def load_calibration(run_dir: Path, config: LLMConfig, *, required: bool = False) -> BatchCalibration | None:
+def load_calibration(run_dir: Path, config: LLMConfig, *, required: bool = False,
+                     retrieval: dict | None = None) -> BatchCalibration | None:
     """The run's batch calibration, checked against ``config``'s advice identity (None: none fitted, not required).
 
     Content-free calibration (``llm.scoring.calibrate``) and generation mode use none, nor
-    does the student (it learnt from advice collect had already calibrated).
+    does the student (it learnt from advice collect had already calibrated). ``retrieval``: the prompt's
+    ``Retriever.identity()`` when it retrieves its examples (the pool is part of the identity).
     """
     path = calibration_path(run_dir)
     if config.mode != "score" or config.backend == "student" or (config.scoring.calibrate and not required):
@@ -32,7 +34,7 @@ def load_calibration(run_dir: Path, config: LLMConfig, *, required: bool = False
                             fix=f"fit it on the training days: hybrid-trader advise calibrate {run_dir}")
         return None
     cal = BatchCalibration.load(path)
-    check_same_advice(cal.identity, advice_identity(config), file=str(path),
+    check_same_advice(cal.identity, advice_identity(config, retrieval=retrieval), file=str(path),
                       fix=f"fit it again for this model and prompt: hybrid-trader advise calibrate {run_dir} --force")
     return cal
 
