@@ -188,3 +188,25 @@ def test_prefix_past_the_sliding_window_when_scored_is_said_once(backend, caplog
         backend.score([long])
     said = [r for r in caplog.records if "sliding window" in r.getMessage()]
     assert len(said) == 1 and "llm.prompt.system" in said[0].getMessage()
+
+
+def test_query_past_the_sliding_window_when_scored_equals_the_whole_prompt_and_is_said_once(backend, caplog):
+    from hybrid_trader.llm.prompt import RenderedQuery
+
+    q = mixed_queries(backend.prompts)[0]
+    p = len(backend._encode_prefix(q.prefix))
+    # a query whose prefix fits the window but whose prefix + query does not (e.g. many retrieved examples)
+    long = RenderedQuery(context=q.context, prefix=q.prefix, suffix="Trading log. " * (backend.sliding_window - p)
+                         + q.suffix)
+    backend._warned_long = False
+    with caplog.at_level("WARNING"):
+        cached = backend.score([long, q])
+        backend.score([long])
+    backend.config.transformers.prefix_cache = False
+    try:
+        whole = backend.score([long, q])
+    finally:
+        backend.config.transformers.prefix_cache = True
+    np.testing.assert_allclose(cached, whole, atol=2e-4)  # the model's own sliding-window rule, not a whole prefix
+    said = [r for r in caplog.records if "sliding window" in r.getMessage()]
+    assert len(said) == 1 and "retrieval.k" in said[0].getMessage()

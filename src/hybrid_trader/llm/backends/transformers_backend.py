@@ -220,6 +220,7 @@ class TransformersBackend(Backend):
         self._stop_ids: list[int] | None = None
         self._prefixes: dict[str, tuple] = {}
         self._warned_window = False
+        self._warned_long = False
         self._lock = threading.Lock()
         self._chat_split: tuple[str, str] | None = None
 
@@ -283,19 +284,28 @@ class TransformersBackend(Backend):
         return batch_cache_view(cache, batch)
 
     # --------------------------------------------------------------- forward
-    def _forward_last(self, prefix: str, suffixes: list[str], past_out: bool = False):
-        """Logits of the last position of each row (B, V) and, if asked, the cache and masks for generation."""
+    def _forward_last(self, prefix: str, suffixes: list[str], past_out: bool = False, extra: int = 0):
+        """Logits of the last position of each row (B, V) and, if asked, the cache and masks for generation
+        (``extra``: the tokens generation may add)."""
         torch = self.torch
         s_ids = [self.tokenizer(s, add_special_tokens=False).input_ids for s in suffixes]
         p_ids = self._encode_prefix(prefix)
         B, P = len(s_ids), len(p_ids)
         # The prefix cache is used unless the prefix alone overflows a sliding-window layer's cache
-        # (those keep only the last window - 1 tokens). Past the window, attention follows the
-        # model's own sliding-window rule, as in transformers' generate().
-        use_cache = self.config.transformers.prefix_cache and not (
-            self.sliding_window and self.sliding_window - 1 <= P
-        )
-        if self.config.transformers.prefix_cache and not use_cache and not self._warned_window:
+        # (those keep only the last window - 1 tokens), or prefix + query + answer pass the window:
+        # a cached prefix stays whole where the model's own rule would stop attending to its first
+        # tokens, so its scores would differ. Whole sequences follow the model's rule, as in generate().
+        window = self.sliding_window
+        use_cache = self.config.transformers.prefix_cache and not (window and window - 1 <= P)
+        if use_cache and window and P + max(map(len, s_ids), default=0) + extra >= window:
+            use_cache = False
+            if not self._warned_long:
+                self._warned_long = True
+                log.warning("prompt prefix + query + answer reach %d tokens, past the model's %d-token sliding "
+                            "window: such queries are scored whole, without the prefix cache (slower); shorten "
+                            "llm.prompt.context_template or lower llm.prompt.retrieval.k",
+                            P + max(map(len, s_ids)) + extra, window)
+        elif self.config.transformers.prefix_cache and not use_cache and not self._warned_window:
             self._warned_window = True
             log.warning("the prompt prefix has %d tokens, past the model's %d-token sliding window: it cannot be "
                         "cached and every query pays for all of it (about 10x slower); shorten llm.prompt.system or "
@@ -343,7 +353,8 @@ class TransformersBackend(Backend):
         try:
             with self._lock:
                 for prefix, items in self._groups(queries).items():
-                    logits, cache, mask, last_pos = self._forward_last(prefix, [s for _, s in items], past_out=True)
+                    logits, cache, mask, last_pos = self._forward_last(prefix, [s for _, s in items], past_out=True,
+                                                                        extra=max_new_tokens)
                     B = len(items)
                     done = torch.zeros(B, dtype=torch.bool)
                     gen: list[list[int]] = [[] for _ in range(B)]
