@@ -210,3 +210,22 @@ def test_query_past_the_sliding_window_when_scored_equals_the_whole_prompt_and_i
     np.testing.assert_allclose(cached, whole, atol=2e-4)  # the model's own sliding-window rule, not a whole prefix
     said = [r for r in caplog.records if "sliding window" in r.getMessage()]
     assert len(said) == 1 and "retrieval.k" in said[0].getMessage()
+
+
+def test_rows_of_different_cached_prefixes_when_scored_in_one_pass_equal_a_pass_per_prefix(backend, monkeypatch):
+    from hybrid_trader.llm.prompt import RenderedQuery
+
+    qs = mixed_queries(backend.prompts)
+    # two prefixes of different lengths (as retrieval's groups have): the padding between them is masked
+    other = [RenderedQuery(context=q.context, prefix="Session notes: trade with care.\n" + q.prefix, suffix=q.suffix)
+             for q in qs[:2]]
+    batch = [qs[0], other[0], qs[1], other[1], qs[2]]
+    calls = []
+    real = backend._forward_mixed
+    monkeypatch.setattr(backend, "_forward_mixed", lambda groups: calls.append(len(groups)) or real(groups))
+    together = backend.score(batch)
+    assert calls == [2]
+    monkeypatch.setattr(backend, "_forward_mixed", lambda groups: None)
+    apart = backend.score(batch)
+    np.testing.assert_allclose(together, apart, atol=2e-4)
+    assert not np.allclose(together[0], together[1], atol=1e-3), "the two prefixes give different answers"

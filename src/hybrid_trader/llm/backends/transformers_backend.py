@@ -115,6 +115,45 @@ def batch_cache_view(cache, batch: int):
     return view
 
 
+def stacked_cache_view(torch, caches: list, rows: list[int]):
+    """A cache whose row ``i`` is the one-row prefix cache ``caches[rows[i]]``, each left-padded with zeros
+    to the longest prefix: one forward pass for a batch whose rows read different cached prefixes
+    (retrieval's groups). The padding is masked out by :func:`mixed_suffix_inputs`; keys keep the
+    rotary positions they were cached with, and a sliding-window layer counts the padded length.
+    """
+    longest = max(c.get_seq_length() for c in caches)
+    index = torch.tensor(rows)
+    view = copy.copy(caches[0])
+    layers = []
+    for n, layer in enumerate(caches[0].layers):
+        new = copy.copy(layer)
+        if getattr(layer, "keys", None) is not None and layer.keys.numel():
+            stacked = []
+            for name in ("keys", "values"):
+                parts = [getattr(c.layers[n], name) for c in caches]
+                parts = [torch.cat([t.new_zeros(*t.shape[:2], longest - t.shape[2], t.shape[3]), t], dim=2)
+                         if t.shape[2] < longest else t for t in parts]
+                stacked.append(torch.cat(parts).index_select(0, index))
+            new.keys, new.values = stacked
+            if hasattr(new, "cumulative_length"):
+                new.cumulative_length = longest
+        layers.append(new)
+    view.layers = layers
+    return view
+
+
+def mixed_suffix_inputs(torch, pad_id: int, prefix_lens: list[int], s_ids: list[list[int]], device) -> dict:
+    """:func:`suffix_inputs` for rows whose cached prefixes have ``prefix_lens[i]`` tokens, left-padded to the
+    longest (:func:`stacked_cache_view`): each row's mask covers its own prefix, its positions follow it."""
+    P = max(prefix_lens)
+    kwargs = suffix_inputs(torch, pad_id, P, s_ids, "cpu")
+    mask = kwargs["attention_mask"]
+    for i, n in enumerate(prefix_lens):
+        mask[i, :P - n] = 0
+    pos = (mask.cumsum(-1) - 1).clamp(min=0)[:, P:]
+    return dict(input_ids=kwargs["input_ids"].to(device), attention_mask=mask.to(device), position_ids=pos.to(device))
+
+
 def suffix_inputs(torch, pad_id: int, prefix_len: int, s_ids: list[list[int]], device) -> dict:
     """Model inputs of suffixes that follow a cached prefix of ``prefix_len`` tokens.
 
@@ -331,13 +370,39 @@ class TransformersBackend(Backend):
             groups.setdefault(prefix, []).append((i, suffix))
         return groups
 
+    def _forward_mixed(self, groups: dict[str, list[tuple[int, str]]]):
+        """Logits of the last position of every row of several prefix groups in one forward pass (rows in
+        the groups' order), or None when the prefix cache cannot serve them all (then a pass per group)."""
+        torch, window = self.torch, self.sliding_window
+        if len(groups) < 2 or not self.config.transformers.prefix_cache:
+            return None
+        prefixes = list(groups)
+        cached = [self._prefix(p) if not (window and window - 1 <= len(self._encode_prefix(p))) else None
+                  for p in prefixes]
+        if any(c is None for c in cached):
+            return None
+        rows = [g for g, p in enumerate(prefixes) for _ in groups[p]]
+        s_ids = [self.tokenizer(s, add_special_tokens=False).input_ids for p in prefixes for _, s in groups[p]]
+        lens = [len(cached[g][0]) for g in rows]  # type: ignore[index]
+        if window and max(lens) + max(map(len, s_ids)) >= window:
+            return None
+        kwargs = mixed_suffix_inputs(torch, self.pad_id, lens, s_ids, self.device)
+        kwargs.update(past_key_values=stacked_cache_view(torch, [c[1] for c in cached], rows), use_cache=True)  # type: ignore[index]
+        with torch.inference_mode():
+            out = self.model(**kwargs, logits_to_keep=1)
+        return out.logits[:, -1, :].float()
+
     def score(self, queries: Sequence[RenderedQuery]) -> np.ndarray:
         torch = self.torch
         out = np.zeros((len(queries), len(ACTION_WORDS)))
         try:
             with self._lock:
-                for prefix, items in self._groups(queries).items():
-                    logits = self._forward_last(prefix, [s for _, s in items])
+                groups = self._groups(queries)
+                mixed = self._forward_mixed(groups)
+                if mixed is not None:  # retrieval's groups: one pass, rows in the groups' order
+                    groups = {"": [item for items in groups.values() for item in items]}
+                for prefix, items in groups.items():
+                    logits = mixed if mixed is not None else self._forward_last(prefix, [s for _, s in items])
                     probs = torch.softmax(logits, dim=-1)[:, self._flat_ids].cpu().numpy().astype(np.float64)
                     mass = np.zeros((len(items), len(ACTION_WORDS)))
                     mass[:, :] = [np.bincount(self._owner, weights=row, minlength=len(ACTION_WORDS)) for row in probs]
