@@ -158,3 +158,39 @@ def test_rollout_walks_the_usable_days_when_a_session_of_the_split_is_too_short_
     visited = rollout_states(market, cfg, policy, "train", sampled=0, seed=0)
     train = list(market.sessions("train"))
     assert set(visited.session) == set(train[1:])
+
+
+def test_collect_retrieves_examples_from_the_training_days_when_the_prompt_retrieves(run_dir, run_parts, mock_config):
+    from hybrid_trader.config import merge_overrides
+
+    retrieving = merge_overrides(mock_config, {"prompt.retrieval.k": 2, "prompt.retrieval.pool_states": 200},
+                                 source="test")
+    asked = []
+
+    class Recording(LocalAsker):
+        def ask(self, batches):
+            asked.append(self.advisor.prompts.retrieval)
+            yield from super().ask(batches)
+
+    cfg, market, _ = run_parts
+    from hybrid_trader.finetune.retrieval_pool import build_pool
+
+    r = collect(run_dir, run_parts, retrieving, max_states=40,
+                asker=Recording(retrieving, build_pool(market, cfg, retrieving)))
+    assert r.asked > 0 and asked and asked[0] is not None, "the advisor's prompts read the run's pool"
+    _, meta = read_split(run_dir, "train")
+    assert meta["advice"]["retrieval"] and meta["advice"] != advice_identity(mock_config)
+    assert meta["advice"] == advice_identity(retrieving, retrieval=asked[0].identity())
+    other = merge_overrides(retrieving, {"prompt.retrieval.k": 3}, source="test")
+    with pytest.raises(UserError, match="retrieval"):  # the dataset was built with other retrieval settings
+        collect(run_dir, run_parts, other, max_states=80)
+
+
+def test_collect_builds_the_run_pool_itself_when_no_asker_is_given(run_dir, run_parts, mock_config):
+    from hybrid_trader.config import merge_overrides
+
+    retrieving = merge_overrides(mock_config, {"prompt.retrieval.k": 2, "prompt.retrieval.pool_states": 200},
+                                 source="test")
+    r = collect(run_dir, run_parts, retrieving, max_states=30)
+    _, meta = read_split(run_dir, "train")
+    assert r.asked > 0 and meta["advice"]["retrieval"]

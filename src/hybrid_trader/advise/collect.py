@@ -40,6 +40,7 @@ from tqdm.auto import tqdm
 from hybrid_trader.child_process import end_with_parent
 from hybrid_trader.env import TradingEnv
 from hybrid_trader.errors import UserError
+from hybrid_trader.finetune.retrieval_pool import attach_run_pool
 from hybrid_trader.llm.async_advisor import build_advisor
 from hybrid_trader.llm.backends import backend_spec
 from hybrid_trader.llm.backends.student_backend import layout_hash, layout_names
@@ -47,6 +48,7 @@ from hybrid_trader.llm.batch_calibration import BatchCalibration
 from hybrid_trader.llm.config import LLMConfig, load_llm_config
 from hybrid_trader.llm.context import AdvisorContext, context_from_market
 from hybrid_trader.llm.prompt import PromptBuilder
+from hybrid_trader.llm.retrieval import RetrievalPool
 from hybrid_trader.run.advice_dataset import (
     AdviceRows,
     advice_dir,
@@ -239,8 +241,8 @@ def calibrated_answer(calibration: BatchCalibration, answer: Answer, ctx: Adviso
 class LocalAsker:
     """The advisor in this process."""
 
-    def __init__(self, config: LLMConfig) -> None:
-        self.advisor = build_advisor(config)
+    def __init__(self, config: LLMConfig, retrieval_pool: RetrievalPool | None = None) -> None:
+        self.advisor = build_advisor(config, retrieval_pool=retrieval_pool)
         self.describe = self.advisor.backend.describe()
         self.workers = 1
 
@@ -256,7 +258,7 @@ class LocalAsker:
 _WORKER_ADVISOR = None
 
 
-def _init_worker(config: dict, threads: int) -> None:
+def _init_worker(config: dict, threads: int, retrieval_pool: RetrievalPool | None = None) -> None:
     global _WORKER_ADVISOR
     end_with_parent()  # Ctrl-C is the parent's (it flushes, then stops the pool); its kill -9 ends this worker
     import torch
@@ -266,7 +268,7 @@ def _init_worker(config: dict, threads: int) -> None:
     spec = backend_spec(cfg.backend)
     if spec.threads_field:
         setattr(getattr(cfg, spec.section), spec.threads_field, threads)
-    _WORKER_ADVISOR = build_advisor(cfg)
+    _WORKER_ADVISOR = build_advisor(cfg, retrieval_pool=retrieval_pool)
 
 
 def _ask_in_worker(batch: list[AdvisorContext]) -> list[Answer]:
@@ -277,11 +279,12 @@ def _ask_in_worker(batch: list[AdvisorContext]) -> list[Answer]:
 class PoolAsker:
     """``workers`` processes, each with its own model and ``threads`` torch threads; batches in flight."""
 
-    def __init__(self, config: LLMConfig, workers: int, threads: int) -> None:
+    def __init__(self, config: LLMConfig, workers: int, threads: int,
+                 retrieval_pool: RetrievalPool | None = None) -> None:
         self.workers = workers
         self.describe = f"{config.backend} x {workers} processes x {threads} threads"
         self.pool = ProcessPoolExecutor(workers, mp_context=get_context("spawn"), initializer=_init_worker,
-                                        initargs=(config.to_dict(), threads))
+                                        initargs=(config.to_dict(), threads, retrieval_pool))
 
     def ask(self, batches: Sequence[list[AdvisorContext]]):
         """Yield ``(batch index, answers)`` as they complete (two batches queued per worker)."""
@@ -344,14 +347,20 @@ def _collect_split(run_dir: Path, split: str, llm_config: LLMConfig, *, market: 
     """:func:`collect_split` without the lock."""
     run_dir = Path(run_dir)
     run_config = run_config or load_run_config(run_dir)
-    identity = advice_identity(llm_config)
+    prompts = PromptBuilder(llm_config)
+    if llm_config.prompt.retrieval.enabled:  # the training days' pool decides the examples and the identity
+        market = market or load_market(run_config.data, run_config.split)
+        attach_run_pool(prompts, market, run_config, source=run_dir)
+    pool = prompts.retrieval.pool if prompts.retrieval is not None else None
+    retrieval = prompts.retrieval.identity() if prompts.retrieval is not None else None
+    identity = advice_identity(llm_config, retrieval=retrieval)
     remove_temporaries(run_dir, split)
     stored, stored_meta = read_split(run_dir, split, required=False)
     if stored_meta is not None:
         check_same_advice(stored_meta["advice"], identity, file=str(run_dir / "advice" / split),
                           fix="collect with the LLM configuration that built this dataset (see its chunks' metadata), "
                               "or move the folder away to start a new dataset")
-    calibration = load_calibration(run_dir, llm_config)
+    calibration = load_calibration(run_dir, llm_config, retrieval=retrieval)
     calibration_id = calibration_digest(calibration)
     if stored_meta is not None and stored_meta.get("calibration", "") != calibration_id:
         was = stored_meta.get("calibration") or "no batch calibration"
@@ -384,14 +393,13 @@ def _collect_split(run_dir: Path, split: str, llm_config: LLMConfig, *, market: 
         return result
     size = llm_config.batching.max_batch
     batches = [todo[i:i + size] for i in range(0, len(todo), size)]
-    prompts = PromptBuilder(llm_config)
     if asker is None:
         n = worker_count(workers, llm_config, say)
         if n > 1:
             threads = max(1, (os.cpu_count() or 1) // n)
-            asker = PoolAsker(llm_config, n, threads)
+            asker = PoolAsker(llm_config, n, threads, pool)
         else:
-            asker = LocalAsker(llm_config)
+            asker = LocalAsker(llm_config, pool)
     result.backend = asker.describe
     buffer: list[tuple[int, Answer]] = []
 
