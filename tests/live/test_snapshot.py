@@ -96,13 +96,18 @@ def test_restart_from_snapshot_decides_as_uninterrupted_replay_when_stopped_mid_
     assert ex.notes == expected_summary.notes  # nothing said of the snapshot
 
 
-def test_restart_by_full_replay_decides_as_from_snapshot_when_the_snapshot_is_removed(tiny, whole, tmp_path):
-    run, csv, _ = tiny
-    journal, _ = stopped(tiny, tmp_path)
+def tampered(journal: Path, sql: str) -> Path:
+    """``journal`` after one statement that damages it (as a crash, a disk or a hand could)."""
     db = sqlite3.connect(journal)
-    db.execute("DELETE FROM snapshots")
+    db.execute(sql)
     db.commit()
     db.close()
+    return journal
+
+
+def test_restart_by_full_replay_decides_as_from_snapshot_when_the_snapshot_is_removed(tiny, whole, tmp_path):
+    run, csv, _ = tiny
+    journal = tampered(stopped(tiny, tmp_path)[0], "DELETE FROM snapshots")
     ex, feed = executor(run, csv, journal)
     assert ex.snapshots.restored_ns is None
     ex.run_feed(feed)
@@ -198,11 +203,8 @@ def test_features_restored_from_a_snapshot_equal_batch_when_pickled_mid_history(
 
 def test_snapshot_is_replaced_by_full_replay_when_the_journal_lacks_its_bars(tiny, whole, tmp_path):
     run, csv, _ = tiny
-    journal, _ = stopped(tiny, tmp_path)
-    db = sqlite3.connect(journal)
-    db.execute("DELETE FROM bars WHERE id = (SELECT MIN(id) FROM bars WHERE accepted = 1)")
-    db.commit()
-    db.close()
+    journal = tampered(stopped(tiny, tmp_path)[0], "DELETE FROM bars WHERE id = (SELECT MIN(id) FROM bars "
+                                                   "WHERE accepted = 1)")
     ex, feed = executor(run, csv, journal)
     assert ex.snapshots.restored_ns is None
     assert any("could not be read (ValueError" in n for n in ex.notes), ex.notes

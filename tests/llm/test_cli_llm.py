@@ -136,7 +136,8 @@ def test_finetune_when_the_folder_is_not_a_run_exits_2_naming_it(capsys, tmp_pat
     assert code == 2 and "no such run directory" in err
 
 
-def test_eval_when_the_run_has_no_adapter_measures_the_llm_and_its_controls(capsys, tmp_path):
+def mock_run(tmp_path, header: str):
+    """A phase 1 run folder on 12 synthetic days whose LLM is the mock back end (config only, no model)."""
     from hybrid_trader.env import EnvConfig
     from hybrid_trader.run.rundir import RunDir
     from hybrid_trader.training.config import DataConfig, RunConfig
@@ -145,7 +146,12 @@ def test_eval_when_the_run_has_no_adapter_measures_the_llm_and_its_controls(caps
     config.llm.backend = "mock"
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    RunDir(run_dir).save_config(config, header="llm eval test run")
+    RunDir(run_dir).save_config(config, header=header)
+    return run_dir
+
+
+def test_eval_when_the_run_has_no_adapter_measures_the_llm_and_its_controls(capsys, tmp_path):
+    run_dir = mock_run(tmp_path, "llm eval test run")
     code, out, err = run(capsys, "llm", "eval", str(run_dir), "--max-states", "60", "--train-states", "100")
     assert code == 0, err
     assert "no adapter" in out and "advise calibrate" in out and "trend rule" in out
@@ -162,15 +168,7 @@ def test_eval_when_the_run_has_no_adapter_measures_the_llm_and_its_controls(caps
 
 
 def test_eval_when_asked_for_retrieval_adds_its_columns_each_calibrated_under_its_own_identity(capsys, tmp_path):
-    from hybrid_trader.env import EnvConfig
-    from hybrid_trader.run.rundir import RunDir
-    from hybrid_trader.training.config import DataConfig, RunConfig
-
-    config = RunConfig(data=DataConfig(synthetic_days=12), env=EnvConfig(phase=1))
-    config.llm.backend = "mock"
-    run_dir = tmp_path / "run"
-    run_dir.mkdir()
-    RunDir(run_dir).save_config(config, header="llm eval retrieval test run")
+    run_dir = mock_run(tmp_path, "llm eval retrieval test run")
     assert run(capsys, "advise", "calibrate", str(run_dir), "--max-states", "40")[0] == 0
     code, out, err = run(capsys, "llm", "eval", str(run_dir), "--max-states", "40", "--train-states", "60",
                          "--retrieval", "2", "--calibration-states", "30")
