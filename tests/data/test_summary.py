@@ -104,3 +104,11 @@ def test_summary_is_json_serialisable_when_dumped(nq1):
 
     back = json.loads(json.dumps(summarize(nq1)))
     assert back["rows"] == 14714
+
+
+def test_clock_has_no_dst_warning_when_a_file_ends_a_day_after_the_dst_change(shared_data):
+    # 2025-01-01 .. 2025-03-11 00:00 Chicago: one trading day (03-10) and two partial evenings in daylight time
+    bars = load_bars(shared_file("NQ_1min_2025-01_03_central_ddmm.csv"), tz="America/Chicago")
+    s = summarize(bars)
+    assert s["rth_open"] == "09:30" and s["rth_open_by_period"] == {"EST": "09:30"}
+    assert not any("daylight time" in w for w in s["warnings"]), s["warnings"]

@@ -84,7 +84,9 @@ def detect_rth_open(index: pd.DatetimeIndex, volume: np.ndarray, bar_minutes: in
 def rth_open_by_period(
     index: pd.DatetimeIndex, volume: np.ndarray, bar_minutes: int, min_days: int = 3
 ) -> dict[str, str | None]:
-    """Detected RTH open separately for daylight (EDT) and standard (EST) time, when each has data."""
+    """Detected RTH open separately for daylight (EDT) and standard (EST) time, when each has ``min_days`` full
+    days (a date with at least half the bars of the period's fullest date: a file that ends two days after a
+    DST change holds one trading day and two partial evenings there, whose "surge" is noise)."""
     labels = utc_offset_labels(index)
     out: dict[str, str | None] = {}
     for lab in ("EDT", "EST"):
@@ -92,7 +94,8 @@ def rth_open_by_period(
         if not sel.any():
             continue
         idx = index[sel]
-        days = len(np.unique(idx.tz_localize(None).normalize()))
+        _, per_date = np.unique(idx.tz_localize(None).normalize(), return_counts=True)
+        days = int((per_date >= 0.5 * per_date.max()).sum())
         if days < min_days:
             continue
         m, _ = detect_rth_open(idx, np.asarray(volume)[sel], bar_minutes)
