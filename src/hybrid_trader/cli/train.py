@@ -95,6 +95,7 @@ def run(args: argparse.Namespace) -> int:
             )
         if args.init:
             _check_init(Path(args.init), phase)
+            config = data_from_init(args, config, Path(args.init))
         run_dir = Path(args.out) if args.out else default_run_dir(config)
         if not args.quiet:
             print(f"phase {phase}{'' if args.phase is not None else ' (no --phase given)'}: {_PHASES[phase]}",
@@ -112,6 +113,35 @@ def run(args: argparse.Namespace) -> int:
 
 _PHASES = {1: "entries (HOLD/BUY/SELL)", 2: "position management, from a phase 1 run (--init)",
            3: "hybrid with the LLM advisor, from a phase 2 run (--init)"}
+
+
+def data_from_init(args: argparse.Namespace, config: Any, init: Path) -> Any:
+    """``config`` with the ``--init`` run's data and split, unless the command names data of its own.
+
+    A phase 2 or 3 run continues on the bars its earlier phase (and its normaliser, and a
+    student distilled there) saw: without this, ``train --phase 3 --init runs/p2`` trained
+    on the synthetic market. ``--data``, ``--market``, ``--tz``, ``--time-shift``, ``--repair``,
+    a ``data``/``split`` section in ``--config`` or ``--set data.*``/``split.*`` keep theirs.
+    """
+    from hybrid_trader.config import read_yaml  # the config reader: not for --help
+    from hybrid_trader.training.runner import load_run_config  # torch and SB3: not for --help
+
+    if any(getattr(args, name, None) is not None for name in ("data", "market", "tz", "time_shift", "repair")):
+        return config
+    if any(o.split("=", 1)[0].strip().startswith(("data.", "split.")) for o in getattr(args, "overrides", []) or []):
+        return config
+    if args.config:
+        data, _ = read_yaml(args.config)
+        if isinstance(data, dict) and ("data" in data or "split" in data):
+            return config
+    src = load_run_config(init)
+    if src.data == config.data and src.split == config.split:
+        return config
+    if not getattr(args, "quiet", False):
+        print(f"data and split from --init {init}: {src.data.path or 'the built-in synthetic market'}", flush=True)
+    config.data, config.split = src.data, src.split
+    config.validate()
+    return config
 
 
 def _check_init(init: Path, phase: int) -> None:
