@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 import pickle
 import sqlite3
 from pathlib import Path
@@ -220,3 +221,32 @@ def test_snapshot_size_when_taken_holds_no_price_history(tiny, tmp_path):
     size = db.execute("SELECT length(state) FROM snapshots").fetchone()[0]
     db.close()
     assert n > 500 and size < 60 * n, "the prices stay in the journal's bars: the snapshot does not grow with them"
+
+
+@pytest.fixture(scope="module")
+def student_p3(student_p2, student_market, tmp_path_factory):
+    """A phase 3 run advised by its student, and its bars as an ET CSV."""
+    from hybrid_trader.training.runner import train_run
+    from tests.training.conftest import student_cfg
+
+    root = tmp_path_factory.mktemp("snapshot_p3")
+    train_run(student_cfg(3, 256), root / "p3", init=student_p2, market=student_market, quiet=True)
+    csv = root / "bars.csv"
+    student_market.bars.frame.tz_convert("America/New_York").tz_localize(None).to_csv(csv, index_label="timestamp")
+    return root / "p3", csv
+
+
+def test_phase3_restart_from_snapshot_decides_as_uninterrupted_replay_when_the_student_advises(student_p3, tmp_path):
+    run, csv = student_p3
+    whole_journal = tmp_path / "whole.sqlite"
+    expected = replay(run, csv, whole_journal)
+    journal = tmp_path / "stopped.sqlite"
+    replay(run, csv, journal, bars=int(len(ReplayFeed(csv).bars) * 0.8))
+    ex, feed = executor(run, csv, journal)
+    assert ex.snapshots.restored_ns == snapshot_time(journal), ex.notes
+    ex.run_feed(feed)
+    ex.close()
+    got = rows(journal)
+    assert got == rows(whole_journal)  # the fused probabilities, the student's advice and the veto's codes included
+    assert any(json.loads(a) for (_, _, _, a, _) in got["decisions"] if a), "the student advised"
+    pd.testing.assert_frame_equal(ex.trade_log(), expected.trade_log())

@@ -25,8 +25,10 @@ the position and balance at the first new bar. A snapshot of another run, model 
 configuration, or one that cannot be read, is not used: the executor replays the whole
 history, as without snapshots, and a note says why (the replay rebuilds the same state,
 so falling back is safe; refusing would stop a trader over a file it can do without).
-Not snapshotted: phase 3 runs (the advisor's and the hybrid agent's state) and
-``--broker ninjatrader`` (the mirror's state): they replay the whole history.
+Not snapshotted: phase 3 runs advised by an asynchronous LLM (the advice in force) and
+``--broker ninjatrader`` (the mirror's state): they replay the whole history. Phase 3 with
+the run's student is: the student answers each bar from its observation, and neither the
+hybrid agent nor the risk veto keeps state between bars.
 
 The state is a pickle (as the run's ``vecnormalize.pkl``): open a journal you trust only.
 """
@@ -68,9 +70,10 @@ _READ_ERRORS = (pickle.UnpicklingError, EOFError, AttributeError, ImportError, K
 
 
 def unsupported(ex: Executor) -> str:
-    """Why the executor takes no snapshots ("" when it does)."""
-    if ex.phase == 3:
-        return "phase 3 (the advisor's and the hybrid agent's state are not snapshotted)"
+    """Why the executor takes no snapshots ("" when it does). Phase 3 with the run's student is snapshotted: the
+    student advises every bar from that bar's observation, the hybrid agent and the risk veto keep no state."""
+    if ex.phase == 3 and getattr(ex.policy, "advise_batch", None) is None:
+        return "phase 3 with an asynchronous LLM (the advice in force is not snapshotted)"
     if ex.link is not None:
         return "--broker ninjatrader (the mirror's state is not snapshotted)"
     return ""
@@ -123,7 +126,7 @@ def restore(ex: Executor, state: dict[str, Any]) -> None:
     a = ex.arrays
     ex.observer = ObservationBuilder(ex.phase, a.windows, a.market, a.atr, a.close, ex.rules.trailing_drawdown)
     core = TradingCore(ex.broker, ex.account, ex.observer, ex.core.n_actions, a.open, a.high, a.low, a.close, a.atr,
-                       None)
+                       ex.core.risk_veto)  # phase 3's veto (stateless), as Executor.__init__ built it
     core.__dict__.update(state["core"])
     ex.core = core
     for k, v in state["executor"].items():
