@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import sqlite3
 import subprocess
@@ -255,3 +256,26 @@ def test_run_names_the_option_and_fix_when_ninjatrader_options_are_wrong(tiny, t
              "incoming": "incoming", "paper": "--broker ninjatrader"}[what]
     assert named in err and "fix:" in err
     assert not (tmp_path / "j.sqlite").exists(), "nothing is started on a bad option"
+
+
+def test_restart_from_snapshot_sends_what_an_uninterrupted_run_sends_when_stopped_against_ninjatrader(
+        tiny, mirrored, tmp_path):
+    run, csv, _ = tiny
+    nt = FakeNinjaTrader(tmp_path / "NinjaTrader 8", ACCOUNT, INSTRUMENT)
+    journal = tmp_path / "j.sqlite"
+    first = executor(run, journal, nt)
+    first.run_feed(itertools.islice(NTFeed(csv, nt), int(len(ReplayFeed(csv).bars) * 0.8)))
+    first.close()  # the process stops here (as after a kill): no flatten, nothing more sent
+    sent_before = placed(nt)
+    ex = executor(run, journal, nt)
+    assert ex.snapshots.restored_ns is not None, ex.notes  # taken while the mirror was flat
+    feed = NTFeed(csv, nt)
+    feed.feed = ReplayFeed(csv)
+    ex.run_feed(feed)
+    ex.close()
+    ids = placed(nt)
+    assert [i for i, n in Counter(ids).items() if n > 1] == [], "no order id is placed twice"
+    assert ids[:len(sent_before)] == sent_before and ids == placed(mirrored[2])
+    paper = "SELECT order_id, qty, price, time_ns FROM fills WHERE source = 'paper' ORDER BY id"
+    assert rows(journal, paper) == rows(mirrored[3], paper)
+    assert rows(journal, "SELECT code FROM errors WHERE location = 'halt'") == []

@@ -186,10 +186,7 @@ class BrokerLink:
         events and position against the paper position ``paper_qty`` (signed)."""
         self._bar_tns = tns
         if replayed:
-            self.halted = ""
-            for t, code, _ in self._halts:
-                if t <= tns:
-                    self.halted = "" if code == CODE_RESUMED else (code or "broker:halted")
+            self.replayed_to(tns)
             return
         first = not self._live
         if first:
@@ -210,6 +207,18 @@ class BrokerLink:
             self._halt(CODE_MISMATCH, f"NinjaTrader holds {self.broker_position} contract(s) of "
                        f"{self.bridge.instrument} in {self.bridge.account} but the paper position is {paper_qty}, "
                        f"{when}: check NinjaTrader's Positions tab and flatten by hand if needed", tns)
+
+    def replayed_to(self, tns: int) -> None:
+        """The halt in force once the journal's bars up to ``tns`` are replayed (or restored from a snapshot)."""
+        self.halted = ""
+        for t, code, _ in self._halts:
+            if t <= tns:
+                self.halted = "" if code == CODE_RESUMED else (code or "broker:halted")
+
+    @property
+    def mirrored(self) -> _Mirrored | None:
+        """The entry NinjaTrader mirrors now (None: flat)."""
+        return self._open
 
     def _start(self, tns: int) -> None:
         """The first live bar: resume after a journaled halt, watch the latest entry an earlier process sent."""

@@ -25,10 +25,11 @@ the position and balance at the first new bar. A snapshot of another run, model 
 configuration, or one that cannot be read, is not used: the executor replays the whole
 history, as without snapshots, and a note says why (the replay rebuilds the same state,
 so falling back is safe; refusing would stop a trader over a file it can do without).
-Not snapshotted: phase 3 runs advised by an asynchronous LLM (the advice in force) and
-``--broker ninjatrader`` (the mirror's state): they replay the whole history. Phase 3 with
-the run's student is: the student answers each bar from its observation, and neither the
-hybrid agent nor the risk veto keeps state between bars.
+Not snapshotted: phase 3 runs advised by an asynchronous LLM (the advice in force): they
+replay the whole history. Phase 3 with the run's student is: the student answers each bar
+from its observation, and neither the hybrid agent nor the risk veto keeps state between
+bars. With ``--broker ninjatrader`` a snapshot is taken only while the mirror is flat with
+no order to send (its state is then the journal's halts, read again at restore).
 
 The state is a pickle (as the run's ``vecnormalize.pkl``): open a journal you trust only.
 """
@@ -74,8 +75,6 @@ def unsupported(ex: Executor) -> str:
     student advises every bar from that bar's observation, the hybrid agent and the risk veto keep no state."""
     if ex.phase == 3 and getattr(ex.policy, "advise_batch", None) is None:
         return "phase 3 with an asynchronous LLM (the advice in force is not snapshotted)"
-    if ex.link is not None:
-        return "--broker ninjatrader (the mirror's state is not snapshotted)"
     return ""
 
 
@@ -175,6 +174,9 @@ class Snapshots:
                             "used, the whole history was replayed")
             return
         restore(ex, state)
+        if ex.link is not None:  # the mirror was flat with nothing to send: only the journal's halts to read
+            ex.link.broker = ex.broker  # it follows the restored paper broker's levels, not the one it was built on
+            ex.link.replayed_to(tns)
         self.resume_ns = self.restored_ns = tns
         self._date = ex._date
         ex.say(f"restored the snapshot of {when} from {ex.journal.path}: {ex.summary.bars} bars not replayed")
@@ -207,6 +209,8 @@ class Snapshots:
         if self.off or replayed or traded:
             return False
         ex = self.ex
+        if ex.link is not None and (ex.link.pending or ex.link.mirrored is not None):
+            return False  # NinjaTrader's mirror holds no position and no order to send: nothing of it to keep
         self._since += 1
         if ex._date == self._date and self._since < SNAPSHOT_BARS:
             return False
