@@ -66,10 +66,17 @@ def resolve_config(args: argparse.Namespace, base: Any = None) -> Any:
 
 
 def _file_sets_phase(path: str | None, read_yaml: Any) -> bool:
+    return _file_sets(path, read_yaml, "env", "phase")
+
+
+def _file_sets(path: str | None, read_yaml: Any, section: str, key: str | None = None) -> bool:
+    """Whether the YAML config file at ``path`` has ``section`` (and in it ``key``)."""
     if not path:
         return False
     data, _ = read_yaml(path)
-    return isinstance(data, dict) and isinstance(data.get("env"), dict) and "phase" in data["env"]
+    if not isinstance(data, dict) or section not in data:
+        return False
+    return key is None or (isinstance(data[section], dict) and key in data[section])
 
 
 def run(args: argparse.Namespace) -> int:
@@ -130,10 +137,8 @@ def data_from_init(args: argparse.Namespace, config: Any, init: Path) -> Any:
         return config
     if any(o.split("=", 1)[0].strip().startswith(("data.", "split.")) for o in getattr(args, "overrides", []) or []):
         return config
-    if args.config:
-        data, _ = read_yaml(args.config)
-        if isinstance(data, dict) and ("data" in data or "split" in data):
-            return config
+    if _file_sets(args.config, read_yaml, "data") or _file_sets(args.config, read_yaml, "split"):
+        return config
     src = load_run_config(init)
     if src.data == config.data and src.split == config.split:
         return config

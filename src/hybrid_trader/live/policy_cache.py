@@ -24,7 +24,6 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import os
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
@@ -34,6 +33,7 @@ import numpy as np
 
 from hybrid_trader.live.async_advice import LivePolicy, live_policy
 from hybrid_trader.live.fast_policy import NumpyAgentPolicy
+from hybrid_trader.llm.model_cache import cache_home
 from hybrid_trader.run import RunDir, atomic_write_bytes, sha256_file
 from hybrid_trader.run.model_files import final_model
 
@@ -114,9 +114,7 @@ def cache_key(run: RunDir, model_path: Path, vec_path: Path | None) -> str:
 
 def cache_path(key: str) -> Path:
     """The cache file of ``key``: named by its sha256, in the user's cache, outside every run folder."""
-    env = os.environ.get("HYBRID_TRADER_CACHE")
-    root = Path(env).expanduser() if env else Path.home() / ".cache" / "hybrid_trader"
-    return root / CACHE_FOLDER / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.npz"
+    return cache_home() / CACHE_FOLDER / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.npz"
 
 
 def write_cache(path: Path, key: str, policy: NumpyAgentPolicy, vec: Any) -> str:

