@@ -482,7 +482,8 @@ def build_advisor(
         if retrieval_pool is None:
             raise UserError("llm.prompt.retrieval is on but no pool of labelled training states is given", file=source,
                             fix="retrieval runs where a run's training days give the pool (llm eval --retrieval, "
-                                "advise calibrate, bench llm --retrieval-run RUN); elsewhere set prompt.retrieval.k: 0")
+                                "advise calibrate, advise collect, bench llm --retrieval-run RUN); elsewhere set "
+                                "prompt.retrieval.k: 0")
         prompts.attach_retrieval(retrieval_pool)
     if backend is None:
         backend = make_backend(config, prompts)

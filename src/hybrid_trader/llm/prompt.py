@@ -234,6 +234,8 @@ class PromptBuilder:
         self._prefixes: dict[tuple[str, int], str] = {}
         self.retrieval: Retriever | None = None
         self.retrieval_features: tuple[str, ...] = ()
+        self._last_retrieved: tuple[AdvisorContext | None, list[str]] = (None, [])
+        """The latest context's retrieved examples: the answer cache's key and the query read them in turn."""
         if p.retrieval.enabled:  # a template that shows none of the configured numbers fails here, at start
             self.retrieval_features = template_features(self.template, p.retrieval, source)
             if self.chain_of_thought:
@@ -302,8 +304,13 @@ class PromptBuilder:
             raise UserError("llm.prompt.retrieval is on but no pool of labelled training states is attached",
                             file=self.source, fix="use it where a run gives the pool (llm eval, bench llm "
                                                   "--retrieval-run RUN), or set llm.prompt.retrieval.k: 0")
+        last, examples = self._last_retrieved  # one tuple, read at once: threads may replace it
+        if last is ctx:
+            return examples
         r = self.retrieval
-        return [r.example_text(int(i), self.render_context, self.answer_prefix) for i in r.neighbours(ctx)]
+        examples = [r.example_text(int(i), self.render_context, self.answer_prefix) for i in r.neighbours(ctx)]
+        self._last_retrieved = (ctx, examples)
+        return examples
 
     def examples_key(self, ctx: AdvisorContext) -> str:
         """The retrieved examples' text of ``ctx`` ('' without retrieval): part of the answer cache's key."""
