@@ -93,6 +93,11 @@ SYSTEM_FIELDS = ("market", "market_name", "actions")
 _PROB = "use a probability in [0, 1]"
 
 
+def template_roots(template: str) -> set[str]:
+    """The root names of a format string's named fields (``{rsi:.1f}`` -> ``rsi``; a ValueError if unparsable)."""
+    return {name.split(".")[0].split("[")[0] for _, name, _, _ in string.Formatter().parse(template) if name}
+
+
 def _check_template(template: str, allowed: Mapping[str, str] | tuple[str, ...], option: str) -> None:
     """ConfigError for a positional or unknown field, or a format spec no value accepts."""
     try:

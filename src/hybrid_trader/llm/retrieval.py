@@ -19,8 +19,9 @@ Two modes:
   state's k examples, then its own context. Every query pays for its examples' tokens.
 - ``clusters``: the pool is grouped by k-means (``retrieval.clusters``, deterministic);
   each group is a cached prefix (system text + the k pool states nearest its centre) and
-  a state reads the prefix of its nearest centre. Queries cost what fixed examples cost,
-  plus one forward pass per group present in a batch.
+  a state reads the prefix of its nearest centre. A batch is one forward pass whatever
+  groups its rows read (the transformers back end stacks their cached prefixes), so queries
+  cost about what fixed examples cost.
 
 States in a position keep the fixed examples (labels exist for flat states only).
 """
@@ -36,6 +37,7 @@ import numpy as np
 
 from hybrid_trader.errors import UserError
 from hybrid_trader.llm.advice import ACTION_WORDS
+from hybrid_trader.llm.config import template_roots
 from hybrid_trader.llm.context import AdvisorContext
 from hybrid_trader.llm.retrieval_config import RETRIEVAL_FIELDS, RetrievalConfig
 
@@ -48,9 +50,7 @@ def template_features(template: str, config: RetrievalConfig, source: str = "llm
     A configured feature the template does not show is a UserError naming it: the model
     would read examples chosen for a number it cannot see.
     """
-    import string  # only here: the field names of a format string
-
-    shown = {name.split(".")[0].split("[")[0] for _, name, _, _ in string.Formatter().parse(template) if name}
+    shown = template_roots(template)
     if config.features:
         for name in config.features:
             if not shown.intersection(RETRIEVAL_FIELDS[name]):
