@@ -9,7 +9,7 @@ import pytest
 import torch as th
 
 from hybrid_trader.actions import Action
-from hybrid_trader.agent.advice_block import ADVICE
+from hybrid_trader.agent.advice_block import ADVICE, OBS_ADVICE, PHASE3_OBS_DIM
 from hybrid_trader.agent.fusion import (
     REASON_AGREEMENT,
     REASON_LLM_OVERRIDE,
@@ -23,6 +23,7 @@ from hybrid_trader.agent.fusion import (
     fused_logits,
     log_prior,
     masked_softmax,
+    obs_fused_logits,
     rl_confidence,
 )
 
@@ -97,6 +98,21 @@ def test_fused_logits_add_the_weighted_prior_when_advice_present():
     np.testing.assert_allclose(fused_logits(rl, block, 0.3), rl + 0.3 * log_prior(block))
     assert fused_logits(rl, block, 0.0) is rl
     assert fused_logits(rl, None, 0.3) is rl
+
+
+def test_obs_fused_logits_equal_fused_logits_of_the_block_bit_for_bit_when_read_from_observations():
+    rng = np.random.default_rng(0)
+    obs = rng.normal(size=(5, PHASE3_OBS_DIM)).astype(np.float32)
+    block = np.zeros((5, ADVICE.size), dtype=np.float32)
+    block[:4, ADVICE.probs] = rng.dirichlet(np.ones(6), size=4) * (rng.random((4, 6)) > 0.3)
+    block[:4, ADVICE.present] = 1.0  # the last row carries no advice
+    obs[:, OBS_ADVICE] = block
+    rl = th.as_tensor(rng.normal(size=(5, 6)).astype(np.float32))
+    got = obs_fused_logits(rl, th.as_tensor(obs), 0.3)
+    assert th.equal(got, fused_logits(rl, th.as_tensor(obs)[..., OBS_ADVICE], 0.3))
+    assert th.equal(got[4], rl[4])  # no advice: no prior
+    np.testing.assert_allclose(got.numpy(), fused_logits(rl.numpy(), block, 0.3), rtol=1e-6, atol=1e-6)
+    assert obs_fused_logits(rl, th.as_tensor(obs), 0.0) is rl
 
 
 def test_rl_confidence_when_some_actions_are_illegal_is_the_best_legal_probability():

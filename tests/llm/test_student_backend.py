@@ -84,16 +84,21 @@ def backend_query(ctx):
     return PromptBuilder(load_llm_config(overrides={"backend": "mock"})).query(ctx)
 
 
-def test_numpy_forward_equals_the_torch_network_when_the_student_runs_on_cpu(tmp_path):
+def _random_student(tmp_path, hidden=(32, 16), obs_dim=228) -> StudentBackend:
     torch.manual_seed(1)
-    net = StudentNet(228, (32, 16))
+    net = StudentNet(obs_dim, hidden)
     with torch.no_grad():  # non-trivial normalisation, so that clipping and scaling are exercised
         net.mean.normal_()
         net.std.uniform_(0.2, 3.0)
     path = tmp_path / "student.pt"
-    path.write_bytes(student_bytes(net, (32, 16), advice_hash="abc", advice_parts={"hash": "abc"}, metrics={},
+    path.write_bytes(student_bytes(net, hidden, advice_hash="abc", advice_parts={"hash": "abc"}, metrics={},
                                   created_by="test"))
-    backend = StudentBackend(StudentConfig(path=str(path)))
+    return StudentBackend(StudentConfig(path=str(path)))
+
+
+@pytest.mark.parametrize("hidden", [(32, 16), (8,), (16, 8, 8)])
+def test_cpu_kernel_equals_the_torch_network_when_the_student_runs_on_cpu(tmp_path, hidden):
+    backend = _random_student(tmp_path, hidden)
     rng = np.random.default_rng(0)
     obs = (rng.normal(size=(64, 228)) * 4).astype(np.float32)
     masks = rng.random((64, 6)) > 0.5
@@ -104,6 +109,21 @@ def test_numpy_forward_equals_the_torch_network_when_the_student_runs_on_cpu(tmp
     np.testing.assert_allclose(probs, ref_probs, atol=1e-6)
     np.testing.assert_allclose(conf, ref_conf, atol=1e-6)
     assert (probs[1:][~masks[1:]] == 0).all() and probs[0, 0] == pytest.approx(1.0)
+
+
+def test_block_writer_writes_the_features_and_the_answer_where_asked_when_given_wider_rows(tmp_path):
+    backend = _random_student(tmp_path)
+    rng = np.random.default_rng(2)
+    obs = (rng.normal(size=(4, 240)) * 3).astype(np.float32)  # the student reads the first 228 values
+    masks = rng.random((4, 6)) > 0.3
+    out = np.full((4, 252), -7.0, dtype=np.float32)
+    backend.block_writer(probs_col=241, conf_col=247, present_col=249, copy=240)(obs, masks, out)
+    probs, conf = backend.advise_batch(obs[:, :228], masks)
+    np.testing.assert_array_equal(out[:, :240], obs)
+    np.testing.assert_array_equal(out[:, 241:247], probs)
+    np.testing.assert_array_equal(out[:, 247], conf)
+    assert (out[:, 249] == 1.0).all()
+    assert (out[:, [240, 248, 250, 251]] == -7.0).all()  # columns not asked for are left as they were
 
 
 def test_no_legal_fix_returns_the_masks_themselves_when_hold_is_legal_in_every_row():

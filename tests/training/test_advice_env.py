@@ -29,11 +29,19 @@ def test_decision_confidence_when_no_masks():
 
 
 def test_follow_reads_the_policy_s_latest_decision_when_asked():
-    env, policy = SimpleNamespace(), SimpleNamespace()
+    env, policy = SimpleNamespace(advise_into=None, teacher=None), SimpleNamespace()
     AdvisorVecEnv.follow(env, policy)
+    assert policy.record_decisions  # the query policy reads them
     assert env.last_decision() is None  # no rollout step yet
     policy.last_decision = RolloutDecision(th.zeros((1, 2)), None)
     assert env.last_decision() is policy.last_decision
+
+
+@pytest.mark.parametrize("teacher", [None, object()])
+def test_follow_records_decisions_beside_an_always_on_student_only_when_a_teacher_reads_them(teacher):
+    env, policy = SimpleNamespace(advise_into=print, teacher=teacher), SimpleNamespace(record_decisions=False)
+    AdvisorVecEnv.follow(env, policy)
+    assert policy.record_decisions is (teacher is not None)
 
 
 class _FlatEnv(gym.Env):

@@ -24,8 +24,8 @@ def test_every_decision_is_advised_by_the_student_when_backend_is_student(studen
     calls = []
     try:
         inner = venv.venv
-        batch = inner.advise_batch
-        inner.advise_batch = lambda obs, masks: (calls.append(obs.shape), batch(obs, masks))[1]
+        into = inner.advise_into
+        inner.advise_into = lambda obs, masks, out: (calls.append(obs.shape), into(obs, masks, out))[1]
         venv.reset()
         rng = np.random.default_rng(0)
         student = load_student(config.llm.student.path)
@@ -43,7 +43,7 @@ def test_every_decision_is_advised_by_the_student_when_backend_is_student(studen
             np.testing.assert_allclose(block[:, ADVICE.probs], probs, atol=1e-6)
             np.testing.assert_allclose(block[:, ADVICE.confidence], conf, atol=1e-6)
             assert (block[:, ADVICE.probs][~masks] == 0).all()
-        assert calls and all(shape == (2, student.obs_dim) for shape in calls)  # one forward for both environments
+        assert calls and all(shape == (2, N_FEATURES) for shape in calls)  # one forward for both environments
         assert len(calls) == 41  # reset + 40 steps
         assert inner.answered == inner.total_steps == 82
     finally:

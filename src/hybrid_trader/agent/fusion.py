@@ -28,8 +28,8 @@ import numpy as np
 if TYPE_CHECKING:
     import torch as th
 
-from hybrid_trader.actions import Action
-from hybrid_trader.agent.advice_block import ADVICE
+from hybrid_trader.actions import N_ACTIONS, Action
+from hybrid_trader.agent.advice_block import ADVICE, OBS_ADVICE, OBS_ADVICE_PRESENT
 from hybrid_trader.config import check
 
 PROB_FLOOR = 1e-4
@@ -121,9 +121,31 @@ def fused_logits(rl_logits: Array, advice: Array | None, llm_weight: float | Arr
     if advice is None or (isinstance(llm_weight, (int, float)) and not llm_weight):
         return rl_logits
     if _is_tensor(rl_logits) and isinstance(llm_weight, (int, float)):
-        # one operation for the product and sum
-        return rl_logits.add(log_prior(advice), alpha=llm_weight)  # type: ignore[return-value,arg-type]
+        return _add_prior(rl_logits, advice[..., ADVICE.probs],  # type: ignore[arg-type,return-value]
+                          advice[..., ADVICE.present_column], llm_weight)  # type: ignore[arg-type]
     return rl_logits + llm_weight * log_prior(advice)
+
+
+def obs_fused_logits(rl_logits: th.Tensor, obs: th.Tensor, llm_weight: float) -> th.Tensor:
+    """:func:`fused_logits` of phase 3 observations ``(n, PHASE3_OBS_DIM)`` (tensors; one constant weight).
+
+    The advice block is read in place (``narrow``, no copy), and the prior takes three tensor
+    operations: training's policy runs this on every rollout step. The same numbers as
+    ``fused_logits(rl_logits, obs[..., OBS_ADVICE], llm_weight)``, bit for bit (tested).
+    """
+    if not llm_weight:
+        return rl_logits
+    return _add_prior(rl_logits, obs.narrow(-1, OBS_ADVICE.start + ADVICE.probs.start, N_ACTIONS),
+                      obs.narrow(-1, OBS_ADVICE_PRESENT, 1), llm_weight)
+
+
+def _add_prior(rl_logits: th.Tensor, probs: th.Tensor, present: th.Tensor, llm_weight: float) -> th.Tensor:
+    """``rl_logits + llm_weight * log(clip(probs)) * present`` in three operations (tensors).
+
+    The presence flag is exactly 0.0 or 1.0 (``advice_block`` writes it): multiplying by it is
+    the numpy branch's ``where``, and ``addcmul`` does that product and the sum in one call.
+    """
+    return rl_logits.addcmul(probs.clamp(min=PROB_FLOOR, max=1.0).log_(), present, value=llm_weight)
 
 
 def masked_softmax(logits: np.ndarray, mask: np.ndarray | None) -> np.ndarray:

@@ -13,7 +13,8 @@ segment                     time spent in
 ``action distribution``     building the action distribution from the latent (the LLM prior's
                             operations in phase 3), in the rollout and the update
 ``rollout buffer``          storing the steps (``rollout_buffer.add``)
-``student forward``         phase 3 always-on: the student's batched advice
+``student forward``         phase 3 always-on: the student's batched advice, written into the
+                            observations (with the copy of their features)
 ``<VecEnv class>``          each layer of the vectorised environment, *without* the layers
                             it wraps (``DummyVecEnv``: the environments themselves;
                             ``AdvisorVecEnv``: the advice wrapper, without the student's forward;
@@ -68,8 +69,8 @@ class SegmentTimer(TimingCallback):
                 "DummyVecEnv" if isinstance(venv, DummyVecEnv) else type(venv).__name__
             for attr in ("step_async", "step_wait", "env_method"):  # env_method: action_masks() every step
                 self._wrap(venv, attr, name)
-            if callable(getattr(venv, "advise_batch", None)):
-                self._wrap(venv, "advise_batch", STUDENT)
+            if callable(getattr(venv, "advise_into", None)):
+                self._wrap(venv, "advise_into", STUDENT)
             self._layers.append(name)
             venv = venv.venv if isinstance(venv, VecEnvWrapper) else None
         self._started = time.perf_counter()

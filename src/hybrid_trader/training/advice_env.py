@@ -18,10 +18,12 @@ The query policy's uncertainty trigger reads the RL confidence of each environme
 last decision straight from the policy that took it (:meth:`AdvisorVecEnv.follow`),
 computed only when the trigger is checked.
 
-**Always-on** (a back end with ``advise_batch``: the distilled student, ``llm.backend:
+**Always-on** (a back end with ``block_writer``: the distilled student, ``llm.backend:
 student``): every decision of every environment is advised, synchronously, in ONE
 batched forward per vector step on the raw observations (before normalisation) and the
-legal actions; no query policy, no thread, no waiting, age 0 (the query rate is 100%).
+legal actions, which also writes the phase 3 observations (the features copied, the
+advice block filled: one compiled call on the CPU); no query policy, no thread, no
+waiting, age 0 (the query rate is 100%).
 A teacher (``llm.student.teacher``, :mod:`hybrid_trader.training.teacher`) may run beside
 it: offered each step's decisions, it answers those its query policy picks, in its own
 worker, into the run's advice dataset. Without a teacher the student reads nothing of a
@@ -61,6 +63,11 @@ from hybrid_trader.features.names import FEATURE_NAMES
 from hybrid_trader.llm.context import context_from_market
 from hybrid_trader.training.normalizer import LeanVecNormalize
 
+BLOCK_COLUMNS = {"probs_col": OBS_ADVICE.start + ADVICE.probs.start, "conf_col": OBS_ADVICE.start + ADVICE.confidence,
+                 "present_col": OBS_ADVICE.start + ADVICE.present, "copy": N_FEATURES}
+"""Where the always-on back end writes into a phase 3 observation: the features, then the advice block's
+probabilities, confidence and presence flag (its age stays 0)."""
+
 LastDecision = Callable[[], Any]
 """Returns the policy's last rollout decision ``(rl_logits (n_envs, 6), masks or None)``, or None."""
 
@@ -84,8 +91,8 @@ class AdvisorVecEnv(VecEnvWrapper):
         advisor.expect_envs(self.num_envs)
         self.market = market
         self.max_age = int(max_age)
-        self.steps = np.zeros(self.num_envs, dtype=np.int64)
-        """Steps taken by each environment since the start of training (the advisor's clock)."""
+        self.clock = 0
+        """Vector steps since the start of training: the steps each environment has taken (the advisor's clock)."""
         self.last_decision: LastDecision | None = None
         """Where the RL confidence comes from (:meth:`follow`); None: the query policy gets none."""
         self.last_advice: list[Any] = [None] * self.num_envs
@@ -97,32 +104,35 @@ class AdvisorVecEnv(VecEnvWrapper):
         self.total_steps = 0
         self.answered = 0
         """Decisions the always-on back end answered itself (the threaded advisor counts its own)."""
-        self.advise_batch = always_on_advice(advisor)
-        """Always-on: the back end's ``(raw obs, masks) -> (probs, confidence)``; None: query policy + thread."""
+        self.advise_into = always_on_advice(advisor)
+        """Always-on: ``(raw features, masks, out)``, the back end's writer of phase 3 observations
+        (``block_writer``); None: query policy + thread."""
         student = getattr(getattr(advisor, "backend", None), "student", None)
-        self.student_dim = int(student.obs_dim) if student is not None else N_FEATURES
-        """Always-on: observation values the student reads (a prefix of the features)."""
-        if self.advise_batch is not None and student is not None:
+        if self.advise_into is not None and student is not None:
             student.check_layout(FEATURE_NAMES[:student.obs_dim], "the phase 3 observation's prefix")
-        self.last_block = np.zeros((self.num_envs, ADVICE.size), dtype=np.float32)
+        self.last_block: np.ndarray = np.zeros((self.num_envs, ADVICE.size), dtype=np.float32)
         """Always-on: each environment's last advice block (the advice in force at a truncation)."""
-        if teacher is not None and self.advise_batch is None:
+        if teacher is not None and self.advise_into is None:
             raise ValueError("a teacher answers beside an always-on advisor (llm.backend: student) only")
         self.teacher = teacher
         """Always-on: the real LLM beside the student (``training.teacher.TeacherLog``), or None."""
-        self.masks_only = self.advise_batch is not None and teacher is None and venv.has_attr("set_advisor_info")
+        self.masks_only = self.advise_into is not None and teacher is None and venv.has_attr("set_advisor_info")
         """Always-on without a teacher: the environments' infos carry their legal actions only
         (``ADVISOR_MASK``): the student reads nothing else, so no account snapshot is built a step."""
         if self.masks_only:
             venv.env_method("set_advisor_info", ADVISOR_MASK)
 
     def follow(self, policy: Any) -> None:
-        """Give the query policy the RL confidence of ``policy``'s rollout decisions.
+        """Give the query policy (or the teacher) the RL confidence of ``policy``'s rollout decisions.
 
         ``policy`` records ``last_decision`` (RL-only logits and masks) on each rollout
-        step (``HybridMaskablePolicy.forward``); each environment's confidence is computed
-        from it only when the query policy checks its uncertainty trigger.
+        step (``HybridMaskablePolicy.forward``) when its ``record_decisions`` is on, which this
+        turns on where something reads it: the query policy's uncertainty trigger, or a teacher
+        beside the always-on student (an always-on run alone reads none). Each environment's
+        confidence is computed from it only when asked.
         """
+        if self.advise_into is None or self.teacher is not None:
+            policy.record_decisions = True
         self.last_decision = lambda: getattr(policy, "last_decision", None)
 
     # ------------------------------------------------------------------ VecEnv API
@@ -131,14 +141,14 @@ class AdvisorVecEnv(VecEnvWrapper):
         assert isinstance(obs, np.ndarray)  # a Box observation space: one array, never a dict or tuple
         self.advisor.reset()
         infos = self.venv.unwrapped.reset_infos
-        if self.advise_batch is not None:
+        if self.advise_into is not None:
             return self._always_on(obs, infos)
         return self._with_advice(obs, infos, np.ones(self.num_envs, dtype=bool))
 
     def step_wait(self):
         obs, rewards, dones, infos = self.venv.step_wait()
         assert isinstance(obs, np.ndarray)  # a Box observation space: one array, never a dict or tuple
-        self.steps += 1
+        self.clock += 1
         done = dones.tolist()  # Python bools: numpy scalars cost per environment
         snaps = infos
         if True in done:  # a finished episode's next observation (and snapshot) is its reset's
@@ -148,42 +158,38 @@ class AdvisorVecEnv(VecEnvWrapper):
                 terminal = infos[i].get("terminal_observation")
                 if terminal is not None and terminal.shape == (N_FEATURES,):
                     # The value bootstrap of a truncated episode sees the advice that was in force.
-                    block = self.last_block[i] if self.advise_batch is not None else \
+                    block = self.last_block[i] if self.advise_into is not None else \
                         write_advice(self.last_advice[i], self.max_age, int(self.last_age[i]))
                     infos[i]["terminal_observation"] = np.concatenate([terminal, block]).astype(np.float32)
-        if self.advise_batch is not None:
+        if self.advise_into is not None:
             return self._always_on(obs, snaps), rewards, dones, infos
         return self._with_advice(obs, snaps, dones), rewards, dones, infos
 
     def _always_on(self, obs: np.ndarray, infos) -> np.ndarray:
-        """Every environment's advice from one batched forward of the back end (age 0)."""
-        assert self.advise_batch is not None
+        """Every environment's advice from one call of the back end (age 0), which also copies the features."""
+        assert self.advise_into is not None
         n = self.num_envs
         out = np.zeros((n, PHASE3_OBS_DIM), dtype=np.float32)
-        out[:, :N_FEATURES] = obs
         snaps: list[Any] = []
         if self.masks_only:
             rows = [info.get(ADVISOR_MASK) if info else None for info in infos]
         else:
             snaps = [info.get(ADVISOR_ACCOUNT) if info else None for info in infos]
             rows = [None if snap is None else snap.mask for snap in snaps]
-        have = [row is not None for row in rows]
-        k = sum(have)
-        if k == n:  # every step of training: one array from the mask tuples
-            masks = np.array(rows, dtype=np.bool_)
-        else:
+        missing = [i for i, row in enumerate(rows) if row is None] if None in rows else []
+        if missing:  # an environment without its legal actions (no info): all legal, and no advice below
             masks = np.ones((n, N_ACTIONS), dtype=bool)
             for i, row in enumerate(rows):
                 if row is not None:
                     masks[i] = row
-        probs, confidence = self.advise_batch(obs[:, :self.student_dim], masks)
-        block = out[:, OBS_ADVICE]  # a view: writes into out
-        block[:, ADVICE.probs] = probs
-        block[:, ADVICE.confidence] = confidence
-        block[:, ADVICE.present] = 1.0
-        if k < n:
-            block[~np.asarray(have)] = 0.0
-        self.last_block[:] = block
+        else:  # every step of training: one array from the mask tuples
+            masks = np.array(rows, dtype=np.bool_)
+        self.advise_into(obs, masks, out)
+        if missing:
+            out[missing, OBS_ADVICE] = 0.0
+        k = n - len(missing)
+        # a view of this step's observations: nothing writes into them after they are returned
+        self.last_block = out[:, OBS_ADVICE]
         self.total_steps += k
         self.advised_steps += k
         self.answered += k
@@ -192,7 +198,7 @@ class AdvisorVecEnv(VecEnvWrapper):
             decision = self.last_decision() if self.last_decision is not None else None
             rl_confidence_of = None if decision is None else \
                 (lambda i: functools.partial(decision_confidence, decision, i))
-            self.teacher.offer(obs, snaps, self.steps.tolist(), rl_confidence_of)
+            self.teacher.offer(obs, snaps, [self.clock] * self.num_envs, rl_confidence_of)
         return out
 
     def _with_advice(self, obs: np.ndarray, infos, new_episode: np.ndarray) -> np.ndarray:
@@ -200,8 +206,7 @@ class AdvisorVecEnv(VecEnvWrapper):
         out[:, :N_FEATURES] = obs
         bars, features = self.market.bars, self.market.features
         advisor = self.advisor
-        # Python scalars once per step: indexing numpy arrays per environment costs more
-        steps = self.steps.tolist()
+        step = self.clock
         decision = self.last_decision() if self.last_decision is not None else None
         new = np.asarray(new_episode, dtype=bool).tolist()
         for i in range(self.num_envs):
@@ -210,7 +215,6 @@ class AdvisorVecEnv(VecEnvWrapper):
                 advisor.reset(i)
             if snap is None:
                 continue
-            step = steps[i]
             # The query policy reads the snapshot itself (position sign, balance, win rate,
             # losses) and the RL confidence only when its uncertainty trigger is checked; the
             # full context (prompt fields) is built only when a query is due.
@@ -246,7 +250,8 @@ def decision_confidence(decision: Any, env_index: int) -> float:
     return rl_confidence(logits[env_index].tolist(), None if masks is None else masks[env_index].tolist())
 
 
-def always_on_advice(advisor: Any) -> Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]] | None:
-    """The advisor back end's batched advice (``advise_batch``, the student's) or None when it has none."""
-    fn = getattr(getattr(advisor, "backend", None), "advise_batch", None)
-    return fn if callable(fn) else None
+def always_on_advice(advisor: Any) -> Callable[[np.ndarray, np.ndarray, np.ndarray], None] | None:
+    """The advisor back end's always-on writer of phase 3 observations (``block_writer``, the student's: the
+    features copied, the advice block filled, in :data:`BLOCK_COLUMNS`), or None when it has none."""
+    make = getattr(getattr(advisor, "backend", None), "block_writer", None)
+    return make(**BLOCK_COLUMNS) if callable(make) else None

@@ -213,7 +213,7 @@ class TimingCallback(BaseCallback):
     def _wrap(self, owner: Any, attr: str, segment: str) -> None:
         original = getattr(owner, attr)
         current = owner.__dict__.get(attr)
-        # whether the method was an instance attribute before any timer wrapped it (the advisor's advise_batch)
+        # whether the method was an instance attribute before any timer wrapped it (the advisor's advise_into)
         base_own = getattr(current, "timing_base_own", current is not None)
         seconds = self.seconds
         seconds.setdefault(segment, 0.0)

@@ -18,13 +18,13 @@ import numpy as np
 import torch as th
 from stable_baselines3.common.callbacks import BaseCallback
 
+from hybrid_trader.actions import N_ACTIONS
 from hybrid_trader.agent.advice_block import ADVICE, OBS_ADVICE
 from hybrid_trader.agent.fusion import best_probability
 from hybrid_trader.agent.gate import TREND_FEATURE, VOLATILITY_FEATURE, trust_buckets
 from hybrid_trader.agent.stats import DecisionStats, configured_query_rate_pct
 from hybrid_trader.features.names import FEATURE_NAMES
 from hybrid_trader.llm.health import HEALTH_STAT_NAMES
-from hybrid_trader.training.policy import RolloutDecision
 
 TREND_INDEX = FEATURE_NAMES.index(TREND_FEATURE)
 VOLATILITY_INDEX = FEATURE_NAMES.index(VOLATILITY_FEATURE)
@@ -45,33 +45,30 @@ class HybridStatsCallback(BaseCallback):
         self.veto_counts: dict[str, int] = {}
         self.answers0 = 0.0
         self.submitted0 = advice_env.submitted
+        self._log: list | None = None
+        """This rollout's steps as the policy logged them (``HybridMaskablePolicy.decision_log``)."""
         self._reset()
 
     def _reset(self) -> None:
         self.stats = DecisionStats(self.llm_config.batching.max_age_steps)
         self.veto_steps = 0
         self.decision_steps = 0
-        # per step: RL-only logits, masks, executed actions; reduced once at the end of the
-        # rollout (per-step array work costs training time). The observations (their advice
-        # blocks) are read then from the rollout buffer, which holds every step's already.
-        self._rl_logits: list[th.Tensor] = []
-        self._masks: list[np.ndarray | None] = []
-        self._actions: list[np.ndarray] = []
-        self._trust: list[th.Tensor] = []
+        self.steps = 0
+        """Vector steps of this rollout (the decisions themselves are read from the rollout buffer at its end)."""
         self.gate_values: dict[str, float] = {}
 
     def _on_rollout_start(self) -> None:
         self._reset()
+        self._log = []
+        policy: Any = self.model.policy
+        policy.decision_log = self._log  # each rollout step appends its RL-only logits (and trust)
+
+    def _on_training_end(self) -> None:
+        policy: Any = self.model.policy
+        policy.decision_log = None
 
     def _on_step(self) -> bool:
-        decision: RolloutDecision | None = getattr(self.model.policy, "last_decision", None)
-        if decision is None:
-            return True
-        self._rl_logits.append(decision.rl_logits)
-        self._masks.append(decision.masks)
-        if decision.trust is not None:
-            self._trust.append(decision.trust)
-        self._actions.append(self.locals["actions"])
+        self.steps += 1
         dones = self.locals["dones"]
         if dones.any():
             infos = self.locals["infos"]
@@ -84,34 +81,60 @@ class HybridStatsCallback(BaseCallback):
                         self.veto_counts[code] = self.veto_counts.get(code, 0) + count
         return True
 
-    def _rollout_obs(self) -> np.ndarray | None:
-        """The rollout's observations ``(steps * n_envs, d)`` in step order, from the rollout buffer (None
-        when it does not hold exactly the steps recorded here)."""
-        buffer = getattr(self.model, "rollout_buffer", None)
+    def _rollout(self) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """The rollout's observations ``(steps * n_envs, d)``, legal actions and executed actions in step order,
+        from the rollout buffer (None when it does not hold exactly the steps counted here)."""
+        buffer: Any = getattr(self.model, "rollout_buffer", None)
         obs = getattr(buffer, "observations", None)
-        steps = len(self._rl_logits)
-        if not isinstance(obs, np.ndarray) or obs.ndim != 3 or getattr(buffer, "pos", -1) != steps:
+        if not isinstance(obs, np.ndarray) or obs.ndim != 3 or getattr(buffer, "pos", -1) != self.steps:
             return None
-        return obs[:steps].reshape(-1, obs.shape[-1])
+        n = self.steps
+        masks = getattr(buffer, "action_masks", None)
+        masks = np.ones((n * obs.shape[1], N_ACTIONS), bool) if masks is None else \
+            masks[:n].reshape(-1, N_ACTIONS) > 0.5
+        return obs[:n].reshape(-1, obs.shape[-1]), masks, np.asarray(buffer.actions[:n]).reshape(-1)
+
+    def decisions(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray | None] | None:
+        """The rollout's decisions from the rollout buffer and the policy that collected it: ``(observations,
+        RL-only logits, legal actions, executed actions, advice blocks, learned trust or None)``, one row a
+        decision in step order (None when the buffer does not hold exactly this rollout's steps).
+
+        The RL-only logits (and the learned gate's trust) are those each step appended to the
+        policy's ``decision_log``; when that log does not match the buffer's steps, they are
+        computed again, in one batched forward of the unchanged policy over the stored
+        observations.
+        """
+        rollout = self._rollout() if self.steps else None
+        if rollout is None:
+            return None
+        obs, masks, actions = rollout
+        policy: Any = self.model.policy
+        log = self._log
+        if log is not None and len(log) == self.steps:  # what each step computed
+            rl_logits = th.cat([logits for logits, _ in log])
+            trusts = [trust for _, trust in log]
+            trust = None if trusts[0] is None else th.cat(trusts)
+        else:  # the same, computed again from the stored observations by the unchanged policy
+            with th.no_grad():
+                tensor = th.as_tensor(obs, device=policy.device)
+                rl_logits = policy.rl_logits(tensor)
+                trust = policy.trust(tensor, rl_logits, th.as_tensor(masks, device=policy.device))
+        return (obs, rl_logits.cpu().numpy(), masks, actions, obs[:, OBS_ADVICE],
+                None if trust is None else trust.reshape(-1).cpu().numpy())
 
     def _reduce(self) -> None:
-        """Turn the rollout's per-step records into the decision statistics."""
-        obs = self._rollout_obs() if self._rl_logits else None
-        if obs is None:
+        """The rollout's decision statistics (:meth:`decisions`)."""
+        rollout = self.decisions()
+        if rollout is None:
             return
-        logits = th.cat(self._rl_logits).cpu().numpy()
-        masks = None if any(m is None for m in self._masks) else \
-            np.concatenate([m for m in self._masks if m is not None])
-        rl_best, rl_conf = best_probability(logits, masks)
-        actions = np.concatenate([np.asarray(a).reshape(-1) for a in self._actions])
-        blocks = obs[:, OBS_ADVICE]
+        obs, rl_logits, masks, actions, blocks, trust = rollout
+        rl_best, rl_conf = best_probability(rl_logits, masks)
         self.stats.add(rl_best, rl_conf, actions, blocks)
-        if self._trust and len(self._trust) == len(self._rl_logits):
-            self.gate_values = self._gate_values(obs, blocks)
+        if trust is not None:
+            self.gate_values = self._gate_values(obs, blocks, trust)
 
-    def _gate_values(self, obs: np.ndarray, blocks: np.ndarray) -> dict[str, float]:
+    def _gate_values(self, obs: np.ndarray, blocks: np.ndarray, trust: np.ndarray) -> dict[str, float]:
         """Learned fusion: the gate's trust on the rollout's advised decisions, by trend and volatility."""
-        trust = th.cat(self._trust).reshape(-1).cpu().numpy()
         advised = blocks[:, ADVICE.present] > 0.5
         obs = obs[advised]
         vec = self.model.get_vec_normalize_env()
@@ -132,7 +155,7 @@ class HybridStatsCallback(BaseCallback):
         # replaced or dropped while it was busy: the seed's 0.5% failure must show here.
         answers = float(advisor.get("llm/total_queries", 0.0) or 0.0) + float(advisor.get("llm/cache_hits", 0.0) or 0.0)
         submitted = self.advice_env.submitted
-        always_on = getattr(self.advice_env, "advise_batch", None) is not None
+        always_on = getattr(self.advice_env, "advise_into", None) is not None
         if always_on:
             # every advised decision was answered for its own observation (age 0); the answers
             # to the observations after a rollout's last step are counted with the next rollout

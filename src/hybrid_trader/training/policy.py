@@ -8,9 +8,10 @@ buffer, PPO's update recomputes exactly the distribution the action was sampled 
 the stored log-probabilities are exact. ``agent.HybridAgent`` decides with the same
 function on :meth:`HybridMaskablePolicy.rl_logits`.
 
-Each rollout step (``forward``) records ``last_decision``: the RL-only logits and the
-action masks, from which the advisor's query policy reads the RL confidence
-(``AdvisorVecEnv.follow``) and the statistics callback its counts.
+With ``record_decisions`` on, each rollout step (``forward``) records ``last_decision``:
+the RL-only logits and the action masks, from which the advisor's query policy (and a
+teacher) reads the RL confidence (``AdvisorVecEnv.follow`` turns it on where they do).
+The statistics callback computes the same from the rollout buffer at the rollout's end.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from stable_baselines3.common.policies import BaseModel
 
 from hybrid_trader.actions import N_ACTIONS
 from hybrid_trader.agent.advice_block import OBS_ADVICE
-from hybrid_trader.agent.fusion import fused_logits
+from hybrid_trader.agent.fusion import fused_logits, obs_fused_logits
 from hybrid_trader.agent.gate import TrustGate
 
 
@@ -47,6 +48,14 @@ class HybridMaskablePolicy(MaskableActorCriticPolicy):
     optimizer like the rest of the policy's), equal to ``llm_weight`` at step 0.
     """
 
+    record_decisions = False
+    """Whether each rollout step records ``last_decision`` (for a query policy's uncertainty trigger or a
+    teacher: ``AdvisorVecEnv.follow`` turns it on where they read it)."""
+    decision_log: list[tuple[th.Tensor, th.Tensor | None]] | None = None
+    """When a list (the statistics callback sets one each rollout), each rollout step appends its RL-only logits
+    and learned trust (None in constant mode) to it: the same tensors the step computed, kept for the
+    rollout's statistics."""
+
     def __init__(self, *args: Any, llm_weight: float = 0.3, fusion_mode: str = "constant", w_max: float = 1.0,
                  gate_hidden: int = 16, **kwargs: Any) -> None:
         self.llm_weight = float(llm_weight)
@@ -54,7 +63,6 @@ class HybridMaskablePolicy(MaskableActorCriticPolicy):
         self.w_max = float(w_max)
         self.gate_hidden = int(gate_hidden)
         super().__init__(*args, **kwargs)
-        self._advice: th.Tensor | None = None
         self._obs: th.Tensor | None = None
         self._masks: th.Tensor | None = None
         self.last_rl_logits: th.Tensor | None = None
@@ -73,13 +81,12 @@ class HybridMaskablePolicy(MaskableActorCriticPolicy):
         return data
 
     def _read_advice(self, obs: th.Tensor, action_masks: Any = None) -> None:
-        """Keep the advice blocks of ``obs`` (and, for the gate, ``obs`` and the legal actions) for the
-        distribution built next (rows without advice add no prior)."""
+        """Keep ``obs`` (its advice block is the prior of the distribution built next; rows without advice
+        add none) and, for the gate, the legal actions."""
         # plain attributes, set past nn.Module.__setattr__ (its checks cost on every forward); no
         # "any advice?" test: it costs as much as the prior it would skip
-        object.__setattr__(self, "_advice", obs[..., OBS_ADVICE].float())
+        object.__setattr__(self, "_obs", obs)
         if self.gate is not None:
-            object.__setattr__(self, "_obs", obs)
             masks = None if action_masks is None else \
                 th.as_tensor(action_masks, device=obs.device).bool().reshape(-1, N_ACTIONS)
             object.__setattr__(self, "_masks", masks)
@@ -89,10 +96,14 @@ class HybridMaskablePolicy(MaskableActorCriticPolicy):
     def forward(self, obs: th.Tensor, deterministic: bool = False, action_masks: np.ndarray | None = None):
         self._read_advice(obs, action_masks)
         out = super().forward(obs, deterministic, action_masks)
-        rl_logits = self.last_rl_logits
-        assert rl_logits is not None  # set by _get_action_dist_from_latent just now
-        masks = None if action_masks is None else np.asarray(action_masks, dtype=bool).reshape(rl_logits.shape)
-        object.__setattr__(self, "last_decision", RolloutDecision(rl_logits, masks, self.last_trust))
+        log = self.decision_log
+        if log is not None:
+            log.append((self.last_rl_logits, self.last_trust))  # type: ignore[arg-type]  # set just now
+        if self.record_decisions:
+            rl_logits = self.last_rl_logits
+            assert rl_logits is not None  # set by _get_action_dist_from_latent just now
+            masks = None if action_masks is None else np.asarray(action_masks, dtype=bool).reshape(rl_logits.shape)
+            object.__setattr__(self, "last_decision", RolloutDecision(rl_logits, masks, self.last_trust))
         return out
 
     def evaluate_actions(self, obs: th.Tensor, actions: th.Tensor, action_masks: th.Tensor | None = None):
@@ -105,13 +116,16 @@ class HybridMaskablePolicy(MaskableActorCriticPolicy):
 
     def _get_action_dist_from_latent(self, latent_pi: th.Tensor):
         rl_logits = self.action_net(latent_pi)
+        obs = self._obs
+        assert obs is not None  # set by _read_advice on each of the three paths
         object.__setattr__(self, "last_rl_logits", rl_logits.detach())
-        weight: float | th.Tensor = self.llm_weight
-        if self.gate is not None and self._advice is not None and self._obs is not None:
-            trust = self.gate(self._obs, rl_logits, self._advice, self._masks)
+        if self.gate is None:
+            logits = obs_fused_logits(rl_logits, obs, self.llm_weight)
+        else:
+            advice = obs[..., OBS_ADVICE].float()
+            trust = self.gate(obs, rl_logits, advice, self._masks)
             object.__setattr__(self, "last_trust", trust.detach())
-            weight = trust
-        logits = fused_logits(rl_logits, self._advice, weight)
+            logits = fused_logits(rl_logits, advice, trust)
         return self.action_dist.proba_distribution(action_logits=logits)
 
     def trust(self, obs: th.Tensor, rl_logits: th.Tensor, masks: th.Tensor | None = None) -> th.Tensor | None:

@@ -7,7 +7,9 @@ Back ends receive rendered prompts, the student needs the observation (the raw 2
 261 features). Two ways in:
 
 - :meth:`StudentBackend.advise_batch` ``(obs, masks) -> (probs, confidence)``: one
-  batched forward, for the always-on path (every decision of every environment);
+  batched forward, for the always-on path (every decision of every environment), and
+  :meth:`StudentBackend.block_writer`, the same answers written straight into the phase 3
+  observations (training's one call a vector step, :mod:`.student_kernel` on the CPU);
 - :meth:`StudentBackend.score`: the Backend interface; each query's context must carry
   the raw observation as ``context.observation`` (float32, the student's layout). A
   context without it fails loudly (``BackendError``, kind ``garbage``), never silently.
@@ -22,7 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import io
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,14 +38,12 @@ from hybrid_trader.errors import UserError
 from hybrid_trader.features.names import FEATURE_NAMES
 from hybrid_trader.llm.advice import ACTION_WORDS
 from hybrid_trader.llm.backends.base import ERROR_GARBAGE, Backend, BackendError
+from hybrid_trader.llm.backends.student_kernel import CLIP, PackedStudent, block_writer, forward_into, pack
 from hybrid_trader.llm.config import StudentConfig
 from hybrid_trader.llm.prompt import RenderedQuery
 
 STUDENT_FORMAT = 1
 """Version of the student file format."""
-CLIP = 10.0
-"""Normalised inputs are clipped to [-CLIP, CLIP] (as the policy's VecNormalize does)."""
-_clip: Any = vars(np)["_core"].umath.clip  # the ufunc np.clip wraps
 
 
 def layout_names(obs_dim: int) -> list[str]:
@@ -132,7 +132,9 @@ class Student:
     advice_parts: dict
     metrics: dict
     path: Path
-    _numpy: NumpyStudent | None = None
+    hidden: tuple[int, ...] = ()
+    _packed: PackedStudent | None = None
+    _cpu: bool | None = None
 
     @property
     def device(self) -> torch.device:
@@ -152,71 +154,67 @@ class Student:
                 fix="distil a student on this run's advice dataset: hybrid-trader advise distill RUN_DIR",
             )
 
+    @property
+    def packed(self) -> PackedStudent:
+        """The weights as the CPU kernel reads them (flattened once, on first use)."""
+        if self._packed is None:
+            self._packed = pack(self.net.state_dict(), self.hidden)
+        return self._packed
+
     def advise(self, obs: np.ndarray, masks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(probs (n, 6) float32, zero on illegal; confidence (n,) float32)`` in one forward.
 
-        On the CPU the forward runs in numpy (:class:`NumpyStudent`): for the few rows of one
-        vector step torch's per-call overhead dominates (measured 150 us per call for a
-        228-64-64 net, numpy about a fifth of it); elsewhere (a GPU) it runs in torch.
+        On the CPU the forward is one compiled call (:mod:`.student_kernel`): for the few rows
+        of one decision torch's per-call overhead dominates (measured 150 us per call for a
+        228-64-64 net); elsewhere (a GPU) it runs in torch.
         """
         obs = np.asarray(obs, dtype=np.float32)
         if obs.ndim != 2 or obs.shape[1] != self.obs_dim:
             raise UserError(f"the student expects observations of {self.obs_dim} features, got shape {obs.shape}",
                             file=str(self.path), fix="distil a student on observations of this layout")
-        forward = self._numpy
-        if forward is None:
-            if self.device.type != "cpu":  # the device is looked up once (a walk over the parameters)
-                return self.advise_torch(obs, masks)
-            forward = self._numpy = NumpyStudent(self.net)
-        return forward(obs, no_legal_fix(masks))
+        if not self._on_cpu:
+            return self.advise_torch(obs, masks)
+        out = np.zeros((len(obs), N_ACTIONS + 1), dtype=np.float32)
+        forward_into(self.packed, obs, masks, out)
+        return out[:, :N_ACTIONS], out[:, N_ACTIONS]
+
+    def block_writer(self, *, probs_col: int, conf_col: int, present_col: int,
+                     copy: int) -> Callable[[np.ndarray, np.ndarray, np.ndarray], None]:
+        """Always-on training's one call a vector step: ``write(obs, masks, out)`` writes, into row ``r`` of
+        ``out`` (float32), ``obs[r, :copy]``, the probabilities at ``probs_col``, the confidence at ``conf_col``
+        and 1.0 at ``present_col``.
+
+        ``obs`` (float32, C order) holds at least the student's ``obs_dim`` values a row, ``masks`` is bool
+        (:func:`~hybrid_trader.llm.backends.student_kernel.block_writer` on the CPU). No checks a call: the
+        caller checked the layout once (:meth:`check_layout`).
+        """
+        if self._on_cpu:
+            return block_writer(self.packed, probs_col=probs_col, conf_col=conf_col, present_col=present_col,
+                                copy=copy)
+
+        def write(obs: np.ndarray, masks: np.ndarray, out: np.ndarray) -> None:
+            probs, conf = self.advise_torch(obs[:, :self.obs_dim], masks)
+            out[:, :copy] = obs[:, :copy]
+            out[:, probs_col:probs_col + N_ACTIONS] = probs
+            out[:, conf_col] = conf
+            out[:, present_col] = 1.0
+
+        return write
+
+    @property
+    def _on_cpu(self) -> bool:
+        """Whether the network's weights are on the CPU (looked up once: a walk over the parameters)."""
+        if self._cpu is None:
+            self._cpu = self.device.type == "cpu"
+        return self._cpu
 
     @torch.no_grad()
     def advise_torch(self, obs: np.ndarray, masks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """:meth:`advise` through the torch network (the reference the numpy forward is tested against)."""
+        """:meth:`advise` through the torch network (the reference the CPU kernel is tested against)."""
         device = self.device
         m = torch.as_tensor(no_legal_fix(masks), device=device)
         logp, conf = self.net(torch.as_tensor(np.asarray(obs, dtype=np.float32), device=device), m)
         return logp.exp().cpu().numpy().astype(np.float32), torch.sigmoid(conf).cpu().numpy().astype(np.float32)
-
-
-class NumpyStudent:
-    """The student's forward in numpy float32 (weights copied once from a :class:`StudentNet`)."""
-
-    def __init__(self, net: StudentNet) -> None:
-        state = {k: v.detach().cpu().numpy().astype(np.float32) for k, v in net.state_dict().items()}
-        self.mean = state["mean"]
-        self.inv_std = (1.0 / state["std"]).astype(np.float32)
-        # float32 throughout (float64 weights would upcast every product)
-        linears = [m for m in net.body if isinstance(m, nn.Linear)]
-        self.layers = [(np.ascontiguousarray(lin.weight.detach().cpu().numpy().T, dtype=np.float32),
-                        lin.bias.detach().cpu().numpy().astype(np.float32)) for lin in linears]
-        # both heads in one matrix: six action logits, then the confidence logit
-        self.head_w = np.ascontiguousarray(np.concatenate([net.logits.weight.detach().cpu().numpy(),
-                                                           net.confidence.weight.detach().cpu().numpy()]).T,
-                                           dtype=np.float32)
-        self.head_b = np.concatenate([net.logits.bias.detach().cpu().numpy(),
-                                      net.confidence.bias.detach().cpu().numpy()]).astype(np.float32)
-
-    def __call__(self, obs: np.ndarray, masks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        x = obs - self.mean
-        x *= self.inv_std
-        _clip(x, -CLIP, CLIP, out=x)  # the clip ufunc itself: np.clip's wrapper costs more on a few rows
-        for w, b in self.layers:
-            x = x @ w
-            x += b
-            np.maximum(x, 0.0, out=x)
-        out = x @ self.head_w
-        out += self.head_b
-        logits = np.where(masks, out[:, :N_ACTIONS], -np.inf)
-        logits -= logits.max(axis=1, keepdims=True)
-        e = np.exp(logits, out=logits)
-        e /= e.sum(axis=1, keepdims=True)
-        # 1 / (1 + exp(-z)) written in place: the same float32 operations, one array
-        conf = np.negative(out[:, N_ACTIONS])
-        np.exp(conf, out=conf)
-        conf += 1.0
-        np.divide(1.0, conf, out=conf)
-        return e, conf
 
 
 def load_student(path: str | Path, device: str = "cpu") -> Student:
@@ -241,7 +239,7 @@ def load_student(path: str | Path, device: str = "cpu") -> Student:
     net.eval()
     return Student(net=net, obs_dim=obs_dim, feature_names=names, layout_hash=data["layout_hash"],
                    advice_hash=str(data["advice_hash"]), advice_parts=dict(data["advice_parts"]),
-                   metrics=dict(data["metrics"]), path=path)
+                   metrics=dict(data["metrics"]), path=path, hidden=tuple(int(h) for h in data["hidden"]))
 
 
 class StudentBackend(Backend):
@@ -260,6 +258,10 @@ class StudentBackend(Backend):
     def advise_batch(self, obs: np.ndarray, masks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Probabilities over the legal actions and the confidence head, for a batch of raw observations."""
         return self.student.advise(obs, masks)
+
+    def block_writer(self, **columns: int) -> Callable[[np.ndarray, np.ndarray, np.ndarray], None]:
+        """:meth:`Student.block_writer`: always-on training's one call a vector step."""
+        return self.student.block_writer(**columns)
 
     def score(self, queries: Sequence[RenderedQuery]) -> np.ndarray:
         """The student's distribution for each query; its context must carry ``observation``."""
