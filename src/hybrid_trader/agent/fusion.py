@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     import torch as th
 
 from hybrid_trader.actions import N_ACTIONS, Action
-from hybrid_trader.agent.advice_block import ADVICE, OBS_ADVICE, OBS_ADVICE_PRESENT
+from hybrid_trader.agent.advice_block import ADVICE, OBS_ADVICE
 from hybrid_trader.config import check
 
 PROB_FLOOR = 1e-4
@@ -127,16 +127,20 @@ def fused_logits(rl_logits: Array, advice: Array | None, llm_weight: float | Arr
 
 
 def obs_fused_logits(rl_logits: th.Tensor, obs: th.Tensor, llm_weight: float) -> th.Tensor:
-    """:func:`fused_logits` of phase 3 observations ``(n, PHASE3_OBS_DIM)`` (tensors; one constant weight).
+    """:func:`fused_logits` of phase 3 observations ``(n, PHASE3_OBS_DIM)`` as training's policy samples them
+    (tensors; one constant weight): the same action distribution in four tensor operations.
 
-    The advice block is read in place (``narrow``, no copy), and the prior takes three tensor
-    operations: training's policy runs this on every rollout step. The same numbers as
-    ``fused_logits(rl_logits, obs[..., OBS_ADVICE], llm_weight)``, bit for bit (tested).
+    The block's probabilities are read in place (``narrow``, no copy). A row without advice
+    (all zero, presence 0) gets ``llm_weight * log(PROB_FLOOR)`` on every action instead of
+    nothing: one constant on the whole row, which no softmax sees (the probabilities are the
+    RL policy's up to rounding), so the presence flag is not read. Rows with advice get the
+    same numbers as :func:`fused_logits` up to the last bit (tested). The rollout and PPO's
+    update both call this, so the stored log-probabilities stay exact.
     """
     if not llm_weight:
         return rl_logits
-    return _add_prior(rl_logits, obs.narrow(-1, OBS_ADVICE.start + ADVICE.probs.start, N_ACTIONS),
-                      obs.narrow(-1, OBS_ADVICE_PRESENT, 1), llm_weight)
+    probs = obs.narrow(-1, OBS_ADVICE.start + ADVICE.probs.start, N_ACTIONS)
+    return rl_logits.add(probs.clamp(min=PROB_FLOOR, max=1.0).log_(), alpha=llm_weight)
 
 
 def _add_prior(rl_logits: th.Tensor, probs: th.Tensor, present: th.Tensor, llm_weight: float) -> th.Tensor:

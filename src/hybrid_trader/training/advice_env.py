@@ -110,8 +110,8 @@ class AdvisorVecEnv(VecEnvWrapper):
         student = getattr(getattr(advisor, "backend", None), "student", None)
         if self.advise_into is not None and student is not None:
             student.check_layout(FEATURE_NAMES[:student.obs_dim], "the phase 3 observation's prefix")
-        self.last_block: np.ndarray = np.zeros((self.num_envs, ADVICE.size), dtype=np.float32)
-        """Always-on: each environment's last advice block (the advice in force at a truncation)."""
+        self._last_out = np.zeros((self.num_envs, PHASE3_OBS_DIM), dtype=np.float32)
+        """Always-on: the last observations returned (their advice is in force at a truncation)."""
         if teacher is not None and self.advise_into is None:
             raise ValueError("a teacher answers beside an always-on advisor (llm.backend: student) only")
         self.teacher = teacher
@@ -158,7 +158,7 @@ class AdvisorVecEnv(VecEnvWrapper):
                 terminal = infos[i].get("terminal_observation")
                 if terminal is not None and terminal.shape == (N_FEATURES,):
                     # The value bootstrap of a truncated episode sees the advice that was in force.
-                    block = self.last_block[i] if self.advise_into is not None else \
+                    block = self._last_out[i, OBS_ADVICE] if self.advise_into is not None else \
                         write_advice(self.last_advice[i], self.max_age, int(self.last_age[i]))
                     infos[i]["terminal_observation"] = np.concatenate([terminal, block]).astype(np.float32)
         if self.advise_into is not None:
@@ -187,9 +187,8 @@ class AdvisorVecEnv(VecEnvWrapper):
         self.advise_into(obs, masks, out)
         if missing:
             out[missing, OBS_ADVICE] = 0.0
+        self._last_out = out  # nothing writes into the observations once returned
         k = n - len(missing)
-        # a view of this step's observations: nothing writes into them after they are returned
-        self.last_block = out[:, OBS_ADVICE]
         self.total_steps += k
         self.advised_steps += k
         self.answered += k

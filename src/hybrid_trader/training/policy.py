@@ -1,12 +1,13 @@
 """``HybridMaskablePolicy``: MaskablePPO's actor-critic with the LLM's advice as a logit prior.
 
-The distribution's logits are ``agent.fusion.fused_logits(rl_logits, advice, llm_weight)``
-(``rl_logits + llm_weight * log p_llm``), the advice read from the (unnormalised) advice
-block of the observation. Masking is applied after, so vetoed and illegal actions have
-probability zero. Because the advice is part of the observation stored in the rollout
-buffer, PPO's update recomputes exactly the distribution the action was sampled from:
-the stored log-probabilities are exact. ``agent.HybridAgent`` decides with the same
-function on :meth:`HybridMaskablePolicy.rl_logits`.
+The distribution's logits are ``rl_logits + llm_weight * log p_llm``, the advice read from
+the (unnormalised) advice block of the observation: ``agent.fusion.obs_fused_logits`` with
+a constant weight, ``agent.fusion.fused_logits`` with the learned gate's. Masking is
+applied after, so vetoed and illegal actions have probability zero. Because the advice is
+part of the observation stored in the rollout buffer, PPO's update recomputes exactly the
+distribution the action was sampled from: the stored log-probabilities are exact.
+``agent.HybridAgent`` decides with ``fused_logits`` (the same distribution) on
+:meth:`HybridMaskablePolicy.rl_logits`.
 
 With ``record_decisions`` on, each rollout step (``forward``) records ``last_decision``:
 the RL-only logits and the action masks, from which the advisor's query policy (and a
