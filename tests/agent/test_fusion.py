@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import torch as th
@@ -16,10 +18,13 @@ from hybrid_trader.agent.fusion import (
     REASON_UNCERTAIN_HOLD,
     REASON_WEIGHTED,
     FusionConfig,
+    best_probability,
     fuse_rules,
     fused_logits,
     log_prior,
+    masked_softmax,
     obs_fused_logits,
+    rl_confidence,
 )
 
 FLAT = np.array([True, True, True, False, False, False])
@@ -110,3 +115,26 @@ def test_obs_fused_logits_give_fused_logits_distribution_when_read_from_observat
     np.testing.assert_allclose(shift, 0.3 * np.log(1e-4), rtol=1e-6)
     np.testing.assert_allclose(th.softmax(got, -1).numpy(), th.softmax(want, -1).numpy(), atol=1e-6)
     assert obs_fused_logits(rl, th.as_tensor(obs), 0.0) is rl
+
+
+def test_rl_confidence_when_some_actions_are_illegal_is_the_best_legal_probability():
+    expected = math.exp(2) / (math.exp(1) + math.exp(2))
+    assert rl_confidence([1.0, 2.0, 3.0], [True, True, False]) == pytest.approx(expected)
+    assert rl_confidence([0.0, 0.0, 0.0], [True, True, True]) == pytest.approx(1 / 3)
+
+
+def test_rl_confidence_when_no_masks():
+    assert rl_confidence([0.0, math.log(3.0)]) == pytest.approx(0.75)
+
+
+def test_rl_confidence_equals_best_probability_and_masked_softmax_when_masked():
+    rng = np.random.default_rng(0)
+    logits = rng.normal(size=(5, 6))
+    masks = rng.random((5, 6)) > 0.4
+    masks[:, 0] = True
+    best, conf = best_probability(logits, masks)
+    for i in range(5):
+        assert rl_confidence(logits[i].tolist(), masks[i].tolist()) == pytest.approx(conf[i])
+        probs = masked_softmax(logits[i], masks[i])
+        assert int(np.argmax(probs)) == best[i] and probs.max() == pytest.approx(conf[i])
+        assert (probs[~masks[i]] == 0).all()
