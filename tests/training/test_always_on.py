@@ -127,3 +127,47 @@ def test_environments_report_their_masks_only_when_the_student_advises_without_a
             assert info["advisor_mask"] == tuple(masks.tolist()) and "advisor_account" not in info
     finally:
         venv.close()
+
+
+@pytest.mark.parametrize("mode", ["constant", "learned"])
+def test_stored_log_probs_equal_recomputed_ones_when_the_student_advises_every_step(student_market, student_p2,
+                                                                                    mode):
+    import torch as th
+    from stable_baselines3.common.callbacks import CallbackList
+    from stable_baselines3.common.utils import obs_as_tensor
+
+    from hybrid_trader.training.hybrid_stats import HybridStatsCallback
+    from hybrid_trader.training.runner import make_model
+
+    config = with_default_student(student_cfg(3, **{"fusion.mode": mode}), student_p2)
+    venv = build_vec_env(student_market, config, student_market.sessions("train"), 2, 0, normalize=True,
+                         advisor=build_advisor(config.llm.in_run()))
+    try:
+        model, _ = make_model(config, venv, init=student_p2, market=student_market)
+        if mode == "learned":  # a gate as after some training: its trust varies from state to state
+            with th.no_grad():
+                th.manual_seed(0)
+                model.policy.gate.out.weight.normal_(0.0, 1.0)
+        venv.venv.follow(model.policy)
+        assert not model.policy.record_decisions  # nothing reads a per-step record beside the student alone
+        stats = HybridStatsCallback(venv.venv, config.llm.in_run())
+        model._setup_learn(256, callback=None)
+        callback = CallbackList([stats])
+        callback.init_callback(model)
+        assert model.collect_rollouts(venv, callback, model.rollout_buffer, 128, use_masking=True)
+        buf = model.rollout_buffer
+        obs = buf.observations.reshape(-1, buf.observations.shape[-1])
+        assert (obs[:, OBS_ADVICE_PRESENT] == 1.0).all()
+        actions = th.as_tensor(buf.actions.reshape(-1))
+        masks = buf.action_masks.reshape(len(actions), -1)
+        with th.no_grad():
+            _, log_prob, _ = model.policy.evaluate_actions(obs_as_tensor(obs, "cpu"), actions, action_masks=masks)
+            np.testing.assert_allclose(log_prob.numpy(), buf.log_probs.reshape(-1), atol=1e-5)
+            # the statistics read the logits each step computed: the same as the policy's own, again
+            rl_logits = model.policy.rl_logits(obs_as_tensor(obs, "cpu")).numpy()
+        decisions = stats.decisions()
+        assert decisions is not None and len(stats._log) == 128
+        np.testing.assert_allclose(decisions[1], rl_logits, atol=1e-5)
+        assert (decisions[5] is not None) is (mode == "learned")
+    finally:
+        venv.close()

@@ -12,7 +12,8 @@ distribution the action was sampled from: the stored log-probabilities are exact
 With ``record_decisions`` on, each rollout step (``forward``) records ``last_decision``:
 the RL-only logits and the action masks, from which the advisor's query policy (and a
 teacher) reads the RL confidence (``AdvisorVecEnv.follow`` turns it on where they do).
-The statistics callback computes the same from the rollout buffer at the rollout's end.
+The statistics callback reads each step's RL-only logits (and learned trust) from
+``decision_log`` instead, a list the step appends to.
 """
 
 from __future__ import annotations
