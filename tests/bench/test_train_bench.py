@@ -19,7 +19,10 @@ def test_bench_train_when_phase_3_reports_ratio_against_phase_2_and_llm_share(ca
     assert result["phase3_over_phase2"] == round(result["phase3_learn_seconds"] / result["phase2_learn_seconds"], 3)
     # the mock answers at once: the LLM took part in the timed phase 3 rollouts
     assert result["llm/total_queries"] > 0 and result["llm_query_rate_pct"] > 0
-    assert "took" in lines[-2] and "x the time of phase 2" in lines[-2]
+    assert "took" in lines[-3] and "x the time of phase 2" in lines[-3]
+    assert result["phase2_cpu_seconds"] > 0 and result["phase3_cpu_seconds"] > 0
+    assert result["phase3_over_phase2_cpu"] == round(result["phase3_cpu_seconds"] / result["phase2_cpu_seconds"], 3)
+    assert lines[-2].startswith("in CPU time")
 
 
 def test_bench_train_when_llm_is_student_builds_one_advises_every_decision_and_breaks_the_time_down(capsys):

@@ -6,7 +6,10 @@ starting point), then times, from that same phase 2 run, a phase 2 continuation 
 phase 3 run of ``--steps`` each (``--repeats`` times, alternating), and reports
 ``phase3_over_phase2``: the ratio of their median ``model.learn`` wall times (model
 loading and the advisor's start-up are reported apart, as ``advisor_start_seconds``),
-with the share of decisions the LLM actually answered.
+with the share of decisions the LLM actually answered. The same ratio in CPU time
+(``phase3_over_phase2_cpu``: ``model.learn``'s ``time.process_time``, torch on one thread)
+is reported beside it: it counts the process's own work, so a busy machine moves it less
+than the wall time (not at all is too much to hope: other jobs share the caches).
 
 ``--llm student`` (always-on: every decision advised by the distilled student) takes
 ``--student PATH``, or builds a tiny student itself: it asks the mock advisor on the
@@ -117,6 +120,7 @@ def run(args: TrainBenchArgs) -> int:
         repeats = args.repeats if phase == 3 else 1
         p2_times: list[float] = []
         p3_times: list[float] = []
+        cpu_times: tuple[list[float], list[float]] = ([], [])
         p2_segments: list[dict] = []
         segments: list[dict] = []
         for r in range(repeats):
@@ -129,6 +133,7 @@ def run(args: TrainBenchArgs) -> int:
                 s2 = train_run(same, tmp_dir / f"p2-same-{r}", market=market, init=init, quiet=True,
                                extra_callbacks=[EnvTimeCallback(), *([same_segments] if same_segments else [])])
                 p2_times.append(float(s2["wall_seconds"]))
+                cpu_times[0].append(float(s2["cpu_seconds"]))
                 if same_segments is not None:
                     p2_segments.append(same_segments.table())
             timer = EnvTimeCallback()
@@ -139,6 +144,7 @@ def run(args: TrainBenchArgs) -> int:
                                extra_callbacks=[timer, *([run_segments] if run_segments else [])])
             wall = time.perf_counter() - start
             p3_times.append(float(status["wall_seconds"]))
+            cpu_times[1].append(float(status["cpu_seconds"]))
             if run_segments is not None:
                 segments.append(run_segments.table())
         if args.breakdown:
@@ -146,6 +152,7 @@ def run(args: TrainBenchArgs) -> int:
                 {name: row["us_per_step"] for name, row in segments[0].items()}
         if phase == 3:
             extra.update(_phase3_figures(config, run_dir, status, wall, p2_times, p3_times))
+            extra.update(_cpu_figures(*cpu_times))
     steps = status["total_timesteps"]
     learn = status["wall_seconds"] or wall
     result = {
@@ -171,6 +178,9 @@ def run(args: TrainBenchArgs) -> int:
               f"({result['phase3_learn_seconds']} s vs {result['phase2_learn_seconds']} s for {steps:,} steps, "
               f"median of {result['repeats']}); "
               f"the LLM answered {result['llm_query_rate_pct']}% of decisions")
+        print(f"in CPU time (the process's own work, less moved by other jobs): "
+              f"{result['phase3_over_phase2_cpu']:.2f}x ({result['phase3_cpu_seconds']} s vs "
+              f"{result['phase2_cpu_seconds']} s)")
     if args.breakdown:
         if phase == 3:
             print(format_comparison(result["segments_us_per_step"]))
@@ -178,6 +188,13 @@ def run(args: TrainBenchArgs) -> int:
             print(format_table(result["segments_us_per_step"]))
     print(json.dumps(result))
     return 0
+
+
+def _cpu_figures(p2_cpu: list[float], p3_cpu: list[float]) -> dict[str, Any]:
+    """The phase 3 comparison in CPU time (``model.learn``'s ``time.process_time``): medians and their ratio."""
+    p2, p3 = round(float(np.median(p2_cpu)), 2), round(float(np.median(p3_cpu)), 2)
+    return {"phase2_cpu_seconds": p2, "phase3_cpu_seconds": p3, "phase2_cpu_runs_seconds": p2_cpu,
+            "phase3_cpu_runs_seconds": p3_cpu, "phase3_over_phase2_cpu": round(p3 / max(p2, 1e-9), 3)}
 
 
 def _phase3_figures(config: RunConfig, run_dir: Path, status: dict, wall: float, p2_times: list[float],

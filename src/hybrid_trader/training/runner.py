@@ -385,7 +385,7 @@ def _learn(run: RunDir, config: RunConfig, model, venv, market: Market, *, resum
     run.write_status(state="running", phase=config.env.phase, target_timesteps=ppo.total_timesteps,
                      total_timesteps=int(model.num_timesteps), final_model=None, pid=os.getpid())
     stop = StopOnSignal().install()  # Ctrl-C / SIGTERM end the run at the next step, cleanly
-    started = time.perf_counter()
+    started, started_cpu = time.perf_counter(), time.process_time()
     try:
         model.learn(total_timesteps=remaining, callback=CallbackList([stop, *callbacks]), log_interval=1,
                     reset_num_timesteps=resumed_from is None,
@@ -402,7 +402,7 @@ def _learn(run: RunDir, config: RunConfig, model, venv, market: Market, *, resum
         raise
     finally:
         stop.restore()
-    elapsed = time.perf_counter() - started
+    elapsed, cpu = time.perf_counter() - started, time.process_time() - started_cpu
     logger.dump(model.num_timesteps)
     checkpoints.save()
     had_model = run.model_path.exists()
@@ -412,8 +412,8 @@ def _learn(run: RunDir, config: RunConfig, model, venv, market: Market, *, resum
     steps = model.num_timesteps - start_step
     status = run.write_status(
         state="finished", total_timesteps=int(model.num_timesteps), final_model=run.model_path.name,
-        wall_seconds=round(elapsed, 2), steps_per_second=round(steps / elapsed, 1) if elapsed > 0 else None,
-        **selected,
+        wall_seconds=round(elapsed, 2), cpu_seconds=round(cpu, 2),
+        steps_per_second=round(steps / elapsed, 1) if elapsed > 0 else None, **selected,
     )
     if selected.get("early_stopped"):
         say(f"stopped early at step {model.num_timesteps:,}: {config.train.early_stop_patience} validations "
