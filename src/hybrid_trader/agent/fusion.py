@@ -121,8 +121,8 @@ def fused_logits(rl_logits: Array, advice: Array | None, llm_weight: float | Arr
     if advice is None or (isinstance(llm_weight, (int, float)) and not llm_weight):
         return rl_logits
     if _is_tensor(rl_logits) and isinstance(llm_weight, (int, float)):
-        return _add_prior(rl_logits, advice[..., ADVICE.probs],  # type: ignore[arg-type,return-value]
-                          advice[..., ADVICE.present_column], llm_weight)  # type: ignore[arg-type]
+        # one operation for the product and sum
+        return rl_logits.add(log_prior(advice), alpha=llm_weight)  # type: ignore[return-value,arg-type]
     return rl_logits + llm_weight * log_prior(advice)
 
 
@@ -141,15 +141,6 @@ def obs_fused_logits(rl_logits: th.Tensor, obs: th.Tensor, llm_weight: float) ->
         return rl_logits
     probs = obs.narrow(-1, OBS_ADVICE.start + ADVICE.probs.start, N_ACTIONS)
     return rl_logits.add(probs.clamp(min=PROB_FLOOR, max=1.0).log_(), alpha=llm_weight)
-
-
-def _add_prior(rl_logits: th.Tensor, probs: th.Tensor, present: th.Tensor, llm_weight: float) -> th.Tensor:
-    """``rl_logits + llm_weight * log(clip(probs)) * present`` in three operations (tensors).
-
-    The presence flag is exactly 0.0 or 1.0 (``advice_block`` writes it): multiplying by it is
-    the numpy branch's ``where``, and ``addcmul`` does that product and the sum in one call.
-    """
-    return rl_logits.addcmul(probs.clamp(min=PROB_FLOOR, max=1.0).log_(), present, value=llm_weight)
 
 
 def masked_softmax(logits: np.ndarray, mask: np.ndarray | None) -> np.ndarray:

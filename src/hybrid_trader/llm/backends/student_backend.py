@@ -91,8 +91,8 @@ class StudentNet(nn.Module):
 def no_legal_fix(masks: np.ndarray) -> np.ndarray:
     """Masks with HOLD made legal where no action is (a masked softmax needs one legal action).
 
-    The masks themselves (not a copy) when every row has a legal action: the usual case,
-    on every vector step of always-on training.
+    The masks themselves (not a copy) when every row has a legal action, the usual case.
+    The torch forward uses it; the CPU kernel makes HOLD legal itself.
     """
     masks = np.asarray(masks, dtype=bool)
     if all(masks[:, 0].tolist()):  # HOLD legal in every row (the environments' rule): nothing to fix, no reduction
@@ -132,7 +132,6 @@ class Student:
     advice_parts: dict
     metrics: dict
     path: Path
-    hidden: tuple[int, ...] = ()
     _packed: PackedStudent | None = None
     _cpu: bool | None = None
 
@@ -158,7 +157,7 @@ class Student:
     def packed(self) -> PackedStudent:
         """The weights as the CPU kernel reads them (flattened once, on first use)."""
         if self._packed is None:
-            self._packed = pack(self.net.state_dict(), self.hidden)
+            self._packed = pack(self.net.state_dict())
         return self._packed
 
     def advise(self, obs: np.ndarray, masks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -239,7 +238,7 @@ def load_student(path: str | Path, device: str = "cpu") -> Student:
     net.eval()
     return Student(net=net, obs_dim=obs_dim, feature_names=names, layout_hash=data["layout_hash"],
                    advice_hash=str(data["advice_hash"]), advice_parts=dict(data["advice_parts"]),
-                   metrics=dict(data["metrics"]), path=path, hidden=tuple(int(h) for h in data["hidden"]))
+                   metrics=dict(data["metrics"]), path=path)
 
 
 class StudentBackend(Backend):

@@ -43,14 +43,10 @@ class PackedStudent:
     widths: np.ndarray
     """int64: the inputs, each hidden layer's units, then ``N_ACTIONS + 1`` (the heads)."""
 
-    @property
-    def obs_dim(self) -> int:
-        """Observation values the student reads (a prefix of each row)."""
-        return int(self.widths[0])
 
-
-def pack(state: dict[str, Any], hidden: list[int] | tuple[int, ...]) -> PackedStudent:
-    """Flatten a ``StudentNet``'s state dict (numpy or torch values) for the kernel."""
+def pack(state: dict[str, Any]) -> PackedStudent:
+    """Flatten a ``StudentNet``'s state dict (numpy or torch values) for the kernel (its layers read from the
+    keys: ``body.<i>.weight`` for each ``Linear`` of the body, in order)."""
     def arr(key: str) -> np.ndarray:
         value = state[key]
         value = value.detach().cpu().numpy() if hasattr(value, "detach") else np.asarray(value)
@@ -58,11 +54,15 @@ def pack(state: dict[str, Any], hidden: list[int] | tuple[int, ...]) -> PackedSt
 
     mean = arr("mean")
     parts = [mean, (1.0 / arr("std")).astype(np.float32)]
-    for i in range(len(hidden)):  # body = Linear, ReLU, Linear, ReLU, ...: the Linear layers are 0, 2, 4, ...
-        parts += [arr(f"body.{2 * i}.weight").T.ravel(), arr(f"body.{2 * i}.bias")]
+    body = sorted(int(key.split(".")[1]) for key in state if key.startswith("body.") and key.endswith(".weight"))
+    hidden = []
+    for i in body:  # body = Linear, ReLU, Linear, ReLU, ...
+        weight = arr(f"body.{i}.weight")  # (out, in)
+        parts += [weight.T.ravel(), arr(f"body.{i}.bias")]
+        hidden.append(weight.shape[0])
     head_w = np.concatenate([arr("logits.weight"), arr("confidence.weight")])  # (N_ACTIONS + 1, last)
     parts += [head_w.T.ravel(), np.concatenate([arr("logits.bias"), arr("confidence.bias")])]
-    widths = np.array([len(mean), *[int(h) for h in hidden], N_ACTIONS + 1], dtype=np.int64)
+    widths = np.array([len(mean), *hidden, N_ACTIONS + 1], dtype=np.int64)
     return PackedStudent(np.ascontiguousarray(np.concatenate(parts), dtype=np.float32), widths)
 
 
@@ -144,7 +144,7 @@ def _forward_into(params, widths, probs_col, conf_col, present_col, copy, obs, m
 def forward_into(packed: PackedStudent, obs: np.ndarray, masks: np.ndarray, out: np.ndarray, *,
                  probs_col: int = 0, conf_col: int = N_ACTIONS, present_col: int = NO_COLUMN,
                  copy: int = 0) -> None:
-    """The student's answer for each row of ``obs`` (float32, at least ``packed.obs_dim`` values a row), in ``out``.
+    """The student's answer for each row of ``obs`` (float32, at least ``packed.widths[0]`` values a row), in ``out``.
 
     Row ``r`` of ``out`` (float32) gets the first ``copy`` values of ``obs[r]``, the six
     action probabilities (zero on illegal actions) at ``probs_col``, the confidence at
