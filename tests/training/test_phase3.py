@@ -19,12 +19,16 @@ import numpy as np
 import pytest
 import torch as th
 
-from hybrid_trader.agent.advice_block import OBS_ADVICE_PRESENT, PHASE3_OBS_DIM
+from hybrid_trader.agent.advice_block import N_FEATURES, OBS_ADVICE, OBS_ADVICE_PRESENT, PHASE3_OBS_DIM
 from hybrid_trader.config import merge_overrides
 from hybrid_trader.errors import UserError
+from hybrid_trader.evaluation.evaluate import evaluate_run
 from hybrid_trader.llm import build_advisor
+from hybrid_trader.run import RunDir
+from hybrid_trader.run.models import load_model
 from hybrid_trader.training.config import RunConfig
 from hybrid_trader.training.market import load_market
+from hybrid_trader.training.policy import AdviceFreeFeatures
 from hybrid_trader.training.runner import build_vec_env, make_model, train_run
 from tests.training.conftest import train_phase2
 
@@ -50,7 +54,8 @@ def phase2_run(tmp_path_factory, market):
     return train_phase2(tmp_path_factory.mktemp("runs"), cfg, market, 512)
 
 
-def test_phase3_starts_as_exactly_the_phase2_policy_when_initialised(market, phase2_run):
+@pytest.mark.parametrize("advice_input", [True, False])
+def test_phase3_starts_as_exactly_the_phase2_policy_when_initialised(market, phase2_run, advice_input):
     from sb3_contrib import MaskablePPO
 
     p2 = MaskablePPO.load(phase2_run / "model.zip")
@@ -58,12 +63,13 @@ def test_phase3_starts_as_exactly_the_phase2_policy_when_initialised(market, pha
         import pickle
 
         vec2 = pickle.load(f)
-    config = cfg(3)
+    config = cfg(3, **{"fusion.advice_input": advice_input})
     advisor = build_advisor(config.llm.in_run())
     venv = build_vec_env(market, config, market.sessions("train"), 2, 0, normalize=True, advisor=advisor)
     try:
         model, notes = make_model(config, venv, init=phase2_run, market=market)
-        assert any("inputs (new ones zero)" in n for n in notes)
+        width = PHASE3_OBS_DIM if advice_input else N_FEATURES
+        assert any(f"228 -> {width} inputs (new ones zero)" in n for n in notes)
         venv.training = False  # keep the carried-over statistics fixed while walking
         obs = venv.reset()
         masks = np.stack(venv.env_method("action_masks"))
@@ -88,12 +94,13 @@ def test_phase3_starts_as_exactly_the_phase2_policy_when_initialised(market, pha
         venv.close()
 
 
-@pytest.mark.parametrize("mode", ["constant", "learned"])
-def test_stored_log_probs_equal_recomputed_ones_when_advice_shapes_the_policy(market, phase2_run, mode):
+@pytest.mark.parametrize(("mode", "advice_input"), [("constant", True), ("learned", True), ("constant", False)])
+def test_stored_log_probs_equal_recomputed_ones_when_advice_shapes_the_policy(market, phase2_run, mode,
+                                                                              advice_input):
     from stable_baselines3.common.callbacks import CallbackList
     from stable_baselines3.common.utils import obs_as_tensor
 
-    config = cfg(3, **{"fusion.mode": mode})
+    config = cfg(3, **{"fusion.mode": mode, "fusion.advice_input": advice_input})
     advisor = build_advisor(config.llm.in_run())
     venv = build_vec_env(market, config, market.sessions("train"), 2, 0, normalize=True, advisor=advisor)
     try:
@@ -116,6 +123,11 @@ def test_stored_log_probs_equal_recomputed_ones_when_advice_shapes_the_policy(ma
         with th.no_grad():
             _, log_prob, _ = model.policy.evaluate_actions(obs_as_tensor(obs, "cpu"), actions, action_masks=masks)
             np.testing.assert_allclose(log_prob.numpy(), buf.log_probs.reshape(-1), atol=1e-5)
+            if not advice_input:  # the network reads no advice: the RL logits ignore the block, the prior not
+                other = obs.copy()
+                other[:, OBS_ADVICE] = other[::-1, OBS_ADVICE]
+                np.testing.assert_array_equal(model.policy.rl_logits(obs_as_tensor(other, "cpu")).numpy(),
+                                              model.policy.rl_logits(obs_as_tensor(obs, "cpu")).numpy())
             if mode == "learned":
                 trust = model.policy.trust(obs_as_tensor(obs, "cpu"),
                                            model.policy.rl_logits(obs_as_tensor(obs, "cpu")), th.as_tensor(masks))
@@ -135,6 +147,19 @@ def phase3_run(tmp_path_factory, market, phase2_run):
     out = tmp_path_factory.mktemp("p3") / "p3"
     train_run(config, out, init=phase2_run, market=market, quiet=True)
     return out
+
+
+def test_phase3_run_keeps_its_narrow_network_when_trained_without_advice_input(tmp_path, market, phase2_run,
+                                                                               phase3_run):
+    config = cfg(3, 256, **{"fusion.advice_input": False})
+    out = tmp_path / "p3-prior-only"
+    train_run(config, out, init=phase2_run, market=market, quiet=True)
+    policy = load_model(RunDir(out), out / "model.zip").policy
+    assert isinstance(policy.features_extractor, AdviceFreeFeatures) and not policy.advice_input
+    assert policy.mlp_extractor.policy_net[0].weight.shape[1] == N_FEATURES
+    assert evaluate_run(out, split="test", seeds=1, quiet=True, ablation=False).metrics["agent"]["Days"] >= 1
+    with pytest.raises(UserError, match="fusion.advice_input"):  # from a run that read the advice
+        train_run(config, tmp_path / "narrower", init=phase3_run, market=market, quiet=True)
 
 
 def test_phase3_training_logs_llm_statistics_from_its_rollouts(phase3_run):

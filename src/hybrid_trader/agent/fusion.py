@@ -67,6 +67,8 @@ class FusionConfig:
     """learned: the largest trust the gate can give the LLM (w(s) in [0, w_max])."""
     gate_hidden: int = 16
     """learned: hidden units of the gate's MLP."""
+    advice_input: bool = True
+    """The policy network also reads the advice block as input (false: the advice acts through the prior alone)."""
     strategy: Literal["prior", "rules"] = "prior"
     """Decision at evaluation/execution: prior (best action of the trained fused distribution) or rules (seed 001)."""
     high_confidence: float = 0.9

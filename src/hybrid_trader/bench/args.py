@@ -92,6 +92,9 @@ class TrainBenchArgs(DataArgs):
     """Phase 3 with --llm student: the student.pt to use; None: the bench distils a tiny one from mock advice."""
     fusion: Literal["constant", "learned"] = "constant"
     """Phase 3: fusion.mode (constant prior or the learned gate)."""
+    advice_input: Literal["true", "false"] | None = None
+    """Phase 3: fusion.advice_input (false: the network reads no advice, the prior alone carries it); None: the
+    config's default."""
     breakdown: bool = False
     """Time each segment of training (policy, prior, advice, each VecEnv layer, update) per vector step;
     phase 3: in both phases, with phase 3's extra for each."""

@@ -85,6 +85,8 @@ def bench_config(args: TrainBenchArgs) -> RunConfig:
     if phase == 3:
         overrides["llm.backend"] = args.llm
         overrides["fusion.mode"] = args.fusion
+        if args.advice_input is not None:
+            overrides["fusion.advice_input"] = args.advice_input == "true"
         if args.llm == "student" and args.student:
             overrides["llm.student.path"] = str(Path(args.student).resolve())
     if args.data:
@@ -174,7 +176,9 @@ def run(args: TrainBenchArgs) -> int:
     print(f"{result['train_steps_per_s']:,.0f} training steps/s; "
           f"environment {result['env_time_share_pct']}% of wall time")
     if phase == 3:
-        print(f"phase 3 ({result['llm_backend']}) took {result['phase3_over_phase2']:.2f}x the time of phase 2 "
+        route = "input and prior" if result["advice_input"] else "prior alone"
+        print(f"phase 3 ({result['llm_backend']}, advice as {route}) took {result['phase3_over_phase2']:.2f}x "
+              f"the time of phase 2 "
               f"({result['phase3_learn_seconds']} s vs {result['phase2_learn_seconds']} s for {steps:,} steps, "
               f"median of {result['repeats']}); "
               f"the LLM answered {result['llm_query_rate_pct']}% of decisions")
@@ -209,6 +213,7 @@ def _phase3_figures(config: RunConfig, run_dir: Path, status: dict, wall: float,
     extra["advisor_start_seconds"] = round(wall - status["wall_seconds"], 1)
     extra["llm_backend"] = config.llm.backend
     extra["fusion_mode"] = config.fusion.mode
+    extra["advice_input"] = config.fusion.advice_input
     extra["llm_advised_pct"] = round(_mean_record(run_dir, "llm/advised_pct") or 0.0, 2)
     for key in ("llm/total_queries", "llm/avg_latency_ms", "llm/label_coverage", "llm/error_rate"):
         extra[key] = _last_record(run_dir, key)

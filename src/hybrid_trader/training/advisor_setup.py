@@ -51,12 +51,14 @@ def make_advisor(config: RunConfig, say, run_dirs: tuple = ()) -> tuple[Any, Any
     calibration = attach_calibration(advisor, llm_config, run_dirs)
     if calibration is not None:
         say(f"LLM advice divided by the batch calibration {calibration}")
+    fusion = f"fusion {config.fusion.mode}, llm_weight {config.fusion.llm_weight}" + \
+        ("" if config.fusion.advice_input else ", advice through the prior alone (not an input)")
     if callable(getattr(advisor.backend, "advise_batch", None)):
         say(f"LLM advisor: {advisor.backend.describe()}, always on (every decision, one batched forward per step), "
-            f"fusion {config.fusion.mode}, llm_weight {config.fusion.llm_weight}")
+            f"{fusion}")
     else:
         say(f"LLM advisor: {llm_config.backend} back end, {llm_config.mode} mode, query {llm_config.query.mode}, "
-            f"fusion {config.fusion.mode}, llm_weight {config.fusion.llm_weight}")
+            f"{fusion}")
     return advisor, llm_config
 
 

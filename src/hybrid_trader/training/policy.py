@@ -9,6 +9,10 @@ distribution the action was sampled from: the stored log-probabilities are exact
 ``agent.HybridAgent`` decides with ``fused_logits`` (the same distribution) on
 :meth:`HybridMaskablePolicy.rl_logits`.
 
+With ``advice_input`` off (``fusion.advice_input: false``) the network reads the
+observation's features only (:class:`AdviceFreeFeatures`): the advice acts through the
+prior alone, and the first layers are ``ADVICE.size`` inputs narrower.
+
 With ``record_decisions`` on, each rollout step (``forward``) records ``last_decision``:
 the RL-only logits and the action masks, from which the advisor's query policy (and a
 teacher) reads the RL confidence (``AdvisorVecEnv.follow`` turns it on where they do).
@@ -20,13 +24,15 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+import gymnasium as gym
 import numpy as np
 import torch as th
 from sb3_contrib.common.maskable.policies import MaskableActorCriticPolicy
 from stable_baselines3.common.policies import BaseModel
+from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
 
 from hybrid_trader.actions import N_ACTIONS
-from hybrid_trader.agent.advice_block import OBS_ADVICE
+from hybrid_trader.agent.advice_block import N_FEATURES, OBS_ADVICE
 from hybrid_trader.agent.fusion import fused_logits, obs_fused_logits
 from hybrid_trader.agent.gate import TrustGate
 
@@ -42,12 +48,27 @@ class RolloutDecision(NamedTuple):
     """Learned fusion: the gate's ``w(s)`` of each environment ``(n_envs, 1)``; None: constant weight."""
 
 
+class AdviceFreeFeatures(BaseFeaturesExtractor):
+    """The network's input without the advice block: the first ``N_FEATURES`` values of a phase 3 observation.
+
+    A view (``narrow``): the first layer's matrix product reads it in place, no copy.
+    """
+
+    def __init__(self, observation_space: gym.spaces.Box) -> None:
+        super().__init__(observation_space, N_FEATURES)
+
+    def forward(self, observations: th.Tensor) -> th.Tensor:
+        return observations.narrow(-1, 0, N_FEATURES)
+
+
 class HybridMaskablePolicy(MaskableActorCriticPolicy):
     """Maskable actor-critic whose action distribution includes the LLM prior.
 
     ``fusion_mode`` constant: ``w = llm_weight``; learned: ``w(s)`` from a
     :class:`~hybrid_trader.agent.gate.TrustGate` (``self.gate``, its parameters in the
     optimizer like the rest of the policy's), equal to ``llm_weight`` at step 0.
+    ``advice_input`` False: the actor and critic read the features only
+    (:class:`AdviceFreeFeatures`; the gate still reads the whole observation).
     """
 
     record_decisions = False
@@ -59,11 +80,14 @@ class HybridMaskablePolicy(MaskableActorCriticPolicy):
     rollout's statistics."""
 
     def __init__(self, *args: Any, llm_weight: float = 0.3, fusion_mode: str = "constant", w_max: float = 1.0,
-                 gate_hidden: int = 16, **kwargs: Any) -> None:
+                 gate_hidden: int = 16, advice_input: bool = True, **kwargs: Any) -> None:
         self.llm_weight = float(llm_weight)
         self.fusion_mode = str(fusion_mode)
         self.w_max = float(w_max)
         self.gate_hidden = int(gate_hidden)
+        self.advice_input = bool(advice_input)
+        if not self.advice_input:
+            kwargs["features_extractor_class"] = AdviceFreeFeatures
         super().__init__(*args, **kwargs)
         self._obs: th.Tensor | None = None
         self._masks: th.Tensor | None = None
@@ -79,7 +103,7 @@ class HybridMaskablePolicy(MaskableActorCriticPolicy):
     def _get_constructor_parameters(self) -> dict[str, Any]:
         data = super()._get_constructor_parameters()
         data.update(llm_weight=self.llm_weight, fusion_mode=self.fusion_mode, w_max=self.w_max,
-                    gate_hidden=self.gate_hidden)
+                    gate_hidden=self.gate_hidden, advice_input=self.advice_input)
         return data
 
     def _read_advice(self, obs: th.Tensor, action_masks: Any = None) -> None:

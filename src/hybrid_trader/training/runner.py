@@ -147,7 +147,8 @@ def make_model(config: RunConfig, venv, init: Path | None = None, market: Market
     if config.env.phase == 3:
         policy = HybridMaskablePolicy
         policy_kwargs.update(llm_weight=config.fusion.llm_weight, fusion_mode=config.fusion.mode,
-                             w_max=config.fusion.w_max, gate_hidden=config.fusion.gate_hidden)
+                             w_max=config.fusion.w_max, gate_hidden=config.fusion.gate_hidden,
+                             advice_input=config.fusion.advice_input)
     model = MaskablePPO(policy, venv, seed=ppo.seed, device=ppo.device, verbose=0, policy_kwargs=policy_kwargs,
                         **hyper)
     notes: list[str] = []

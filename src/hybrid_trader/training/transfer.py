@@ -4,8 +4,9 @@
   and SELL, and the three new actions start *neutral*: zero weights and the mean of
   the three learned biases, so that no input makes the policy prefer or avoid them.
 * Phase 2 -> 3: the first layer of the policy and value networks is widened with zero
-  weights for the new inputs (the 33 LLM features and the advice), so at step 0 the
-  phase 3 policy computes exactly the phase 2 distribution and value.
+  weights for the new inputs (the 33 LLM features, and the advice unless
+  ``fusion.advice_input`` is false), so at step 0 the phase 3 policy computes exactly the
+  phase 2 distribution and value.
 
 Observation normalisation statistics are carried over the same way (new inputs start
 at mean 0, variance 1).
@@ -63,6 +64,11 @@ def transfer_weights(src_policy: torch.nn.Module, dst_policy: torch.nn.Module) -
             target[:, :n_old].copy_(source)
             target[:, n_old:].zero_()
             notes.append(f"{key}: {n_old} -> {target.shape[1]} inputs (new ones zero)")
+        elif key in first_keys and source.shape[0] == target.shape[0]:
+            raise UserError(
+                f"cannot initialise from the earlier run: its network reads {source.shape[1]} inputs, this run's "
+                f"{target.shape[1]} (fewer inputs: a phase 3 run that reads the advice block cannot start one that "
+                "does not)", fix="use the same fusion.advice_input as the run you initialise from")
         else:
             raise UserError(
                 f"cannot initialise from the earlier run: '{key}' has shape {tuple(source.shape)}, "
