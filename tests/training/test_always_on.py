@@ -94,6 +94,23 @@ def test_learned_fusion_trains_its_gate_and_logs_the_trust_when_run_with_the_stu
     assert model.policy.gate.out.weight.abs().sum().item() > 0
 
 
+def test_phase3_verdict_is_measured_with_the_student_when_evaluated_with_verdict(tmp_path, student_market,
+                                                                                  student_p2):
+    from hybrid_trader.evaluation.evaluate import evaluate_run
+
+    out = tmp_path / "p3"
+    train_run(student_cfg(3, 256), out, init=student_p2, market=student_market, quiet=True)
+    ev = evaluate_run(out, split="test", seeds=1, market=student_market, quiet=True, ablation=False,
+                      verdict="rolling")
+    figures = ev.extra["prop_verdict"]["figures"]
+    assert set(figures) == {"agent", "flat", "random (seed 0)", "momentum"}
+    days = len(student_market.sessions("test"))
+    for name, f in figures.items():  # rolling: one attempt started on each test day, for the hybrid as for the rest
+        assert f["Attempts"] == days, name
+        assert f["Pass rate [%]"] + f["Breach rate [%]"] <= 100.0
+    assert figures["flat"]["Pass rate [%]"] == 0.0 == figures["flat"]["Breach rate [%]"]
+
+
 def test_evaluation_advises_every_decision_and_reports_the_trust_when_fusion_is_learned(tmp_path, student_market,
                                                                                       student_p2):
     from hybrid_trader.evaluation.evaluate import evaluate_run

@@ -162,6 +162,12 @@ def test_phase3_run_keeps_its_narrow_network_when_trained_without_advice_input(t
         train_run(config, tmp_path / "narrower", init=phase3_run, market=market, quiet=True)
 
 
+def test_phase3_verdict_is_refused_when_the_advisor_is_not_the_student(phase3_run):
+    with pytest.raises(UserError, match="student") as err:
+        evaluate_run(phase3_run, split="test", seeds=1, quiet=True, verdict="sequential")
+    assert "this advisor is the mock back end" in str(err.value)
+
+
 def test_phase3_training_logs_llm_statistics_from_its_rollouts(phase3_run):
     rows = [json.loads(line) for line in (phase3_run / "progress.jsonl").read_text().splitlines()]
     rollout_rows = [r for r in rows if "llm/query_rate_pct" in r]

@@ -34,7 +34,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--verdict", choices=("rolling", "sequential"),
                    help="the prop-firm verdict of the agent and the baselines: a fresh evaluation account started on "
                         "every day (rolling) or after each pass or breach (sequential); pass and breach rates, days "
-                        "to pass and to breach, the expected outcome per attempt (docs/EVALUATION.md)")
+                        "to pass and to breach, the expected outcome per attempt (docs/EVALUATION.md); phase 3: with "
+                        "the distilled student")
     p.add_argument("--evaluation-fee", type=float, default=167.0, metavar="USD",
                    help="--verdict: price of a first attempt (default 167, Apex 50K)")
     p.add_argument("--reset-fee", type=float, default=80.0, metavar="USD",

@@ -123,9 +123,12 @@ def evaluate_run(
     if explain < 0:
         raise UserError(f"--explain {explain}: give a number of decisions (0 or more)")
     if verdict and config.env.phase == 3:
-        raise UserError("--verdict is measured for phase 1 and 2 agents (and the baselines) so far; a phase 3 "
-                        "agent's advisor would be asked for every attempt",
-                        fix="evaluate the phase 2 run it started from with --verdict, or drop --verdict")
+        backend = (llm_overrides or {}).get("backend", config.llm.backend)
+        if backend != "student":
+            raise UserError(f"--verdict of a phase 3 agent asks its advisor on every bar of every attempt, which "
+                            f"is measured with the distilled student only; this advisor is the {backend} back end",
+                            fix="evaluate with the run's student (llm.backend: student; hybrid-trader advise "
+                                "distill), the phase 2 run it started from, or drop --verdict")
     if config.env.phase == 3 and not llm_overrides:  # the run's own advisor: the student or adapter it pinned
         check_pins(run_dir, doing="evaluate")
     own_data = data_identity(config.data)
@@ -172,10 +175,13 @@ def _evaluate(run: RunDir, config: RunConfig, data: dict, out_dir: Path, *, spli
     phase3 = config.env.phase == 3
     ablation_metrics = None
     llm_info: dict[str, str] = {}
+    vcfg = verdict_config or VerdictConfig()
+    agent_verdict: dict[str, float] | None = None
     if phase3:
-        agent, agent_env, ablation_metrics, llm_info = _phase3_agent(
+        agent, agent_env, ablation_metrics, llm_info, agent_verdict = _phase3_agent(
             model, vec, config, market, sessions, llm_overrides=llm_overrides, strategy=strategy, ablation=ablation,
-            explain=explain, explain_llm=explain_llm, fresh_days=fresh_days, say=say, run_dir=run_dir)
+            explain=explain, explain_llm=explain_llm, fresh_days=fresh_days, say=say, run_dir=run_dir,
+            verdict=verdict, verdict_config=vcfg)
     else:
         agent_env = env()
         agent = run_policy(AgentPolicy(model, vec), agent_env, record_decisions=50)
@@ -189,14 +195,15 @@ def _evaluate(run: RunDir, config: RunConfig, data: dict, out_dir: Path, *, spli
 
     prop = None
     if verdict:
-        vcfg = verdict_config or VerdictConfig()
         makers: list[tuple[str, Callable[[], Any]]] = [
-            (agent.name, lambda: AgentPolicy(model, vec)), ("flat", FlatPolicy),
-            ("random (seed 0)", lambda: RandomPolicy(rate, seed=0)), ("momentum", MomentumPolicy)]
+            ("flat", FlatPolicy), ("random (seed 0)", lambda: RandomPolicy(rate, seed=0)), ("momentum", MomentumPolicy)]
+        if agent_verdict is None:  # phase 3's was measured with its advisor, above
+            makers.insert(0, (agent.name, lambda: AgentPolicy(model, vec)))
         say(f"prop-firm verdict ({verdict} attempts, at most {vcfg.max_days} days each) of the agent and baselines")
-        prop = {"mode": verdict, "config": dataclasses.asdict(vcfg),
-                "figures": {name: prop_verdict(make, market, config.env, sessions, vcfg, mode=verdict)
-                            for name, make in makers}}
+        figures = {} if agent_verdict is None else {agent.name: agent_verdict}
+        figures.update({name: prop_verdict(make, market, config.env, sessions, vcfg, mode=verdict)
+                        for name, make in makers})
+        prop = {"mode": verdict, "config": dataclasses.asdict(vcfg), "figures": figures}
     table = metrics_table(results)
     random_stats = table["random"]
     metrics = {name: m for name, m in table.items() if name != "random"}
@@ -229,9 +236,12 @@ def _evaluate(run: RunDir, config: RunConfig, data: dict, out_dir: Path, *, spli
 
 def _phase3_agent(model: Any, vec: Any, config: RunConfig, market: Any, sessions: Any, *,
                   llm_overrides: dict | None, strategy: Literal["prior", "rules"] | None, ablation: bool,
-                  explain: int, explain_llm: str | None, fresh_days: bool,
-                  say: Any, run_dir: Path | None = None) -> tuple[StrategyResult, Any, dict | None, dict[str, str]]:
-    """The hybrid agent with its advisor over the split: ``(result, its env, RL-only ablation, llm info)``."""
+                  explain: int, explain_llm: str | None, fresh_days: bool, say: Any, run_dir: Path | None = None,
+                  verdict: Literal["rolling", "sequential"] | None = None, verdict_config: VerdictConfig | None = None,
+                  ) -> tuple[StrategyResult, Any, dict | None, dict[str, str], dict[str, float] | None]:
+    """The hybrid agent with its advisor over the split: ``(result, its env, RL-only ablation, llm info, its
+    prop-firm verdict or None)``; the verdict's attempts each start a fresh agent (and advisor history), with
+    the risk veto, while the advisor is open."""
     from hybrid_trader.llm import build_advisor  # phase 3 only: loads the advisor's back ends
 
     llm_config = config.llm.in_run()
@@ -255,13 +265,17 @@ def _phase3_agent(model: Any, vec: Any, config: RunConfig, market: Any, sessions
 
             agent.extra["explained"] = explain_decisions(hybrid.samples, hybrid.sample_contexts,
                                                          explainer_config(llm_config, explain_llm), explain, say=say)
-        if fresh_days:
-            def hybrid_policy() -> HybridAgentPolicy:
-                advisor.reset()  # each day from a fresh account: the query history starts again too
-                return HybridAgentPolicy(model, vec, advisor, market, fusion)
+        def hybrid_policy() -> HybridAgentPolicy:
+            advisor.reset()  # a fresh account (a day, an attempt): the query history starts again too
+            return HybridAgentPolicy(model, vec, advisor, market, fusion)
 
+        if fresh_days:
             agent.extra["fresh_days"] = run_fresh_days(hybrid_policy, market, config.env, sessions,
                                                        risk_veto=make_veto(config.risk))
+        agent_verdict = None
+        if verdict:
+            agent_verdict = prop_verdict(hybrid_policy, market, config.env, sessions, verdict_config, mode=verdict,
+                                         risk_veto=make_veto(config.risk))
         if "trust" in hybrid.result_extra:
             agent.extra["trust"] = hybrid.result_extra["trust"]
         kept = ("llm/avg_latency_ms", "llm/p95_latency_ms", "llm/error_rate", "llm/label_coverage",
@@ -278,7 +292,7 @@ def _phase3_agent(model: Any, vec: Any, config: RunConfig, market: Any, sessions
                                 "RL only (llm_weight 0)": compute_metrics(rl_only)}
     finally:
         advisor.close()
-    return agent, agent_env, ablation_metrics, llm_info
+    return agent, agent_env, ablation_metrics, llm_info, agent_verdict
 
 
 def _mode(aggregated: dict) -> Any:

@@ -103,7 +103,9 @@ def run_trial(spec_data: dict, trial: Trial, out: str) -> dict[str, Any]:
             train_run(config, run, init=init, quiet=True, market=market, validation=validation_fn)
             init = run
         assert init is not None and market is not None
-        verdict = None if spec.evaluate.verdict == "none" or config.env.phase == 3 else spec.evaluate.verdict
+        # a phase 3 agent's verdict asks its advisor on every bar of every attempt: the student's only
+        slow_advisor = config.env.phase == 3 and config.llm.backend != "student"
+        verdict = None if spec.evaluate.verdict == "none" or slow_advisor else spec.evaluate.verdict
         out_eval = evaluate_run(init, split=spec.evaluate.split, seeds=spec.evaluate.seeds, quiet=True,
                                 ablation=False, market=market, verdict=verdict)
         agent = out_eval.metrics["agent"]
