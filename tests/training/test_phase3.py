@@ -186,7 +186,6 @@ def test_phase3_training_logs_llm_statistics_from_its_rollouts(phase3_run):
 
 
 def test_evaluate_phase3_reports_llm_statistics_samples_and_ablation(phase3_run):
-    from hybrid_trader.evaluation.evaluate import evaluate_run
     from hybrid_trader.evaluation.report import write_report
 
     out = evaluate_run(phase3_run, split="test", seeds=2, quiet=True)
@@ -204,7 +203,6 @@ def test_evaluate_phase3_reports_llm_statistics_samples_and_ablation(phase3_run)
 
 
 def test_evaluate_explains_the_first_sample_decisions_when_asked(phase3_run, tmp_path):
-    from hybrid_trader.evaluation.evaluate import evaluate_run
     from hybrid_trader.evaluation.report import write_report
     from hybrid_trader.evaluation.results import EXPLAINED_BY_KEY, REASONING_KEY
 
@@ -221,14 +219,12 @@ def test_evaluate_explains_the_first_sample_decisions_when_asked(phase3_run, tmp
 
 
 def test_evaluate_refuses_to_explain_when_the_run_is_not_phase3(phase2_run):
-    from hybrid_trader.evaluation.evaluate import evaluate_run
 
     with pytest.raises(UserError, match="phase 3"):
         evaluate_run(phase2_run, split="test", seeds=1, quiet=True, explain=2)
 
 
 def test_evaluate_phase3_with_seed_rules_when_strategy_rules(phase3_run):
-    from hybrid_trader.evaluation.evaluate import evaluate_run
 
     out = evaluate_run(phase3_run, split="test", seeds=1, quiet=True, strategy="rules", ablation=False)
     used = out.extra["llm"]["Fusion rules used"]
