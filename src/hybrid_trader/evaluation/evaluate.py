@@ -122,13 +122,12 @@ def evaluate_run(
                         f"{config.env.phase}", fix="drop --explain, or evaluate a phase 3 run")
     if explain < 0:
         raise UserError(f"--explain {explain}: give a number of decisions (0 or more)")
-    if verdict and config.env.phase == 3:
+    if verdict and not verdict_measurable(config, llm_overrides):
         backend = (llm_overrides or {}).get("backend", config.llm.backend)
-        if backend != "student":
-            raise UserError(f"--verdict of a phase 3 agent asks its advisor on every bar of every attempt, which "
-                            f"is measured with the distilled student only; this advisor is the {backend} back end",
-                            fix="evaluate with the run's student (llm.backend: student; hybrid-trader advise "
-                                "distill), the phase 2 run it started from, or drop --verdict")
+        raise UserError(f"--verdict of a phase 3 agent asks its advisor on every bar of every attempt, which "
+                        f"is measured with the distilled student only; this advisor is the {backend} back end",
+                        fix="evaluate with the run's student (llm.backend: student; hybrid-trader advise "
+                            "distill), the phase 2 run it started from, or drop --verdict")
     if config.env.phase == 3 and not llm_overrides:  # the run's own advisor: the student or adapter it pinned
         check_pins(run_dir, doing="evaluate")
     own_data = data_identity(config.data)
@@ -232,6 +231,12 @@ def _evaluate(run: RunDir, config: RunConfig, data: dict, out_dir: Path, *, spli
     if prop:
         extra["prop_verdict"] = prop
     return EvaluationOutput(split, out_dir, metrics, random_stats, dates, per_seed, extra)
+
+
+def verdict_measurable(config: RunConfig, llm_overrides: dict | None = None) -> bool:
+    """Whether ``evaluate --verdict`` measures this run's agent: phases 1 and 2 always; phase 3 with the distilled
+    student only (its advisor is asked on every bar of every attempt)."""
+    return config.env.phase != 3 or (llm_overrides or {}).get("backend", config.llm.backend) == "student"
 
 
 def _phase3_agent(model: Any, vec: Any, config: RunConfig, market: Any, sessions: Any, *,

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from hybrid_trader.config import from_dict, to_dict
-from hybrid_trader.evaluation.evaluate import evaluate_run
+from hybrid_trader.evaluation.evaluate import evaluate_run, verdict_measurable
 from hybrid_trader.evaluation.metrics import daily_pnl, jsonable
 from hybrid_trader.evaluation.results import load_results
 from hybrid_trader.evaluation.runner import validation_fn
@@ -103,9 +103,8 @@ def run_trial(spec_data: dict, trial: Trial, out: str) -> dict[str, Any]:
             train_run(config, run, init=init, quiet=True, market=market, validation=validation_fn)
             init = run
         assert init is not None and market is not None
-        # a phase 3 agent's verdict asks its advisor on every bar of every attempt: the student's only
-        slow_advisor = config.env.phase == 3 and config.llm.backend != "student"
-        verdict = None if spec.evaluate.verdict == "none" or slow_advisor else spec.evaluate.verdict
+        measurable = verdict_measurable(config)  # phase 3: with the student only
+        verdict = None if spec.evaluate.verdict == "none" or not measurable else spec.evaluate.verdict
         out_eval = evaluate_run(init, split=spec.evaluate.split, seeds=spec.evaluate.seeds, quiet=True,
                                 ablation=False, market=market, verdict=verdict)
         agent = out_eval.metrics["agent"]
