@@ -39,6 +39,18 @@ def test_new_phase_keeps_its_own_data_when_the_command_names_some(tmp_path):
     other = tmp_path / "ES_bars.csv"
     assert resolved(["--data", str(other)], run).data.path == str(other)
     assert resolved(["--tz", "UTC"], run).data.path is None  # the synthetic market, as asked by the flags given
-    assert resolved(["--set", "split.folds=2"], run).data.path is None
     (tmp_path / "c.yaml").write_text("data:\n  synthetic_days: 20\n")
     assert resolved(["--config", str(tmp_path / "c.yaml")], run).data.path is None
+
+
+def test_a_new_split_keeps_the_init_runs_bars_and_says_so(tmp_path, capsys):
+    run, csv = phase1_run(tmp_path)
+    config = resolved(["--set", "split.folds=3", "--set", "split.fold=1"], run)
+    assert config.data.path == str(csv) and config.data.tz == "America/Chicago"  # the init run's bars and options
+    assert (config.split.folds, config.split.fold) == (3, 1)  # the new split
+    out = capsys.readouterr().out
+    assert f"data from --init {run}: {csv}, with the new split (folds 3, fold 1, shares 0.7/0.15/0.15)" in out
+    (tmp_path / "s.yaml").write_text("split:\n  unit: month\n  train_months: 2\n")
+    config = resolved(["--config", str(tmp_path / "s.yaml")], run)
+    assert config.data.path == str(csv) and (config.split.unit, config.split.train_months) == ("month", 2)
+    assert "with the new split (2+1+1 months per fold)" in capsys.readouterr().out

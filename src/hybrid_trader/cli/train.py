@@ -128,18 +128,33 @@ def data_from_init(args: argparse.Namespace, config: Any, init: Path) -> Any:
     A phase 2 or 3 run continues on the bars its earlier phase (and its normaliser, and a
     student distilled there) saw: without this, ``train --phase 3 --init runs/p2`` trained
     on the synthetic market. ``--data``, ``--market``, ``--tz``, ``--time-shift``, ``--repair``,
-    a ``data``/``split`` section in ``--config`` or ``--set data.*``/``split.*`` keep theirs.
+    a ``data`` section in ``--config`` or ``--set data.*`` keep theirs. A command that changes
+    only the split (``--set split.*``, a ``split`` section in ``--config``) keeps the init run's
+    bars and trains on the new split: ``--set split.*`` is applied to the init run's split, a
+    file's ``split`` section replaces it. A line says which.
     """
-    from hybrid_trader.config import read_yaml  # the config reader: not for --help
+    from hybrid_trader.config import merge_overrides, parse_overrides, read_yaml  # the config reader: not for --help
     from hybrid_trader.training.runner import load_run_config  # torch and SB3: not for --help
 
     if any(getattr(args, name, None) is not None for name in ("data", "market", "tz", "time_shift", "repair")):
         return config
-    if any(o.split("=", 1)[0].strip().startswith(("data.", "split.")) for o in getattr(args, "overrides", []) or []):
+    sets = parse_overrides(getattr(args, "overrides", []) or [])
+    if any(key.split(".")[0] == "data" for key in sets) or _file_sets(args.config, read_yaml, "data"):
         return config
-    if _file_sets(args.config, read_yaml, "data") or _file_sets(args.config, read_yaml, "split"):
-        return config
+    split_sets = {key: value for key, value in sets.items() if key.split(".")[0] == "split"}
     src = load_run_config(init)
+    if split_sets or _file_sets(args.config, read_yaml, "split"):
+        split = config.split
+        if not _file_sets(args.config, read_yaml, "split"):
+            split = merge_overrides(src, split_sets).split  # the init run's split with the --set keys changed
+        if src.data == config.data and split == config.split:
+            return config
+        if not getattr(args, "quiet", False):
+            print(f"data from --init {init}: {src.data.path or 'the built-in synthetic market'}, with the new "
+                  f"split ({_split_text(split)})", flush=True)
+        config.data, config.split = src.data, split
+        config.validate()
+        return config
     if src.data == config.data and src.split == config.split:
         return config
     if not getattr(args, "quiet", False):
@@ -147,6 +162,16 @@ def data_from_init(args: argparse.Namespace, config: Any, init: Path) -> Any:
     config.data, config.split = src.data, src.split
     config.validate()
     return config
+
+
+def _split_text(split: Any) -> str:
+    """The split in words: ``folds 3, fold 0, shares 0.7/0.15/0.15``."""
+    if split.unit == "month":
+        what = f"{split.train_months}+{split.val_months}+{split.test_months} months per fold"
+    else:
+        what = f"shares {split.train:g}/{split.val:g}/{split.test:g}"
+    folds = f"folds {split.folds}, fold {split.fold}{', anchored' if split.anchored else ''}, " if split.folds else ""
+    return folds + what
 
 
 def _check_init(init: Path, phase: int) -> None:
