@@ -159,7 +159,7 @@ def _evaluate(run: RunDir, config: RunConfig, data: dict, out_dir: Path, *, spli
               verdict: Literal["rolling", "sequential"] | None = None,
               verdict_config: VerdictConfig | None = None) -> EvaluationOutput:
     run_dir = run.path
-    market = market or load_market(config.data, config.split)
+    market = market or load_market(config.data, None if split == "all" else config.split)  # all: no folds
     sessions = sessions_for(market, split)
     if len(sessions) == 0:
         raise UserError(f"split '{split}' has no trading days in {market.bars.source}")

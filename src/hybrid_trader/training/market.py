@@ -85,8 +85,12 @@ SHOWN_NOTES = ("market",)
 """Notes of loading that training and evaluation repeat beside the warnings (a market guessed from a file name)."""
 
 
-def load_market(data: DataConfig, split: SplitConfig, bars: Bars | None = None, *, pool: bool = False) -> Market:
+def load_market(data: DataConfig, split: SplitConfig | None, bars: Bars | None = None, *,
+                pool: bool = False) -> Market:
     """Load (or take) the bars, compute their features once and split the sessions by time.
+
+    ``split`` None: no split, every session is a test day (``evaluate --split all``: the run's
+    folds or shares never refuse other data).
 
     ``pool``: load ``data.pool`` too (training); evaluation and the other readers of a
     run's days never need it.
@@ -100,7 +104,9 @@ def load_market(data: DataConfig, split: SplitConfig, bars: Bars | None = None, 
         for finding in shown:
             print(f"{finding.level}: {bars.source}: [{finding.code}] {finding.message}", file=sys.stderr)
     features = compute_features(bars)
-    market = Market(bars, features, make_split(bars.n_sessions, split, bars.session_dates))
+    n = bars.n_sessions
+    market = Market(bars, features, make_split(n, split, bars.session_dates) if split is not None else
+                    Split(range(0, 0), range(0, 0), range(0, n)))
     if pool and data.pool:
         later = [r for r in (market.sessions("val"), market.sessions("test")) if len(r)]
         before = bars.session_dates[min(r.start for r in later)] if later else None
@@ -123,12 +129,16 @@ def make_split(n_sessions: int, split: SplitConfig, session_dates: Any = None) -
         wanted = split.folds or fits
         if fits == 0 or wanted > fits or split.fold >= min(wanted, fits):
             first, last = (str(session_dates[0]), str(session_dates[-1])) if len(session_dates) else ("-", "-")
+            months = len({str(d)[:7] for d in session_dates})
+            per_fold = split.train_months + split.val_months + split.test_months
             raise UserError(
-                f"split.unit month: {split.train_months}+{split.val_months}+{split.test_months} months per fold fit "
-                f"{fits} fold(s) in the data ({first} to {last}); asked fold {split.fold} of "
-                f"{split.folds or 'as many as fit'}",
-                fix=f"use split.fold 0 to {max(fits - 1, 0)} (split.folds at most {fits}), fewer months per fold, "
-                    "or more data")
+                f"split.unit month: the data holds {months} calendar month(s) of sessions ({first} to {last}); "
+                f"{split.train_months}+{split.val_months}+{split.test_months} = {per_fold} months per fold fit "
+                f"{fits} fold(s) in them; asked fold {split.fold} of {split.folds or 'as many as fit'}",
+                fix=(f"use split.fold 0 to {fits - 1} (split.folds at most {fits}), fewer months per fold, "
+                     "or more data") if fits else
+                    f"use at most {months} month(s) per fold (split.train_months + val_months + test_months) or data "
+                    "of more months; evaluate --split all takes every day of --data without folds")
         return folds[split.fold]
     if not split.folds:
         return time_split(n_sessions, split.train, split.val, split.test)

@@ -1,0 +1,44 @@
+"""Issue 31, items 10-12: commands that refused, crashed or said nothing now do what they say, and say what
+happened with the fix."""
+
+from __future__ import annotations
+
+import pytest
+
+from hybrid_trader.cli.main import main
+from hybrid_trader.data.synthetic import generate_bars
+from tests.faults.helpers import train_args
+
+MONTHS = ["--set", "data.synthetic_days=45", "--set", "split.unit=month", "--set", "split.train_months=1",
+          "--set", "split.val_months=0", "--set", "split.test_months=1"]
+"""Calendar-month folds: January trains, February tests (45 synthetic days from 2024-01-02)."""
+
+
+@pytest.fixture(scope="module")
+def month_run(tmp_path_factory):
+    run = tmp_path_factory.mktemp("months") / "run"
+    assert main(train_args(run, 128, "--quiet", *MONTHS)) == 0
+    return run
+
+
+def other_bars(folder, days: int = 8):
+    """A CSV of ``days`` synthetic days, all in January 2024 (one calendar month)."""
+    path = folder / "NQ_other.csv"
+    generate_bars(days, seed=11).frame.tz_convert("America/New_York").tz_localize(None).to_csv(
+        path, index_label="timestamp")
+    return path
+
+
+def test_split_all_on_other_data_ignores_the_runs_month_folds(month_run, tmp_path, capsys):
+    bars = other_bars(tmp_path)
+    assert main(["evaluate", str(month_run), "--data", str(bars), "--split", "all", "--seeds", "1"]) == 0
+    assert "on all: 8 days (2024-01-02 to 2024-01-11)" in capsys.readouterr().out
+
+
+def test_the_folds_error_says_how_many_months_the_data_holds_and_how_many_folds_fit(month_run, tmp_path, capsys):
+    bars = other_bars(tmp_path)
+    assert main(["evaluate", str(month_run), "--data", str(bars), "--split", "test", "--seeds", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "the data holds 1 calendar month(s) of sessions (2024-01-02 to 2024-01-11)" in err
+    assert "1+0+1 = 2 months per fold fit 0 fold(s)" in err
+    assert "fix: use at most 1 month(s) per fold" in err and "--split all" in err
