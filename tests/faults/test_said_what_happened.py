@@ -3,6 +3,8 @@ happened with the fix."""
 
 from __future__ import annotations
 
+import gzip
+
 import pytest
 
 from hybrid_trader.cli.main import main
@@ -42,3 +44,22 @@ def test_the_folds_error_says_how_many_months_the_data_holds_and_how_many_folds_
     assert "the data holds 1 calendar month(s) of sessions (2024-01-02 to 2024-01-11)" in err
     assert "1+0+1 = 2 months per fold fit 0 fold(s)" in err
     assert "fix: use at most 1 month(s) per fold" in err and "--split all" in err
+
+
+def test_an_openai_base_url_that_is_not_a_url_is_refused_naming_it(capsys):
+    assert main(["llm", "ask", "--backend", "openai", "--base-url", "not-a-url"]) == 2
+    err = capsys.readouterr().err
+    assert "llm.openai.base_url: 'not-a-url' is not a server URL" in err
+    assert "fix: give the server's address, e.g. --base-url http://127.0.0.1:8080/v1" in err
+
+
+def test_a_gzip_csv_without_its_suffix_is_named_gzip_with_the_rename(tmp_path, capsys):
+    plain = other_bars(tmp_path)
+    packed = tmp_path / "NQ_packed.csv"
+    packed.write_bytes(gzip.compress(plain.read_bytes()))
+    assert main(["data", "check", str(packed)]) == 2
+    err = capsys.readouterr().err
+    assert f"{packed}: is gzip-compressed, but its name does not end in .gz" in err
+    assert f"fix: rename it to {packed}.gz or decompress it" in err
+    packed.rename(tmp_path / "NQ_packed.csv.gz")
+    assert main(["data", "check", str(tmp_path / "NQ_packed.csv.gz")]) == 0  # the rename the fix names works

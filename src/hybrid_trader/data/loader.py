@@ -118,6 +118,25 @@ def _first_line(path: Path) -> str:
         ) from None
 
 
+_MAGIC = {b"\x1f\x8b": ("gzip", ".gz"), b"BZh": ("bzip2", ".bz2"), b"\xfd7zXZ\x00": ("xz", ".xz")}
+"""Leading bytes of a compressed file -> (compression, the suffix that makes it readable)."""
+
+
+def _check_not_compressed_unnamed(path: Path) -> None:
+    """Refuse a compressed CSV whose name lacks its suffix, naming the compression and the fix."""
+    if any(path.name.lower().endswith(suffix) for suffix in (*_COMPRESSED_TEXT, ".zip")):
+        return
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(6)
+    except OSError:
+        return  # _first_line says what is wrong with reading it
+    for magic, (kind, suffix) in _MAGIC.items():
+        if head.startswith(magic):
+            raise UserError(f"is {kind}-compressed, but its name does not end in {suffix}.", file=str(path),
+                            fix=f"rename it to {path}{suffix} or decompress it")
+
+
 def _is_parquet(path: Path) -> bool:
     if path.suffix.lower() in PARQUET_SUFFIXES:
         return True
@@ -268,6 +287,7 @@ def _read_csv(
     path: Path,
 ) -> tuple[pd.DataFrame, dict[str, int], tuple[str, tuple[int, ...]], np.ndarray, list[AnyFinding]]:
     file = str(path)
+    _check_not_compressed_unnamed(path)
     first = _first_line(path)
     if not first.strip():
         raise UserError(

@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import re
+import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import ClassVar, Literal
@@ -75,6 +76,10 @@ class OpenAIConfig:
     """Secrets are never written into a config (it is saved in the run directory)."""
 
     def __post_init__(self) -> None:
+        url = urllib.parse.urlsplit(str(self.base_url))
+        check(url.scheme in ("http", "https") and bool(url.netloc), "base_url",
+              f"{self.base_url!r} is not a server URL (it needs http:// or https://, a host and /v1)",
+              fix="give the server's address, e.g. --base-url http://127.0.0.1:8080/v1 (llm.openai.base_url)")
         env = self.api_key_env
         looks_like_key = env.startswith("sk-") or not _ENV_VAR.match(env)
         check(not looks_like_key, "api_key_env",
