@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -141,6 +142,35 @@ def test_entries_halt_with_broker_rejected_when_ninjatrader_rejects_an_entry(tin
     assert any("broker:rejected" in c[0] for c in codes), "decisions say why entries are refused"
 
 
+def test_a_ninjatrader_folder_removed_mid_run_is_named_missing_and_halts_entries(tiny, tmp_path):
+    run, csv, _ = tiny
+    nt = FakeNinjaTrader(tmp_path / "NinjaTrader 8", ACCOUNT, INSTRUMENT)
+    ex = executor(run, tmp_path / "j.sqlite", nt)
+
+    class Vanishing(NTFeed):
+        """NinjaTrader's outgoing/ disappears after the first trade (a drive unmounted, the folder moved)."""
+
+        def __iter__(self):
+            for bar in self.feed:
+                if (self.nt.nt_dir / "outgoing").is_dir():
+                    self.nt.process(fake_bar(bar))
+                    if ex.broker.trades:
+                        shutil.rmtree(self.nt.nt_dir / "outgoing")
+                yield bar
+
+    ex.run_feed(Vanishing(csv, nt))
+    ex.close()
+    assert ex.summary.halted == "broker:read_failed"
+    halt = rows(tmp_path / "j.sqlite", "SELECT time_ns, code, message FROM errors WHERE location = 'halt'")
+    assert len(halt) == 1 and halt[0][1] == "broker:read_failed"
+    assert "NinjaTrader's outgoing\\ folder is missing" in halt[0][2] and "cannot write" not in halt[0][2]
+    errors = rows(tmp_path / "j.sqlite", "SELECT code, message FROM errors WHERE location = 'broker'")
+    assert len(errors) == 1 and errors[0][0] == "broker:read_failed", "journaled once, not on every bar"
+    later = rows(tmp_path / "j.sqlite", f"SELECT COUNT(*) FROM orders WHERE intent = 'entry' AND bar_time_ns > "
+                                        f"{halt[0][0]}")[0][0]
+    assert later == 0, "no entry after the halt"
+
+
 def test_entries_halt_with_position_mismatch_when_ninjatrader_stops_reading(tiny, tmp_path):
     run, csv, _ = tiny
     nt = FakeNinjaTrader(tmp_path / "NinjaTrader 8", ACCOUNT, INSTRUMENT)
@@ -151,6 +181,8 @@ def test_entries_halt_with_position_mismatch_when_ninjatrader_stops_reading(tiny
     assert ex.summary.halted == "broker:position_mismatch"
     halt = rows(tmp_path / "j.sqlite", "SELECT time_ns, code, message FROM errors WHERE location = 'halt'")
     assert len(halt) == 1 and halt[0][1] == "broker:position_mismatch" and "for 3 bars" in halt[0][2]
+    assert "no NinjaTrader position file for NQ 12-26 in Sim101 was found" in halt[0][2]
+    assert "holds 0" not in halt[0][2], "no position file is not a position of 0"
     trades = ex.trade_log()
     long_enough = trades[trades["bars_held"] >= 3].iloc[0]  # NinjaTrader stays flat: each trade disagrees
     assert halt[0][0] == long_enough["entry_time"].value + 2 * 60 * 10**9, "halted on the 3rd bar of disagreement"

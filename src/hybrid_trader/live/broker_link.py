@@ -21,7 +21,8 @@ bar a restart replays, so an order id reaches ``incoming/`` at most once
 before the decision: its fills go to the journal (``fills.source = 'broker'``), its
 rejections, missing acknowledgements and unprotected positions to ``errors`` with a
 reason code, and its position is compared with the paper one. A rejection, an
-unprotected position, an order that cannot be written, or a position that differs for
+unprotected position, an order that cannot be written, files that cannot be read (a
+NinjaTrader folder removed mid-run), or a position that differs for
 more than ``mismatch_bars`` bars (at the first live bar, at once) halts new entries: a
 ``halt`` row in ``errors`` with the reason code, which a restart's replay applies again
 at the same bar so that it rebuilds the same decisions; the restart itself resumes.
@@ -194,19 +195,25 @@ class BrokerLink:
         try:
             for event in self.bridge.poll():
                 self._on_event(event, tns)
-            self.broker_position = self.bridge.position().signed_qty
-        except (UserError, OSError) as err:
-            self._error(CODE_READ_FAILED, f"could not read NinjaTrader's outgoing files: {err}", tns)
+            position = self.bridge.position()
+        except (UserError, OSError) as err:  # NinjaTrader's state is unknown: no new entries (fail closed)
+            text = str(err)
+            self._error(CODE_READ_FAILED, f"could not read NinjaTrader's files: {text}", tns)
+            self._halt(CODE_READ_FAILED, f"NinjaTrader's position cannot be read ({text}): no new entries", tns)
             return
+        self.broker_position = position.signed_qty
         if self.broker_position == paper_qty:
             self._mismatch = 0
             return
         self._mismatch += 1
         if first or self._mismatch > self.mismatch_bars:
             when = "at start (the journal's recovered position)" if first else f"for {self._mismatch} bars"
-            self._halt(CODE_MISMATCH, f"NinjaTrader holds {self.broker_position} contract(s) of "
-                       f"{self.bridge.instrument} in {self.bridge.account} but the paper position is {paper_qty}, "
-                       f"{when}: check NinjaTrader's Positions tab and flatten by hand if needed", tns)
+            held = (f"NinjaTrader holds {self.broker_position} contract(s) of {self.bridge.instrument} in "
+                    f"{self.bridge.account}" if position.known else
+                    f"no NinjaTrader position file for {self.bridge.instrument} in {self.bridge.account} was found "
+                    f"in {self.bridge.outgoing} (NinjaTrader has reported no fill)")
+            self._halt(CODE_MISMATCH, f"{held} but the paper position is {paper_qty}, {when}: check NinjaTrader's "
+                       "Positions tab and flatten by hand if needed", tns)
 
     def replayed_to(self, tns: int) -> None:
         """The halt in force once the journal's bars up to ``tns`` are replayed (or restored from a snapshot)."""

@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
 
-from hybrid_trader.errors import UserError, os_error
+from hybrid_trader.errors import UserError
 from hybrid_trader.live.ati import (
     FLAT,
     TEMP_PREFIX,
@@ -292,7 +292,7 @@ class NinjaTraderBridge:
         except FileNotFoundError:
             return None
         except OSError as err:
-            raise os_error(err) from err
+            raise _cannot_read(path, "NinjaTrader's file", err) from None
 
     def _read_parsed(self, path: Path, parse: Callable[[str], object]) -> object | None:
         """Read and parse, re-reading a few times: NinjaTrader may be rewriting the file at that instant."""
@@ -324,13 +324,24 @@ class NinjaTraderBridge:
         assert result is None or isinstance(result, OrderState)
         return result
 
-    def position(self) -> BrokerPosition:
-        """The account's position in the instrument from outgoing/; FLAT when NinjaTrader has written no file."""
+    def _listing(self, folder: Path) -> list[Path]:
+        """The entries of incoming/ or outgoing/; a folder that has gone (removed, renamed, its drive unmounted
+        mid-run) is a UserError saying so, not a write error."""
         try:
-            names = [p for p in self.outgoing.iterdir()
-                     if p.is_file() and position_file_matches(p.name, self.account, self.instrument)]
+            return list(folder.iterdir())
+        except (FileNotFoundError, NotADirectoryError):
+            raise UserError(f"NinjaTrader's {folder.name}\\ folder is missing: it was removed, renamed or its drive "
+                            "unmounted while this program was reading it", file=str(folder),
+                            fix="restore NinjaTrader's user folder (or remount the drive), check NinjaTrader's "
+                                "Positions tab, then restart with the same --journal") from None
         except OSError as err:
-            raise os_error(err) from err
+            raise _cannot_read(folder, f"NinjaTrader's {folder.name}\\ folder", err) from None
+
+    def position(self) -> BrokerPosition:
+        """The account's position in the instrument from outgoing/; FLAT with no ``file`` (not ``known``) when
+        NinjaTrader has written none."""
+        names = [p for p in self._listing(self.outgoing)
+                 if p.is_file() and position_file_matches(p.name, self.account, self.instrument)]
         if not names:
             return FLAT
         path = max(names, key=lambda p: p.stat().st_mtime_ns)
@@ -345,10 +356,7 @@ class NinjaTraderBridge:
 
     def _pending_oif(self, order_id: str) -> Path | None:
         """An OIF in incoming/ that places ``order_id``: by this bridge's name for it, or by a PLACE line in it."""
-        try:
-            paths = [p for p in self.incoming.iterdir() if is_oif_name(p.name)]
-        except OSError as err:
-            raise os_error(err) from err
+        paths = [p for p in self._listing(self.incoming) if is_oif_name(p.name)]
         for path in paths:
             if path.name.endswith(f"_{order_id}.txt"):
                 return path
@@ -458,6 +466,13 @@ class NinjaTraderBridge:
         """Whether the target has not filled (a filled target cancels the stop by OCO: that is not a lost stop)."""
         target = self._tracked[b.target_id].last
         return target is None or target.state != "FILLED"
+
+
+def _cannot_read(path: Path, what: str, err: OSError) -> UserError:
+    """A read of NinjaTrader's files that failed for another reason than a missing file."""
+    return UserError(f"cannot read {what}: {err.strerror or err}", file=str(path),
+                     fix="give this program read access to NinjaTrader's user folder (Windows: folder Properties > "
+                         "Security; Linux/WSL: chmod u+rx)")
 
 
 def _changes(oid: str, before: OrderState | None, now: OrderState) -> list[BridgeEvent]:
