@@ -63,3 +63,12 @@ def test_a_gzip_csv_without_its_suffix_is_named_gzip_with_the_rename(tmp_path, c
     assert f"fix: rename it to {packed}.gz or decompress it" in err
     packed.rename(tmp_path / "NQ_packed.csv.gz")
     assert main(["data", "check", str(tmp_path / "NQ_packed.csv.gz")]) == 0  # the rename the fix names works
+
+
+def test_a_follow_feed_on_a_missing_file_says_it_waits_for_it(month_run, tmp_path, capsys):
+    missing = tmp_path / "export.csv"
+    assert main(["run", str(month_run), "--feed", f"follow:{missing}", "--idle-exit", "0.2", "--journal",
+                 str(tmp_path / "j.sqlite"), "--no-status"]) == 0
+    out, err = capsys.readouterr()
+    assert err.count(f"waiting for {missing} to appear") == 1, "said once, on stderr"
+    assert f"note: {missing} never appeared: no bar was read" in out

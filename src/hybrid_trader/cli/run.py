@@ -119,6 +119,8 @@ def run(args: argparse.Namespace) -> int:
     executor = Executor(run_dir, journal, trade_dates=split_dates(run_dir, args.split), market=market,
                         bar_minutes=bar_minutes, say=say, llm=args.advisor, llm_budget_ms=args.llm_budget_ms,
                         bridge=bridge, mismatch_bars=args.nt_mismatch_bars)
+    if not isinstance(feed, ReplayFeed):
+        _say_if_waiting(Path(spec.path).expanduser(), args.idle_exit)
     status = None if args.no_status else StatusPrinter(sys.stderr)
     code = 0
     try:
@@ -133,6 +135,8 @@ def run(args: argparse.Namespace) -> int:
         executor.close()
     for note in summary.notes:
         say(f"note: {note}")
+    if not isinstance(feed, ReplayFeed) and not Path(spec.path).expanduser().exists():
+        say(f"note: {spec.path} never appeared: no bar was read")
     halted = f", new entries halted ({summary.halted})" if summary.halted else ""
     if args.json:
         print(json.dumps(summary.as_dict()))
@@ -141,6 +145,16 @@ def run(args: argparse.Namespace) -> int:
               f"journal), {summary.decisions} decisions, {summary.trades} trades, net P&L {summary.net_pnl:,.2f}, "
               f"account {summary.account_status}{halted}; journal: {journal}")
     return code
+
+
+def _say_if_waiting(path: Path, idle_exit: float | None) -> None:
+    """A follow: feed on a file that does not exist yet (its folder does: parse_feed_spec checks it): say once,
+    on stderr, that it waits for it."""
+    if path.exists():
+        return
+    until = f"for up to {idle_exit:g} s (--idle-exit)" if idle_exit else "until it does (Ctrl-C stops)"
+    print(f"waiting for {path} to appear {until}: nothing is traded before its first bars", file=sys.stderr,
+          flush=True)
 
 
 def ninjatrader_bridge(args: argparse.Namespace) -> NinjaTraderBridge | None:
