@@ -11,7 +11,14 @@ from hybrid_trader.data import generate_bars
 from hybrid_trader.env import EnvConfig
 from hybrid_trader.errors import UserError
 from hybrid_trader.evaluation.policies import FlatPolicy, MomentumPolicy
-from hybrid_trader.evaluation.verdict import Attempt, VerdictConfig, prop_verdict, verdict_figures
+from hybrid_trader.evaluation.verdict import (
+    Attempt,
+    VerdictConfig,
+    prop_verdict,
+    small_sample_warning,
+    verdict_figures,
+    wilson_interval,
+)
 from hybrid_trader.features import compute_features
 
 
@@ -65,3 +72,12 @@ def test_demo_headline_names_the_best_baseline_when_momentum_leads():
     line = headline_line({"agent": {net: 100.0}, "flat": {net: 0.0}, "random": {net: -50.0},
                           "momentum": {net: 300.0}}, ("2024-01-02", "2024-02-01"))
     assert "does not beat the best baseline, momentum $300" in line and "flat $0" in line
+
+
+def test_the_wilson_interval_and_the_small_sample_warning():
+    low, high = wilson_interval(0, 2)
+    assert low == 0.0 and high == pytest.approx(3.8416 / 5.8416)  # z^2 / (n + z^2) for no success
+    assert wilson_interval(15, 30) == pytest.approx((0.3315, 0.6685), abs=1e-4)
+    assert small_sample_warning({"Attempts": 30.0, "Pass rate [%]": 50.0}, 30) is None
+    warning = small_sample_warning({"Attempts": 4.0, "Pass rate [%]": 25.0}, 4)
+    assert warning is not None and "4 attempt(s) over 4 trading day(s)" in warning and "1/4" in warning

@@ -4,6 +4,7 @@ happened with the fix."""
 from __future__ import annotations
 
 import gzip
+import json
 
 import pytest
 
@@ -72,3 +73,16 @@ def test_a_follow_feed_on_a_missing_file_says_it_waits_for_it(month_run, tmp_pat
     out, err = capsys.readouterr()
     assert err.count(f"waiting for {missing} to appear") == 1, "said once, on stderr"
     assert f"note: {missing} never appeared: no bar was read" in out
+
+
+def test_a_two_day_verdict_warns_of_its_small_sample_with_the_attempts(month_run, tmp_path, capsys):
+    bars = other_bars(tmp_path, days=2)
+    assert main(["evaluate", str(month_run), "--data", str(bars), "--split", "all", "--seeds", "1",
+                 "--verdict", "rolling"]) == 0
+    out = capsys.readouterr().out
+    assert "warning: small sample: 2 attempt(s) over 2 trading day(s); its pass rate of 0/2 is anywhere from " \
+           "0% to 66% (95% interval)" in out
+    assert main(["evaluate", str(month_run), "--data", str(bars), "--split", "all", "--seeds", "1",
+                 "--verdict", "rolling", "--json"]) == 0
+    assert "small sample: 2 attempt(s)" in json.loads(capsys.readouterr().out.splitlines()[-1])["prop_verdict"][
+        "warning"]

@@ -97,6 +97,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"\nProp-firm verdict ({pv['mode']} attempts, at most {pv['config']['max_days']} days each; fees "
                   f"${pv['config']['evaluation_fee']:g} then ${pv['config']['reset_fee']:g}):")
             print(format_table(pv["figures"], list(VERDICT_FIGURES), columns=list(pv["figures"])))
+            if pv.get("warning"):
+                print(f"warning: {pv['warning']}")
         if out.extra.get("fresh_days"):
             print("\nThe agent, each day from a fresh account:")
             for key, value in out.extra["fresh_days"].items():

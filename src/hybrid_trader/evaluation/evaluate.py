@@ -32,7 +32,7 @@ from hybrid_trader.evaluation.metrics import compute_metrics, jsonable
 from hybrid_trader.evaluation.policies import AgentPolicy, FlatPolicy, HybridAgentPolicy, MomentumPolicy, RandomPolicy
 from hybrid_trader.evaluation.results import StrategyResult, metrics_table, save_results
 from hybrid_trader.evaluation.runner import entry_rate, evaluation_env, run_fresh_days, run_policy
-from hybrid_trader.evaluation.verdict import VerdictConfig, prop_verdict
+from hybrid_trader.evaluation.verdict import VerdictConfig, prop_verdict, small_sample_warning
 from hybrid_trader.llm.health import HEALTH_STAT_NAMES
 from hybrid_trader.run import FolderLock, RunDir, data_identity, same_data, sha256_file
 from hybrid_trader.run.calibration import attach_calibration
@@ -203,6 +203,9 @@ def _evaluate(run: RunDir, config: RunConfig, data: dict, out_dir: Path, *, spli
         figures.update({name: prop_verdict(make, market, config.env, sessions, vcfg, mode=verdict)
                         for name, make in makers})
         prop = {"mode": verdict, "config": dataclasses.asdict(vcfg), "figures": figures}
+        warning = small_sample_warning(figures[agent.name], len(sessions))
+        if warning:
+            prop["warning"] = warning
     table = metrics_table(results)
     random_stats = table["random"]
     metrics = {name: m for name, m in table.items() if name != "random"}

@@ -239,6 +239,7 @@ def _verdict_section(pv: Any) -> list[str]:
             f'{_esc(c.get("max_days"))} trading days; fees ${_esc(c.get("evaluation_fee"))} then '
             f'${_esc(c.get("reset_fee"))} a reset; a pass worth ${_esc(c.get("pass_value"))}. '
             "Same environment, rules and fills as the metrics above (docs/EVALUATION.md).</p>",
+            *([f'<p class="warning">{_esc(pv["warning"])}</p>'] if pv.get("warning") else []),
             _stats_html(pv["figures"])]
 
 

@@ -125,3 +125,31 @@ def verdict_figures(attempts: Sequence[Attempt], config: VerdictConfig) -> dict[
         "Expected outcome per attempt [$]": pass_rate * config.pass_value - fees / n if n else float("nan"),
         "Fees per pass [$]": fees / len(passed) if passed else float("nan"),
     }
+
+
+SMALL_SAMPLE = 30
+"""Fewer attempts than this make a verdict a small sample (its rates are warned about)."""
+
+
+def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """The Wilson score interval of a rate ``successes / n`` (95% by default); (nan, nan) for ``n`` 0."""
+    if n <= 0:
+        return float("nan"), float("nan")
+    p, z2 = successes / n, z * z
+    centre = (p + z2 / (2 * n)) / (1 + z2 / n)
+    half = z * np.sqrt(p * (1 - p) / n + z2 / (4 * n * n)) / (1 + z2 / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def small_sample_warning(figures: dict[str, float], days: int) -> str | None:
+    """A warning when a policy's verdict rests on fewer than :data:`SMALL_SAMPLE` attempts, with the 95%
+    interval of its pass rate; None otherwise."""
+    n = int(figures.get("Attempts", 0))
+    if n >= SMALL_SAMPLE:
+        return None
+    passes = round(figures.get("Pass rate [%]", 0.0) * n / 100.0) if n else 0
+    low, high = wilson_interval(passes, n)
+    rate = f"its pass rate of {passes}/{n} is anywhere from {100 * low:.0f}% to {100 * high:.0f}% (95% interval)" \
+        if n else "no rate can be measured"
+    return (f"small sample: {n} attempt(s) over {days} trading day(s); {rate}. Read the verdict on at least "
+            f"{SMALL_SAMPLE} attempts (--split all, or more days in --data)")
