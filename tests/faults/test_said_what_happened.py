@@ -86,3 +86,20 @@ def test_a_two_day_verdict_warns_of_its_small_sample_with_the_attempts(month_run
                  "--verdict", "rolling", "--json"]) == 0
     assert "small sample: 2 attempt(s)" in json.loads(capsys.readouterr().out.splitlines()[-1])["prop_verdict"][
         "warning"]
+
+
+def test_an_unquoted_glob_gets_the_hint_to_quote_it(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "data").mkdir()
+    for month in ("01", "02", "03"):
+        (tmp_path / "data" / f"nq-2024-{month}.csv").write_text("timestamp,open,high,low,close,volume\n")
+    expanded = ["data/nq-2024-01.csv", "data/nq-2024-02.csv", "data/nq-2024-03.csv"]  # what the shell passes
+    with pytest.raises(SystemExit) as exit_:
+        main(["train", "--phase", "1", "--data", *expanded])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and "unrecognized arguments: data/nq-2024-02.csv data/nq-2024-03.csv" in err
+    assert "hint: 3 files where one value goes: the shell expanded an unquoted pattern" in err
+    assert "e.g. --data 'data/*.csv'" in err
+    with pytest.raises(SystemExit):
+        main(["data", "check", "data/nq-2024-01.csv", "no-such-thing"])
+    assert "hint" not in capsys.readouterr().err, "arguments that are not files get argparse's message alone"

@@ -12,6 +12,7 @@ import argparse
 import importlib
 import os
 import sys
+from pathlib import Path
 
 # OpenMP threads that spin while waiting steal the CPU from the other threads of this
 # process (training, the LLM worker); set before torch is imported.
@@ -49,9 +50,33 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def glob_hint(argv: Sequence[str], extras: Sequence[str]) -> str:
+    """For argparse's "unrecognized arguments": when they are files, the hint that the shell expanded an unquoted
+    pattern (``--data data/*.csv``), with the quoted pattern to type; "" otherwise."""
+    files = [Path(e) for e in extras if not e.startswith("-")]
+    if not files or not all(f.exists() for f in files):
+        return ""
+    argv = list(argv)
+    start = argv.index(extras[0]) if extras[0] in argv else 0
+    while start > 0 and not argv[start - 1].startswith("-") and Path(argv[start - 1]).exists():
+        start -= 1  # the first file of the expansion, which the option before it took
+    option = argv[start - 1] if start > 0 and argv[start - 1].startswith("-") else ""
+    expanded = [Path(a) for a in argv[start:start + len(files) + 1] if Path(a).exists()]
+    parents = {p.parent for p in expanded}
+    suffixes = {"".join(p.suffixes) for p in expanded}
+    pattern = f"{parents.pop() / '*'}{suffixes.pop() if len(suffixes) == 1 else ''}" if len(parents) == 1 else \
+        "data/*.csv"
+    return (f"\n  hint: {len(expanded)} files where one value goes: the shell expanded an unquoted pattern; quote "
+            f"it so that the command gets it whole, e.g. {option + ' ' if option else ''}'{pattern}' "
+            "(a folder works too)")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args, extras = parser.parse_known_args(argv)
+    if extras:
+        parser.error(f"unrecognized arguments: {' '.join(extras)}{glob_hint(argv, extras)}")
     try:
         code = int(args.func(args) or 0)
         sys.stdout.flush()  # a closed pipe fails here, inside the handlers below, not at interpreter exit
