@@ -202,10 +202,9 @@ def _evaluate(run: RunDir, config: RunConfig, data: dict, out_dir: Path, *, spli
         figures = {} if agent_verdict is None else {agent.name: agent_verdict}
         figures.update({name: prop_verdict(make, market, config.env, sessions, vcfg, mode=verdict)
                         for name, make in makers})
-        prop = {"mode": verdict, "config": dataclasses.asdict(vcfg), "figures": figures}
         warning = small_sample_warning(figures[agent.name], len(sessions))
-        if warning:
-            prop["warning"] = warning
+        prop = {"mode": verdict, "config": dataclasses.asdict(vcfg), "figures": figures,
+                **({"warning": warning} if warning else {})}
     table = metrics_table(results)
     random_stats = table["random"]
     metrics = {name: m for name, m in table.items() if name != "random"}
