@@ -27,8 +27,11 @@ class LiveClock:
     """The wall clock of a run started at :data:`LIVE_FROM` on a file of history, then fed closed bars as a platform
     writes them: each arrives ``lag_s`` after its end (negative: the computer's clock is behind the bars')."""
 
-    def __init__(self, lag_s: float) -> None:
+    def __init__(self, lag_s: float, slow: tuple[int, int] | None = None, slow_lag_s: float = 200.0) -> None:
         self.lag_s = lag_s
+        self.slow = slow
+        """Bars with a start in ``[slow[0], slow[1])`` (ns) arrive ``slow_lag_s`` after their end."""
+        self.slow_lag_s = slow_lag_s
         self.now = LIVE_FROM.timestamp()
 
     def __call__(self) -> float:
@@ -39,7 +42,8 @@ class LiveClock:
             assert bar.time is not None
             end = bar.time.timestamp() + 60.0
             if end > LIVE_FROM.timestamp():
-                self.now = end + self.lag_s
+                slow = self.slow is not None and self.slow[0] <= bar.time.value < self.slow[1]
+                self.now = end + (self.slow_lag_s if slow else self.lag_s)
             yield bar
 
 
@@ -155,6 +159,35 @@ def test_run_follow_trades_no_stale_bar_when_bars_arrive_older_than_max_bar_age(
     assert main(args) == 0, "restarted: the journal's verdicts hold for its bars"
     again = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert again["late_bars"] == live and again["decisions"] == 0 and again["recovered_bars"] == summary["bars"]
+
+
+def test_late_bars_make_no_decision_but_run_the_paper_stops_when_the_feed_lags_in_a_position(tiny, tmp_path):
+    run, csv, _ = tiny
+    recent = recent_days(csv, tmp_path / "export.csv")
+
+    def trade(name: str, clock: LiveClock) -> Executor:
+        ex = Executor(run, tmp_path / f"{name}.sqlite", market="NQ", bar_minutes=1, live_from=LIVE_FROM,
+                      max_bar_age_s=90.0, clock=clock)
+        ex.run_feed(clock.follow(ReplayFeed(recent)))
+        ex.close()
+        return ex
+    on_time = trade("on_time", LiveClock(lag_s=1.0))
+    decided = dict(rows(tmp_path / "on_time.sqlite", "SELECT bar_time_ns, action FROM decisions"))
+    # a trade held over bars whose decisions were all HOLD, closed by its stop or target: those bars may come late
+    held = next(tr for tr in on_time.trade_log().itertuples()
+                if tr.exit_reason in ("STOP", "TARGET") and tr.exit_time - tr.entry_time >= pd.Timedelta(minutes=3)
+                and all(decided.get(t, 0) == 0 for t in range(tr.entry_time.value, tr.exit_time.value, 60 * 10**9)))
+    span = (held.entry_time.value, held.exit_time.value)
+    late = trade("late", LiveClock(lag_s=1.0, slow=span))
+    n_late = (span[1] - span[0]) // (60 * 10**9)
+    assert late.summary.late_bars == n_late and on_time.summary.late_bars == 0
+    assert late.summary.decisions == on_time.summary.decisions - n_late, "no decision on a late bar"
+    assert rows(tmp_path / "late.sqlite", f"SELECT COUNT(*) FROM decisions WHERE bar_time_ns >= {span[0]} AND "
+                                          f"bar_time_ns < {span[1]}") == [(0,)]
+    journaled = rows(tmp_path / "late.sqlite", "SELECT time_ns, accepted, message FROM bars WHERE reason = 'late'")
+    assert [t for t, _, _ in journaled] == list(range(span[0], span[1], 60 * 10**9))
+    assert all(a == 1 and "200 s before it arrived" in m for _, a, m in journaled)
+    assert_same_trades(late.trade_log(), on_time.trade_log())  # the late bars' fills and stops still ran
 
 
 def test_bars_from_the_future_are_refused_without_an_order_when_the_clock_is_behind(tiny, tmp_path):
