@@ -169,7 +169,7 @@ def live_point(args: argparse.Namespace, scheme: str, ninjatrader: bool) -> tupl
     # pandas (through the calendar) loads only when a run starts: `hybrid-trader --help` must not pay it
     import pandas as pd
 
-    from hybrid_trader.calendar import EASTERN
+    from hybrid_trader.calendar import EASTERN  # loads pandas: only when a run starts
 
     if args.max_bar_age is not None and (scheme != "follow" or not (math.isfinite(args.max_bar_age)
                                                                      and args.max_bar_age > 0)):
