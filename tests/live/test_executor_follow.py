@@ -59,8 +59,9 @@ def test_run_follow_ends_after_idle_exit_with_the_replays_summary_and_status_lin
     common = ["--split", "test", "--json"]
     assert main(["run", str(run), "--feed", f"replay:{csv}", "--journal", str(tmp_path / "r.sqlite"), *common]) == 0
     replayed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    live = ["--live-from", "2024-01-01 00:00", "--max-bar-age", "1e9"]  # the file's bars traded as if they were new
     assert main(["run", str(run), "--feed", f"follow:{csv}", "--idle-exit", "1", "--journal",
-                 str(tmp_path / "f.sqlite"), *common]) == 0
+                 str(tmp_path / "f.sqlite"), *common, *live]) == 0
     out = capsys.readouterr()
     followed = json.loads(out.out.strip().splitlines()[-1])
     for key in ("bars", "decisions", "trades", "net_pnl", "balance", "account_status"):

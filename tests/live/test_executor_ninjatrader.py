@@ -222,7 +222,8 @@ def test_restart_sends_each_order_once_when_killed_mid_replay_against_ninjatrade
     journal = tmp_path / "j.sqlite"
     cmd = [sys.executable, "-m", "tests.live.nt_lockstep", "run", str(run), "--feed", f"replay:{csv}",
            "--split", "test", "--journal", str(journal), "--broker", "ninjatrader", "--nt-dir", str(nt.nt_dir),
-           "--nt-account", ACCOUNT, "--nt-instrument", INSTRUMENT]
+           "--nt-account", ACCOUNT, "--nt-instrument", INSTRUMENT,
+           "--live-from", "2024-01-01 00:00"]  # before the file's first bar: every replayed bar is live
     processed = [-1]
 
     def drive(kill_after_entries: int | None) -> int | None:

@@ -204,13 +204,26 @@ def test_gate_rejects_duplicate_and_earlier_bars_when_streaming() -> None:
     assert gate.last_time_ns == pd.Timestamp("2024-01-02 09:32", tz=ET).value
 
 
-def test_gate_rejects_late_bar_when_clock_is_past_its_end() -> None:
-    now = [pd.Timestamp("2024-01-02 09:32:05", tz=ET).timestamp()]
-    gate = BarGate(market="NQ", late_after_s=30.0, clock=lambda: now[0])
-    assert gate.check(_bar("2024-01-02 09:31")) is None  # ended 5 s ago
-    now[0] += 120
-    late = gate.check(_bar("2024-01-02 09:32"))  # ended 65 s before the clock
-    assert late is not None and late.code == "late" and "65 s" in late.message
+def test_gate_calls_a_bar_late_but_keeps_it_when_the_clock_is_past_its_end() -> None:
+    now = pd.Timestamp("2024-01-02 09:32:05", tz=ET).timestamp()
+    gate = BarGate(market="NQ", late_after_s=30.0)
+    assert gate.check(_bar("2024-01-02 09:31"), now) is None and gate.late(_bar("2024-01-02 09:31"), now) is None
+    now += 120
+    bar = _bar("2024-01-02 09:32")
+    assert gate.check(bar, now) is None, "a late bar still warms the features: not refused"
+    late = gate.late(bar, now)  # ended 65 s before the clock
+    assert late is not None and late.code == "late" and "65 s" in late.message and "--max-bar-age 30" in late.message
+    assert BarGate(market="NQ").late(bar, now + 10_000) is None, "no late_after_s: never late (replays)"
+
+
+def test_gate_refuses_a_bar_from_the_future_when_the_clock_is_behind_the_bars() -> None:
+    now = pd.Timestamp("2024-01-02 09:32:03", tz=ET).timestamp()
+    gate = BarGate(market="NQ")
+    assert gate.check(_bar("2024-01-02 09:31"), now) is None  # ends 3 s ahead: within the tolerance
+    ahead = gate.check(_bar("2024-01-02 09:40"), now)
+    assert ahead is not None and ahead.code == "future" and "not in sync" in ahead.message and "537 s" in ahead.message
+    assert gate.last_time_ns == pd.Timestamp("2024-01-02 09:31", tz=ET).value, "a refused bar is not the last one"
+    assert gate.check(_bar("2024-01-02 09:40")) is None, "without the clock (a replay) the rule is off"
 
 
 def test_gate_skips_tick_grid_when_bars_are_back_adjusted() -> None:

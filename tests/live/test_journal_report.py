@@ -50,6 +50,16 @@ def test_trades_pair_entry_and_exit_fills_when_read_from_a_journal(journal):
     assert trades["entry_time"].iloc[0] == minute(3)
 
 
+def test_report_counts_history_and_late_bars_apart_when_some_were_not_traded(journal, tmp_path):
+    with Journal(journal) as j:
+        for k in range(-3, 0):
+            j.record_bar(minute(k), 100, 101, 99, 100.5, 10, reason="history")
+        j.record_bar(minute(12), 100, 101, 99, 100.5, 10, reason="late", message="ended 200 s before it arrived")
+    html = write_journal_report(journal).read_text()
+    assert "history (features only, never traded)</th><td>3</td>" in html.replace("\n", "")
+    assert "late (no decision)</th><td>1</td>" in html.replace("\n", "")
+
+
 def test_report_shows_trades_account_decisions_and_refusals_when_written(journal):
     html = write_journal_report(journal).read_text()
     assert (journal.parent / "journal.report.html").is_file()

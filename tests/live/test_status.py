@@ -42,7 +42,15 @@ def test_status_line_says_flat_and_waiting_when_nothing_was_decided():
                        bars=0, decisions=0, trades=0)
     line = format_status(s)
     assert line.startswith("waiting for the first decision  FLAT  day +0.00")
+    assert "| 0 bars 0 decisions" in line
     assert "to threshold 2,500.00" in line and "advisor none (phase 2)" in line
+
+
+def test_status_line_counts_the_history_and_late_bars_when_some_were_not_traded():
+    s = StatusSnapshot(time=None, position=0, entry_price=math.nan, unrealized_pnl=0.0, day_pnl=0.0, net_pnl=0.0,
+                       to_threshold=2500.0, status="active", last_action="-", last_codes=(), advisor="none (phase 2)",
+                       bars=9120, decisions=0, trades=0, history=9100, late=3)
+    assert "| 9,120 bars (9,100 history, 3 late) 0 decisions 0 trades  |" in format_status(s)
 
 
 def test_status_is_logged_once_per_change_when_the_stream_is_not_a_terminal(tiny, tmp_path):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -11,6 +12,8 @@ from typing import TYPE_CHECKING, Any
 from hybrid_trader.errors import UserError
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from hybrid_trader.live.ninjatrader import NinjaTraderBridge
 
 NT_DIR_DEFAULT = "~/Documents/NinjaTrader 8"
@@ -22,10 +25,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="trade a trained run on a replayed or followed bar feed, every step journaled",
         description="Trade the agent of RUN_DIR bar by bar on a feed, with the same decisions as 'evaluate' "
         "(the same environment core, policy and rules), journaling every bar, decision (probabilities, reason "
-        "codes, latency), order, fill, account snapshot and error in an SQLite file. Restarted with the same "
-        "--journal after a crash or kill -9, it replays the feed's history, checks the journal's position and "
-        "balance, and continues without sending or booking anything twice. Ctrl-C stops with exit code 130 "
-        "(--on-exit). docs/LIVE.md.",
+        "codes, latency), order, fill, account snapshot and error in an SQLite file. History is never traded: bars "
+        "ending before the live point (--live-from; a follow: feed's default: now) only warm the features. "
+        "Restarted with the same --journal after a crash or kill -9, it replays the feed's history, checks the "
+        "journal's position and balance, and continues without sending or booking anything twice. Ctrl-C stops "
+        "with exit code 130 (--on-exit). docs/LIVE.md.",
     )
     p.add_argument("run_dir", metavar="RUN_DIR", help="a run directory made by 'hybrid-trader train'")
     p.add_argument("--feed", required=True, metavar="SPEC",
@@ -55,6 +59,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--bar-minutes", type=int, default=None, metavar="N",
                    help="the bar size of a follow: feed in minutes (default: the run's training data's; a replay "
                         "reads it from its file)")
+    p.add_argument("--live-from", metavar="TIME", default=None,
+                   help="the live point: bars ending at or before it only warm the features (journaled as history, "
+                        "never traded; a trading window that opened before it is not traded). A time in US/Eastern "
+                        "('2024-01-16 09:00', or with its UTC offset) or 'now'. Default: a follow: feed, the moment "
+                        "the run starts; a replay: its first bar (all traded, as evaluate); required for a replay "
+                        "with --broker ninjatrader")
+    p.add_argument("--max-bar-age", type=float, default=None, metavar="S",
+                   help="a follow: feed: a bar whose end is more than S seconds older than this computer's clock "
+                        "when it arrives is not traded (journaled 'late': it warms the features, no decision, no "
+                        "order); default 90 s per bar minute. A bar ending more than 5 s after the clock is refused "
+                        "('future': the clock is not in sync)")
     p.add_argument("--idle-exit", type=float, default=None, metavar="S",
                    help="a follow: feed ends after S seconds without a new line (default: it runs until Ctrl-C)")
     p.add_argument("--advisor", choices=("async", "off"), default="async",
@@ -101,6 +116,7 @@ def run(args: argparse.Namespace) -> int:
                              "time_shift": data.time_shift if args.time_shift is None else args.time_shift}
     if args.idle_exit:
         extra["timeout_s"] = args.idle_exit
+    live_from, max_bar_age = live_point(args, spec.scheme, bridge is not None)
     feed = open_feed(spec, **extra)
     market = feed.bars.market if isinstance(feed, ReplayFeed) else None
     if isinstance(feed, ReplayFeed):
@@ -110,6 +126,7 @@ def run(args: argparse.Namespace) -> int:
                             file=str(spec.path), fix="drop --bar-minutes for a replay")
     else:
         bar_minutes = args.bar_minutes or run_bar_minutes(run_dir)
+        max_bar_age = max_bar_age or 90.0 * bar_minutes
     if not 0.0 <= args.llm_budget_ms <= 60_000.0:
         raise UserError(f"--llm-budget-ms {args.llm_budget_ms} must be between 0 and 60000",
                         fix="e.g. --llm-budget-ms 200, or 0 to never wait")
@@ -118,7 +135,8 @@ def run(args: argparse.Namespace) -> int:
     say = (lambda *a: None) if args.json else (lambda *a: print(*a, flush=True))
     executor = Executor(run_dir, journal, trade_dates=split_dates(run_dir, args.split), market=market,
                         bar_minutes=bar_minutes, say=say, llm=args.advisor, llm_budget_ms=args.llm_budget_ms,
-                        bridge=bridge, mismatch_bars=args.nt_mismatch_bars)
+                        bridge=bridge, mismatch_bars=args.nt_mismatch_bars, live_from=live_from,
+                        max_bar_age_s=max_bar_age)
     if not isinstance(feed, ReplayFeed):
         _say_if_waiting(Path(spec.path).expanduser(), args.idle_exit)
     status = None if args.no_status else StatusPrinter(sys.stderr)
@@ -141,9 +159,10 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(summary.as_dict()))
     else:
-        print(f"{summary.bars} bars ({summary.rejected} rejected, {summary.recovered_bars} recovered from the "
-              f"journal), {summary.decisions} decisions, {summary.trades} trades, net P&L {summary.net_pnl:,.2f}, "
-              f"account {summary.account_status}{halted}; journal: {journal}")
+        print(f"{summary.bars} bars ({summary.rejected} rejected, {summary.history_bars} history, {summary.late_bars} "
+              f"late, {summary.recovered_bars} recovered from the journal), {summary.decisions} decisions, "
+              f"{summary.trades} trades, net P&L {summary.net_pnl:,.2f}, account {summary.account_status}{halted}; "
+              f"journal: {journal}")
     return code
 
 
@@ -155,6 +174,48 @@ def _say_if_waiting(path: Path, idle_exit: float | None) -> None:
     until = f"for up to {idle_exit:g} s (--idle-exit)" if idle_exit else "until it does (Ctrl-C stops)"
     print(f"waiting for {path} to appear {until}: nothing is traded before its first bars", file=sys.stderr,
           flush=True)
+
+
+def live_point(args: argparse.Namespace, scheme: str, ninjatrader: bool) -> tuple[pd.Timestamp | None, float | None]:
+    """``(--live-from, --max-bar-age)`` for this feed: a follow: feed goes live now by default (its clock rules on;
+    the age's default, None here, is set from the bar size); a replay at its first bar (None), but with NinjaTrader
+    only where --live-from says (an order for every replayed bar is not a default); each bad value a UserError."""
+    # pandas (through the calendar) loads only when a run starts: `hybrid-trader --help` must not pay it
+    import pandas as pd
+
+    from hybrid_trader.calendar import EASTERN  # loads pandas: only when a run starts
+
+    if args.max_bar_age is not None and (scheme != "follow" or not (math.isfinite(args.max_bar_age)
+                                                                     and args.max_bar_age > 0)):
+        raise UserError(f"--max-bar-age {args.max_bar_age}: a positive number of seconds, for a follow: feed",
+                        fix="e.g. --feed follow:export.csv --max-bar-age 90, or drop it (a replay's bars are not "
+                            "judged by the clock)")
+    text = args.live_from
+    if text is None:
+        if scheme == "replay" and ninjatrader:
+            raise UserError("--broker ninjatrader with a replay: feed needs --live-from: the replayed bars before it "
+                            "only warm the features, an order goes to NinjaTrader for each later one",
+                            fix="add --live-from now (the file is history: nothing sent until the feed passes now), "
+                                "or --live-from '2024-01-16 09:00' (US/Eastern) to trade from that bar on, e.g. "
+                                "against NinjaTrader's Playback connection")
+        now = pd.Timestamp.now(tz="UTC") if scheme == "follow" else None
+        return now, args.max_bar_age
+    if text.strip().lower() == "now":
+        return pd.Timestamp.now(tz="UTC"), args.max_bar_age
+    fix = "e.g. --live-from '2024-01-16 09:00' (US/Eastern), '2024-01-16T14:00:00+00:00', or now"
+    try:
+        stamp = pd.Timestamp(text.strip())
+    except (ValueError, TypeError, OverflowError):
+        raise UserError(f"--live-from {text!r} is not a time", value=text, fix=fix) from None
+    if stamp is pd.NaT:
+        raise UserError(f"--live-from {text!r} is not a time", value=text, fix=fix)
+    if stamp.tzinfo is None:
+        try:
+            stamp = stamp.tz_localize(EASTERN, ambiguous="raise", nonexistent="raise")
+        except ValueError as err:
+            raise UserError(f"--live-from {text!r} does not name one US/Eastern time ({err})", value=text,
+                            fix="give the UTC offset, e.g. '2024-11-03 01:30-04:00'") from None
+    return stamp.tz_convert("UTC"), args.max_bar_age
 
 
 def ninjatrader_bridge(args: argparse.Namespace) -> NinjaTraderBridge | None:

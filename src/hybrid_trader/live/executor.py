@@ -16,6 +16,14 @@ entries are decided on bars up to ``env.last_entry``; a position left at the win
 bar is closed at its close (``SESSION_END``). Bars outside the traded days only feed the
 features (the history before the test days, without trading).
 
+**History is never traded.** ``live_from`` is the live point: an accepted bar that ends at or before it is
+history (journaled with reason ``history``): it warms the features and nothing else, no decision, no paper trade,
+no order; a trading window that opened before the live point is not traded (the next one is, from its first bar,
+so decisions from then on are ``evaluate``'s). With ``max_bar_age_s`` (a followed feed) the wall clock ``clock``
+judges each new bar: one from the future is refused (``future``); one whose end is older than that when it arrives
+is ``late``: it warms the features and the paper broker's fills, stops and window end (NinjaTrader's bracket acts
+on it too), but no decision is made on it and no entry sent. A restart takes these verdicts from the journal.
+
 **Restarts.** The feed is read from its first bar every time (the features need the
 history); the bars up to the journal's latest snapshot are skipped, the state after them
 restored from it (``live.snapshot``), and the later ones replayed. Bars, decisions and
@@ -55,7 +63,7 @@ from hybrid_trader.live.broker_link import BrokerLink
 from hybrid_trader.live.clock import EasternClock
 from hybrid_trader.live.executor_parts import ExecutorSummary, LiveArrays, run_bar_minutes, split_dates, utc
 from hybrid_trader.live.features import IncrementalFeatures
-from hybrid_trader.live.feeds import Bar, BarGate
+from hybrid_trader.live.feeds import CODE_FUTURE, CODE_HISTORY, CODE_LATE, Bar, BarGate, Rejection
 from hybrid_trader.live.journal import Journal
 from hybrid_trader.live.ninjatrader import NinjaTraderBridge, order_id
 from hybrid_trader.live.policy_cache import executor_policy
@@ -86,13 +94,18 @@ class Executor(CoreViews):
     ``llm_overrides``: ``llm.*`` keys over the run's.
     ``bridge``: NinjaTrader's ATI bridge; the paper orders are then mirrored to it
     (:mod:`hybrid_trader.live.broker_link`; ``mismatch_bars``: how long the positions may differ).
+    ``live_from`` (a tz-aware time or ns): the live point, bars ending at or before it are history (None: every
+    bar is live, a replay's default); ``max_bar_age_s``: a followed feed's wall-clock rules (late and future bars,
+    by ``clock``; None: off).
     """
 
     def __init__(self, run_dir: str | Path, journal: str | Path | Journal, *,
                  trade_dates: Iterable[Any] | None = None, run_tag: str | None = None,
                  market: str | None = None, bar_minutes: int = 1, say: Any = None, llm: str = "async",
                  llm_budget_ms: float = 0.0, llm_overrides: dict | None = None,
-                 bridge: NinjaTraderBridge | None = None, mismatch_bars: int = 2) -> None:
+                 bridge: NinjaTraderBridge | None = None, mismatch_bars: int = 2,
+                 live_from: pd.Timestamp | int | None = None, max_bar_age_s: float | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
         self.run = RunDir(run_dir).require()
         self.config: RunConfig = self.run.load_config(RunConfig)
         cfg = self.config.env
@@ -109,6 +122,12 @@ class Executor(CoreViews):
                             fix="set data.market in the run's config.yaml")
         self.contract = get_contract(market)
         self.bar_minutes = int(bar_minutes)
+        if max_bar_age_s is not None and not (math.isfinite(max_bar_age_s) and max_bar_age_s > 0):
+            raise UserError(f"--max-bar-age {max_bar_age_s}: a positive number of seconds", value=max_bar_age_s,
+                            fix=f"e.g. --max-bar-age {90 * self.bar_minutes} (1.5 bars)")
+        self.live_from_ns = None if live_from is None else int(pd.Timestamp(live_from).value)
+        self.max_bar_age_s = max_bar_age_s
+        self.clock = clock
         self.rules = get_rules(cfg.rules, cfg.account, **cfg.rules_overrides)
         self.account = PropFirmAccount(self.rules)
         self.account.check_contracts(cfg.contracts, self.contract)
@@ -142,6 +161,12 @@ class Executor(CoreViews):
         self._journaled_decisions = j.last_time("decisions")
         self._journaled_account = j.last_time("account")
         self._recovery_checked = self._journaled_bars is None
+        # the live point: the journal's verdicts for its bars (a restart replays them), and whether it went live
+        self._history_to = j.last_bar_time(reason=CODE_HISTORY)
+        last_accepted = j.last_bar_time()
+        self._went_live = last_accepted is not None and (self._history_to is None or last_accepted > self._history_to)
+        self._late_ns = j.bar_times(CODE_LATE)
+        self._future_ns = j.bar_times(CODE_FUTURE)
         self.latencies_ms: list[float] = []
         """Per decision: ms from the bar's arrival to the decision and its orders committed to the journal."""
         self._decided = False
@@ -154,6 +179,8 @@ class Executor(CoreViews):
         self._clock = EasternClock()
         self.snapshots = Snapshots(self)  # the journal's latest snapshot, restored when it fits (live.snapshot)
         self.snapshots.restore()
+        if self.gate is not None:  # a restored gate judges late bars by this command's --max-bar-age
+            self.gate.late_after_s = max_bar_age_s
 
     # ------------------------------------------------------------------ set-up
     def _policy(self, llm: str, budget_ms: float, llm_overrides: dict | None) -> Any:
@@ -192,7 +219,8 @@ class Executor(CoreViews):
             return
         if self.features is None:
             self.features = IncrementalFeatures(self.contract.symbol, self.bar_minutes)
-            self.gate = BarGate(market=self.contract.symbol, bar_minutes=self.bar_minutes, check_tick_grid=False)
+            self.gate = BarGate(market=self.contract.symbol, bar_minutes=self.bar_minutes, check_tick_grid=False,
+                                late_after_s=self.max_bar_age_s)
         gate = self.gate
         assert gate is not None
         tns = bar.time_ns
@@ -200,7 +228,8 @@ class Executor(CoreViews):
         if self._batch_started is None:
             self._batch_started = arrived
         replayed = tns is not None and self._journaled_bars is not None and tns <= self._journaled_bars
-        rejection = gate.check(bar)
+        now = None if replayed or self.max_bar_age_s is None else self.clock()
+        rejection = self._check(bar, tns, replayed, now)
         if rejection is not None:
             self.summary.rejected += 1
             if not replayed:
@@ -210,11 +239,7 @@ class Executor(CoreViews):
             self._commit_if_due(False, arrived)
             return
         assert tns is not None and bar.time is not None
-        if not replayed:
-            self.journal.record_bar(tns, bar.open, bar.high, bar.low, bar.close, bar.volume)
-        else:
-            self.summary.recovered_bars += 1
-        self.summary.bars += 1
+        held = self._accept(bar, tns, replayed, now)
         row = self.features.append(tns, bar.open, bar.high, bar.low, bar.close, bar.volume)
         if self.live_market is not None:  # an asynchronous LLM's contexts read the bars and raw indicators
             self.live_market.push(bar.high, bar.low, bar.close, bar.time.tz_convert(EASTERN).to_pydatetime(),
@@ -224,8 +249,9 @@ class Executor(CoreViews):
         if not replayed and not self._recovery_checked:
             self._check_recovery()
         self._decided = False
-        self._replayed, self._checked = replayed, False
-        traded = self._trade(row.index, bar.time, tns, arrived)
+        history = held is not None and held[0] == CODE_HISTORY
+        self._replayed, self._checked = replayed, history  # history: NinjaTrader is first read at the live point
+        traded = self._trade(row.index, bar.time, tns, arrived, held)
         if not self._checked:
             self._check_broker(tns)
         link = self.link
@@ -248,17 +274,56 @@ class Executor(CoreViews):
             self._batched = 0
             self._batch_started = None
 
-    def _trade(self, t: int, time_et: pd.Timestamp, tns: int, arrived: float) -> bool:
-        """Bar t inside a traded window: the day's bookkeeping and the decision; False outside any."""
-        wall = self._clock.wall_ns(tns)
-        date = self._clock.trading_date(wall)
-        minute = session_minute(EasternClock.minute_of_day(wall))
+    def _check(self, bar: Bar, tns: int | None, replayed: bool, now: float | None) -> Rejection | None:
+        """The gate's verdict (``now``: the wall clock of a followed feed's new bar); a replayed bar refused as from
+        the future when it arrived is refused again (the clock no longer says so)."""
+        if replayed and tns in self._future_ns:
+            return Rejection(bar, CODE_FUTURE, "refused from the future when it arrived")
+        assert self.gate is not None
+        return self.gate.check(bar, now)
+
+    def _accept(self, bar: Bar, tns: int, replayed: bool, now: float | None) -> tuple[str, str | None] | None:
+        """An accepted bar journaled (a new one) and counted, with why it is not traded (:meth:`_held`)."""
+        held = self._held(bar, tns, replayed, now)
+        if not replayed:
+            self.journal.record_bar(tns, bar.open, bar.high, bar.low, bar.close, bar.volume,
+                                    reason=None if held is None else held[0], message=None if held is None else held[1])
+        else:
+            self.summary.recovered_bars += 1
+        self.summary.bars += 1
+        if held is not None:
+            if held[0] == CODE_HISTORY:
+                self.summary.history_bars += 1
+            else:
+                self.summary.late_bars += 1
+        return held
+
+    def _held(self, bar: Bar, tns: int, replayed: bool, now: float | None) -> tuple[str, str | None] | None:
+        """Why an accepted bar is not traded: ``(history, None)`` before the live point, ``(late, message)`` when
+        it ended more than ``max_bar_age_s`` before it arrived; None: traded. A replayed bar keeps its journal's."""
+        if replayed:
+            if self._history_to is not None and tns <= self._history_to:
+                return CODE_HISTORY, None
+            return (CODE_LATE, None) if tns in self._late_ns else None
+        if not self._went_live:
+            if self.live_from_ns is not None and tns + self.bar_minutes * 60_000_000_000 <= self.live_from_ns:
+                return CODE_HISTORY, None
+            self._went_live = True
+        assert self.gate is not None
+        late = None if now is None else self.gate.late(bar, now)
+        return None if late is None else (late.code, late.message)
+
+    def _trade(self, t: int, time_et: pd.Timestamp, tns: int, arrived: float,
+               held: tuple[str, str | None] | None = None) -> bool:
+        """Bar t inside a traded window: the day's bookkeeping and the decision; False outside any. ``held``: a
+        history bar only keeps the day's bookkeeping (a window it is in is not traded); a late one is processed
+        (fills, stops, rules) without a decision."""
+        minute, traded = self._day_of(t, tns)
         start, end, last_entry = self.window
-        if date != self._date:
-            if self._day_open:  # the previous window's last bar never came: close at this bar
-                self._close_missed_window(t)
-            self._date, self._day_open, self._day_done = date, False, False
-        traded = self.trade_dates is None or date in self.trade_dates
+        if held is not None and held[0] == CODE_HISTORY:
+            if traded and start <= minute < end:
+                self._day_done = True  # the window opened before the live point: the next one is traded
+            return False
         inside = traded and start <= minute < end and t >= max(self.features.warmup if self.features else 0,
                                                                 WINDOW - 1)
         if not inside:
@@ -289,6 +354,10 @@ class Executor(CoreViews):
                 self._journal_account(tns)
                 return True
         halted = self._check_broker(tns)
+        if held is not None:  # late: its fills and the rules, no decision on it
+            core.last_entry = -1
+            self._journal_account(tns)
+            return True
         core.last_entry = t if minute <= last_entry and not halted else -1
         vetoes_before = dict(core.veto_counts)
         obs = core.observe()
@@ -307,6 +376,16 @@ class Executor(CoreViews):
         self._journal_decision(tns, obs, mask, action, codes, arrived)
         self._journal_account(tns)
         return True
+
+    def _day_of(self, t: int, tns: int) -> tuple[int, bool]:
+        """Bar t's session minute and whether its trading date is traded; a new date ends the last one's day."""
+        wall = self._clock.wall_ns(tns)
+        date = self._clock.trading_date(wall)
+        if date != self._date:
+            if self._day_open:  # the previous window's last bar never came: close at this bar
+                self._close_missed_window(t)
+            self._date, self._day_open, self._day_done = date, False, False
+        return session_minute(EasternClock.minute_of_day(wall)), self.trade_dates is None or date in self.trade_dates
 
     def _close_missed_window(self, t: int) -> None:
         """A window whose last bar never arrived (a gap, an early close): the day ends at the previous bar's

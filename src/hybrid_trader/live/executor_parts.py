@@ -32,6 +32,10 @@ class ExecutorSummary:
     account_status: str = ""
     recovered_bars: int = 0
     """Bars replayed from the journal's history at start (a restart), nothing sent again."""
+    history_bars: int = 0
+    """Accepted bars before the live point (``--live-from``): they warmed the features and were never traded."""
+    late_bars: int = 0
+    """Accepted bars older than ``--max-bar-age`` when they arrived: no decision, no entry on them."""
     interrupted: bool = False
     halted: str = ""
     """``--broker ninjatrader``: the reason code that halted new entries (e.g. ``broker:rejected``); "" if none."""

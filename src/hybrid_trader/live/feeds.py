@@ -8,8 +8,10 @@
   by the loader's parser, rotation and truncation survived without repeating a bar.
 * :class:`BarGate` checks each arriving bar with ``data check``'s one-row rules (the
   ``data.checks.CHECKS`` table itself, and the tick grid of ``data.validate``) and the
-  stream's own rules (duplicate, out of order, late). A bad bar comes back as a
-  :class:`Rejection` with a reason code and a message, never as an exception.
+  stream's own rules (duplicate, out of order, from the future by the wall clock). A bad
+  bar comes back as a :class:`Rejection` with a reason code and a message, never as an
+  exception. A late bar (:meth:`BarGate.late`) is not refused: the executor warms its
+  features on it and does not trade it.
 * :func:`parse_feed_spec` reads ``--feed replay:FILE[:SPEED]`` / ``follow:FILE``.
 """
 
@@ -20,7 +22,7 @@ import math
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -82,7 +84,15 @@ ROW_CHECK_CODES = ("bad-timestamp", "nonexistent-time", "bad-price", "bad-volume
                    "negative-volume", "high-below-low", "open-close-outside")
 """The checks of ``data.checks.CHECKS`` that apply to one bar, in the table's order."""
 _ROW_CHECKS: tuple[Check, ...] = tuple(c for c in CHECKS if c.code in ROW_CHECK_CODES)
-STREAM_CODES = ("duplicate-timestamp", "out-of-order", "late", "off-tick-grid")
+CODE_LATE = "late"
+"""An accepted bar that ended more than ``BarGate.late_after_s`` before it arrived: not traded."""
+CODE_FUTURE = "future"
+"""A refused bar that ends later than the wall clock (plus ``BarGate.ahead_s``): the clock is not in sync."""
+CODE_HISTORY = "history"
+"""An accepted bar before the executor's live point: it warms the features and is never traded."""
+STREAM_CODES = ("duplicate-timestamp", "out-of-order", CODE_FUTURE, "off-tick-grid")
+FUTURE_TOLERANCE_S = 5.0
+"""Seconds a bar's end may lie ahead of the wall clock (two clocks that differ a little) before it is refused."""
 
 
 def _rows(bar: Bar) -> Rows:
@@ -120,8 +130,10 @@ class BarGate:
 
     ``tick_size`` (from ``market`` by default) enables the tick-grid rule; set
     ``check_tick_grid=False`` for back-adjusted data (``data check``'s ``tick-grid`` note,
-    which :meth:`for_bars` reads). ``late_after_s`` rejects a bar whose end is older than
-    that many seconds by ``clock`` (live feeds; None for replays).
+    which :meth:`for_bars` reads). The wall-clock rules (live feeds; a replay's bars are
+    history): :meth:`check` given ``now`` refuses a bar whose end lies more than ``ahead_s``
+    after it (``future``: the clock is not in sync with the bars); :meth:`late` says when a
+    bar's end is more than ``late_after_s`` seconds older than ``now`` (``late``).
     """
 
     market: str | None = None
@@ -129,7 +141,7 @@ class BarGate:
     check_tick_grid: bool = True
     late_after_s: float | None = None
     tick_size: float | None = None
-    clock: Callable[[], float] = time.time
+    ahead_s: float = FUTURE_TOLERANCE_S
     last_time_ns: int | None = None
     """Time of the last accepted bar (restored from the journal on restart)."""
     counts: dict[str, int] = field(default_factory=dict)
@@ -146,9 +158,10 @@ class BarGate:
         off_grid = any(getattr(f, "code", None) == "tick-grid" for f in bars.findings)
         return cls(market=bars.market, bar_minutes=bars.bar_minutes, check_tick_grid=not off_grid, **kw)
 
-    def check(self, bar: Bar) -> Rejection | None:
-        """None when the bar is accepted (and becomes the last bar), else the rejection."""
-        rejection = self._row_rules(bar) or self._stream_rules(bar)
+    def check(self, bar: Bar, now: float | None = None) -> Rejection | None:
+        """None when the bar is accepted (and becomes the last bar), else the rejection; ``now`` (the wall clock,
+        s since the epoch) also refuses a bar from the future."""
+        rejection = self._row_rules(bar) or self._stream_rules(bar, now)
         if rejection is not None:
             self.counts[rejection.code] = self.counts.get(rejection.code, 0) + 1
             return rejection
@@ -167,7 +180,18 @@ class BarGate:
                 return Rejection(bar, chk.code, f"{where}: {problem} (column {hits.column}, value {hits.value!r})")
         return None
 
-    def _stream_rules(self, bar: Bar) -> Rejection | None:
+    def late(self, bar: Bar, now: float) -> Rejection | None:
+        """The ``late`` verdict of an accepted bar whose end is more than ``late_after_s`` seconds before ``now``
+        (None: in time, or no ``late_after_s``); a verdict, not a refusal: the bar stays in the stream."""
+        if self.late_after_s is None or bar.time_ns is None:
+            return None
+        age = now - (bar.time_ns / 1e9 + 60.0 * self.bar_minutes)
+        if age <= self.late_after_s:
+            return None
+        return Rejection(bar, CODE_LATE, f"{bar.time}: the bar ended {age:.0f} s before it arrived (more than "
+                         f"--max-bar-age {self.late_after_s:g} s): too old to trade on")
+
+    def _stream_rules(self, bar: Bar, now: float | None) -> Rejection | None:
         t = bar.time_ns
         assert t is not None and bar.time is not None  # bad-timestamp was rejected above
         last = self.last_time_ns
@@ -176,11 +200,14 @@ class BarGate:
         if last is not None and t < last:
             return Rejection(bar, "out-of-order", f"{bar.time}: earlier than the last accepted bar "
                              f"({pd.Timestamp(last, tz='UTC').tz_convert(EASTERN)})")
-        if self.late_after_s is not None:
-            age = self.clock() - (t / 1e9 + 60.0 * self.bar_minutes)
-            if age > self.late_after_s:
-                return Rejection(bar, "late", f"{bar.time}: the bar ended {age:.0f} s ago "
-                                 f"(more than {self.late_after_s:g} s): too old to trade on")
+        if now is not None:
+            ahead = t / 1e9 + 60.0 * self.bar_minutes - now
+            if ahead > self.ahead_s:
+                clock = pd.Timestamp(now, unit="s", tz="UTC").tz_convert(EASTERN).strftime("%Y-%m-%d %H:%M:%S")
+                return Rejection(bar, CODE_FUTURE, f"{bar.time}: the bar ends {ahead:.0f} s after this computer's "
+                                 f"clock ({clock} ET): the clock is not in sync with the bars, or the feed's time "
+                                 "zone (--tz, --time-shift) or stamps (the bar's end, not its start) are not the "
+                                 "file's; no order is sent for it")
         if self.check_tick_grid and self.tick_size:
             px = np.array([[bar.open, bar.high, bar.low, bar.close]], dtype=np.float64)
             off = off_grid_mask(px, self.tick_size)[0]
@@ -496,4 +523,5 @@ def open_feed(spec: str | FeedSpec, *, stop: threading.Event | None = None, **kw
     return FollowFeed(fs.path, stop=stop, **kw)
 
 
-__all__ = ["Bar", "BarGate", "FeedSpec", "FollowFeed", "Rejection", "ReplayFeed", "open_feed", "parse_feed_spec"]
+__all__ = ["CODE_FUTURE", "CODE_HISTORY", "CODE_LATE", "Bar", "BarGate",
+           "FeedSpec", "FollowFeed", "Rejection", "ReplayFeed", "open_feed", "parse_feed_spec"]

@@ -55,6 +55,7 @@ CREATE TABLE IF NOT EXISTS bars (
     open REAL, high REAL, low REAL, close REAL, volume REAL,
     accepted INTEGER NOT NULL, reason TEXT, message TEXT, raw TEXT, recorded_ns INTEGER NOT NULL);
 CREATE INDEX IF NOT EXISTS bars_time ON bars(time_ns);
+CREATE INDEX IF NOT EXISTS bars_reason ON bars(reason, time_ns) WHERE reason IS NOT NULL;
 CREATE TABLE IF NOT EXISTS decisions (
     id INTEGER PRIMARY KEY, bar_time_ns INTEGER NOT NULL, action INTEGER NOT NULL,
     probabilities TEXT NOT NULL, advice TEXT, veto TEXT, rule_codes TEXT NOT NULL,
@@ -368,11 +369,20 @@ class Journal:
         return None if row is None else (int(row[0]), str(row[1]), bytes(row[2]))
 
     # ---- recovery reads -------------------------------------------------------------------
-    def last_bar_time(self, accepted_only: bool = True) -> int | None:
-        """Time (ns) of the latest journaled bar (accepted ones by default), None when there is none."""
-        where = " WHERE accepted = 1" if accepted_only else ""
-        row = self._db.execute(f"SELECT MAX(time_ns) FROM bars{where}").fetchone()
+    def last_bar_time(self, accepted_only: bool = True, reason: str | None = None) -> int | None:
+        """Time (ns) of the latest journaled bar (accepted ones by default; with this reason code, e.g.
+        ``history``), None when there is none."""
+        where = ["accepted = 1"] if accepted_only else []
+        if reason is not None:
+            where.append("reason = ?")
+        sql = "SELECT MAX(time_ns) FROM bars" + (" WHERE " + " AND ".join(where) if where else "")
+        row = self._db.execute(sql, () if reason is None else (reason,)).fetchone()
         return None if row[0] is None else int(row[0])
+
+    def bar_times(self, reason: str) -> set[int]:
+        """Times (ns) of the journaled bars with this reason code (accepted or refused), e.g. ``late``."""
+        rows = self._db.execute("SELECT time_ns FROM bars WHERE reason = ? AND time_ns IS NOT NULL", (reason,))
+        return {int(r[0]) for r in rows}
 
     def last_time(self, table: str) -> int | None:
         """Latest bar time (ns) of ``bars`` (any), ``decisions`` or ``account`` rows; None when empty."""

@@ -24,6 +24,7 @@ from hybrid_trader.actions import ACTION_NAMES
 from hybrid_trader.calendar import EASTERN
 from hybrid_trader.evaluation.figures import HEIGHT, WIDTH, _png  # sets the Agg backend
 from hybrid_trader.evaluation.report import _esc, _figure, _table, html_document
+from hybrid_trader.live.feeds import CODE_HISTORY, CODE_LATE
 from hybrid_trader.live.journal import read_journal
 
 RECENT_DECISIONS = 30
@@ -109,10 +110,18 @@ def _equity_figure(account: pd.DataFrame) -> bytes | None:
     return _png(fig)
 
 
+def _held(bars: pd.DataFrame) -> list[tuple[str, int]]:
+    """Accepted bars that were not traded, by reason: history (before the live point) and late."""
+    accepted = bars[bars["accepted"] == 1]["reason"]
+    return [("of the accepted, history (features only, never traded)", int((accepted == CODE_HISTORY).sum())),
+            ("of the accepted, late (no decision)", int((accepted == CODE_LATE).sum()))]
+
+
 def _summary(tables: dict[str, pd.DataFrame], trades: pd.DataFrame) -> list[tuple[str, list[str]]]:
     bars, account = tables["bars"], tables["account"]
     rows = [("bars accepted", [f"{int((bars['accepted'] == 1).sum()):,}"]),
             ("bars refused", [f"{int((bars['accepted'] == 0).sum()):,}"]),
+            *[(label, [f"{n:,}"]) for label, n in _held(bars) if n],
             ("decisions", [f"{len(tables['decisions']):,}"]),
             ("orders", [f"{len(tables['orders']):,}"]),
             ("round trips", [f"{len(trades):,}"]),

@@ -63,7 +63,7 @@ SNAPSHOT_FORMAT = 1
 SNAPSHOT_BARS = 2000
 """Bars (outside trading windows) after which a snapshot is taken even without a new trading date."""
 _EXECUTOR_FIELDS = ("_date", "_day_open", "_day_done", "_pending", "_entry_id", "_trades_seen", "last_decision")
-_SUMMARY_FIELDS = ("bars", "rejected", "decisions")
+_SUMMARY_FIELDS = ("bars", "rejected", "decisions", "history_bars", "late_bars")
 _CORE_SHARED = ("broker", "account", "observer", "_open", "_high", "_low", "_close", "_atr", "risk_veto")
 """The core's references to objects the snapshot holds on their own (the core is rebuilt on them)."""
 _READ_ERRORS = (pickle.UnpicklingError, EOFError, AttributeError, ImportError, KeyError, TypeError,

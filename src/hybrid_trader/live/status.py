@@ -1,5 +1,7 @@
 """The executor's live terminal status: position, P&L, distance to the threshold, last decision, advisor.
 
+The bar count says how many were history (before the live point, never traded) or late.
+
 On a terminal one line is rewritten in place, at most every ``interval_s`` seconds; into a
 file or a pipe (a log) a line is written only when something a trader would look for
 changes: the position, the number of trades, the account's status, or the day. ::
@@ -50,6 +52,10 @@ class StatusSnapshot:
     bars: int
     decisions: int
     trades: int
+    history: int = 0
+    """Of the bars, those before the live point (features only, never traded)."""
+    late: int = 0
+    """Of the bars, those older than --max-bar-age when they arrived (no decision)."""
 
 
 def snapshot(executor: Executor) -> StatusSnapshot:
@@ -72,7 +78,7 @@ def snapshot(executor: Executor) -> StatusSnapshot:
         last_action="-" if last is None else ACTION_NAMES[last[1]],
         last_codes=() if last is None else tuple(last[2]),
         advisor=executor.advisor_label, bars=executor.summary.bars, decisions=executor.summary.decisions,
-        trades=len(trades))
+        trades=len(trades), history=executor.summary.history_bars, late=executor.summary.late_bars)
 
 
 def format_status(s: StatusSnapshot) -> str:
@@ -84,9 +90,11 @@ def format_status(s: StatusSnapshot) -> str:
     else:
         pos = "FLAT"
     codes = f" [{', '.join(s.last_codes)}]" if s.last_codes else ""
+    held = ", ".join(f"{n:,} {what}" for n, what in ((s.history, "history"), (s.late, "late")) if n)
+    bars = f"{s.bars:,} bars" + (f" ({held})" if held else "")
     return (f"{when}  {pos}  day {s.day_pnl:+,.2f}  net {s.net_pnl:+,.2f}  to threshold {s.to_threshold:,.2f}"
             f"  | {s.last_action}{codes}  | advisor {s.advisor}"
-            f"  | {s.bars:,} bars {s.decisions:,} decisions {s.trades:,} trades  | {s.status}")
+            f"  | {bars} {s.decisions:,} decisions {s.trades:,} trades  | {s.status}")
 
 
 class StatusPrinter:
