@@ -109,3 +109,29 @@ def test_evaluate_market_is_checked_as_train_checks_it(nq_run, tmp_path, capsys)
     run, _, _ = nq_run
     assert main(["evaluate", str(run), "--market", "XX", "--seeds", "1"]) == 2
     assert "unknown market 'XX'" in capsys.readouterr().err
+
+
+def test_the_run_market_of_an_older_run_is_what_training_read_from_its_data_path(tmp_path):
+    from hybrid_trader.config import merge_overrides
+    from hybrid_trader.data.loader import named_market
+    from hybrid_trader.training.config import run_market
+
+    folder = tmp_path / "bars"
+    folder.mkdir()
+    for name in ("ES_2024-01.csv", "ESH4.csv"):
+        (folder / name).write_text("timestamp,open,high,low,close,volume\n")
+    assert named_market(folder) == ("ES", "name")
+    assert named_market(str(folder / "*.csv")) == ("ES", "name")
+    (folder / "NQ_2024-02.csv").write_text("timestamp,open,high,low,close,volume\n")
+    assert named_market(folder) == (None, "its files' names say ES, NQ")
+    assert named_market(tmp_path / "export.csv") == ("NQ", "assumed")  # as load_bars assumes it
+
+    def market(**keys):
+        return run_market(merge_overrides(RunConfig(), keys))[0]
+
+    assert market() == "NQ"  # the synthetic market
+    assert market(**{"data.path": str(tmp_path / "MES_1min.csv")}) == "MES"
+    assert market(**{"data.path": str(tmp_path / "MES_1min.csv"), "data.market": "mnq"}) == "MNQ"
+    assert market(**{"data.path": str(tmp_path / "x.csv"), "data.market": "NQ", "env.market": "ES"}) == "ES"
+    gone, why = run_market(merge_overrides(RunConfig(), {"data.path": str(tmp_path / "none" / "*.csv")}))
+    assert gone is None and "no bars file matches" in why

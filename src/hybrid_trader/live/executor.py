@@ -78,7 +78,8 @@ one fsync for many (a kill loses the batch, and the restart's replay writes it a
 class Executor(CoreViews):
     """Trade a run's agent on a bar feed with the paper broker, journaling everything.
 
-    ``market`` and ``bar_minutes``: the feed's (the run's ``env.market`` wins). ``trade_dates``: the
+    ``market`` and ``bar_minutes``: the feed's (the run's ``env.market`` wins; without either, the market the run
+    trained on: ``training.config.run_market``). ``trade_dates``: the
     trading dates to trade (None: every day); the other bars only
     warm the features up. ``run_tag`` names the orders (default: the run folder's name).
     ``llm``, ``llm_budget_ms``: a phase 3 run's LLM (not its student) asked asynchronously, a
