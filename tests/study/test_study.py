@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from hybrid_trader.cli.main import main
+from hybrid_trader.cli.study import EXIT_SOME_FAILED
 from hybrid_trader.errors import UserError
 from hybrid_trader.study.engine import run_study, trials_of
 from hybrid_trader.study.spec import load_study
@@ -65,14 +66,19 @@ def test_a_rerun_skips_finished_trials_and_a_failing_trial_is_recorded_without_s
     assert again["finished"] == 4
 
 
-def test_a_trial_that_crashes_is_recorded_with_its_error_and_the_others_finish(tmp_path):
-    path = study_file(tmp_path, variants=[{"name": "ok", "set": {}},
-                                          {"name": "broken", "set": {"data.path": str(tmp_path / "none.csv")}}],
-                      seeds=[0])
-    summary = run_study(path, tmp_path / "out", workers=2, progress=False, say=lambda s: None)
+def test_a_trial_that_crashes_is_recorded_with_its_error_and_the_others_finish(tmp_path, capsys):
+    """An LLM server that does not answer fails its trial at start-up (the variants' check before Ray starts no
+    back end); the other trial finishes, and the study exits 3."""
+    path = study_file(tmp_path, phases=[2, 3], seeds=[0], base={**TINY, "llm.backend": "mock"},
+                      variants=[{"name": "ok", "set": {}},
+                                {"name": "broken", "set": {"llm.backend": "openai",
+                                                           "llm.openai.base_url": "http://127.0.0.1:1/v1"}}])
+    code = main(["study", path, "--out", str(tmp_path / "out"), "--workers", "2", "--no-progress", "--json"])
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["finished"] == 1 and summary["failed"] == 1
-    assert "file not found" in summary["errors"][0]["error"]
+    assert "cannot reach the LLM server" in summary["errors"][0]["error"]
     assert (tmp_path / "out" / "trials" / "broken-s0-f0" / "traceback.txt").exists()
+    assert code == EXIT_SOME_FAILED == 3
 
 
 def test_a_folder_of_another_study_is_refused_naming_what_differs(finished, tmp_path):

@@ -24,6 +24,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--data", metavar="FILE", help="evaluate on these bars instead of the run's (same options as train)")
     p.add_argument("--tz", help="time zone of naive timestamps in --data")
     p.add_argument("--time-shift", type=float, metavar="HOURS", help="hours added to every timestamp of --data")
+    p.add_argument("--market", metavar="SYMBOL",
+                   help="contract the bars are priced with: NQ, MNQ, ES, MES, YM, MYM, RTY, M2K (default: the run's; "
+                        "--data whose file name says another market than the run's is refused unless --market says "
+                        "which; another market than the run's is an override, noted and recorded in results.json)")
     p.add_argument("--split", choices=("train", "val", "test", "all"), default="test",
                    help="which days (default test; 'all' for every day of --data)")
     p.add_argument("--seeds", type=int, default=3, help="seeds of the random baseline (default 3)")
@@ -82,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
                        strategy=args.strategy, ablation=not args.no_ablation, explain=args.explain,
                        explain_llm=args.explain_llm, fresh_days=args.fresh_days, verdict=args.verdict,
                        verdict_config=VerdictConfig(args.evaluation_fee, args.reset_fee, args.pass_value,
-                                                    args.max_days) if args.verdict else None)
+                                                    args.max_days) if args.verdict else None, symbol=args.market)
     if not args.json:
         print(format_table(out.metrics, HEADLINE))
         if out.extra.get("llm"):
@@ -108,6 +112,9 @@ def run(args: argparse.Namespace) -> int:
             print(f"\nExplained {e['explained']} sample decisions (chain of thought): decision parsed "
                   f"{e['decision_parsed_pct']:.0f}%, all four steps {e['all_four_steps_pct']:.0f}%, "
                   f"median {e['median_latency_s']:.1f} s each (in the report's sample decisions)")
+        contract = out.extra["contract"]
+        print(f"priced as {contract['symbol']} (${contract['point_value']:g} a point"
+              + (", an override: see the warning above)" if out.extra.get("contract_note") else ")"))
         print(f"results: {out.out_dir}   (report: hybrid-trader report {args.run_dir})")
     else:
         print(json.dumps(jsonable({"split": out.split, "dates": out.dates, "metrics": out.metrics,
@@ -123,8 +130,9 @@ def _ablation(args: argparse.Namespace) -> int:
     from hybrid_trader.evaluation.metrics import jsonable  # same reason
     from hybrid_trader.training.runner import load_run_config  # same reason
 
-    if args.data:
-        raise UserError("--ablation trains on the phase 2 run's bars; --data does not apply", fix="drop --data")
+    if args.data or args.market:
+        flag = "--data" if args.data else "--market"
+        raise UserError(f"--ablation trains on the phase 2 run's bars; {flag} does not apply", fix=f"drop {flag}")
     if args.ablation_seeds < 1:
         raise UserError(f"--ablation-seeds {args.ablation_seeds}: need at least 1 seed")
     if args.ablation_steps is not None and args.ablation_steps < 1:

@@ -7,14 +7,32 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from hybrid_trader.errors import UserError
 
+EXIT_SOME_FAILED = 3
+"""Exit code of a study in which some trials failed (or are missing); the others' results are written."""
+EXIT_ALL_FAILED = 4
+"""Exit code of a study in which no trial finished."""
+
+
+def exit_code(summary: dict) -> int:
+    """0 when every trial finished, else :data:`EXIT_SOME_FAILED` or :data:`EXIT_ALL_FAILED`."""
+    if summary["finished"] == summary["trials"]:
+        return 0
+    return EXIT_ALL_FAILED if summary["finished"] == 0 else EXIT_SOME_FAILED
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("study", help="a study on Ray: every variant x seed x fold trained and evaluated; means with "
-                                     "confidence intervals, paired comparisons, the Deflated Sharpe Ratio")
+                                     "confidence intervals, paired comparisons, the Deflated Sharpe Ratio",
+                       description="Every variant's configuration (keys, data and split, one environment) is checked "
+                                   "before Ray starts. Exit codes: 0 every trial finished; 2 the study was refused "
+                                   f"(a message says why); {EXIT_SOME_FAILED} some trials failed (their errors are "
+                                   f"printed and in summary.json, the others' results written); {EXIT_ALL_FAILED} "
+                                   "every trial failed; 130 interrupted (a rerun continues).")
     p.add_argument("study", type=Path, help="the study file (YAML, docs/STUDY.md)")
     p.add_argument("--out", type=Path, help="study folder (default: studies/<study file's stem>); a rerun skips "
                                             "finished trials")
@@ -38,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
                         progress=not args.no_progress, say=(lambda s: None) if args.json else print)
     if args.json:
         print(json.dumps(jsonable(summary)))
-        return 0
+        return _failures(summary, out)
     for name, v in summary["variants"].items():
         f = v["figures"]["Net PnL [$]"]
         print(f"{name:<24} {v['finished']}/{v['trials']} trials  net P&L mean {f['mean']:,.0f} "
@@ -50,8 +68,17 @@ def run(args: argparse.Namespace) -> int:
     dsr = summary["deflated sharpe"]
     print(f"Deflated Sharpe Ratio of the best trial ({dsr.get('best')}) over {dsr.get('trials')} trials: "
           f"{dsr.get('dsr')}")
-    if summary["failed"]:
-        print(f"{summary['failed']} trial(s) failed: " + "; ".join(f"{e['trial']}: {e['error']}"
-                                                                  for e in summary["errors"]))
     print(f"table: {Path(out) / 'trials.parquet'}   report: {summary['report']}")
-    return 0
+    return _failures(summary, out)
+
+
+def _failures(summary: dict, out: Path) -> int:
+    """The exit code; the trials that did not finish, with their errors, on stderr."""
+    code = exit_code(summary)
+    if code:
+        failed = summary["trials"] - summary["finished"]
+        print(f"error: {failed} of {summary['trials']} trial(s) did not finish" + "".join(
+            f"\n  {e['trial']}: {e['error']}" for e in summary["errors"])
+            + f"\n  fix: see each trial's traceback.txt under {Path(out) / 'trials'}; a rerun tries failed trials "
+              "again and skips finished ones", file=sys.stderr)
+    return code

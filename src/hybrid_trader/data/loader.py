@@ -28,7 +28,7 @@ from hybrid_trader.calendar import EASTERN
 from hybrid_trader.data.bars import Bars
 from hybrid_trader.data.clock import clock_findings
 from hybrid_trader.data.findings import AnyFinding, Finding
-from hybrid_trader.data.many import is_many, load_many
+from hybrid_trader.data.many import bars_files, is_many, load_many
 from hybrid_trader.data.timestamps import parse_timestamps
 from hybrid_trader.data.validate import Checker, tick_grid_finding, validate_frame
 from hybrid_trader.errors import UserError, did_you_mean
@@ -87,6 +87,26 @@ def guess_market(path: Path) -> str | None:
     if m and m.group(1) in CONTRACTS:
         return m.group(1)
     return None
+
+
+def named_market(path: str | Path) -> tuple[str | None, str]:
+    """The contract root ``load_bars(path)`` trades when no market is given, and how it is known.
+
+    ``(symbol, "name")``: the file name says it (a folder or glob: each of its files' names, which
+    agree); ``("NQ", "assumed")``: the names say nothing and the loader assumes NQ; ``(None, why)``: the
+    files' names disagree, or a folder or glob lists no file now.
+    """
+    if not is_many(path):
+        guessed = guess_market(Path(str(path)))
+        return (guessed, "name") if guessed else ("NQ", "assumed")
+    try:
+        names = {guess_market(f) for f in bars_files(path)}
+    except UserError as err:
+        return None, err.message
+    symbols = {n or "NQ" for n in names}
+    if len(symbols) > 1:
+        return None, f"its files' names say {', '.join(sorted(symbols))}"
+    return symbols.pop(), "name" if names - {None} else "assumed"
 
 
 # ---- reading ------------------------------------------------------------------------

@@ -27,6 +27,7 @@ from typing import Any, Literal
 import numpy as np
 
 from hybrid_trader.config import merge_overrides
+from hybrid_trader.data.loader import named_market
 from hybrid_trader.errors import UserError
 from hybrid_trader.evaluation.metrics import compute_metrics, jsonable
 from hybrid_trader.evaluation.policies import AgentPolicy, FlatPolicy, HybridAgentPolicy, MomentumPolicy, RandomPolicy
@@ -34,12 +35,13 @@ from hybrid_trader.evaluation.results import StrategyResult, metrics_table, save
 from hybrid_trader.evaluation.runner import entry_rate, evaluation_env, run_fresh_days, run_policy
 from hybrid_trader.evaluation.verdict import VerdictConfig, prop_verdict, small_sample_warning
 from hybrid_trader.llm.health import HEALTH_STAT_NAMES
+from hybrid_trader.markets import get_contract
 from hybrid_trader.run import FolderLock, RunDir, data_identity, same_data, sha256_file
 from hybrid_trader.run.calibration import attach_calibration
 from hybrid_trader.run.files import atomic_write_text, check_writable
 from hybrid_trader.run.models import final_model, load_model, load_normalizer
 from hybrid_trader.run.pins import check_pins
-from hybrid_trader.training.config import RunConfig, with_absolute_data
+from hybrid_trader.training.config import RunConfig, run_market, with_absolute_data
 from hybrid_trader.training.market import load_market, make_veto
 
 
@@ -102,6 +104,7 @@ def evaluate_run(
     fresh_days: bool = False,
     verdict: Literal["rolling", "sequential"] | None = None,
     verdict_config: VerdictConfig | None = None,
+    symbol: str | None = None,
 ) -> EvaluationOutput:
     """Evaluate a run on ``split``; results in ``out_dir`` (default ``RUN_DIR/eval/<split>``, or a
     folder named after other data). ``llm_overrides`` change the advisor's settings for this
@@ -111,7 +114,8 @@ def evaluate_run(
     ``explain_llm``: its back end). ``fresh_days``: the agent also trades each day from a
     fresh account (``runner.run_fresh_days``; ``extra["fresh_days"]``). ``verdict``: the prop-firm
     verdict of the agent and the baselines, attempts started every day (``rolling``) or one after
-    another (``sequential``) (``evaluation.verdict``; ``extra["prop_verdict"]``)."""
+    another (``sequential``) (``evaluation.verdict``; ``extra["prop_verdict"]``). ``symbol`` (``--market``):
+    the contract the bars are priced with, see :func:`evaluation_market`; results.json records the one used."""
     run_dir = Path(run_dir)
     run = RunDir(run_dir).require()
     if seeds < 1:
@@ -131,8 +135,15 @@ def evaluate_run(
     if config.env.phase == 3 and not llm_overrides:  # the run's own advisor: the student or adapter it pinned
         check_pins(run_dir, doing="evaluate")
     own_data = data_identity(config.data)
+    priced_as, contract_note = evaluation_market(run_dir, config, (data_overrides or {}).get("path"), symbol)
+    pricing = {"run_market": run_market(config)[0], **({"contract_note": contract_note} if contract_note else {})}
+    if priced_as is not None:  # env.market too where the run set it: it wins over the bars' market
+        data_overrides = {**(data_overrides or {}), "market": priced_as}
     if data_overrides:
-        config = merge_overrides(config, {f"data.{k}": v for k, v in data_overrides.items() if v is not None})
+        keys = {f"data.{k}": v for k, v in data_overrides.items() if v is not None}
+        if config.env.market and priced_as is not None:
+            keys["env.market"] = priced_as
+        config = merge_overrides(config, keys)
         config = with_absolute_data(config)
     data = data_identity(config.data)
     final_model(run, config.ppo.normalize_observations)  # a damaged or missing model file fails before any output
@@ -141,15 +152,69 @@ def evaluate_run(
         backend = llm_overrides.get("backend")
         advisor = f"llm-{backend}" if backend and len(llm_overrides) == 1 else \
             "llm-" + hashlib.sha256(json.dumps(llm_overrides, sort_keys=True, default=str).encode()).hexdigest()[:8]
-    out_dir = Path(out_dir) if out_dir is not None else \
-        run.eval_dir(split, None if same_data(data, own_data) else data, advisor)
+    if out_dir is None:
+        out_dir = run.eval_dir(split, None if same_data(data, own_data) else data, advisor)
+        if contract_note is not None and priced_as is not None:  # the file priced as another market: beside it
+            out_dir = out_dir.with_name(f"{out_dir.name}-as-{priced_as}")
+    out_dir = Path(out_dir)
+    if contract_note is not None:
+        warn_loudly(contract_note)
     check_writable(out_dir, what="evaluate")
     out_dir.mkdir(parents=True, exist_ok=True)
     with FolderLock(out_dir, f"evaluate {split}"):  # one writer per output folder; training may go on
         return _evaluate(run, config, data, out_dir, split=split, seeds=seeds, market=market, quiet=quiet,
                          llm_overrides=llm_overrides, strategy=strategy, ablation=ablation, explain=explain,
                          explain_llm=explain_llm, fresh_days=fresh_days, verdict=verdict,
-                         verdict_config=verdict_config)
+                         verdict_config=verdict_config, pricing=pricing)
+
+
+def evaluation_market(run_dir: Path, config: RunConfig, data_path: str | None,
+                      symbol: str | None) -> tuple[str | None, str | None]:
+    """The contract root an evaluation prices the bars with (None: the run's own bars, loaded as it trained),
+    and a note when that is not the market the run trained on.
+
+    ``symbol`` (``--market``) is checked as train checks it and always wins: another market than the run's is an
+    explicit override, noted. Without it, ``--data`` whose file name says another market than the run's is
+    refused naming both; a name that says none is priced as the run's market, noted.
+    """
+    trained, where = run_market(config)
+    if symbol is not None:
+        symbol = get_contract(symbol).symbol
+        if trained is not None and symbol == trained:
+            return (symbol if data_path else None), None
+        return symbol, (f"--market {symbol}: the bars are priced as {symbol} ({_contract_text(symbol)}), but the "
+                        f"agent of {run_dir} trained on {trained or 'an unknown market'} ({where}); results.json "
+                        "records the contract used")
+    if not data_path:
+        return None, None
+    named, how = named_market(data_path)
+    if how == "name" and named is not None and named != trained:
+        if trained is None:
+            return named, f"--data is priced as {named} (its file name); the run's own market is unknown ({where})"
+        raise UserError(
+            f"--data holds {named} bars (its file name says so), but the run {run_dir} trained on {trained} "
+            f"({where}): its trades would be priced with the wrong contract ({_contract_text(named)} against "
+            f"{_contract_text(trained)})", file=str(data_path),
+            fix=f"evaluate on {trained} bars; or pass --market {named} to price these bars as {named} (an explicit "
+                f"override, recorded in results.json); or --market {trained} when the file's name misleads")
+    if how == "name":
+        return named, None
+    if trained is None:
+        raise UserError(f"neither --data's name nor the run {run_dir} says the market ({how}; {where})",
+                        file=str(data_path), fix="pass --market SYMBOL (e.g. --market NQ)")
+    return trained, (f"--data's file name names no market: its bars are priced as the run's market {trained} "
+                     f"({_contract_text(trained)}); pass --market to say otherwise")
+
+
+def _contract_text(symbol: str) -> str:
+    return f"${get_contract(symbol).point_value:g} a point"
+
+
+def contract_record(symbol: str) -> dict[str, Any]:
+    """What results.json records of the contract the trades were priced with."""
+    c = get_contract(symbol)
+    return {"symbol": c.symbol, "name": c.name, "point_value": c.point_value, "tick_size": c.tick_size,
+            "tick_value": c.tick_value}
 
 
 def _evaluate(run: RunDir, config: RunConfig, data: dict, out_dir: Path, *, split: str, seeds: int, market: Any,
@@ -157,7 +222,7 @@ def _evaluate(run: RunDir, config: RunConfig, data: dict, out_dir: Path, *, spli
               strategy: Literal["prior", "rules"] | None, ablation: bool, explain: int = 0,
               explain_llm: str | None = None, fresh_days: bool = False,
               verdict: Literal["rolling", "sequential"] | None = None,
-              verdict_config: VerdictConfig | None = None) -> EvaluationOutput:
+              verdict_config: VerdictConfig | None = None, pricing: dict | None = None) -> EvaluationOutput:
     run_dir = run.path
     market = market or load_market(config.data, None if split == "all" else config.split)  # all: no folds
     sessions = sessions_for(market, split)
@@ -211,6 +276,7 @@ def _evaluate(run: RunDir, config: RunConfig, data: dict, out_dir: Path, *, spli
     metrics["random"] = {k: (v["mean"] if "mean" in v else _mode(v)) if isinstance(v, dict) else v
                          for k, v in random_stats.items()}
 
+    contract = contract_record(config.env.market or market.bars.market)  # as the environment prices trades
     prices = market.bars.frame["close"].iloc[
         int(market.bars.session_bounds[sessions.start, 0]): int(market.bars.session_bounds[sessions.stop - 1, 1]) + 1]
     if ablation_metrics is not None:
@@ -220,12 +286,14 @@ def _evaluate(run: RunDir, config: RunConfig, data: dict, out_dir: Path, *, spli
     save_results(results, prices, out_dir, metrics=table,
                  info={"split": split, "run_dir": str(run_dir), "model": str(model_path),
                        "model_sha256": sha256_file(model_path), "data": data, "seeds": seeds, "entry_rate": rate,
+                       "contract": contract, **(pricing or {}),
                        **llm_info, **({"advisor_override": llm_overrides} if llm_overrides else {}),
                        **({"prop_verdict": prop} if prop else {})})
     (out_dir / "STALE.json").unlink(missing_ok=True)
     dates = (str(market.bars.session_dates[sessions.start]), str(market.bars.session_dates[sessions.stop - 1]))
     per_seed = {r.name: compute_metrics(r) for r in randoms}
-    extra = {"entry_rate": rate, "agent_actions": agent.extra.get("actions")}
+    extra = {"entry_rate": rate, "agent_actions": agent.extra.get("actions"), "contract": contract,
+             **{k: v for k, v in (pricing or {}).items() if k == "contract_note"}}
     if phase3:
         extra["llm"] = agent.extra.get("llm")
         extra["ablation"] = ablation_metrics

@@ -70,7 +70,7 @@ from hybrid_trader.live.policy_cache import executor_policy
 from hybrid_trader.live.snapshot import Snapshots
 from hybrid_trader.markets import get_contract
 from hybrid_trader.run import RunDir
-from hybrid_trader.training.config import RunConfig
+from hybrid_trader.training.config import RunConfig, run_market
 from hybrid_trader.training.market import make_veto
 
 __all__ = ["EXIT_MANUAL", "Executor", "ExecutorSummary", "OnExit", "run_bar_minutes", "split_dates"]
@@ -86,7 +86,8 @@ one fsync for many (a kill loses the batch, and the restart's replay writes it a
 class Executor(CoreViews):
     """Trade a run's agent on a bar feed with the paper broker, journaling everything.
 
-    ``market`` and ``bar_minutes``: the feed's (the run's ``env.market`` wins). ``trade_dates``: the
+    ``market`` and ``bar_minutes``: the feed's (the run's ``env.market`` wins; without either, the market the run
+    trained on: ``training.config.run_market``). ``trade_dates``: the
     trading dates to trade (None: every day); the other bars only
     warm the features up. ``run_tag`` names the orders (default: the run folder's name).
     ``llm``, ``llm_budget_ms``: a phase 3 run's LLM (not its student) asked asynchronously, a
@@ -115,11 +116,12 @@ class Executor(CoreViews):
         self.run_tag = run_tag or self.run.path.name
         self.trade_dates = None if trade_dates is None else {np.datetime64(pd.Timestamp(d).date(), "D")
                                                               for d in trade_dates}
-        data = self.config.data
-        market = cfg.market or market or data.market or ("NQ" if data.path is None else None)
+        trained, where = run_market(self.config)
+        market = cfg.market or market or trained
         if not market:
-            raise UserError(f"neither the run {self.run.path} nor the feed names the market",
-                            fix="set data.market in the run's config.yaml")
+            raise UserError(f"neither the run {self.run.path} nor the feed names the market ({where})",
+                            fix="restore the run's data folder (its files' names say the market), or replay a "
+                                "file whose name says it")
         self.contract = get_contract(market)
         self.bar_minutes = int(bar_minutes)
         if max_bar_age_s is not None and not (math.isfinite(max_bar_age_s) and max_bar_age_s > 0):

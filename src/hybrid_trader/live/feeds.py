@@ -5,7 +5,8 @@
   as fast as possible or paced at ``speed`` x real time.
 * :class:`FollowFeed` tails a CSV a platform appends bar by bar (a NinjaTrader export):
   complete lines only, header matched with the loader's column aliases, timestamps read
-  by the loader's parser, rotation and truncation survived without repeating a bar.
+  by the loader's parser, rotation and truncation survived without repeating a bar (a renamed
+  file is read to its end before the new one).
 * :class:`BarGate` checks each arriving bar with ``data check``'s one-row rules (the
   ``data.checks.CHECKS`` table itself, and the tick grid of ``data.validate``) and the
   stream's own rules (duplicate, out of order, from the future by the wall clock). A bad
@@ -25,7 +26,7 @@ import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 import pandas as pd
@@ -289,15 +290,25 @@ class FollowFeed:
 
     Reads only complete lines (a last line without its newline waits), matches the header
     with the loader's column names, reads timestamps with the loader's parser (the format
-    is picked from the lines seen so far, as ``data check`` picks it from the file), and
-    reopens the file from its start when it is replaced (another inode) or truncated,
-    skipping bars not later than the last one it yielded. A line that cannot be read still
-    comes out, as a :class:`Bar` with ``time=None`` or NaN values, for the gate to reject.
+    is picked from the lines seen so far, as ``data check`` picks it from the file).
+
+    Rotation and replacement: the feed holds the file open and tracks its inode. When the
+    path is renamed away (or names another inode), the open file is first read to its end
+    (its last line taken even without a newline), then the new file is read from its
+    start; a file truncated in place is re-read from its start. After such a reopen a bar
+    the feed already yielded (same time) is skipped (``skipped``); any other line still
+    comes out, an unseen bar not later than the last one included, so that the gate rejects
+    it with its reason and the executor journals the row. A line that cannot be read comes
+    out as a :class:`Bar` with ``time=None`` or NaN values, for the gate to reject.
     Ends when ``stop`` is set or after ``timeout_s`` seconds without a new line.
+    (On Windows the file is not held between polls, so that the platform can rename it;
+    lines written to it after the last poll and before a rename are then not seen.)
     """
 
     SAMPLE = 100
     """Timestamp texts kept from the file's start and from its latest lines, for the format picker."""
+    HOLD_OPEN = os.name != "nt"
+    """Keep the file open between polls (a renamed file is then drained); Windows forbids renaming an open file."""
 
     def __init__(self, path: str | Path, poll_s: float = 1.0, *, tz: str = EASTERN, time_shift: float = 0.0,
                  stop: threading.Event | None = None, timeout_s: float | None = None) -> None:
@@ -310,9 +321,14 @@ class FollowFeed:
         self.stop = stop or threading.Event()
         self.timeout_s = timeout_s
         self.skipped = 0
-        """Bars skipped after a rotation because they were already yielded."""
+        """Bars skipped after a reopen because they were already yielded."""
         self.reopened = 0
+        """Files (or truncations) switched to after the first."""
+        self.drained = 0
+        """Lines read from a file after it was renamed away or replaced, before the new one."""
         self.last_time_ns: int | None = None
+        self._yielded: set[int] = set()
+        self._fh: BinaryIO | None = None
         self._inode: int | None = None
         self._offset = 0
         self._partial = b""
@@ -327,25 +343,57 @@ class FollowFeed:
     def _reset(self, inode: int | None) -> None:
         self._inode, self._offset, self._partial, self._line_no, self._header = inode, 0, b"", 0, None
 
+    def close(self) -> None:
+        """Release the followed file."""
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None
+
     def poll(self) -> list[Bar]:
         """Bars of the lines completed since the last call (possibly none)."""
         try:
             st = os.stat(self.path)
-        except FileNotFoundError:
-            return []  # between a rotation's rename and create: try again next poll
-        if self._inode is None:
-            self._reset(st.st_ino)
-        elif st.st_ino != self._inode or st.st_size < self._offset:
+        except FileNotFoundError:  # renamed away, the new file not yet created: what the old one still holds
+            return self._read(final=False) if self._fh is not None else []
+        bars: list[Bar] = []
+        if self._inode is not None and st.st_ino != self._inode:  # rotated or replaced: drain, then switch
+            if self._fh is not None:
+                before = self._line_no
+                bars = self._read(final=True)
+                self.drained += self._line_no - before
+            self.close()
             self._reset(st.st_ino)
             self.reopened += 1
-        if st.st_size == self._offset:
-            return []
-        with open(self.path, "rb") as fh:
-            fh.seek(self._offset)
-            data = fh.read()
+        elif self._inode is not None and st.st_size < self._offset:  # truncated in place: from its start
+            self._reset(st.st_ino)
+            self.reopened += 1
+        elif self._inode is None:
+            self._reset(st.st_ino)
+        if self._fh is None:
+            try:
+                self._fh = open(self.path, "rb")  # noqa: SIM115 -- held across polls, closed by close()
+            except FileNotFoundError:
+                return bars
+            if os.fstat(self._fh.fileno()).st_ino != self._inode:  # replaced again between stat and open
+                self.close()
+                return bars
+        try:
+            return bars + self._read(final=False)
+        finally:
+            if not self.HOLD_OPEN:
+                self.close()
+
+    def _read(self, final: bool) -> list[Bar]:
+        """The complete lines the open file holds past the offset (``final``: its last line too, newline or not)."""
+        assert self._fh is not None
+        self._fh.seek(self._offset)
+        data = self._fh.read()
         self._offset += len(data)
         data = self._partial + data
         *complete, self._partial = data.split(b"\n")
+        if final and self._partial:
+            complete.append(self._partial)
+            self._partial = b""
         lines = [c.decode("utf-8", errors="replace").rstrip("\r") for c in complete]
         return self._parse(lines)
 
@@ -366,12 +414,14 @@ class FollowFeed:
         out = []
         for bar in bars:
             t = bar.time_ns
-            if t is not None and self.last_time_ns is not None and t <= self.last_time_ns and self.reopened:
-                self.skipped += 1  # already yielded before the file was replaced
+            if t is not None and self.reopened and t in self._yielded:
+                self.skipped += 1  # already yielded from the file before this one (and journaled then)
                 continue
             out.append(bar)
-            if t is not None and (self.last_time_ns is None or t > self.last_time_ns):
-                self.last_time_ns = t
+            if t is not None:
+                self._yielded.add(t)
+                if self.last_time_ns is None or t > self.last_time_ns:
+                    self.last_time_ns = t
         return out
 
     def _read_header(self, text: str) -> None:
@@ -458,15 +508,18 @@ class FollowFeed:
 
     def __iter__(self) -> Iterator[Bar]:
         idle_since = time.monotonic()
-        while not self.stop.is_set():
-            bars = self.poll()
-            if bars:
-                idle_since = time.monotonic()
-                yield from bars
-                continue
-            if self.timeout_s is not None and time.monotonic() - idle_since >= self.timeout_s:
-                return
-            self.stop.wait(self.poll_s)
+        try:
+            while not self.stop.is_set():
+                bars = self.poll()
+                if bars:
+                    idle_since = time.monotonic()
+                    yield from bars
+                    continue
+                if self.timeout_s is not None and time.monotonic() - idle_since >= self.timeout_s:
+                    return
+                self.stop.wait(self.poll_s)
+        finally:
+            self.close()
 
 
 # ---- --feed --------------------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 """Run a study on Ray: every trial a Ray task on one CPU, resumable, failures recorded, one table at the end.
 
-``run_study(spec_path, out)``: checks the study file and every variant's keys, refuses a folder
+``run_study(spec_path, out)``: checks the study file and every variant's configuration (keys, data,
+split, environment: :func:`check_variants`), refuses a folder
 written by another study (naming what differs), skips finished trials, runs the rest on Ray
 (``ray.init(num_cpus=workers)`` on this machine, or ``address`` to join a cluster), shows a
 progress bar with ETA, and writes ``OUT/trials.parquet`` (one row per trial), ``OUT/summary.json``
@@ -29,7 +30,8 @@ from hybrid_trader.run.files import atomic_write_text, check_writable
 from hybrid_trader.run.lock import FolderLock
 from hybrid_trader.study.spec import StudySpec, load_study
 from hybrid_trader.study.summary import summarize
-from hybrid_trader.study.trials import TRIALS, Trial, read_trial, run_trial
+from hybrid_trader.study.trials import TRIALS, Trial, forget_markets, market_for, read_trial, run_trial
+from hybrid_trader.training.market import check_environment
 
 STUDY_FILE = "study.json"
 """The study as it was given (its identity and settings): a later run must match it."""
@@ -111,6 +113,7 @@ def run_study(spec_path: str | Path, out: str | Path, *, workers: int | None = N
         say(f"note: --workers {workers} capped at {cores}, the number of cores (one trial per CPU)")
         workers = cores
     _check_folds(spec)
+    check_variants(spec)
     out.mkdir(parents=True, exist_ok=True)
     with FolderLock(out, "study"):
         _check_same_study(out, spec)
@@ -142,14 +145,53 @@ def _check_folds(spec: StudySpec) -> None:
     """A fold count the data cannot hold is refused before any trial starts (loads the bars once)."""
     if not spec.folds:
         return
-    from hybrid_trader.training.market import load_market  # only with folds: loading the bars costs seconds
-
     config = spec.run_config(spec.variants[0], spec.seeds[0], spec.folds - 1, spec.phases[0])
     try:
-        load_market(config.data, config.split)
+        market_for(config)  # loaded once for check_variants too
     except UserError as err:
         raise UserError(f"folds: {spec.folds} walk-forward folds do not fit the data ({err.message})",
                         fix="use fewer folds, or more days of data") from None
+
+
+CHECKED_KEYS = {"the data and split": ("data.", "split."), "the environment": ("env.", "risk.", "ppo.n_envs")}
+"""What each stage of :func:`check_variants` checks, by key prefix: the keys named when it fails."""
+
+
+def check_variants(spec: StudySpec) -> None:
+    """Every variant's configuration, each phase and fold, checked as a trial's training checks it, before Ray
+    starts: the config's keys and values (``load_study``), the data and its split (a part that gets no day),
+    and one environment (contracts above the rules' limit, the trading window, ...). A failure is refused naming
+    the variant and the keys of the study that set what failed. Not checked here: an LLM back end's start-up (a
+    trial's own first step)."""
+    try:
+        for variant in spec.variants:
+            for fold in range(max(spec.folds, 1)):
+                for phase in spec.phases:
+                    config = spec.run_config(variant, spec.seeds[0], fold, phase)
+                    stage = "the data and split"
+                    try:
+                        market = market_for(config)
+                        stage = "the environment"
+                        check_environment(market, config)
+                    except UserError as err:
+                        where = f"phase {phase}" + (f", fold {fold}" if spec.folds else "")
+                        keys = _keys_of(spec, variant, CHECKED_KEYS[stage], err.message)
+                        raise UserError(f"study variant {variant.name} ({where}): {stage}: {err.message}"
+                                        + (f" [set by {keys}]" if keys else ""),
+                                        file=err.file, row=err.row, column=err.column, value=err.value,
+                                        fix=err.fix) from None
+    finally:
+        forget_markets()  # the trials load their own, in their workers
+
+
+def _keys_of(spec: StudySpec, variant: Any, prefixes: tuple[str, ...], message: str) -> str:
+    """``key: value (variant NAME | base)`` for the keys of the study starting with one of ``prefixes``: those the
+    message names, else all of them."""
+    found = [(k, f"{k}: {v!r} (variant {variant.name})") for k, v in variant.set.items() if k.startswith(prefixes)]
+    found += [(k, f"{k}: {v!r} (base)") for k, v in spec.base.items() if k.startswith(prefixes)
+              and k not in variant.set]
+    named = [text for k, text in found if k in message]
+    return "; ".join(named or [text for _, text in found])
 
 
 def _run_on_ray(spec: StudySpec, todo: list[Trial], out: Path, workers: int, address: str | None,

@@ -58,6 +58,11 @@ def market_for(config: Any) -> Market:
     return Market(bars, known.features, make_split(bars.n_sessions, config.split, bars.session_dates))
 
 
+def forget_markets() -> None:
+    """Drop the markets this process loaded (the driver checks the variants with them before Ray starts)."""
+    _MARKETS.clear()
+
+
 @dataclass(frozen=True)
 class Trial:
     """One variant x seed x fold."""

@@ -15,10 +15,12 @@ from typing import Literal
 
 from hybrid_trader.agent.fusion import FusionConfig
 from hybrid_trader.config import check
+from hybrid_trader.data.loader import named_market
 from hybrid_trader.env.config import EnvConfig
 from hybrid_trader.env.risk_veto import RiskConfig
 from hybrid_trader.errors import UserError
 from hybrid_trader.llm.config import LLMConfig, packaged_llm_config
+from hybrid_trader.markets import get_contract
 
 
 @dataclass
@@ -32,7 +34,8 @@ class DataConfig:
     time_shift: float = 0.0
     """Hours added to every timestamp (the ES sample file needs -5)."""
     market: str | None = None
-    """Contract root symbol; null: guessed from the file name (synthetic: NQ)."""
+    """Contract root symbol; null: guessed from the file name (synthetic: NQ). A new run records the market
+    it guessed here, so that ``run`` and ``evaluate`` price its trades with the contract it trained on."""
     repair: bool = False
     """Repair fixable data errors (each reported) instead of stopping."""
     pool: list[str] = field(default_factory=list)
@@ -246,3 +249,31 @@ def with_absolute_data(config: RunConfig) -> RunConfig:
     data = dataclasses.replace(config.data, path=str(Path(path).resolve()) if path else path,
                                pool=[str(Path(p).resolve()) for p in pool])
     return config if data == config.data else dataclasses.replace(config, data=data)
+
+
+def with_recorded_market(config: RunConfig, symbol: str | None) -> RunConfig:
+    """``config`` with ``data.market`` set to ``symbol`` (the market its bars were loaded with) when neither
+    ``data.market`` nor ``env.market`` names one: a run records the market guessed from its file's name."""
+    if not symbol or not config.data.path or config.data.market or config.env.market:
+        return config
+    return dataclasses.replace(config, data=dataclasses.replace(config.data, market=symbol))
+
+
+def run_market(config: RunConfig) -> tuple[str | None, str]:
+    """The contract root a run trained on, and where it comes from (for messages).
+
+    ``env.market``, else ``data.market`` (where training records a guessed market), else, for a
+    run recorded before that, what the loader chose for ``data.path`` (its file name, else NQ);
+    the synthetic market is NQ. ``(None, why)`` when ``data.path`` is a folder or glob that
+    lists no file now and its files' names cannot be read again.
+    """
+    for key, value in (("env.market", config.env.market), ("data.market", config.data.market)):
+        if value:
+            return get_contract(value).symbol, key
+    if not config.data.path:
+        return "NQ", "the synthetic market"
+    symbol, how = named_market(config.data.path)
+    if symbol is None:
+        return None, f"data.path {config.data.path}: {how}"
+    return symbol, (f"the name of data.path {config.data.path}" if how == "name"
+                    else f"data.path {config.data.path} (its name names no market: NQ assumed, as training did)")

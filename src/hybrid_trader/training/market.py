@@ -169,6 +169,15 @@ def env_factory(
     return make
 
 
+def check_environment(market: Market, config: Any) -> None:
+    """The checks a run's environments make when training builds them (``env.contracts`` against the rules'
+    limit, the rules preset, the trading window, ``data.pool`` against ``ppo.n_envs``): one environment of
+    ``config`` (a ``RunConfig``) on ``market``'s training days, built and closed; a UserError when one fails."""
+    training_markets(market, config.ppo.n_envs)
+    risk = config.risk if config.env.phase == 3 else None
+    env_factory(market, config.env, market.sessions("train"), config.ppo.seed, risk=risk)().close()
+
+
 def make_veto(risk: RiskConfig | None) -> RiskVeto | None:
     """A RiskVeto for an enabled RiskConfig, else None."""
     if risk is None or not risk.enable_risk_veto:

@@ -58,7 +58,7 @@ from hybrid_trader.training.callbacks import (
     TradingMetricsCallback,
     ValidationCallback,
 )
-from hybrid_trader.training.config import RunConfig, with_absolute_data
+from hybrid_trader.training.config import RunConfig, with_absolute_data, with_recorded_market
 from hybrid_trader.training.market import Market, env_factory, load_market, training_markets
 from hybrid_trader.training.normalizer import LeanVecNormalize, freeze_statistics, warmup_statistics
 from hybrid_trader.training.policy import HybridMaskablePolicy
@@ -176,7 +176,11 @@ def warn(*parts: Any) -> None:
 
 
 def resume_conflicts(saved: RunConfig, given: RunConfig) -> list[str]:
-    """Settings where ``given`` contradicts the run's ``saved`` config (those in RESUMABLE aside)."""
+    """Settings where ``given`` contradicts the run's ``saved`` config (those in RESUMABLE aside). The market
+    the run recorded for its file (``data.market``, guessed from the name) is no conflict when ``given``
+    names none for the same file."""
+    if given.data.path == saved.data.path:
+        given = with_recorded_market(given, saved.data.market)
     a, b = _flat(to_dict(saved)), _flat(to_dict(given))
     return [f"{key}: the run has {a.get(key)!r}, given {b.get(key)!r}" for key in sorted(set(a) | set(b))
             if key not in RESUMABLE and a.get(key) != b.get(key)]
@@ -234,6 +238,7 @@ def train_run(
     # Everything checkable, before the folder exists.
     config = with_absolute_inputs(with_default_student(with_absolute_data(config), init))
     market = market or load_market(config.data, config.split, pool=True)
+    config = with_recorded_market(config, market.bars.market)  # run and evaluate read the contract from the run
     split_info = _split_info(market)
     advisor, llm_config = make_advisor(config, say, (run_dir, init))
     venv = build_vec_env(market, config, market.sessions("train"), config.ppo.n_envs, config.ppo.seed,
@@ -294,6 +299,8 @@ def _resume(run: RunDir, config: RunConfig, *, market, extra_callbacks, say, qui
         check_pins(run.path, doing="--resume")
         config = with_absolute_data(config)  # the same file named by another path is the same data
         conflicts = resume_conflicts(with_absolute_data(saved), config)
+        if config.data.path == with_absolute_data(saved).data.path:
+            config = with_recorded_market(config, saved.data.market)
         if conflicts:
             raise UserError(
                 "--resume continues the run as it was configured; these settings contradict it:\n    "
