@@ -78,9 +78,11 @@ def test_phase3_starts_as_exactly_the_phase2_policy_when_initialised(market, pha
             masks = np.stack(venv.env_method("action_masks"))
         raw = venv.get_original_obs()
         assert raw.shape == (2, PHASE3_OBS_DIM)
-        # Without advice, the phase 3 distribution equals the phase 2 one on the same 228 values.
+        # Without advice (a row without advice is all zero: the prior reads the probabilities, not the presence
+        # flag, so zeroing the flag alone leaves the prior of an answer that arrived in time), the phase 3
+        # distribution equals the phase 2 one on the same 228 values.
         raw_no_advice = raw.copy()
-        raw_no_advice[:, OBS_ADVICE_PRESENT] = 0.0
+        raw_no_advice[:, OBS_ADVICE] = 0.0
         obs3 = venv.normalize_obs(raw_no_advice)
         obs2 = vec2.normalize_obs(raw[:, :228])
         with th.no_grad():
