@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from hybrid_trader.cli.options import add_no_calibrate
 from hybrid_trader.errors import UserError
 
 if TYPE_CHECKING:
@@ -63,6 +64,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--llm-budget-ms", type=float, default=0.0, metavar="MS",
                    help="with --advisor async, how long a decision may wait for its own bar's answer before it uses "
                         "the advice in force (default 0: never waits)")
+    add_no_calibrate(p)
     p.add_argument("--journal", required=True, metavar="FILE", help="the SQLite journal (created, or continued)")
     p.add_argument("--on-exit", choices=("flatten", "protect"), default="flatten",
                    help="Ctrl-C with an open position: close it at the last close (flatten, default) or leave it "
@@ -118,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
     say = (lambda *a: None) if args.json else (lambda *a: print(*a, flush=True))
     executor = Executor(run_dir, journal, trade_dates=split_dates(run_dir, args.split), market=market,
                         bar_minutes=bar_minutes, say=say, llm=args.advisor, llm_budget_ms=args.llm_budget_ms,
-                        bridge=bridge, mismatch_bars=args.nt_mismatch_bars)
+                        bridge=bridge, mismatch_bars=args.nt_mismatch_bars, calibrate=args.calibrate)
     status = None if args.no_status else StatusPrinter(sys.stderr)
     code = 0
     try:
