@@ -122,9 +122,12 @@ def gemma_gguf() -> str:
 class LeaningMock(MockBackend):
     """The mock with a constant lean: BUY's mass x300 (a base model's few-shot lean, Gemma's BUY on flat states)."""
 
+    lean = 300.0
+    """BUY's mass is multiplied by this."""
+
     def score(self, queries):
         mass = super().score(queries)
-        mass[:, 1] *= 300.0
+        mass[:, 1] *= self.lean
         return mass / mass.sum(axis=1, keepdims=True) * self.config.coverage
 
 
