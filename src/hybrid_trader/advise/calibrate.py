@@ -179,8 +179,8 @@ def advice_calibration(run_dir: Path, llm_config: LLMConfig, *, calibrate: bool 
         return AdviceCalibration(cal, calibration_path(run_dir) if cal is not None else None,
                                  content_free=llm_config.scoring.calibrate and backend_spec(llm_config.backend).leans)
     if not calibrate:
-        say(f"note: --no-calibrate: {llm_config.backend}'s raw answers are used, its constant lean undivided, and "
-            f"the advice is marked raw (to divide it out: drop --no-calibrate)")
+        say(f"note: --no-calibrate: the {llm_config.backend} back end's raw answers are used, its constant lean "
+            "undivided, and the advice is marked raw (to divide it out: drop --no-calibrate)")
         return AdviceCalibration(raw=True)
     cal = load_calibration(run_dir, llm_config, retrieval=retrieval)
     if cal is not None:
