@@ -15,21 +15,13 @@ from hybrid_trader.cli.main import main
 from hybrid_trader.config import merge_overrides
 from hybrid_trader.data.bars import Bars
 from hybrid_trader.errors import UserError
+from hybrid_trader.evaluation.diagnose import diagnose_run
 from hybrid_trader.llm import build_advisor
-from hybrid_trader.llm.backends.mock import MockBackend
 from hybrid_trader.llm.context import context_from_market
-from hybrid_trader.run.advice_dataset import read_split
+from hybrid_trader.run.advice_dataset import raw_advice, read_split
 from hybrid_trader.run.calibration import attach_calibration, calibration_path, load_calibration
 from hybrid_trader.training.market import load_market
-
-
-class LeaningMock(MockBackend):
-    """The mock with a constant lean: BUY's mass x300 (a base model's few-shot lean)."""
-
-    def score(self, queries):
-        mass = super().score(queries)
-        mass[:, 1] *= 300.0
-        return mass / mass.sum(axis=1, keepdims=True) * self.config.coverage
+from tests.llm import LeaningMock, make_mock_lean
 
 
 def leaning(config):
@@ -215,3 +207,68 @@ def test_run_refuses_the_calibration_when_fitted_with_other_retrieval_settings(r
     assert "retrieval" in str(err.value) and cal.identity["hash"] in str(err.value)
     with pytest.raises(UserError, match="another model or prompt"):
         load_calibration(run_dir, mock_config)  # the fixed examples: another prompt
+
+
+def flat_top_share(rows) -> float:
+    """The most frequent top action's share of the answered flat states."""
+    flat = (rows.position == 0) & ~rows.abstained
+    top = np.argmax(np.where(rows.masks()[flat], rows.probs[flat], -1.0), axis=1)
+    return float(np.bincount(top, minlength=6).max() / flat.sum())
+
+
+def test_collect_fits_the_calibration_first_when_a_leaning_model_asks_a_run_without_one(run_dir, run_parts,
+                                                                                         mock_config, monkeypatch,
+                                                                                         tmp_path):
+    make_mock_lean(monkeypatch)
+    cfg, market, policy = run_parts
+    plain = tmp_path / "plain"
+    shutil.copytree(run_dir, plain)
+    said: list[str] = []
+    collect_split(run_dir, "train", mock_config, market=market, run_config=cfg, policy=policy, max_states=80,
+                  progress=False, say=said.append)
+    assert calibration_path(run_dir).is_file()
+    assert any("fitting the batch calibration" in s and "600 states" in s for s in said), said
+    assert any(s.startswith("batch calibration fitted in") and " s on 600 states" in s for s in said), said
+    rows, meta = read_split(run_dir, "train")
+    assert meta["calibration"].startswith("batch:") and raw_advice(meta) is None
+    assert "calibration" not in meta["advice"]
+    # --no-calibrate: the same states, raw and marked so; nothing fitted
+    collect_split(plain, "train", mock_config, market=market, run_config=cfg, policy=policy, max_states=80,
+                  progress=False, say=said.append, calibrate=False)
+    raw, raw_meta = read_split(plain, "train")
+    assert not calibration_path(plain).exists()
+    assert raw_meta["calibration"] == "raw" and raw_meta["advice"]["calibration"] == "raw"
+    assert raw_meta["advice"]["hash"] != meta["advice"]["hash"]
+    assert raw_advice(raw_meta) == "collected with --no-calibrate"
+    assert np.array_equal(rows.t, raw.t)
+    assert flat_top_share(raw) > 0.9 and flat_top_share(rows) < flat_top_share(raw) - 0.1  # the lean, divided out
+
+
+def test_collect_never_fits_nor_marks_raw_a_back_end_without_a_lean(run_dir, run_parts, mock_config):
+    cfg, market, policy = run_parts
+    collect_split(run_dir, "train", mock_config, market=market, run_config=cfg, policy=policy, max_states=40,
+                  progress=False, say=lambda s: None)
+    _, meta = read_split(run_dir, "train")
+    assert not calibration_path(run_dir).exists() and meta["calibration"] == "" and raw_advice(meta) is None
+
+
+def test_distill_refuses_raw_advice_unless_allowed_and_the_student_it_makes_is_named_constant(run_dir, run_parts,
+                                                                                               mock_config,
+                                                                                               monkeypatch, capsys):
+    make_mock_lean(monkeypatch)
+    monkeypatch.setattr(LeaningMock, "lean", 1e6)  # Gemma's raw lean: BUY on every flat state
+    cfg, market, policy = run_parts
+    collect_split(run_dir, "train", mock_config, market=market, run_config=cfg, policy=policy, max_states=200,
+                  progress=False, say=lambda s: None, calibrate=False)
+    assert main(["advise", "distill", str(run_dir), "--epochs", "5"]) == 2
+    err = capsys.readouterr().err
+    assert "raw answers" in err and "--allow-raw" in err and "advise collect" in err
+    assert not (run_dir / "advice" / "student.pt").exists()
+    assert main(["advise", "distill", str(run_dir), "--epochs", "40", "--allow-raw"]) == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert out["info"]["raw_advice"] and out["metrics"]["val"]["Flat top action share [%]"] > 90
+    found = {f.code: f for f in diagnose_run(run_dir)}
+    assert "STUDENT_CONSTANT" in found
+    f = found["STUDENT_CONSTANT"]
+    assert f.evidence["top action"] == "BUY" and f.evidence["advice"].startswith("raw")
+    assert "advise collect" in f.fix and "calibration" in f.fix

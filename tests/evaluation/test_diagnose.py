@@ -385,3 +385,31 @@ def test_student_fidelity_is_skipped_with_a_reason_when_the_metrics_file_is_miss
     (tmp_path / "p2" / "advice" / "student_metrics.json").unlink()
     dx = diagnose(rd)
     assert dx.findings == [] and any("student_metrics.json" in s for s in dx.skipped)
+
+
+def with_flat_share(tmp_path, share: float, raw: str | None = None) -> None:
+    """Give the student of :func:`student_run` a measured flat top-action share (as advise distill writes it)."""
+    path = tmp_path / "p2" / "advice" / "student_metrics.json"
+    data = json.loads(path.read_text())
+    data["metrics"]["val"].update({"Flat states": 240, "Flat top action share [%]": share})
+    data["info"] = {"flat_top_action": {"val": "BUY"}, "raw_advice": raw}
+    path.write_text(json.dumps(data))
+
+
+def test_constant_student_is_named_with_evidence_when_one_action_tops_over_90_percent_of_flat_states(tmp_path):
+    rd = student_run(tmp_path, agreement=99.0)
+    with_flat_share(tmp_path, 97.5, raw="collected with --no-calibrate")
+    (f,) = diagnose_run(rd)
+    assert f.code == "STUDENT_CONSTANT" and f.severity == "error" and "BUY" in f.message
+    assert f.evidence["top action share in flat states of val days [%]"] == 97.5 and f.evidence["flat states"] == 240
+    assert f.evidence["advice"] == "raw (collected with --no-calibrate)" and f.evidence["threshold [%]"] == 90.0
+    assert "advise collect" in f.fix and "advise distill" in f.fix
+
+
+def test_varied_student_is_not_named_constant_when_its_top_action_is_under_90_percent_of_flat_states(tmp_path):
+    rd = student_run(tmp_path, agreement=99.0)
+    with_flat_share(tmp_path, 62.0)
+    dx = diagnose(rd)
+    assert dx.findings == [] and "constant student" in dx.checked
+    with_flat_share(tmp_path, 90.0)  # the threshold itself is not above it
+    assert diagnose(rd).findings == []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import sqlite3
 import time
 
@@ -16,7 +17,10 @@ from hybrid_trader.live.async_advice import AsyncAdvisedPolicy, LiveMarket
 from hybrid_trader.live.executor import Executor, split_dates
 from hybrid_trader.live.features import IncrementalFeatures
 from hybrid_trader.live.feeds import ReplayFeed
+from hybrid_trader.live.journal_report import write_journal_report
 from hybrid_trader.llm.context import context_from_market
+from hybrid_trader.run.calibration import calibration_path
+from tests.llm import make_mock_lean
 
 from .test_executor import assert_same_trades
 
@@ -103,3 +107,22 @@ def test_executor_decides_rl_only_with_a_note_when_the_llm_is_off(mock_p3, tmp_p
     assert any("--advisor off" in note for note in ex.notes)
     db = sqlite3.connect(tmp_path / "j.sqlite")
     assert db.execute("SELECT COUNT(*) FROM decisions WHERE advice IS NOT NULL").fetchone()[0] == 0
+
+
+def test_async_llm_with_a_lean_is_calibrated_first_or_journaled_raw_with_no_calibrate(mock_p3, tmp_path, monkeypatch):
+    make_mock_lean(monkeypatch)
+    src, csv, _ = mock_p3
+    run = tmp_path / "p3"
+    shutil.copytree(src, run)
+    ex = replay(run, csv, tmp_path / "raw.sqlite", llm="async", llm_budget_ms=5_000, calibrate=False)
+    assert ex.advisor_label.startswith("mock async, raw advice") and not calibration_path(run).exists()
+    assert any("raw (not calibrated" in note for note in ex.notes)
+    db = sqlite3.connect(tmp_path / "raw.sqlite")
+    advised = [json.loads(a) for (a,) in db.execute("SELECT advice FROM decisions WHERE advice IS NOT NULL")]
+    assert advised and {a["calibration"] for a in advised} == {"raw"}
+    assert "RAW (not calibrated: --no-calibrate)" in write_journal_report(tmp_path / "raw.sqlite").read_text()
+    ex = replay(run, csv, tmp_path / "cal.sqlite", llm="async", llm_budget_ms=5_000)
+    assert calibration_path(run).is_file() and ex.advisor_label == "mock async (ok)"
+    db = sqlite3.connect(tmp_path / "cal.sqlite")
+    advised = [json.loads(a) for (a,) in db.execute("SELECT advice FROM decisions WHERE advice IS NOT NULL")]
+    assert advised and {a["calibration"] for a in advised} == {"batch"}

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from hybrid_trader.llm.backends.base import Backend, BackendError
+from hybrid_trader.llm.backends.mock import MockBackend
 from hybrid_trader.llm.config import LLMConfig, load_llm_config
 from hybrid_trader.llm.prompt import RenderedQuery, sample_context
 
@@ -116,3 +117,24 @@ def gemma_gguf() -> str:
     from hybrid_trader.llm.model_cache import gemma_gguf_path
 
     return str(gemma_gguf_path())
+
+
+class LeaningMock(MockBackend):
+    """The mock with a constant lean: BUY's mass x300 (a base model's few-shot lean, Gemma's BUY on flat states)."""
+
+    lean = 300.0
+    """BUY's mass is multiplied by this."""
+
+    def score(self, queries):
+        mass = super().score(queries)
+        mass[:, 1] *= self.lean
+        return mass / mass.sum(axis=1, keepdims=True) * self.config.coverage
+
+
+def make_mock_lean(monkeypatch) -> None:
+    """Register the mock back end as one with an answer lean (``BackendSpec.leans``), answering as
+    :class:`LeaningMock`: every command that asks it calibrates it as it would Gemma."""
+    from hybrid_trader.llm.backends import BACKENDS
+
+    spec = dataclasses.replace(BACKENDS["mock"], leans=True, class_path="tests.llm:LeaningMock")
+    monkeypatch.setitem(BACKENDS, "mock", spec)

@@ -9,7 +9,7 @@ import socket
 import pytest
 
 from hybrid_trader.cli.main import main
-from tests.llm import require
+from tests.llm import make_mock_lean, require
 
 
 def run(capsys, *argv):
@@ -154,7 +154,7 @@ def test_eval_when_the_run_has_no_adapter_measures_the_llm_and_its_controls(caps
     run_dir = mock_run(tmp_path, "llm eval test run")
     code, out, err = run(capsys, "llm", "eval", str(run_dir), "--max-states", "60", "--train-states", "100")
     assert code == 0, err
-    assert "no adapter" in out and "advise calibrate" in out and "trend rule" in out
+    assert "no adapter" in out and "calibration none needed" in out and "trend rule" in out
     summary = json.loads(out.strip().splitlines()[-1])
     info = summary["informativeness"]
     assert set(info) == {"LLM raw", "majority", "trend rule", "logistic"} and summary["calibration"] is None
@@ -165,6 +165,24 @@ def test_eval_when_the_run_has_no_adapter_measures_the_llm_and_its_controls(caps
     code, out, err = run(capsys, "llm", "eval", str(run_dir), "--max-states", "60", "--train-states", "100")
     summary = json.loads(out.strip().splitlines()[-1])
     assert code == 0 and summary["calibration"] == "batch" and "LLM calibrated" in summary["informativeness"]
+
+
+def test_eval_of_a_leaning_model_fits_the_calibration_first_or_measures_it_raw_with_no_calibrate(capsys, tmp_path,
+                                                                                                  monkeypatch):
+    make_mock_lean(monkeypatch)
+    run_dir = mock_run(tmp_path, "llm eval of a leaning model")
+    code, out, err = run(capsys, "llm", "eval", str(run_dir), "--max-states", "40", "--train-states", "60",
+                         "--no-calibrate")
+    assert code == 0, err
+    summary = json.loads(out.strip().splitlines()[-1])
+    assert summary["calibration"] == "raw" and "calibration raw (not calibrated" in out
+    assert "LLM calibrated" not in summary["informativeness"] and not (run_dir / "llm_calibration.json").exists()
+    code, out, err = run(capsys, "llm", "eval", str(run_dir), "--max-states", "40", "--train-states", "60")
+    assert code == 0, err
+    summary = json.loads(out.strip().splitlines()[-1])
+    assert "fitting the batch calibration of mock on 600 states" in out and "batch calibration fitted in" in out
+    assert summary["calibration"] == "batch" and "LLM calibrated" in summary["informativeness"]
+    assert (run_dir / "llm_calibration.json").is_file()
 
 
 def test_eval_when_asked_for_retrieval_adds_its_columns_each_calibrated_under_its_own_identity(capsys, tmp_path):

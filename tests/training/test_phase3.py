@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -270,3 +271,32 @@ def test_sigint_during_phase3_training_saves_checkpoint_and_leaves_nothing_behin
     time.sleep(1.0)
     alive = [c for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
     assert not alive, f"processes left behind: {alive}"
+
+
+def test_phase3_with_a_leaning_llm_fits_the_calibration_in_its_init_run_or_says_raw(student_p2, tmp_path,
+                                                                                    monkeypatch):
+    from functools import partial
+
+    from hybrid_trader.advise.calibrate import advice_calibration
+    from hybrid_trader.run.calibration import calibration_path
+    from hybrid_trader.training.advisor_setup import keep_calibration, make_advisor
+    from tests.llm import make_mock_lean
+    from tests.training.conftest import student_cfg
+
+    make_mock_lean(monkeypatch)
+    p2 = tmp_path / "p2"
+    shutil.copytree(student_p2, p2, ignore=shutil.ignore_patterns("advice"))
+    config = student_cfg(3, 256, **{"llm.backend": "mock"})
+    said: list[str] = []
+    advisor, _ = make_advisor(config, said.append, (tmp_path / "p3", p2), partial(advice_calibration, calibrate=False))
+    assert advisor.answerer.batch_calibration is None and not calibration_path(p2).exists()
+    assert any("raw (not calibrated" in s for s in said), said
+    advisor.close()
+    said.clear()
+    advisor, _ = make_advisor(config, said.append, (tmp_path / "p3", p2), advice_calibration)
+    assert advisor.answerer.batch_calibration is not None and calibration_path(p2).is_file()
+    assert any("fitting the batch calibration of mock" in s for s in said), said
+    (tmp_path / "p3").mkdir()
+    keep_calibration(advisor, tmp_path / "p3")  # the phase 3 run keeps the means it trains with
+    assert calibration_path(tmp_path / "p3").read_bytes() == calibration_path(p2).read_bytes()
+    advisor.close()

@@ -7,13 +7,18 @@ and position state (:mod:`hybrid_trader.llm.batch_calibration`) and stored in
 ``RUN_DIR/llm_calibration.json`` with the advice identity. Only training days are read
 (the environment is built on the training sessions alone), so the calibration looks at no
 validation or test bar.
+
+:func:`advice_calibration` is the one decision every caller that asks a model takes (``advise collect``,
+``llm eval``, ``train --phase 3`` with a live LLM, ``run --advisor async``): the run's calibration, fitted
+first when the run has none, or, with ``--no-calibrate``, none and the advice marked raw.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +29,7 @@ from hybrid_trader.actions import Action
 from hybrid_trader.env import TradingEnv
 from hybrid_trader.errors import UserError
 from hybrid_trader.finetune.retrieval_pool import attach_run_pool
-from hybrid_trader.llm.backends import make_backend
+from hybrid_trader.llm.backends import backend_spec, make_backend
 from hybrid_trader.llm.backends.base import Backend
 from hybrid_trader.llm.batch_calibration import (
     MIN_STATES,
@@ -38,10 +43,17 @@ from hybrid_trader.llm.context import TREND_LABELS, AdvisorContext, context_from
 from hybrid_trader.llm.prompt import PromptBuilder
 from hybrid_trader.markets import get_contract
 from hybrid_trader.run.advice_dataset import advice_identity
-from hybrid_trader.run.calibration import calibration_path
+from hybrid_trader.run.calibration import (
+    AdviceCalibration,
+    calibration_path,
+    fitted_model,
+    load_calibration,
+    needs_calibration,
+)
 from hybrid_trader.run.files import check_writable
 from hybrid_trader.training.config import RunConfig
-from hybrid_trader.training.market import Market
+from hybrid_trader.training.market import Market, load_market
+from hybrid_trader.training.runner import load_run_config
 
 FLAT_MASK = np.array([True, True, True, False, False, False])
 ENTERED_BARS_AGO = 10
@@ -110,8 +122,11 @@ def lean_table(contexts: Sequence[AdvisorContext], mass: np.ndarray, cal: BatchC
 
 def calibrate_run(run_dir: Path, run_config: RunConfig, llm_config: LLMConfig, market: Market, *,
                   max_states: int = 200, min_states: int = MIN_STATES, batch: int = 16, force: bool = False,
-                  backend: Backend | None = None) -> tuple[BatchCalibration, list[dict[str, Any]]]:
-    """Fit and store ``RUN_DIR/llm_calibration.json`` on the training days; returns it and the lean table."""
+                  backend: Backend | None = None, say: Callable[[str], None] | None = None,
+                  ) -> tuple[BatchCalibration, list[dict[str, Any]]]:
+    """Fit and store ``RUN_DIR/llm_calibration.json`` on the training days; returns it and the lean table.
+
+    ``say``: told how many states are asked, before the model is loaded."""
     if llm_config.mode != "score":
         raise UserError("batch calibration divides scoring-mode distributions; llm.mode is 'generate'",
                         fix="set llm.mode: score")
@@ -122,6 +137,9 @@ def calibrate_run(run_dir: Path, run_config: RunConfig, llm_config: LLMConfig, m
     check_writable(path, what="advise calibrate")
     t = calibration_bars(market, run_config, "train", max_states)
     contexts = calibration_contexts(market, t)
+    if say is not None:
+        say(f"fitting the batch calibration of {llm_config.backend} on {len(contexts):,} states of the training "
+            f"days ({len(t):,} bars, each flat, long and short) -> {path}")
     prompts = PromptBuilder(llm_config, source="the run's llm config")
     attach_run_pool(prompts, market, run_config)  # retrieval: the pool of the training days (nothing when off)
     own = backend is None
@@ -139,3 +157,42 @@ def calibrate_run(run_dir: Path, run_config: RunConfig, llm_config: LLMConfig, m
                                 min_states=min_states)
     cal.save(path)
     return cal, lean_table(contexts, mass, cal)
+
+
+def advice_calibration(run_dir: Path, llm_config: LLMConfig, *, calibrate: bool = True,
+                       run_config: RunConfig | None = None, market: Market | None = None,
+                       retrieval: dict | None = None, say: Callable[[str], None] = print, max_states: int = 200,
+                       batch: int = 16, backend: Backend | None = None) -> AdviceCalibration:
+    """The run's batch calibration for ``llm_config``'s advice: the one rule of every caller that asks a model.
+
+    A back end without an answer lean (trend rule, mock, student; ``run.calibration.needs_calibration``) gets
+    the run's calibration when one was fitted for it by hand, and is never fitted nor marked raw. A leaning one
+    gets the run's, fitted first on the training days when the run has none (said, with its cost in states and
+    seconds); with ``calibrate=False`` (``--no-calibrate``) none, even when the run has one, and the result
+    says ``raw``.
+    ``retrieval``: the prompt's ``Retriever.identity()`` when it retrieves its examples.
+    """
+    run_dir = Path(run_dir)
+    if not needs_calibration(llm_config):  # the calibration fitted for one by hand (advise calibrate --llm mock)
+        mine = fitted_model(run_dir) in (None, advice_identity(llm_config)["model"])  # not the run's Gemma one
+        cal = load_calibration(run_dir, llm_config, retrieval=retrieval) if calibrate and mine else None
+        return AdviceCalibration(cal, calibration_path(run_dir) if cal is not None else None,
+                                 content_free=llm_config.scoring.calibrate and backend_spec(llm_config.backend).leans)
+    if not calibrate:
+        say(f"note: --no-calibrate: the {llm_config.backend} back end's raw answers are used, its constant lean "
+            "undivided, and the advice is marked raw (to divide it out: drop --no-calibrate)")
+        return AdviceCalibration(raw=True)
+    cal = load_calibration(run_dir, llm_config, retrieval=retrieval)
+    if cal is not None:
+        return AdviceCalibration(cal, calibration_path(run_dir))
+    run_config = run_config or load_run_config(run_dir)
+    market = market or load_market(run_config.data, run_config.split)
+    say(f"the run has no batch calibration of the {llm_config.backend} advice: fitting it first "
+        "(--no-calibrate skips it and marks the advice raw)")
+    start = time.perf_counter()
+    cal, _ = calibrate_run(run_dir, run_config, llm_config, market, max_states=max_states, batch=batch,
+                           backend=backend, say=say)
+    seconds = time.perf_counter() - start
+    say(f"batch calibration fitted in {seconds:.1f} s on {sum(cal.counts.values()):,} states: "
+        + ", ".join(f"{k} {n}" for k, n in cal.counts.items()))
+    return AdviceCalibration(cal, calibration_path(run_dir), fitted_s=seconds)

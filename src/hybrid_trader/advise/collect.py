@@ -20,9 +20,7 @@
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import itertools
-import json
 import math
 import os
 import pickle
@@ -37,6 +35,7 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
+from hybrid_trader.advise.calibrate import advice_calibration
 from hybrid_trader.child_process import end_with_parent
 from hybrid_trader.env import TradingEnv
 from hybrid_trader.errors import UserError
@@ -60,7 +59,6 @@ from hybrid_trader.run.advice_dataset import (
     visited_key,
     write_chunk,
 )
-from hybrid_trader.run.calibration import load_calibration
 from hybrid_trader.run.files import check_writable
 from hybrid_trader.training.config import RunConfig
 from hybrid_trader.training.market import Market, load_market, make_veto
@@ -222,13 +220,6 @@ def _answers(advices) -> list[Answer]:
             for a in advices]
 
 
-def calibration_digest(calibration: BatchCalibration | None) -> str:
-    """A short name of the batch calibration's means ('' without one): chunks record what calibrated them."""
-    if calibration is None:
-        return ""
-    return "batch:" + hashlib.sha256(json.dumps(calibration.means, sort_keys=True).encode()).hexdigest()[:12]
-
-
 def calibrated_answer(calibration: BatchCalibration, answer: Answer, ctx: AdvisorContext) -> Answer:
     """An answer divided by the mean answer of its kind of state; abstentions stay as they are."""
     probs, confidence, abstained, reason = answer
@@ -319,6 +310,8 @@ class CollectResult:
     steady_contexts_per_s: float
     chunks: list = field(default_factory=list)
     backend: str = ""
+    calibration: str = ""
+    """What divided the answers (``AdviceCalibration.label``): ``batch (FILE)``, ``raw (...)``, or ''."""
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self) | {"chunks": [str(c) for c in self.chunks]}
@@ -327,9 +320,11 @@ class CollectResult:
 def collect_split(run_dir: Path, split: str, llm_config: LLMConfig, *, market: Market | None = None,
                   run_config: RunConfig | None = None, policy: Callable | None = None, workers: int | None = None,
                   max_states: int | None = None, sampled: int = 1, chunk: int = 256, progress: bool = True,
-                  asker: Any = None, say: Callable[[str], None] = print) -> CollectResult:
+                  asker: Any = None, say: Callable[[str], None] = print, calibrate: bool = True) -> CollectResult:
     """Collect (or continue collecting) one split's advice into ``RUN_DIR/advice/<split>/``.
 
+    A leaning model's answers are divided by the run's batch calibration, fitted first on the training days
+    when the run has none; ``calibrate=False`` stores them raw, marked so (:func:`advice_calibration`).
     Holds ``RUN_DIR/advice/.lock`` throughout: a second writer (another collect, a phase 3
     teacher, distill) is refused at once, naming the process that writes.
     """
@@ -337,13 +332,13 @@ def collect_split(run_dir: Path, split: str, llm_config: LLMConfig, *, market: M
     with advice_lock(Path(run_dir), f"advise collect {split}"):
         return _collect_split(run_dir, split, llm_config, market=market, run_config=run_config, policy=policy,
                               workers=workers, max_states=max_states, sampled=sampled, chunk=chunk,
-                              progress=progress, asker=asker, say=say)
+                              progress=progress, asker=asker, say=say, calibrate=calibrate)
 
 
 def _collect_split(run_dir: Path, split: str, llm_config: LLMConfig, *, market: Market | None = None,
                   run_config: RunConfig | None = None, policy: Callable | None = None, workers: int | None = None,
                   max_states: int | None = None, sampled: int = 1, chunk: int = 256, progress: bool = True,
-                  asker: Any = None, say: Callable[[str], None] = print) -> CollectResult:
+                  asker: Any = None, say: Callable[[str], None] = print, calibrate: bool = True) -> CollectResult:
     """:func:`collect_split` without the lock."""
     run_dir = Path(run_dir)
     run_config = run_config or load_run_config(run_dir)
@@ -353,22 +348,23 @@ def _collect_split(run_dir: Path, split: str, llm_config: LLMConfig, *, market: 
         attach_run_pool(prompts, market, run_config, source=run_dir)
     pool = prompts.retrieval.pool if prompts.retrieval is not None else None
     retrieval = prompts.retrieval.identity() if prompts.retrieval is not None else None
-    identity = advice_identity(llm_config, retrieval=retrieval)
+    market = market or load_market(run_config.data, run_config.split)
+    choice = advice_calibration(run_dir, llm_config, calibrate=calibrate, run_config=run_config, market=market,
+                                retrieval=retrieval, say=say)
+    calibration, calibration_id = choice.calibration, choice.mark
+    identity = advice_identity(llm_config, retrieval=retrieval, raw=choice.raw)
     remove_temporaries(run_dir, split)
     stored, stored_meta = read_split(run_dir, split, required=False)
     if stored_meta is not None:
         check_same_advice(stored_meta["advice"], identity, file=str(run_dir / "advice" / split),
                           fix="collect with the LLM configuration that built this dataset (see its chunks' metadata), "
                               "or move the folder away to start a new dataset")
-    calibration = load_calibration(run_dir, llm_config, retrieval=retrieval)
-    calibration_id = calibration_digest(calibration)
     if stored_meta is not None and stored_meta.get("calibration", "") != calibration_id:
         was = stored_meta.get("calibration") or "no batch calibration"
         raise UserError(f"the stored advice was calibrated with {was}"
                         f", the run now with {calibration_id or 'none'}", file=str(run_dir / "advice" / split),
                         fix="collect with the calibration that built this dataset, or move the folder away to "
                             "start a new dataset")
-    market = market or load_market(run_config.data, run_config.split)
     policy = policy or RunPolicy(run_dir)
     visited = rollout_states(market, run_config, policy, split, sampled=sampled, seed=run_config.ppo.seed,
                              skip=stored.keys() if stored is not None else None)
@@ -388,7 +384,8 @@ def _collect_split(run_dir: Path, split: str, llm_config: LLMConfig, *, market: 
                         fix="collect each run's advice in its own run directory")
     say(f"{split}: {visited.steps:,} decisions over {sampled + 1} pass(es), {visited.single_legal:,} with one legal "
         f"action; {n_stored:,} states stored, {len(visited):,} new, asking {len(todo):,}")
-    result = CollectResult(split, visited.steps, len(visited), n_stored, 0, 0, 0.0, 0.0, 0.0)
+    result = CollectResult(split, visited.steps, len(visited), n_stored, 0, 0, 0.0, 0.0, 0.0,
+                           calibration=choice.label if calibration_id else "")
     if not todo:
         return result
     size = llm_config.batching.max_batch

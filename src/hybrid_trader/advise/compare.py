@@ -10,7 +10,7 @@ import torch
 from hybrid_trader.advise.distill import fidelity
 from hybrid_trader.llm.advice import ACTION_WORDS
 from hybrid_trader.llm.backends.student_backend import Student, layout_names, no_legal_fix
-from hybrid_trader.run.advice_dataset import check_same_advice, read_split
+from hybrid_trader.run.advice_dataset import check_same_advice, raw_advice, read_split
 
 
 def compare_split(run_dir: Path, split: str, student: Student) -> dict:
@@ -20,7 +20,7 @@ def compare_split(run_dir: Path, split: str, student: Student) -> dict:
                       fix="distil the student again on this dataset: hybrid-trader advise distill RUN_DIR")
     student.check_layout(layout_names(rows.obs.shape[1]), what=f"the {split} advice")
     usable = rows.take(np.flatnonzero(~rows.abstained))
-    out = {"split": split, "rows": int(len(rows)), "abstained": int(rows.abstained.sum()),
+    out = {"split": split, "rows": int(len(rows)), "abstained": int(rows.abstained.sum()), "raw": raw_advice(meta),
            # the baseline distill reported: the training split's majority action, on every split
            "fidelity": fidelity(student.net, rows, student.metrics.get("majority_action")),
            "confusion": np.zeros((6, 6), dtype=int).tolist()}

@@ -13,7 +13,9 @@ Fidelity on held-out rows (:func:`fidelity`), labelled with units:
 ``Mean KL [nats]``, ``Confidence MAE`` (|student head - LLM confidence|),
 ``Confidence ECE`` (10 bins of the student's confidence, against how often its top
 action agrees with the LLM's) and ``Majority baseline [%]`` (agreement of always
-answering the LLM's most frequent top action: what agreement is worth).
+answering the LLM's most frequent top action: what agreement is worth), ``Flat states`` and
+``Flat top action share [%]`` (the student's own most frequent top action in the flat states, as a share
+of them: a student that says the same in nearly every flat state copies a constant into phase 3).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import torch
 from hybrid_trader import __version__
 from hybrid_trader.actions import N_ACTIONS
 from hybrid_trader.errors import UserError
+from hybrid_trader.llm.advice import ACTION_WORDS
 from hybrid_trader.llm.backends.student_backend import (
     Student,
     StudentNet,
@@ -40,12 +43,14 @@ from hybrid_trader.llm.backends.student_backend import (
     student_bytes,
 )
 from hybrid_trader.run.advice_dataset import (
+    FLAT_TOP_SHARE,
     SPLITS,
     AdviceRows,
     advice_dir,
     advice_lock,
     dataset_digest,
     part_files,
+    raw_advice,
     read_split,
     student_metrics_path,
     student_path,
@@ -54,7 +59,8 @@ from hybrid_trader.run.files import atomic_write_bytes, atomic_write_text, check
 
 EPS = 1e-8
 METRIC_LABELS = ("Rows", "Top-1 agreement [%]", "Mean KL [nats]", "Confidence MAE", "Confidence ECE",
-                 "Majority baseline [%]")
+                 "Majority baseline [%]", "Flat states", FLAT_TOP_SHARE)
+
 
 
 @dataclass
@@ -122,6 +128,7 @@ def fidelity(student: StudentNet, rows: AdviceRows, majority: int | None = None)
             ece += sel.mean() * abs(cpred[sel].mean() - agree[sel].mean())
     if majority is None:
         majority = int(np.bincount(teacher, minlength=N_ACTIONS).argmax())
+    flat = rows.position == 0
     return {
         "Rows": int(n),
         "Top-1 agreement [%]": float(100.0 * agree.mean()),
@@ -129,7 +136,23 @@ def fidelity(student: StudentNet, rows: AdviceRows, majority: int | None = None)
         "Confidence MAE": float(np.abs(cpred - conf.numpy()).mean()),
         "Confidence ECE": float(ece),
         "Majority baseline [%]": float(100.0 * (teacher == majority).mean()),
+        "Flat states": int(flat.sum()),
+        FLAT_TOP_SHARE: float(100.0 * np.bincount(mine[flat], minlength=N_ACTIONS).max() / flat.sum())
+        if flat.any() else math.nan,
     }
+
+
+def flat_top_action(student: StudentNet, rows: AdviceRows) -> str | None:
+    """The student's most frequent top action in the flat states of ``rows`` (None: no flat state)."""
+    rows = _usable(rows)
+    flat = rows.take(np.flatnonzero(rows.position == 0))
+    if not len(flat):
+        return None
+    obs, masks, _, _ = _tensors(flat)
+    with torch.no_grad():
+        logq, _ = student(obs, masks)
+    mine = np.argmax(np.where(masks.numpy(), logq.exp().numpy(), -1.0), axis=1)
+    return ACTION_WORDS[int(np.bincount(mine, minlength=N_ACTIONS).argmax())]
 
 
 MIN_TRAIN_ROWS = 20
@@ -146,22 +169,36 @@ def _holdout_by_days(rows: AdviceRows, share: float = 0.15) -> tuple[AdviceRows,
     return rows.take(np.flatnonzero(~late)), rows.take(np.flatnonzero(late))
 
 
-def distill(run_dir: Path, config: DistillConfig | None = None, *, say: Callable[[str], None] = print) -> dict:
+def distill(run_dir: Path, config: DistillConfig | None = None, *, say: Callable[[str], None] = print,
+            allow_raw: bool = False) -> dict:
     """Train the student on RUN_DIR's advice; write ``student.pt`` and ``student_metrics.json``; return the metrics.
 
+    Advice a leaning model gave raw (:func:`~hybrid_trader.run.advice_dataset.raw_advice`) is refused unless
+    ``allow_raw``: the student would copy the model's constant lean into every phase 3 decision.
     Holds ``RUN_DIR/advice/.lock``: the dataset cannot change under it, nor the student under a collect.
     """
     check_writable(advice_dir(Path(run_dir)), what="advise distill")
     with advice_lock(Path(run_dir), "advise distill"):
-        return _distill(run_dir, config, say=say)
+        return _distill(run_dir, config, say=say, allow_raw=allow_raw)
 
 
-def _distill(run_dir: Path, config: DistillConfig | None = None, *, say: Callable[[str], None] = print) -> dict:
+def _distill(run_dir: Path, config: DistillConfig | None = None, *, say: Callable[[str], None] = print,
+             allow_raw: bool = False) -> dict:
     config = config or DistillConfig()
     run_dir = Path(run_dir)
     torch.set_num_threads(config.threads)
     torch.manual_seed(config.seed)
     train_all, meta = read_split(run_dir, "train")
+    raw = raw_advice(meta)
+    if raw and not allow_raw:
+        raise UserError(f"the advice is the model's raw answers ({raw}): {meta['advice'].get('model')} answers with "
+                        "a constant lean, and a student distilled from it copies that lean into every decision",
+                        file=str(advice_dir(run_dir) / "train"),
+                        fix=f"collect it calibrated: move {advice_dir(run_dir)} away, then hybrid-trader advise "
+                            f"collect {run_dir} --split all (fits the batch calibration first); or add --allow-raw "
+                            "to distil the raw advice anyway")
+    if raw:
+        say(f"note: distilling RAW advice ({raw}, --allow-raw): the student learns the model's constant lean too")
     data = {"train": train_all}
     for split in ("val", "test"):
         rows, _ = read_split(run_dir, split, expect=meta, required=False)
@@ -220,6 +257,9 @@ def _distill(run_dir: Path, config: DistillConfig | None = None, *, say: Callabl
             "hidden": list(config.hidden), "seconds": round(time.perf_counter() - started, 1),
             "advice_hash": meta["advice"]["hash"], "layout_hash": meta.get("layout_hash"),
             "train_rows": int(len(train)), "abstained_train_rows": int(train_all.abstained.sum()),
+            "raw_advice": raw,
+            "flat_top_action": {s: flat_top_action(net, r) for s, r in
+                                (("train", train), ("val", val), ("test", data.get("test"))) if r is not None},
             # the dataset pinned by content: a phase 3 run pins this student, so the chain is pinned
             "dataset_sha256": {s: dataset_digest(run_dir, s) for s in ("train", "val", "test")
                                if part_files(run_dir, s)}}
@@ -244,8 +284,10 @@ def metrics_table(metrics: dict) -> str:
             v = metrics[s].get(label)
             if v is None:
                 cell = "n/a"
-            elif label == "Rows":
+            elif label in ("Rows", "Flat states"):
                 cell = f"{v:,}"
+            elif isinstance(v, float) and math.isnan(v):
+                cell = "n/a"
             elif "KL" in label or "Confidence" in label:
                 cell = f"{v:.3f}"
             else:

@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 
 from hybrid_trader.actions import Action
+from hybrid_trader.cli.options import add_no_calibrate
 from hybrid_trader.errors import UserError
 from hybrid_trader.llm.backends import TEACHER_NAMES
 
@@ -47,6 +48,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="sampled policy passes after the deterministic one (default 1; 0: deterministic only)")
     c.add_argument("--chunk", type=int, default=256, help="rows per written chunk (default 256)")
     c.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_no_calibrate(c)
     c.set_defaults(func=_collect)
 
     b = asub.add_parser("calibrate", help="fit the batch calibration (mean answer per market and position) on the "
@@ -81,6 +83,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     d.add_argument("--hidden", type=str, default="64,64",
                    help="hidden layer sizes, comma separated (default 64,64)")
     d.add_argument("--seed", type=int, default=0, help="seed (default 0)")
+    d.add_argument("--allow-raw", action="store_true",
+                   help="distil advice a leaning model gave raw (collect --no-calibrate): by default refused, as "
+                        "the student would copy the model's constant lean into every decision")
     d.set_defaults(func=_distill)
 
     m = asub.add_parser("compare",
@@ -117,11 +122,11 @@ def _collect(args: argparse.Namespace) -> int:
     for split in _splits(args.split):
         r = collect_split(args.run_dir, split, llm_config, market=market, run_config=run_config,
                           workers=args.workers, max_states=args.max_states, sampled=args.sampled, chunk=args.chunk,
-                          progress=not args.no_progress)
+                          progress=not args.no_progress, calibrate=args.calibrate)
         if r.asked:
             print(f"{split}: asked {r.asked:,} contexts in {r.seconds:.1f} s: {r.contexts_per_s:.1f} contexts/s "
                   f"({r.steady_contexts_per_s:.1f}/s after the first batch; {r.backend}); "
-                  f"{r.abstained:,} abstained; {len(r.chunks)} chunk(s)")
+                  f"{r.abstained:,} abstained; {len(r.chunks)} chunk(s); calibration {r.calibration or 'none needed'}")
         results.append(r.to_dict())
     print(json.dumps({"collect": results}))
     return 0
@@ -196,7 +201,8 @@ def _distill(args: argparse.Namespace) -> int:
                         fix="e.g. --hidden 64,64") from None
     if not hidden or min(hidden) < 1 or args.epochs < 1:
         raise UserError("--hidden needs positive sizes and --epochs 1 or more", value=f"{args.hidden} / {args.epochs}")
-    out = distill(args.run_dir, DistillConfig(epochs=args.epochs, hidden=hidden, seed=args.seed))
+    out = distill(args.run_dir, DistillConfig(epochs=args.epochs, hidden=hidden, seed=args.seed),
+                  allow_raw=args.allow_raw)
     info = out["info"]
     print(f"student: {info['train_rows']:,} training rows, validation on {info['validation']}, "
           f"best epoch {info['best_epoch']}/{info['epochs']}, {info['seconds']} s "
@@ -222,7 +228,8 @@ def _compare(args: argparse.Namespace) -> int:
     results = []
     for split in splits:
         r = compare_split(args.run_dir, split, student)
-        print(f"== {split}: {r['rows']:,} rows, {r['abstained']:,} abstained")
+        print(f"== {split}: {r['rows']:,} rows, {r['abstained']:,} abstained"
+              + (f"; RAW advice ({r['raw']}): the model's constant lean is in the LLM column" if r["raw"] else ""))
         print(metrics_table({split: r["fidelity"]}))
         if r.get("by_position"):
             print("Top-1 agreement by position [%]: " + ", ".join(f"{k} {v:.1f}" for k, v in r["by_position"].items()))

@@ -16,7 +16,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from hybrid_trader.cli.options import add_options, llm_key_overrides, overrides_from
+from hybrid_trader.cli.options import add_no_calibrate, add_options, llm_key_overrides, overrides_from
 from hybrid_trader.errors import UserError
 from hybrid_trader.llm.model_cache import resolve_model_dir
 
@@ -96,6 +96,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="exact: each state's nearest; clusters: its group's cached examples (default exact)")
     e.add_argument("--calibration-states", type=int, default=120,
                    help="training states a variant without a run calibration is calibrated on (default 120)")
+    add_no_calibrate(e)
     e.set_defaults(func=_eval)
 
 
@@ -244,11 +245,11 @@ def _eval(args: argparse.Namespace) -> int:
 
     result = evaluate_run(args.run_dir, args.split, max_states=args.max_states, batch=args.batch, cot=args.cot,
                           train_states=args.train_states, retrieval=args.retrieval, retrieval_mode=args.retrieval_mode,
-                          calibration_states=args.calibration_states)
+                          calibration_states=args.calibration_states, calibrate=args.calibrate)
     adapter = result["adapter"]
     print(f"# {result['split']} split, {result['states']} labelled states ({result['source']}); "
           + (f"adapter best step {adapter['best_step']}" if adapter else "no adapter")
-          + f"; calibration {result['calibration'] or 'none (hybrid-trader advise calibrate RUN_DIR)'}")
+          + f"; calibration {result['calibration_label']}")
     print(result["table"])
     print("labels: " + ", ".join(f"{k} {v:.1f}" for k, v in result["baselines"].items()))
     print(f"# informativeness, 95% bootstrap intervals; IC: P(BUY)-P(SELL) vs the next {result['horizon']} bars' "

@@ -26,7 +26,7 @@ from hybrid_trader.config import field_docs
 from hybrid_trader.llm.backends import BACKENDS, TEACHER_NAMES
 from hybrid_trader.llm.config import LLMConfig
 
-__all__ = ["OPTIONS", "CliOption", "add_options", "llm_key_overrides", "overrides_from"]
+__all__ = ["OPTIONS", "CliOption", "add_no_calibrate", "add_options", "llm_key_overrides", "overrides_from"]
 
 
 @dataclass(frozen=True)
@@ -133,6 +133,16 @@ def add_options(parser: argparse.ArgumentParser, flags: Sequence[str], **default
         else:
             kwargs.update(type=opt.type, choices=choices, metavar=opt.metavar)
         parser.add_argument(opt.flag, **kwargs)
+
+
+def add_no_calibrate(parser: argparse.ArgumentParser) -> None:
+    """``--no-calibrate``, the same flag on every command that asks a leaning model (advise collect, llm eval,
+    train, run): by default its answers are divided by the run's batch calibration, fitted first when missing."""
+    parser.add_argument("--no-calibrate", dest="calibrate", action="store_false",
+                        help="a model with an answer lean (transformers, llama_cpp, openai): use its raw answers "
+                             "instead of dividing them by the run's batch calibration (by default fitted first on "
+                             "the training days when the run has none); the advice is then marked raw in the "
+                             "dataset and every report")
 
 
 def overrides_from(args: argparse.Namespace, flags: Sequence[str]) -> dict[str, Any]:

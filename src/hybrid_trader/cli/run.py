@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from hybrid_trader.cli.options import add_no_calibrate
 from hybrid_trader.errors import UserError
 
 if TYPE_CHECKING:
@@ -78,6 +79,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--llm-budget-ms", type=float, default=0.0, metavar="MS",
                    help="with --advisor async, how long a decision may wait for its own bar's answer before it uses "
                         "the advice in force (default 0: never waits)")
+    add_no_calibrate(p)
     p.add_argument("--journal", required=True, metavar="FILE", help="the SQLite journal (created, or continued)")
     p.add_argument("--on-exit", choices=("flatten", "protect"), default="flatten",
                    help="Ctrl-C with an open position: close it at the last close (flatten, default) or leave it "
@@ -136,7 +138,7 @@ def run(args: argparse.Namespace) -> int:
     executor = Executor(run_dir, journal, trade_dates=split_dates(run_dir, args.split), market=market,
                         bar_minutes=bar_minutes, say=say, llm=args.advisor, llm_budget_ms=args.llm_budget_ms,
                         bridge=bridge, mismatch_bars=args.nt_mismatch_bars, live_from=live_from,
-                        max_bar_age_s=max_bar_age)
+                        max_bar_age_s=max_bar_age, calibrate=args.calibrate)
     if not isinstance(feed, ReplayFeed):
         _say_if_waiting(Path(spec.path).expanduser(), args.idle_exit)
     status = None if args.no_status else StatusPrinter(sys.stderr)

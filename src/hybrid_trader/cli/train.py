@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-from hybrid_trader.cli.options import add_options, overrides_from
+from hybrid_trader.cli.options import add_no_calibrate, add_options, overrides_from
 from hybrid_trader.errors import UserError
 
 DATA_FLAGS = ("--data", "--market", "--tz", "--time-shift", "--repair")
@@ -41,6 +42,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override any config value, e.g. --set ppo.learning_rate=1e-4 (repeatable)")
     add_options(p, ("--quiet", "--llm", "--teacher"))
+    add_no_calibrate(p)
     p.set_defaults(func=run)
 
 
@@ -81,6 +83,7 @@ def _file_sets(path: str | None, read_yaml: Any, section: str, key: str | None =
 
 def run(args: argparse.Namespace) -> int:
     # Training loads torch and SB3 (about 2 s): `hybrid-trader --help` registers this module and must not pay it.
+    from hybrid_trader.advise.calibrate import advice_calibration  # same reason (loads the env and the LLM layer)
     from hybrid_trader.evaluation.runner import validation_fn
     from hybrid_trader.training.runner import default_run_dir, load_run_config, train_run  # same reason
 
@@ -109,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
                   flush=True)
     try:
         train_run(config, run_dir, init=Path(args.init) if args.init else None, resume=args.resume, quiet=args.quiet,
-                  validation=validation_fn)
+                  validation=validation_fn, calibrate=partial(advice_calibration, calibrate=args.calibrate))
     except KeyboardInterrupt:
         return 130
     print(f"run directory: {run_dir}")

@@ -37,7 +37,8 @@ from hybrid_trader.evaluation.verdict import VerdictConfig, prop_verdict, small_
 from hybrid_trader.llm.health import HEALTH_STAT_NAMES
 from hybrid_trader.markets import get_contract
 from hybrid_trader.run import FolderLock, RunDir, data_identity, same_data, sha256_file
-from hybrid_trader.run.calibration import attach_calibration
+from hybrid_trader.run.advice_dataset import RAW
+from hybrid_trader.run.calibration import attach_calibration, needs_calibration
 from hybrid_trader.run.files import atomic_write_text, check_writable
 from hybrid_trader.run.models import final_model, load_model, load_normalizer
 from hybrid_trader.run.pins import check_pins
@@ -326,7 +327,9 @@ def _phase3_agent(model: Any, vec: Any, config: RunConfig, market: Any, sessions
     advisor = build_advisor(llm_config)
     calibration = attach_calibration(advisor, llm_config, [run_dir])
     llm_info = {"llm_backend": llm_config.backend, "llm": advisor.backend.describe(),
-                "llm_calibration": str(calibration) if calibration else "none"}
+                # a leaning model undivided: its constant lean is in every answer (say so where the figures are)
+                "llm_calibration": str(calibration) if calibration
+                else RAW if needs_calibration(llm_config) else "none"}
     say(f"LLM advisor: {llm_config.backend} ({llm_config.mode} mode), fusion {fusion.strategy} "
         f"({fusion.mode}), llm_weight {fusion.llm_weight}")
     agent_env = evaluation_env(market, config.env, sessions, risk_veto=make_veto(config.risk))

@@ -41,6 +41,7 @@ from hybrid_trader.evaluation.results import (
     role_of,
 )
 from hybrid_trader.run import RunDir, data_identity, is_stale, same_data
+from hybrid_trader.run.advice_dataset import RAW
 from hybrid_trader.run.files import check_writable
 from hybrid_trader.run.rundir import ABLATION, RESULTS
 from hybrid_trader.training.config import RunConfig
@@ -297,7 +298,9 @@ def write_report(run_dir: str | Path, eval_dir: str | Path | None = None, *, spl
             meta.append(f"{key} {_esc(_data_text(info[key]) if key == 'data' else info[key])}")
     if info.get("llm"):
         meta.append(f"advisor <b>{_esc(info.get('llm_backend', ''))}</b> ({_esc(info['llm'])})"
-                    + (" <b>instead of the run's own</b>" if info.get("advisor_override") else ""))
+                    + (" <b>instead of the run's own</b>" if info.get("advisor_override") else "")
+                    + (" <b>raw advice: no batch calibration divided the model's lean</b>"
+                       if info.get("llm_calibration") == RAW else ""))
     if len(prices):
         meta.append(f"bars {len(prices):,} from {_esc(prices.index[0].strftime('%Y-%m-%d %H:%M'))} to "
                     f"{_esc(prices.index[-1].strftime('%Y-%m-%d %H:%M'))} ET")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,7 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
+from hybrid_trader.advise.calibrate import advice_calibration
 from hybrid_trader.config import merge_overrides
 from hybrid_trader.errors import UserError
 from hybrid_trader.finetune.evaluate import format_table, label_baselines, outcome_metrics, score_examples
@@ -37,7 +39,7 @@ from hybrid_trader.llm.config import LLMConfig
 from hybrid_trader.llm.model_cache import ADAPTER_META
 from hybrid_trader.llm.parsing import ParseError, parse_answer, parse_cot_steps
 from hybrid_trader.llm.prompt import PromptBuilder
-from hybrid_trader.run.calibration import load_calibration
+from hybrid_trader.run.advice_dataset import RAW
 from hybrid_trader.run.files import check_writable
 from hybrid_trader.run.rundir import ADAPTER, LLM_EVAL
 from hybrid_trader.training.config import RunConfig
@@ -91,9 +93,13 @@ def adapter_config(llm: LLMConfig, adapter_dir: Path) -> LLMConfig:
 
 def evaluate_run(run_dir: str | Path, split: str = "val", *, max_states: int = 200, batch: int = 16,
                  progress: bool = True, cot: int = 0, train_states: int = 400, draws: int = 1000,
-                 retrieval: int = 0, retrieval_mode: str = "exact", calibration_states: int = 120) -> dict[str, Any]:
+                 retrieval: int = 0, retrieval_mode: str = "exact", calibration_states: int = 120,
+                 calibrate: bool = True, say: Callable[[str], None] = print) -> dict[str, Any]:
     """The run's LLM (raw, batch-calibrated, fine-tuned when ``RUN_DIR/llm_adapter`` exists) and three controls
     on ``split``'s labelled states; writes ``RUN_DIR/llm_eval/<split>.json``.
+
+    A leaning model's batch calibration is the run's, fitted first when it has none; ``calibrate=False``
+    measures the raw answers alone (``calibration: raw``) (:func:`~hybrid_trader.advise.calibrate.advice_calibration`).
 
     ``cot``: also run the chain of thought (base model) on that many of the states, one
     at a time, and measure its parse rate, latency and agreement with scoring mode.
@@ -114,8 +120,10 @@ def evaluate_run(run_dir: str | Path, split: str = "val", *, max_states: int = 2
     meta = json.loads(meta_path.read_text(encoding="utf-8")) if meta_path.is_file() else {}
     builder = PromptBuilder(run.llm, source=str(run.path / "config.yaml"))
     attach_run_pool(builder, run.market, run.config)  # a retrieving run: its pool is part of the identity
-    calibration = load_calibration(run.path, run.llm, retrieval=builder.retrieval.identity()
-                                   if builder.retrieval is not None else None)
+    choice = advice_calibration(run.path, run.llm, calibrate=calibrate, run_config=run.config, market=run.market,
+                                retrieval=builder.retrieval.identity() if builder.retrieval is not None else None,
+                                say=say)
+    calibration = choice.calibration
     labels = LabelConfig(**meta.get("labels", {})) if meta.get("labels") else LabelConfig()
     examples = build_examples(run.market, run.config, run.llm, split, purpose="evaluate", run_dir=run.path,
                               label_config=labels, max_states=max_states)
@@ -164,7 +172,8 @@ def evaluate_run(run_dir: str | Path, split: str = "val", *, max_states: int = 2
         "baselines": label_baselines(examples.labels.label), "metrics": columns,
         "informativeness": {n: {k: list(v) for k, v in m.items()} for n, m in info.items()},
         "ic_difference": ic_diff, "label_dependence": dependence,
-        "calibration": "batch" if calibration is not None else None, "variants": variant_info,
+        "calibration": "batch" if calibration is not None else RAW if choice.raw else None,
+        "calibration_label": choice.label, "variants": variant_info,
         "train_states": len(train), "horizon": labels.horizon or 60,
         "adapter": {"dir": str(adapter_dir), "best_step": meta.get("best_step"),
                     "best_val_loss": meta.get("best_val_loss"), "base_model": meta.get("base_model")} if meta else None,

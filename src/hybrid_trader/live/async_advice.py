@@ -29,6 +29,7 @@ import numpy as np
 from hybrid_trader.calendar import SESSION_ROLL
 from hybrid_trader.live.fast_policy import numpy_policy
 from hybrid_trader.llm.context import context_from_market
+from hybrid_trader.run.advice_dataset import RAW
 
 if TYPE_CHECKING:
     from hybrid_trader.agent.hybrid_agent import Decision
@@ -152,10 +153,14 @@ class LivePolicy:
     market: LiveMarket | None = None
     """The bars the asynchronous advisor's contexts read (None: no LLM asked)."""
     notes: list[str] = field(default_factory=list)
+    calibration: str = ""
+    """What divides the asynchronous LLM's answers, journaled with each decision's advice: ``batch``, ``raw``
+    (a leaning model's undivided answers, ``--no-calibrate``) or '' (no LLM, or one without a lean)."""
 
 
 def live_policy(config: Any, model: Any, vec: Any, run_dir: Any, symbol: str, *, llm: str = "async",
-                budget_ms: float = 0.0, llm_overrides: dict | None = None) -> LivePolicy:
+                budget_ms: float = 0.0, llm_overrides: dict | None = None, calibrate: bool = True,
+                say: Any = None) -> LivePolicy:
     """Evaluation's deterministic policy of a run for the executor.
 
     Phases 1-2: ``AgentPolicy``, through its numpy forward (``live.fast_policy``) where the
@@ -163,7 +168,9 @@ def live_policy(config: Any, model: Any, vec: Any, run_dir: Any, symbol: str, *,
     student (every bar advised, synchronously: it is a small network); any other back end
     is asked asynchronously (:class:`AsyncAdvisedPolicy`, with the run's batch calibration)
     unless ``llm='off'``, which decides RL-only. ``llm_overrides``: ``llm.*`` keys over the run's
-    (e.g. ``{"mock": {"latency_ms": 50}}``), as ``evaluate`` takes them.
+    (e.g. ``{"mock": {"latency_ms": 50}}``), as ``evaluate`` takes them. A leaning model's calibration is
+    the run's, fitted first on its training days when it has none, or, ``calibrate=False``, none: raw advice,
+    said in the notes and journaled with every decision (``advise.calibrate.advice_calibration``).
     """
     # the advisor's back ends load torch models of their own: imported for phase 3 only
     from hybrid_trader.evaluation.policies import AgentPolicy, HybridAgentPolicy
@@ -175,8 +182,8 @@ def live_policy(config: Any, model: Any, vec: Any, run_dir: Any, symbol: str, *,
         notes = [] if fast is not None else [f"the policy runs in torch ({why}: no numpy forward for it)"]
         return LivePolicy(fast or agent, f"none (phase {phase})", notes=notes)
     # phase 3 only: the advisor's back ends load torch models of their own
+    from hybrid_trader.advise.calibrate import advice_calibration
     from hybrid_trader.llm import build_advisor
-    from hybrid_trader.run.calibration import attach_calibration
 
     llm_config = config.llm.in_run()
     if llm_overrides:
@@ -191,10 +198,11 @@ def live_policy(config: Any, model: Any, vec: Any, run_dir: Any, symbol: str, *,
                           f"off (RL-only; llm.backend {llm_config.backend})",
                           notes=[f"--advisor off: decisions were RL-only (the run's llm.backend {llm_config.backend} "
                                  "was not asked)"])
+    choice = advice_calibration(run_dir, llm_config, calibrate=calibrate, say=say or (lambda *a: None))
     advisor = build_advisor(llm_config)
-    calibration = attach_calibration(advisor, llm_config, [run_dir])
+    advisor.answerer.batch_calibration = choice.calibration
     market = LiveMarket(symbol)
-    notes = [] if calibration else [f"the run has no batch calibration of its {llm_config.backend} advice: raw "
-                                    "answers were used (hybrid-trader advise calibrate RUN_DIR)"]
+    notes = [f"the {llm_config.backend} advice was {choice.label}"] if choice.raw else []
     policy = AsyncAdvisedPolicy(model, vec, advisor, market, config.fusion, budget_ms=budget_ms)
-    return LivePolicy(policy, f"{llm_config.backend} async", market, notes)
+    return LivePolicy(policy, f"{llm_config.backend} async" + (f", {RAW} advice" if choice.raw else ""), market,
+                      notes, calibration=RAW if choice.raw else "batch" if choice.calibration is not None else "")

@@ -92,7 +92,8 @@ class Executor(CoreViews):
     warm the features up. ``run_tag`` names the orders (default: the run folder's name).
     ``llm``, ``llm_budget_ms``: a phase 3 run's LLM (not its student) asked asynchronously, a
     decision waiting at most that long for its own bar's answer (``async``), or not at all (``off``);
-    ``llm_overrides``: ``llm.*`` keys over the run's.
+    ``llm_overrides``: ``llm.*`` keys over the run's. ``calibrate=False`` (``--no-calibrate``): a leaning
+    model's raw answers, journaled as such with every decision's advice.
     ``bridge``: NinjaTrader's ATI bridge; the paper orders are then mirrored to it
     (:mod:`hybrid_trader.live.broker_link`; ``mismatch_bars``: how long the positions may differ).
     ``live_from`` (a tz-aware time or ns): the live point, bars ending at or before it are history (None: every
@@ -106,7 +107,7 @@ class Executor(CoreViews):
                  llm_budget_ms: float = 0.0, llm_overrides: dict | None = None,
                  bridge: NinjaTraderBridge | None = None, mismatch_bars: int = 2,
                  live_from: pd.Timestamp | int | None = None, max_bar_age_s: float | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, calibrate: bool = True) -> None:
         self.run = RunDir(run_dir).require()
         self.config: RunConfig = self.run.load_config(RunConfig)
         cfg = self.config.env
@@ -143,7 +144,7 @@ class Executor(CoreViews):
         self.core = TradingCore(self.broker, self.account, self.observer, n_actions, a.open, a.high, a.low,
                                 a.close, a.atr, veto)
         self.window = window_minutes(cfg, self.account)
-        self.policy = self._policy(llm, llm_budget_ms, llm_overrides)
+        self.policy = self._policy(llm, llm_budget_ms, llm_overrides, calibrate)
         self.link = None if bridge is None else BrokerLink(bridge, self.journal, self.broker, self.contract.tick_size,
                                                            mismatch_bars=mismatch_bars, say=self.say)
         self.features: IncrementalFeatures | None = None
@@ -185,12 +186,14 @@ class Executor(CoreViews):
             self.gate.late_after_s = max_bar_age_s
 
     # ------------------------------------------------------------------ set-up
-    def _policy(self, llm: str, budget_ms: float, llm_overrides: dict | None) -> Any:
+    def _policy(self, llm: str, budget_ms: float, llm_overrides: dict | None, calibrate: bool = True) -> Any:
         """The evaluation's deterministic policy of the run (``live.async_advice.live_policy``; phases 1-2 from
         the numpy cache without torch where it holds this model: ``live.policy_cache``)."""
         live, self.torch_model = executor_policy(self.run, self.config, self.contract.symbol, llm=llm,
-                                                 budget_ms=budget_ms, llm_overrides=llm_overrides)
+                                                 budget_ms=budget_ms, llm_overrides=llm_overrides,
+                                                 calibrate=calibrate, say=self.say)
         self.notes.extend(live.notes)
+        self.advice_calibration = live.calibration
         self._advisor_label, self.live_market = live.label, live.market
         return live.policy
 
@@ -451,6 +454,8 @@ class Executor(CoreViews):
                 advice = {"action": ACTION_NAMES[decision.advice.action],
                           "confidence": round(float(decision.advice.confidence), 4),
                           "backend": decision.advice.backend, "trust": round(float(decision.trust), 4)}
+                if self.advice_calibration:
+                    advice["calibration"] = self.advice_calibration
         self.journal.record_decision(tns, action, {ACTION_NAMES[i]: round(float(p), 6) for i, p in enumerate(probs)},
                                      advice=advice, rule_codes=codes, latency_ms=latency)
 

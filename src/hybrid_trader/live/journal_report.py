@@ -26,6 +26,7 @@ from hybrid_trader.evaluation.figures import HEIGHT, WIDTH, _png  # sets the Agg
 from hybrid_trader.evaluation.report import _esc, _figure, _table, html_document
 from hybrid_trader.live.feeds import CODE_HISTORY, CODE_LATE
 from hybrid_trader.live.journal import read_journal
+from hybrid_trader.run.advice_dataset import RAW
 
 RECENT_DECISIONS = 30
 """Decisions listed one by one at the end of the report (the latest)."""
@@ -132,6 +133,12 @@ def _summary(tables: dict[str, pd.DataFrame], trades: pd.DataFrame) -> list[tupl
     if not tables["decisions"].empty:
         d = _times(tables["decisions"]["bar_time_ns"])
         rows.insert(1, ("decisions from", [f"{d.min():%Y-%m-%d %H:%M} to {d.max():%Y-%m-%d %H:%M} ET"]))
+    advice = [json.loads(a) for a in tables["decisions"]["advice"].dropna()] if not tables["decisions"].empty else []
+    kinds = Counter(str(a.get("calibration")) for a in advice if a.get("calibration"))
+    if kinds:  # a leaning LLM advised: what divided its answers (raw: its constant lean is in them)
+        named = {RAW: "RAW (not calibrated: --no-calibrate)"}
+        rows.append(("LLM advice calibration",
+                     [", ".join(f"{named.get(k, k)} on {n:,} decisions" for k, n in kinds.items())]))
     if not trades.empty:
         rows.append(("P&L of the round trips [pts]", [f"{trades['pnl_points'].sum():+,.2f}"]))
     if not account.empty:

@@ -51,7 +51,7 @@ import pyarrow.parquet as pq
 from hybrid_trader import __version__
 from hybrid_trader.actions import N_ACTIONS
 from hybrid_trader.errors import UserError
-from hybrid_trader.llm.backends import backend_spec
+from hybrid_trader.llm.backends import BACKENDS, backend_spec
 from hybrid_trader.llm.config import LLMConfig
 from hybrid_trader.run.files import MANIFEST as MANIFEST_NAME
 from hybrid_trader.run.files import Manifest, sha256_file
@@ -59,6 +59,11 @@ from hybrid_trader.run.lock import FolderLock
 from hybrid_trader.run.rundir import ADVICE, STUDENT, STUDENT_METRICS
 
 SPLITS = ("train", "val", "test")
+FLAT_TOP_SHARE = "Flat top action share [%]"
+"""A student's metric (``advise distill``): its most frequent top action in the flat states, as a share of them
+(a constant student: near 100; ``diagnose`` names one above 90)."""
+RAW = "raw"
+"""A leaning model's answers that no batch calibration divided (``--no-calibrate``): in the identity and metadata."""
 META_KEY = b"hybrid_trader.advice"
 """Schema-metadata key of a chunk's identity (JSON)."""
 PART_GLOB = "part-*.parquet"
@@ -77,7 +82,7 @@ def model_id(config: LLMConfig) -> str:
     return f"{spec.name}:{spec.identity(section) if spec.identity else _short(section)}"
 
 
-def advice_identity(config: LLMConfig, retrieval: dict | None = None) -> dict[str, str]:
+def advice_identity(config: LLMConfig, retrieval: dict | None = None, raw: bool = False) -> dict[str, str]:
     """The parts that decide the advice, each a short string, plus ``hash`` over them all.
 
     ``model`` (back end and model), ``mode`` (score/generate), ``template`` (context
@@ -87,7 +92,9 @@ def advice_identity(config: LLMConfig, retrieval: dict | None = None) -> dict[st
     out (the text it fills in is hashed), and so is ``example_orders`` at 1, so prompts from before
     those options keep their identity. With ``prompt.retrieval`` on, ``retrieval`` hashes what decides the
     retrieved examples: ``retrieval`` (``Retriever.identity()``: k, mode, features, horizon and the training
-    pool's digest; None: the settings alone, a pool not built yet); off, it is left out.
+    pool's digest; None: the settings alone, a pool not built yet); off, it is left out. ``raw``: a leaning
+    model's answers that no batch calibration divided (``--no-calibrate``) add ``calibration: raw``, so raw
+    advice is never mixed with, nor taken for, calibrated advice of the same model.
     """
     p = dataclasses.asdict(config.prompt)
     p.pop("preset", None)
@@ -106,6 +113,8 @@ def advice_identity(config: LLMConfig, retrieval: dict | None = None) -> dict[st
     }
     if config.prompt.retrieval.enabled:
         parts["retrieval"] = _short(retrieval if retrieval is not None else {"settings": settings, "pool": None})
+    if raw:
+        parts["calibration"] = RAW
     parts["hash"] = _short(parts)
     return parts
 
@@ -114,11 +123,27 @@ def check_same_advice(stored: dict, current: dict, *, file: str, fix: str) -> No
     """Refuse advice built with another model or prompt, naming both hashes and the parts that differ."""
     if stored.get("hash") == current.get("hash"):
         return
-    parts = ("model", "mode", "template", "prompt", "answer", "retrieval")
+    parts = ("model", "mode", "template", "prompt", "answer", "retrieval", "calibration")
     differ = [f"{k} {stored.get(k)!r} vs {current.get(k)!r}" for k in parts if stored.get(k) != current.get(k)]
     raise UserError(
         f"the advice was built with another model or prompt: dataset {stored.get('hash')} vs "
         f"{current.get('hash')} ({'; '.join(differ) or 'unknown parts'})", file=file, fix=fix)
+
+
+def raw_advice(meta: dict) -> str | None:
+    """Why a dataset's advice (its chunks' metadata) is a leaning model's raw answers; None: it is not.
+
+    Marked raw by ``advise collect --no-calibrate``; a dataset of a leaning model in scoring mode that records
+    no calibration (written before collect fitted one by default, or marked the raw and content-free cases)
+    counts as raw too.
+    """
+    identity = meta.get("advice", {})
+    if identity.get("calibration") == RAW or meta.get("calibration") == RAW:
+        return "collected with --no-calibrate"
+    name = str(identity.get("model", "")).partition(":")[0]
+    if not meta.get("calibration") and name in BACKENDS and BACKENDS[name].leans and identity.get("mode") == "score":
+        return "collected without a batch calibration (before advise collect fitted one by default)"
+    return None
 
 
 # ------------------------------------------------------------------------------- keys

@@ -2,19 +2,67 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from hybrid_trader.errors import UserError
+from hybrid_trader.llm.backends import backend_spec
 from hybrid_trader.llm.batch_calibration import BatchCalibration
 from hybrid_trader.llm.config import LLMConfig
-from hybrid_trader.run.advice_dataset import advice_identity, check_same_advice
+from hybrid_trader.run.advice_dataset import RAW, advice_identity, check_same_advice
 from hybrid_trader.run.rundir import CALIBRATION
+
+CONTENT_FREE = "content-free"
+"""A leaning back end's answers divided by its answer to an empty context (``llm.scoring.calibrate``)."""
 
 
 def calibration_path(run_dir: Path) -> Path:
     return Path(run_dir) / CALIBRATION
+
+
+def needs_calibration(config: LLMConfig) -> bool:
+    """Whether ``config``'s advice is divided by a run's batch calibration: a back end with an answer lean
+    (``BackendSpec.leans``: the language models, not the trend rule, the mock or the student) in scoring mode,
+    without content-free calibration (``llm.scoring.calibrate``) instead."""
+    return backend_spec(config.backend).leans and config.mode == "score" and not config.scoring.calibrate
+
+
+@dataclass(frozen=True)
+class AdviceCalibration:
+    """What divides a run's advice (``advise.calibrate.advice_calibration`` decides it for every caller)."""
+
+    calibration: BatchCalibration | None = None
+    """The run's batch calibration; None: the back end needs none, or the advice is raw."""
+    path: Path | None = None
+    """Its file."""
+    raw: bool = False
+    """A leaning back end answers undivided (``--no-calibrate``): datasets, reports and journals say so."""
+    fitted_s: float | None = None
+    """Seconds spent fitting it just now (None: it was there already)."""
+    content_free: bool = False
+    """A leaning back end calibrated content-free instead (``llm.scoring.calibrate``)."""
+
+    @property
+    def mark(self) -> str:
+        """What a dataset's chunks record: ``batch:<digest of the means>``, ``raw``, ``content-free`` or ''
+        (a back end without a lean)."""
+        if self.calibration is not None:
+            digest = hashlib.sha256(json.dumps(self.calibration.means, sort_keys=True).encode()).hexdigest()[:12]
+            return f"batch:{digest}"
+        return RAW if self.raw else CONTENT_FREE if self.content_free else ""
+
+    @property
+    def label(self) -> str:
+        """One line for reports: ``batch (FILE)``, ``raw (...)``, ``content-free`` or ``none needed``."""
+        if self.calibration is not None:
+            return f"batch ({self.path})"
+        if self.raw:
+            return f"{RAW} (not calibrated: the model's constant lean is in every answer)"
+        return CONTENT_FREE if self.content_free else "none needed"
 
 
 def load_calibration(run_dir: Path, config: LLMConfig, *, required: bool = False,
@@ -26,7 +74,8 @@ def load_calibration(run_dir: Path, config: LLMConfig, *, required: bool = False
     ``Retriever.identity()`` when it retrieves its examples (the pool is part of the identity).
     """
     path = calibration_path(run_dir)
-    if config.mode != "score" or config.backend == "student" or (config.scoring.calibrate and not required):
+    if config.mode != "score" or not backend_spec(config.backend).language_model or (config.scoring.calibrate
+                                                                                   and not required):
         return None
     if not path.is_file():
         if required:

@@ -3,13 +3,14 @@ the student, and the advice inputs a run records (the student and adapter paths,
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from hybrid_trader.config import merge_overrides
 from hybrid_trader.errors import UserError
-from hybrid_trader.run.advice_dataset import student_path
-from hybrid_trader.run.calibration import attach_calibration
+from hybrid_trader.run.advice_dataset import advice_identity, student_path
+from hybrid_trader.run.calibration import AdviceCalibration, attach_calibration, calibration_path, fitted_model
 from hybrid_trader.training.config import RunConfig
 from hybrid_trader.training.market import Market
 
@@ -39,16 +40,36 @@ def with_default_student(config: RunConfig, init: Path | None) -> RunConfig:
     return merge_overrides(config, {"llm.student.path": str(student_path(Path(init)).resolve())})
 
 
-def make_advisor(config: RunConfig, say, run_dirs: tuple = ()) -> tuple[Any, Any]:
+CalibrationRule = Callable[..., AdviceCalibration]
+"""``(run_dir, llm_config, say=) -> AdviceCalibration``: ``advise.calibrate.advice_calibration`` (with the
+command's ``--no-calibrate``), passed in by the command (training does not import the advise layer)."""
+
+
+def make_advisor(config: RunConfig, say, run_dirs: tuple = (),
+                 calibrate: CalibrationRule | None = None) -> tuple[Any, Any]:
     """Phase 3: the LLM advisor (its start-up check runs here, before any file is written), with the batch
-    calibration of the first of ``run_dirs`` (this run, then its ``init``) that has one."""
+    calibration of the first of ``run_dirs`` (this run, then its ``init``) that has one of its model.
+
+    ``calibrate``: the rule of every command that asks a model; a leaning model with no calibration in
+    ``run_dirs`` has it fitted on the last of them (the ``--init`` run, whose training days this run trains
+    on), or answers raw, said so. None: the calibration found, if any (studies, benchmarks)."""
     if config.env.phase != 3:
         return None, None
     from hybrid_trader.llm import build_advisor  # phase 3 only: loads the advisor's back ends
 
     llm_config = config.llm.in_run()
     advisor = build_advisor(llm_config)
-    calibration = attach_calibration(advisor, llm_config, run_dirs)
+    dirs = [Path(d) for d in run_dirs if d is not None and Path(d).is_dir()]
+    if calibrate is not None and dirs:
+        model = advice_identity(llm_config)["model"]
+        home = next((d for d in dirs if fitted_model(d) == model), dirs[-1])
+        choice = calibrate(home, llm_config, say=say)
+        advisor.answerer.batch_calibration = choice.calibration
+        calibration = choice.path
+        if choice.raw:
+            say(f"LLM advice: {choice.label}")
+    else:
+        calibration = attach_calibration(advisor, llm_config, run_dirs)
     if calibration is not None:
         say(f"LLM advice divided by the batch calibration {calibration}")
     fusion = f"fusion {config.fusion.mode}, llm_weight {config.fusion.llm_weight}" + \
@@ -60,6 +81,14 @@ def make_advisor(config: RunConfig, say, run_dirs: tuple = ()) -> tuple[Any, Any
         say(f"LLM advisor: {llm_config.backend} back end, {llm_config.mode} mode, query {llm_config.query.mode}, "
             f"{fusion}")
     return advisor, llm_config
+
+
+def keep_calibration(advisor: Any, run_dir: Path) -> None:
+    """Copy the batch calibration phase 3 trains with into its run (when it came from ``--init``), so its
+    evaluation, a resume and ``hybrid-trader run`` divide the advice by the same means."""
+    cal = getattr(getattr(advisor, "answerer", None), "batch_calibration", None)
+    if cal is not None and not calibration_path(run_dir).exists():
+        cal.save(calibration_path(run_dir))
 
 
 def make_teacher(config: RunConfig, market: Market, say) -> Any:

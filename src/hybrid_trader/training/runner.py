@@ -43,6 +43,8 @@ from hybrid_trader.run.pins import check_pins, pin_inputs
 from hybrid_trader.run.rundir import LLM_CONFIG, SPLIT
 from hybrid_trader.training.advice_env import AdvisorVecEnv
 from hybrid_trader.training.advisor_setup import (
+    CalibrationRule,
+    keep_calibration,
     llm_inputs,
     make_advisor,
     make_teacher,
@@ -211,6 +213,7 @@ def train_run(
     extra_callbacks: list | None = None,
     quiet: bool = False,
     validation: ValidationFactory | None = None,
+    calibrate: CalibrationRule | None = None,
 ) -> dict:
     """Train (or resume) one run. Returns the final status dict; raises KeyboardInterrupt after saving.
 
@@ -220,7 +223,8 @@ def train_run(
     checkpoint. ``resume`` refuses a ``config`` that contradicts the run's (see
     :data:`RESUMABLE`), records a new target, continues from the newest valid
     checkpoint and drops log rows past it. ``validation`` (optional) builds the periodic
-    validation when ``train.validate_every`` > 0.
+    validation when ``train.validate_every`` > 0. ``calibrate`` (optional): phase 3's rule for a leaning
+    model's batch calibration (:func:`~hybrid_trader.training.advisor_setup.make_advisor`).
     """
     run = RunDir(run_dir)
     say = (lambda *a: None) if quiet else (lambda *a: print(*a, flush=True))
@@ -228,7 +232,7 @@ def train_run(
     check_writable(run.path, what="train --out")  # a file in its place, no permission, a full disk: now
     if resume:
         return _resume(run, config, market=market, extra_callbacks=extra_callbacks, say=say, quiet=quiet,
-                       validation=validation)
+                       validation=validation, calibrate=calibrate)
     if not run.is_empty():
         fix = "choose another --out, or add --resume to continue the run in it"
         if run.config_path.exists() and not run.checkpoints() and not run.model_path.exists():
@@ -240,7 +244,7 @@ def train_run(
     market = market or load_market(config.data, config.split, pool=True)
     config = with_recorded_market(config, market.bars.market)  # run and evaluate read the contract from the run
     split_info = _split_info(market)
-    advisor, llm_config = make_advisor(config, say, (run_dir, init))
+    advisor, llm_config = make_advisor(config, say, (run_dir, init), calibrate)
     venv = build_vec_env(market, config, market.sessions("train"), config.ppo.n_envs, config.ppo.seed,
                          normalize=config.ppo.normalize_observations, advisor=advisor,
                          teacher=make_teacher(config, market, say))
@@ -260,6 +264,7 @@ def train_run(
         if config.env.phase == 3:
             pin_inputs(run.path, llm_inputs(config.llm))
         run.save_config(config, header=f"hybrid-trader run configuration (phase {config.env.phase})")
+        keep_calibration(advisor, run.path)
         run.write_json(SPLIT, split_info)
         say(market.describe())
         if llm_config is not None:
@@ -288,7 +293,8 @@ def train_run(
         venv.close()
 
 
-def _resume(run: RunDir, config: RunConfig, *, market, extra_callbacks, say, quiet, validation) -> dict:
+def _resume(run: RunDir, config: RunConfig, *, market, extra_callbacks, say, quiet, validation,
+            calibrate: CalibrationRule | None = None) -> dict:
     run.require()
     with run.lock("train --resume"):
         if not run.status_path.exists():
@@ -328,7 +334,7 @@ def _resume(run: RunDir, config: RunConfig, *, market, extra_callbacks, say, qui
         run.write_status(target_timesteps=target)
         market = market or load_market(config.data, config.split, pool=True)
         say(market.describe())
-        advisor, _ = make_advisor(config, say, (run.path, status.get("init")))
+        advisor, _ = make_advisor(config, say, (run.path, status.get("init")), calibrate)
         venv = build_vec_env(market, config, market.sessions("train"), config.ppo.n_envs, config.ppo.seed,
                              normalize=config.ppo.normalize_observations, advisor=advisor,
                              teacher=make_teacher(config, market, say))

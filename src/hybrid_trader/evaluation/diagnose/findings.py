@@ -35,6 +35,7 @@ CODES: dict[str, str] = {
     "LLM_UNREACHABLE": "the LLM server could not be reached for the whole run",
     "HYBRID_EQUALS_RL_ONLY": "the hybrid agent's evaluation figures equal the RL-only ablation's: advice had no effect",
     "STUDENT_FIDELITY_LOW": "the distilled student agrees too rarely with the LLM it imitates on held-out days",
+    "STUDENT_CONSTANT": "the distilled student's top action is the same in nearly every flat state",
 }
 
 
@@ -92,6 +93,9 @@ class Thresholds:
     """HYBRID_EQUALS_RL_ONLY when every figure of the two ablation columns differs by at most this (relative)."""
     min_student_agreement_pct: float = 80.0
     """STUDENT_FIDELITY_LOW when the student's top-1 agreement with its LLM on held-out days is below this [%]."""
+    max_student_flat_top_pct: float = 90.0
+    """STUDENT_CONSTANT when the student's most frequent top action is its top action in more than this share of
+    the flat states of held-out days [%]."""
 
 
 @dataclass

@@ -1,5 +1,5 @@
 """Checks on the LLM advisor: server health, query rate, confidence, agreement, advice age, hybrid vs RL-only,
-student fidelity.
+student fidelity, a constant student.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from hybrid_trader.evaluation.diagnose.findings import (
     _values,
 )
 from hybrid_trader.llm.backends.base import ERROR_KINDS, ERROR_PARSE
+from hybrid_trader.run.advice_dataset import FLAT_TOP_SHARE, student_metrics_path
 
 
 # ---------------------------------------------------------------------------------------
@@ -431,3 +432,53 @@ def check_student_fidelity(run: RunView, th: Thresholds) -> list[Finding] | Skip
     )]
 
 
+
+
+def _student_metrics(run: RunView) -> Path | None:
+    """The metrics of the student that advises this run (``llm.student.path``), else of the one distilled in it."""
+    llm = run.llm
+    if llm is not None and llm.backend == "student" and llm.student.path:
+        return Path(llm.student.path).with_name("student_metrics.json")
+    own = student_metrics_path(run.run_dir)
+    return own if own.is_file() else None
+
+
+def check_student_constant(run: RunView, th: Thresholds) -> list[Finding] | Skip:
+    """A distilled student whose top action is the same in more than ``max_student_flat_top_pct`` of the flat
+    states of held-out days: it copies a constant (often a model's raw lean) into every phase 3 decision."""
+    path = _student_metrics(run)
+    if path is None:
+        return Skip(None)
+    if not path.is_file():
+        return Skip(f"{path} not found (written by hybrid-trader advise distill)")
+    try:
+        data = json.loads(path.read_text())
+        metrics, info = data.get("metrics", {}), data.get("info", {})
+    except (OSError, ValueError, AttributeError) as err:
+        return Skip(f"{path} is not readable JSON ({type(err).__name__})")
+    split = next((s for s in ("test", "val") if isinstance(metrics.get(s), dict)
+                  and isinstance(metrics[s].get(FLAT_TOP_SHARE), (int, float))
+                  and not math.isnan(metrics[s][FLAT_TOP_SHARE])), None)
+    if split is None:
+        return Skip(f"{path} has no {FLAT_TOP_SHARE!r} (distilled before it was measured: advise distill again)")
+    share = float(metrics[split][FLAT_TOP_SHARE])
+    if share <= th.max_student_flat_top_pct:
+        return []
+    run_dir = path.parent.parent
+    top = (info.get("flat_top_action") or {}).get(split)
+    raw = info.get("raw_advice")
+    ev: dict[str, Any] = {f"top action share in flat states of {split} days [%]": share,
+                          "top action": top, "flat states": metrics[split].get("Flat states"),
+                          "threshold [%]": th.max_student_flat_top_pct, "student": str(path.with_name("student.pt"))}
+    if raw:
+        ev["advice"] = f"raw ({raw})"
+    fix = (f"collect the advice calibrated and distil again: move {run_dir / 'advice'} away, then "
+           f"hybrid-trader advise collect {run_dir} --split all (it fits the batch calibration first) and "
+           f"hybrid-trader advise distill {run_dir}") if raw else (
+        f"look at what the LLM advised in those states (hybrid-trader advise compare {run_dir}; "
+        f"hybrid-trader advise calibrate {run_dir} --force shows the lean by trend); a student that says "
+        f"{top or 'one action'} everywhere adds a constant to every decision")
+    return [Finding(
+        "STUDENT_CONSTANT", "error",
+        f"the distilled student advises {top or 'the same action'} in {share:.0f}% of the flat states: its advice "
+        "is a constant, not a reading of the market", ev, fix)]

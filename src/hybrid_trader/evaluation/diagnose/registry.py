@@ -19,6 +19,7 @@ from hybrid_trader.evaluation.diagnose.llm_checks import (
     check_llm_confidence,
     check_llm_query_rate,
     check_llm_server,
+    check_student_constant,
     check_student_fidelity,
 )
 from hybrid_trader.evaluation.diagnose.training_checks import (
@@ -49,6 +50,7 @@ CHECKS: tuple[Check, ...] = (
     Check("train/validation gap", ("TRAIN_VAL_GAP",), check_train_val_gap),
     Check("hybrid vs RL-only", ("HYBRID_EQUALS_RL_ONLY",), check_hybrid_vs_rl_only),
     Check("student fidelity", ("STUDENT_FIDELITY_LOW",), check_student_fidelity),
+    Check("constant student", ("STUDENT_CONSTANT",), check_student_constant),
 )
 """Every check, in the order they run; each code of :data:`CODES` belongs to exactly one."""
 

@@ -49,6 +49,9 @@ class BackendSpec:
     calibrations built with another are refused); None: a hash of the whole section."""
     threads_field: str | None = None
     """Field of its section that sets its CPU threads (advise collect's workers set it); None: none."""
+    leans: bool = False
+    """Answers with a constant lean set by its prompt (a language model: Gemma 3 270M says BUY to every flat
+    state), which the run's batch calibration divides out; a rule, the mock and the student do not."""
 
     @property
     def language_model(self) -> bool:
@@ -60,12 +63,12 @@ BACKENDS: dict[str, BackendSpec] = {s.name: s for s in (
     # a fine-tuned adapter is another model; none leaves the id unchanged
     BackendSpec("transformers", "hybrid_trader.llm.backends.transformers_backend:TransformersBackend",
                 "transformers", "model", local=True, threads_field="threads",
-                identity=lambda c: f"{c.model}:{c.dtype}" + (f":adapter={c.adapter}" if c.adapter else "")),
+                identity=lambda c: f"{c.model}:{c.dtype}" + (f":adapter={c.adapter}" if c.adapter else ""), leans=True),
     BackendSpec("openai", "hybrid_trader.llm.backends.openai_backend:OpenAIBackend", "openai", "model", local=False,
-                identity=lambda c: f"{c.model or c.base_url}"),
+                identity=lambda c: f"{c.model or c.base_url}", leans=True),
     BackendSpec("llama_cpp", "hybrid_trader.llm.backends.llama_cpp_backend:LlamaCppBackend",
                 "llama_cpp", "model_path", local=True, threads_field="n_threads",
-                identity=lambda c: f"{c.model_path or 'gemma-3-270m'}"),
+                identity=lambda c: f"{c.model_path or 'gemma-3-270m'}", leans=True),
     BackendSpec("mock", "hybrid_trader.llm.backends.mock:MockBackend", "mock", "", local=False, takes_prompts=False,
                 identity=lambda c: f"coverage={c.coverage:g}"),
     # a control for the LLM: reads only the trend label (shares the mock's section: coverage)
