@@ -52,6 +52,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="time zone of the feed's naive timestamps (default: the run's data.tz, as it was trained)")
     p.add_argument("--time-shift", type=float, metavar="HOURS",
                    help="hours added to every timestamp of the feed (default: the run's data.time_shift)")
+    p.add_argument("--stamps", choices=("start", "end"), default=None,
+                   help="which end of the bar the feed's timestamps mark: start (default for a CSV with a header) or "
+                        "end (default for NinjaTrader's header-less 'yyyyMMdd HHmmss;open;high;low;close;volume' "
+                        "lines, read as UTC); end stamps are moved back one bar, so no bar is traded one bar late")
     p.add_argument("--bar-minutes", type=int, default=None, metavar="N",
                    help="the bar size of a follow: feed in minutes (default: the run's training data's; a replay "
                         "reads it from its file)")
@@ -80,8 +84,6 @@ def run(args: argparse.Namespace) -> int:
     from hybrid_trader.live.executor import Executor, run_bar_minutes, split_dates
     from hybrid_trader.live.feeds import ReplayFeed, open_feed, parse_feed_spec  # same reason
     from hybrid_trader.live.status import StatusPrinter
-    from hybrid_trader.run import RunDir
-    from hybrid_trader.training.config import RunConfig
 
     run_dir = Path(args.run_dir)
     if not (run_dir / "config.yaml").is_file():
@@ -96,12 +98,7 @@ def run(args: argparse.Namespace) -> int:
     if args.idle_exit is not None and (spec.scheme != "follow" or not args.idle_exit > 0):
         raise UserError(f"--idle-exit {args.idle_exit}: a positive number of seconds, for a follow: feed",
                         fix="e.g. --feed follow:export.csv --idle-exit 600, or drop it")
-    data = RunDir(run_dir).load_config(RunConfig).data  # the feed's clock defaults to the training data's
-    extra: dict[str, Any] = {"tz": args.tz or data.tz,
-                             "time_shift": data.time_shift if args.time_shift is None else args.time_shift}
-    if args.idle_exit:
-        extra["timeout_s"] = args.idle_exit
-    feed = open_feed(spec, **extra)
+    feed = open_feed(spec, **_feed_options(args, spec.scheme, run_dir))
     market = feed.bars.market if isinstance(feed, ReplayFeed) else None
     if isinstance(feed, ReplayFeed):
         bar_minutes = feed.bars.bar_minutes
@@ -145,6 +142,22 @@ def run(args: argparse.Namespace) -> int:
               f"journal), {summary.decisions} decisions, {summary.trades} trades, net P&L {summary.net_pnl:,.2f}, "
               f"account {summary.account_status}{halted}; journal: {journal}")
     return code
+
+
+def _feed_options(args: argparse.Namespace, scheme: str, run_dir: Path) -> dict[str, Any]:
+    """The feed's keywords: its clock (by default the training data's), stamps, idle exit, bar size."""
+    from hybrid_trader.live.executor import run_bar_minutes  # loads torch: not for --help
+    from hybrid_trader.run import RunDir
+    from hybrid_trader.training.config import RunConfig
+
+    data = RunDir(run_dir).load_config(RunConfig).data
+    extra: dict[str, Any] = {"tz": args.tz or data.tz, "stamps": args.stamps,
+                             "time_shift": data.time_shift if args.time_shift is None else args.time_shift}
+    if args.idle_exit:
+        extra["timeout_s"] = args.idle_exit
+    if scheme == "follow":  # end-of-bar stamps move back by the bar size
+        extra["bar_minutes"] = args.bar_minutes or run_bar_minutes(run_dir)
+    return extra
 
 
 def _say_if_waiting(path: Path, idle_exit: float | None) -> None:
