@@ -65,11 +65,12 @@ def test_data_check_prints_bar_start_times_when_file_is_nt_export(tmp_path: Path
 @pytest.mark.parametrize(("line", "kind"), [
     ("20240102 143100 0450000;16825.25;16825.0;16825.5;1", "tick data"),
     ("20240102;16825.25;16827.00;16824.50;16826.75;412", "daily bars"),
+    ("20240102 143100;16825,25;16827,00;16824,50;16826,75;412", "comma decimals"),
 ])
 def test_loader_refuses_nt_text_when_it_is_not_minute_bars(tmp_path: Path, line: str, kind: str) -> None:
     with pytest.raises(UserError, match=kind) as err:
         load_bars(write(tmp_path, line + "\n", "x.txt"), market="NQ")
-    assert "Export Minute bars" in (err.value.fix or "") or "export Minute bars" in (err.value.fix or "")
+    assert err.value.row == 1 and ("Minute bars" in (err.value.fix or "") or "'.'" in (err.value.fix or ""))
 
 
 def test_is_nt_export_is_false_when_line_is_a_header_or_a_comma_line() -> None:
@@ -83,3 +84,10 @@ def test_resolve_stamps_defaults_by_format_and_refuses_other_words() -> None:
     assert resolve_stamps("END", False) == "end"
     with pytest.raises(UserError, match="--stamps 'middle'"):
         resolve_stamps("middle", True)
+
+
+def test_loader_names_the_row_as_the_line_when_nt_export_has_no_header(tmp_path: Path) -> None:
+    bad = NT_SAMPLE.replace("16826.75;16830.00;16826.00", "16826.75;16820.00;16826.00")  # line 2: high < low
+    with pytest.raises(UserError, match="high 16820 is below low 16826") as err:
+        load_bars(write(tmp_path, bad, "bad.txt"), market="NQ")
+    assert err.value.row == 2 and err.value.column == "high"

@@ -468,15 +468,15 @@ def load_bars(
 
     _check_file(p)
     parquet = _is_parquet(p)
-    nt_export = False
-    ck = Checker(file=file, repair=repair, csv=not parquet)
+    nt_export = not parquet and is_nt_export(_first_line(p), file)
+    ck = Checker(file=file, repair=repair, csv=not (parquet or nt_export))  # no header: a line is a row
     if parquet:
         df = _read_parquet(p)
         pos, ts_spec, col_notes = match_columns(list(df.columns), file)
         lines = np.arange(1, len(df) + 1, dtype=np.int64)
-    elif is_nt_export(_first_line(p), file):
+    elif nt_export:
         df, pos, ts_spec, lines = _read_nt_export(p)
-        nt_export, tz_name, col_notes = True, NT_TZ, []
+        tz_name, col_notes = NT_TZ, []
     else:
         df, pos, ts_spec, lines, col_notes = _read_csv(p)
     stamps = resolve_stamps(stamps, nt_export)

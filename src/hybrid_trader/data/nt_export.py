@@ -37,7 +37,14 @@ def is_nt_export(first_line: str, file: str) -> bool:
     (a tick or a daily export) is a UserError naming what it is and what to export instead.
     """
     fields = [f.strip() for f in first_line.strip().split(NT_SEP)]
-    if len(fields) < 2 or not _STAMP.fullmatch(fields[0]) or not all(_NUMBER.fullmatch(f) for f in fields[1:]):
+    if len(fields) < 2 or not _STAMP.fullmatch(fields[0]):
+        return False
+    if not all(_NUMBER.fullmatch(f) for f in fields[1:]):
+        if all(_NUMBER.fullmatch(f.replace(",", ".", 1)) for f in fields[1:]):
+            raise UserError(f"a NinjaTrader export with comma decimals (a Windows locale): {first_line.strip()!r}",
+                            file=file, row=1, fix="export again with '.' as the decimal symbol (Windows: Region > "
+                            "Additional settings), or write the bars with integrations/ninjatrader/BarExporter.cs, "
+                            "which always writes '.'")
         return False
     if len(fields) == len(NT_NAMES) and " " in fields[0] and len(fields[0].split(" ")) == 2:
         return True
