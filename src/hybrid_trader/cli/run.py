@@ -45,6 +45,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--nt-account", metavar="NAME", help="ninjatrader: the account as NinjaTrader names it (Sim101)")
     p.add_argument("--nt-instrument", metavar="NAME",
                    help="ninjatrader: the contract as NinjaTrader names it, e.g. 'NQ 12-26'")
+    p.add_argument("--nt-roll-warn-days", metavar="N", type=int, default=12,
+                   help="ninjatrader: warn when --nt-instrument expires within N days (CME equity index futures "
+                        "expire on the third Friday of March, June, September, December; volume rolls 8 days "
+                        "earlier); an expired contract is refused (default 12; a replay checks its last bar's date)")
     p.add_argument("--nt-mismatch-bars", metavar="N", type=int, default=2,
                    help="ninjatrader: bars NinjaTrader's position may differ from the paper one (a fill may lag) "
                         "before new entries halt (default 2)")
@@ -67,6 +71,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--llm-budget-ms", type=float, default=0.0, metavar="MS",
                    help="with --advisor async, how long a decision may wait for its own bar's answer before it uses "
                         "the advice in force (default 0: never waits)")
+    p.add_argument("--account-balance", type=float, metavar="USD",
+                   help="start the account at the real account's balance instead of the preset's starting balance "
+                        "(the threshold is where the rules put it for that balance; docs/LIVE.md)")
+    p.add_argument("--account-state", metavar="FILE",
+                   help="start the account from the real account's standing, a JSON file: balance (required), "
+                        "threshold, peak, days_traded, best_day (docs/LIVE.md); give the same one on a restart")
     p.add_argument("--journal", required=True, metavar="FILE", help="the SQLite journal (created, or continued)")
     p.add_argument("--on-exit", choices=("flatten", "protect"), default="flatten",
                    help="Ctrl-C with an open position: close it at the last close (flatten, default) or leave it "
@@ -99,6 +109,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--idle-exit {args.idle_exit}: a positive number of seconds, for a follow: feed",
                         fix="e.g. --feed follow:export.csv --idle-exit 600, or drop it")
     feed = open_feed(spec, **_feed_options(args, spec.scheme, run_dir))
+    standing, roll_note = _live_account(args, run_dir, feed, bridge is not None)
     market = feed.bars.market if isinstance(feed, ReplayFeed) else None
     if isinstance(feed, ReplayFeed):
         bar_minutes = feed.bars.bar_minutes
@@ -115,7 +126,9 @@ def run(args: argparse.Namespace) -> int:
     say = (lambda *a: None) if args.json else (lambda *a: print(*a, flush=True))
     executor = Executor(run_dir, journal, trade_dates=split_dates(run_dir, args.split), market=market,
                         bar_minutes=bar_minutes, say=say, llm=args.advisor, llm_budget_ms=args.llm_budget_ms,
-                        bridge=bridge, mismatch_bars=args.nt_mismatch_bars)
+                        bridge=bridge, mismatch_bars=args.nt_mismatch_bars, standing=standing)
+    if roll_note:
+        executor.notes.append(roll_note)
     if not isinstance(feed, ReplayFeed):
         _say_if_waiting(Path(spec.path).expanduser(), args.idle_exit)
     status = None if args.no_status else StatusPrinter(sys.stderr)
@@ -146,7 +159,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _feed_options(args: argparse.Namespace, scheme: str, run_dir: Path) -> dict[str, Any]:
     """The feed's keywords: its clock (by default the training data's), stamps, idle exit, bar size."""
-    from hybrid_trader.live.executor import run_bar_minutes  # loads torch: not for --help
+    # the executor loads torch and the config pandas: `hybrid-trader --help` must not pay it
+    from hybrid_trader.live.executor import run_bar_minutes
     from hybrid_trader.run import RunDir
     from hybrid_trader.training.config import RunConfig
 
@@ -158,6 +172,36 @@ def _feed_options(args: argparse.Namespace, scheme: str, run_dir: Path) -> dict[
     if scheme == "follow":  # end-of-bar stamps move back by the bar size
         extra["bar_minutes"] = args.bar_minutes or run_bar_minutes(run_dir)
     return extra
+
+
+def _live_account(args: argparse.Namespace, run_dir: Path, feed: Any, ninjatrader: bool) -> tuple[Any, str | None]:
+    """The real account's standing (``--account-balance``/``--account-state``) and the contract's roll warning
+    (said on stderr now, and kept for the summary); UserError for a bad standing or an expired contract."""
+    import datetime as dt
+    from zoneinfo import ZoneInfo
+
+    # the live layer loads pandas and the run's config: `hybrid-trader --help` must not pay it
+    from hybrid_trader.env.rules import get_rules
+    from hybrid_trader.live.account_sync import read_standing
+    from hybrid_trader.live.contract_roll import roll_check
+    from hybrid_trader.live.feeds import ReplayFeed
+    from hybrid_trader.run import RunDir
+    from hybrid_trader.training.config import RunConfig
+
+    env = RunDir(run_dir).load_config(RunConfig).env
+    standing = read_standing(args.account_balance, args.account_state, get_rules(env.rules, env.account,
+                                                                                  **env.rules_overrides))
+    if not ninjatrader:
+        return standing, None
+    if args.nt_roll_warn_days < 0:
+        raise UserError("--nt-roll-warn-days must be 0 or more", value=args.nt_roll_warn_days, fix="e.g. 12")
+    # a replay trades its own days: the contract is checked at its last bar; a live feed at today's date (ET)
+    today = (feed.bars.frame.index[-1].date() if isinstance(feed, ReplayFeed)
+             else dt.datetime.now(ZoneInfo("America/New_York")).date())
+    note = roll_check(args.nt_instrument, today, args.nt_roll_warn_days)
+    if note:
+        print(f"warning: {note}", file=sys.stderr, flush=True)
+    return standing, note
 
 
 def _say_if_waiting(path: Path, idle_exit: float | None) -> None:

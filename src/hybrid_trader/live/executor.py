@@ -43,13 +43,14 @@ import pandas as pd
 
 from hybrid_trader.actions import ACTION_NAMES
 from hybrid_trader.calendar import EASTERN, session_minute
-from hybrid_trader.env.account import AccountStatus, PropFirmAccount
+from hybrid_trader.env.account import AccountStanding, AccountStatus, PropFirmAccount
 from hybrid_trader.env.broker import TRADE_LOG_COLUMNS, Trade, trades_frame
 from hybrid_trader.env.core import CoreViews, TradingCore, make_broker, window_minutes
 from hybrid_trader.env.observation import ObservationBuilder
 from hybrid_trader.env.rules import get_rules
 from hybrid_trader.errors import UserError
 from hybrid_trader.features.names import WINDOW
+from hybrid_trader.live.account_sync import consistency_note, note_consistency
 from hybrid_trader.live.async_advice import AsyncAdvisedPolicy
 from hybrid_trader.live.broker_link import BrokerLink
 from hybrid_trader.live.clock import EasternClock
@@ -86,13 +87,15 @@ class Executor(CoreViews):
     ``llm_overrides``: ``llm.*`` keys over the run's.
     ``bridge``: NinjaTrader's ATI bridge; the paper orders are then mirrored to it
     (:mod:`hybrid_trader.live.broker_link`; ``mismatch_bars``: how long the positions may differ).
+    ``standing``: the real account's standing to start from (``live.account_sync``; None: the preset's start).
     """
 
     def __init__(self, run_dir: str | Path, journal: str | Path | Journal, *,
                  trade_dates: Iterable[Any] | None = None, run_tag: str | None = None,
                  market: str | None = None, bar_minutes: int = 1, say: Any = None, llm: str = "async",
                  llm_budget_ms: float = 0.0, llm_overrides: dict | None = None,
-                 bridge: NinjaTraderBridge | None = None, mismatch_bars: int = 2) -> None:
+                 bridge: NinjaTraderBridge | None = None, mismatch_bars: int = 2,
+                 standing: AccountStanding | None = None) -> None:
         self.run = RunDir(run_dir).require()
         self.config: RunConfig = self.run.load_config(RunConfig)
         cfg = self.config.env
@@ -111,6 +114,8 @@ class Executor(CoreViews):
         self.bar_minutes = int(bar_minutes)
         self.rules = get_rules(cfg.rules, cfg.account, **cfg.rules_overrides)
         self.account = PropFirmAccount(self.rules)
+        if standing is not None:  # before a snapshot's restore, which replaces it
+            self.account.start_from(standing)
         self.account.check_contracts(cfg.contracts, self.contract)
         self.broker = make_broker(cfg, self.contract)
         self.phase = cfg.phase
@@ -287,6 +292,7 @@ class Executor(CoreViews):
             if last:
                 self._day_open, self._day_done = False, True
                 self._journal_account(tns)
+                self._note_consistency(tns)
                 return True
         halted = self._check_broker(tns)
         core.last_entry = t if minute <= last_entry and not halted else -1
@@ -322,6 +328,12 @@ class Executor(CoreViews):
                                   self.arrays.time_ns[prev])
         self._pending = 0
         self._day_open, self._day_done = False, True
+        self._note_consistency(self.arrays.time_ns[prev])
+
+    def _note_consistency(self, tns: int) -> None:
+        """A day's end: the consistency rule's note in the journal (once: not again on a restart's replay)."""
+        if self._journaled_account is None or tns > self._journaled_account:
+            note_consistency(self.account, self.journal, tns, self.say)
 
     def _check_broker(self, tns: int) -> str:
         """NinjaTrader's events and position before the bar's decision; the halt's reason code ("" if none)."""
@@ -468,6 +480,9 @@ class Executor(CoreViews):
             self.notes.append(f"new entries halted ({self.link.halted}): see the journal's errors table")
         if self.account.status is AccountStatus.BREACHED:
             self.notes.append("the account breached its trailing threshold: trading halted")
+        note = consistency_note(self.account)
+        if note and note not in self.notes:
+            self.notes.append(note)
 
     def trade_log(self) -> pd.DataFrame:
         """The trades so far (columns ``TRADE_LOG_COLUMNS``, ET times), as evaluation writes them."""
