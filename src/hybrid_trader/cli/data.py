@@ -56,6 +56,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="fix what can be fixed (drop duplicates keeping the first, sort, swap high/low, widen high/low, "
         "x100 divided prices, drop unreadable rows) and report each fix, instead of stopping at the first problem",
     )
+    c.add_argument(
+        "--stamps",
+        choices=("start", "end"),
+        default=None,
+        help="which end of the bar a timestamp marks: start (default for a CSV with a header) or end (default for "
+        "NinjaTrader's header-less export 'yyyyMMdd HHmmss;open;high;low;close;volume', read as UTC); end stamps "
+        "are moved back one bar to the bar's start",
+    )
     c.add_argument("--json", action="store_true", help="print the summary as JSON instead of text")
     c.set_defaults(func=_check)
 
@@ -65,7 +73,8 @@ def _check(args: argparse.Namespace) -> int:
     from hybrid_trader.data.loader import load_bars
     from hybrid_trader.data.summary import format_summary, summarize  # same reason
 
-    bars = load_bars(args.file, tz=args.tz, time_shift=args.time_shift, market=args.market, repair=args.repair)
+    bars = load_bars(args.file, tz=args.tz, time_shift=args.time_shift, market=args.market, repair=args.repair,
+                     stamps=args.stamps)
     summary = summarize(bars)
     if args.json:
         print(json.dumps(summary, indent=2, default=str))

@@ -50,6 +50,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--nt-account", metavar="NAME", help="ninjatrader: the account as NinjaTrader names it (Sim101)")
     p.add_argument("--nt-instrument", metavar="NAME",
                    help="ninjatrader: the contract as NinjaTrader names it, e.g. 'NQ 12-26'")
+    p.add_argument("--nt-roll-warn-days", metavar="N", type=int, default=12,
+                   help="ninjatrader: warn when --nt-instrument expires within N days (CME equity index futures "
+                        "expire on the third Friday of March, June, September, December; volume rolls 8 days "
+                        "earlier); an expired contract is refused (default 12; a replay checks its last bar's date)")
     p.add_argument("--nt-mismatch-bars", metavar="N", type=int, default=2,
                    help="ninjatrader: bars NinjaTrader's position may differ from the paper one (a fill may lag) "
                         "before new entries halt (default 2)")
@@ -57,6 +61,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="time zone of the feed's naive timestamps (default: the run's data.tz, as it was trained)")
     p.add_argument("--time-shift", type=float, metavar="HOURS",
                    help="hours added to every timestamp of the feed (default: the run's data.time_shift)")
+    p.add_argument("--stamps", choices=("start", "end"), default=None,
+                   help="which end of the bar the feed's timestamps mark: start (default for a CSV with a header) or "
+                        "end (default for NinjaTrader's header-less 'yyyyMMdd HHmmss;open;high;low;close;volume' "
+                        "lines, read as UTC); end stamps are moved back one bar, so no bar is traded one bar late")
     p.add_argument("--bar-minutes", type=int, default=None, metavar="N",
                    help="the bar size of a follow: feed in minutes (default: the run's training data's; a replay "
                         "reads it from its file)")
@@ -80,6 +88,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="with --advisor async, how long a decision may wait for its own bar's answer before it uses "
                         "the advice in force (default 0: never waits)")
     add_no_calibrate(p)
+    p.add_argument("--account-balance", type=float, metavar="USD",
+                   help="start the account at the real account's balance instead of the preset's starting balance "
+                        "(the threshold is where the rules put it for that balance; docs/LIVE.md)")
+    p.add_argument("--account-state", metavar="FILE",
+                   help="start the account from the real account's standing, a JSON file: balance (required), "
+                        "threshold, peak, days_traded, best_day (docs/LIVE.md); give the same one on a restart")
     p.add_argument("--journal", required=True, metavar="FILE", help="the SQLite journal (created, or continued)")
     p.add_argument("--on-exit", choices=("flatten", "protect"), default="flatten",
                    help="Ctrl-C with an open position: close it at the last close (flatten, default) or leave it "
@@ -97,8 +111,6 @@ def run(args: argparse.Namespace) -> int:
     from hybrid_trader.live.executor import Executor, run_bar_minutes, split_dates
     from hybrid_trader.live.feeds import ReplayFeed, open_feed, parse_feed_spec  # same reason
     from hybrid_trader.live.status import StatusPrinter
-    from hybrid_trader.run import RunDir
-    from hybrid_trader.training.config import RunConfig
 
     run_dir = Path(args.run_dir)
     if not (run_dir / "config.yaml").is_file():
@@ -113,13 +125,9 @@ def run(args: argparse.Namespace) -> int:
     if args.idle_exit is not None and (spec.scheme != "follow" or not args.idle_exit > 0):
         raise UserError(f"--idle-exit {args.idle_exit}: a positive number of seconds, for a follow: feed",
                         fix="e.g. --feed follow:export.csv --idle-exit 600, or drop it")
-    data = RunDir(run_dir).load_config(RunConfig).data  # the feed's clock defaults to the training data's
-    extra: dict[str, Any] = {"tz": args.tz or data.tz,
-                             "time_shift": data.time_shift if args.time_shift is None else args.time_shift}
-    if args.idle_exit:
-        extra["timeout_s"] = args.idle_exit
     live_from, max_bar_age = live_point(args, spec.scheme, bridge is not None)
-    feed = open_feed(spec, **extra)
+    feed = open_feed(spec, **_feed_options(args, spec.scheme, run_dir))
+    standing, roll_note = _live_account(args, run_dir, feed, bridge is not None)
     market = feed.bars.market if isinstance(feed, ReplayFeed) else None
     if isinstance(feed, ReplayFeed):
         bar_minutes = feed.bars.bar_minutes
@@ -138,7 +146,9 @@ def run(args: argparse.Namespace) -> int:
     executor = Executor(run_dir, journal, trade_dates=split_dates(run_dir, args.split), market=market,
                         bar_minutes=bar_minutes, say=say, llm=args.advisor, llm_budget_ms=args.llm_budget_ms,
                         bridge=bridge, mismatch_bars=args.nt_mismatch_bars, live_from=live_from,
-                        max_bar_age_s=max_bar_age, calibrate=args.calibrate)
+                        max_bar_age_s=max_bar_age, calibrate=args.calibrate, standing=standing)
+    if roll_note:
+        executor.notes.append(roll_note)
     if not isinstance(feed, ReplayFeed):
         _say_if_waiting(Path(spec.path).expanduser(), args.idle_exit)
     status = None if args.no_status else StatusPrinter(sys.stderr)
@@ -166,6 +176,53 @@ def run(args: argparse.Namespace) -> int:
               f"{summary.trades} trades, net P&L {summary.net_pnl:,.2f}, account {summary.account_status}{halted}; "
               f"journal: {journal}")
     return code
+
+
+def _feed_options(args: argparse.Namespace, scheme: str, run_dir: Path) -> dict[str, Any]:
+    """The feed's keywords: its clock (by default the training data's), stamps, idle exit, bar size."""
+    # the executor loads torch and the config pandas: `hybrid-trader --help` must not pay it
+    from hybrid_trader.live.executor import run_bar_minutes
+    from hybrid_trader.run import RunDir
+    from hybrid_trader.training.config import RunConfig
+
+    data = RunDir(run_dir).load_config(RunConfig).data
+    extra: dict[str, Any] = {"tz": args.tz or data.tz, "stamps": args.stamps,
+                             "time_shift": data.time_shift if args.time_shift is None else args.time_shift}
+    if args.idle_exit:
+        extra["timeout_s"] = args.idle_exit
+    if scheme == "follow":  # end-of-bar stamps move back by the bar size
+        extra["bar_minutes"] = args.bar_minutes or run_bar_minutes(run_dir)
+    return extra
+
+
+def _live_account(args: argparse.Namespace, run_dir: Path, feed: Any, ninjatrader: bool) -> tuple[Any, str | None]:
+    """The real account's standing (``--account-balance``/``--account-state``) and the contract's roll warning
+    (said on stderr now, and kept for the summary); UserError for a bad standing or an expired contract."""
+    import datetime as dt
+    from zoneinfo import ZoneInfo
+
+    # the live layer loads pandas and the run's config: `hybrid-trader --help` must not pay it
+    from hybrid_trader.env.rules import get_rules
+    from hybrid_trader.live.account_sync import read_standing
+    from hybrid_trader.live.contract_roll import roll_check
+    from hybrid_trader.live.feeds import ReplayFeed
+    from hybrid_trader.run import RunDir
+    from hybrid_trader.training.config import RunConfig
+
+    env = RunDir(run_dir).load_config(RunConfig).env
+    standing = read_standing(args.account_balance, args.account_state, get_rules(env.rules, env.account,
+                                                                                  **env.rules_overrides))
+    if not ninjatrader:
+        return standing, None
+    if args.nt_roll_warn_days < 0:
+        raise UserError("--nt-roll-warn-days must be 0 or more", value=args.nt_roll_warn_days, fix="e.g. 12")
+    # a replay trades its own days: the contract is checked at its last bar; a live feed at today's date (ET)
+    today = (feed.bars.frame.index[-1].date() if isinstance(feed, ReplayFeed)
+             else dt.datetime.now(ZoneInfo("America/New_York")).date())
+    note = roll_check(args.nt_instrument, today, args.nt_roll_warn_days)
+    if note:
+        print(f"warning: {note}", file=sys.stderr, flush=True)
+    return standing, note
 
 
 def _say_if_waiting(path: Path, idle_exit: float | None) -> None:

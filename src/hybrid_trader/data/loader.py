@@ -29,6 +29,7 @@ from hybrid_trader.data.bars import Bars
 from hybrid_trader.data.clock import clock_findings
 from hybrid_trader.data.findings import AnyFinding, Finding
 from hybrid_trader.data.many import bars_files, is_many, load_many
+from hybrid_trader.data.nt_export import NT_NAMES, NT_SEP, NT_TZ, is_nt_export, resolve_stamps, stamp_shift_ns
 from hybrid_trader.data.timestamps import parse_timestamps
 from hybrid_trader.data.validate import Checker, tick_grid_finding, validate_frame
 from hybrid_trader.errors import UserError, did_you_mean
@@ -380,6 +381,19 @@ def _read_csv(
     return df, pos, ts_spec, lines, notes
 
 
+def _read_nt_export(path: Path) -> tuple[pd.DataFrame, dict[str, int], tuple[str, tuple[int, ...]], np.ndarray]:
+    """NinjaTrader's header-less ``yyyyMMdd HHmmss;open;high;low;close;volume`` lines (``data.nt_export``)."""
+    try:
+        df = pd.read_csv(path, sep=NT_SEP, header=None, names=NT_NAMES, dtype={"timestamp": str},
+                         skip_blank_lines=False, skipinitialspace=True, compression="infer", index_col=False)
+    except (pd.errors.ParserError, UnicodeDecodeError, ValueError) as err:
+        raise UserError(f"malformed NinjaTrader export ({str(err).strip().splitlines()[-1]}).", file=str(path),
+                        fix="every line needs yyyyMMdd HHmmss;open;high;low;close;volume") from None
+    lines = np.arange(1, len(df) + 1, dtype=np.int64)
+    keep = ~df.isna().all(axis=1).to_numpy()
+    return df.loc[keep], {r: k for k, r in enumerate(NT_NAMES) if r != "timestamp"}, ("single", (0,)), lines[keep]
+
+
 # ---- the public function ------------------------------------------------------------------
 
 
@@ -410,6 +424,7 @@ def load_bars(
     time_shift: float = 0.0,
     market: str | None = None,
     repair: bool = False,
+    stamps: str | None = None,
 ) -> Bars:
     """Load, validate and (optionally) repair OHLCV bars from a CSV or Parquet file.
 
@@ -424,6 +439,9 @@ def load_bars(
             name's prefix, else NQ (said in ``findings``).
         repair: fix what can be fixed and record each fix in ``findings`` instead of
             raising :class:`UserError` at the first problem.
+        stamps: ``start`` or ``end``: which end of the bar a timestamp marks; end stamps
+            are moved back one bar length. None: ``end`` for NinjaTrader's header-less
+            export (``data.nt_export``, read in UTC whatever ``tz`` says), else ``start``.
 
     Returns:
         :class:`Bars` indexed by US/Eastern bar-start timestamps (ns), with the bar
@@ -434,7 +452,8 @@ def load_bars(
         UserError: naming file, row (``line N`` of the file), column, value and fix.
     """
     if is_many(path):  # a folder or a glob of one market's files: each loaded as below, then joined
-        return load_many(path, lambda f: load_bars(f, tz=tz, time_shift=time_shift, market=market, repair=repair))
+        return load_many(path, lambda f: load_bars(f, tz=tz, time_shift=time_shift, market=market, repair=repair,
+                                                   stamps=stamps))
     p = Path(path).expanduser()
     file = str(path)
     try:
@@ -469,13 +488,18 @@ def load_bars(
 
     _check_file(p)
     parquet = _is_parquet(p)
-    ck = Checker(file=file, repair=repair, csv=not parquet)
+    nt_export = not parquet and is_nt_export(_first_line(p), file)
+    ck = Checker(file=file, repair=repair, csv=not (parquet or nt_export))  # no header: a line is a row
     if parquet:
         df = _read_parquet(p)
         pos, ts_spec, col_notes = match_columns(list(df.columns), file)
         lines = np.arange(1, len(df) + 1, dtype=np.int64)
+    elif nt_export:
+        df, pos, ts_spec, lines = _read_nt_export(p)
+        tz_name, col_notes = NT_TZ, []
     else:
         df, pos, ts_spec, lines, col_notes = _read_csv(p)
+    stamps = resolve_stamps(stamps, nt_export)
     findings += col_notes
     if len(df) == 0:
         raise UserError(
@@ -503,6 +527,12 @@ def load_bars(
             fix="check the file: every row had a problem (see above)",
         )
     bar_minutes = infer_bar_minutes(frame.index, file)
+    if nt_export or stamps == "end":
+        frame.index = frame.index + pd.Timedelta(stamp_shift_ns(stamps, bar_minutes), unit="ns")
+        findings.append(Finding("note", "stamps", ("NinjaTrader export (no header, ';', read as UTC); "
+                                                   if nt_export else "") + (
+            f"timestamps mark the bar's end: moved back {bar_minutes} min to its start (--stamps end)"
+            if stamps == "end" else "timestamps mark the bar's start (--stamps start)")))
     grid = tick_grid_finding(frame, contract.symbol, contract.tick_size, where=lambda i: ck.where(kept_lines[i]))
     if grid:
         findings.append(grid)

@@ -20,7 +20,11 @@ flat-by time           ``SESSION_CLOSE``     liquidate at the close of the day's
                                              (the window never ends after ``flat_by``)
 new session            ``SESSION_OPEN``      a day lock ends
 max contracts          -                     :meth:`PropFirmAccount.check_contracts` (set-up)
+30% consistency        -                     :meth:`PropFirmAccount.consistency` (a report, no trigger)
 =====================  ====================  =====================================================
+
+A live account starts from the real account's standing (:class:`AccountStanding`,
+:meth:`PropFirmAccount.start_from`) instead of the preset's starting balance.
 
 The threshold trails the intraday peak of equity (balance plus open profit at each bar's
 favourable extreme) or, in ``eod`` mode, the closing balance; it never passes
@@ -39,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 from hybrid_trader.calendar import window_end_session_minute
 from hybrid_trader.env.broker import EXIT_BREACH, EXIT_DAILY_LOSS, EXIT_SESSION_END
+from hybrid_trader.env.consistency import Consistency, consistency
 from hybrid_trader.env.rules import PropFirmRules
 from hybrid_trader.errors import UserError
 from hybrid_trader.markets import ContractSpec
@@ -171,6 +176,23 @@ class AccountEvent:
     """The status entered."""
 
 
+@dataclass(frozen=True)
+class AccountStanding:
+    """A real account's standing to start from (``hybrid-trader run --account-state``), checked by
+    ``live.account_sync`` against the rules: balance above the threshold, threshold within its range."""
+
+    balance: float
+    """The account balance now [$]."""
+    peak: float
+    """The highest balance (intraday: equity) the threshold trailed [$]."""
+    threshold: float
+    """The trailing threshold now [$]."""
+    days_traded: int = 0
+    """Trading days so far."""
+    best_day: float = 0.0
+    """The largest profit of one trading day so far [$] (the consistency rule)."""
+
+
 class PropFirmAccount:
     """A prop-firm evaluation account under one rules preset (all money in dollars)."""
 
@@ -215,6 +237,20 @@ class PropFirmAccount:
         self.recent_win_rate = math.nan
         """Share of winners among the last ``RECENT_TRADES`` trades (NaN before the first); read every step."""
         self.last_exit_index = -1
+        self.days_traded = 0
+        """Sessions with at least one closed trade (plus the standing's, :meth:`start_from`)."""
+        self.best_day = 0.0
+        """The largest profit of one session [$], for :meth:`consistency`."""
+
+    def start_from(self, standing: AccountStanding) -> None:
+        """Start from a real account's standing (after :meth:`reset`); reaching the target counts as passed."""
+        self.balance = self.day_start_balance = float(standing.balance)
+        self.peak = float(standing.peak)
+        self.threshold = float(standing.threshold)
+        self.days_traded = int(standing.days_traded)
+        self.best_day = float(standing.best_day)
+        if self.balance >= self.rules.account_size + self.rules.profit_target:
+            self.fire(0, Trigger.TARGET_REACHED)
 
     # ------------------------------------------------------------------ the state machine
     def fire(self, t: int, trigger: Trigger, broker: Broker | None = None, bar_open: float = math.nan,
@@ -300,6 +336,9 @@ class PropFirmAccount:
         self.fire(t, Trigger.SESSION_CLOSE, broker, bar_open, close)
         if not self._intraday and self.status is not AccountStatus.BREACHED:
             self._trail(self.balance)
+        if self.last_exit_index >= self.day_first >= 0:
+            self.days_traded += 1
+            self.best_day = max(self.best_day, self.balance - self.day_start_balance)
 
     def _trail(self, peak: float) -> None:
         """Move the trailing threshold up after a new peak (never down, never past the cap)."""
@@ -324,6 +363,13 @@ class PropFirmAccount:
             self.fire(t, Trigger.TARGET_REACHED)
 
     # ------------------------------------------------------------------ queries
+    def consistency(self) -> Consistency | None:
+        """The consistency rule now: the best day against the total profit (None when the rules have none)."""
+        share = self.rules.consistency_share
+        if share is None:
+            return None
+        return consistency(self.best_day, self.balance - self.rules.account_size, share)
+
     def win_rate(self, last: int) -> float:
         """Share of winners among the last ``last`` trades (NaN before the first)."""
         recent = list(self.recent)[-last:]
@@ -351,4 +397,6 @@ class PropFirmAccount:
             "status": self.status.value,
             "verdict": self.verdict.value,
             "events": [(e.index, e.code, e.status.value) for e in self.events],
+            "days_traded": self.days_traded,
+            "best_day": self.best_day,
         }

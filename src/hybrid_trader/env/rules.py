@@ -49,6 +49,9 @@ class PropFirmRules:
     """Loss in one session that flattens and stops trading for the day [$] (EOD accounts)."""
     flat_by: str = "16:59"
     """Positions must be flat by this time, US/Eastern."""
+    consistency_share: float | None = 0.30
+    """At payout no trading day's profit may exceed this share of the total profit (Apex: 30%); None: no such
+    rule. Reported (``env.consistency``), never a breach, never a block on entries."""
 
     @property
     def initial_threshold(self) -> float:

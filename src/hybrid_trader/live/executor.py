@@ -51,13 +51,14 @@ import pandas as pd
 
 from hybrid_trader.actions import ACTION_NAMES
 from hybrid_trader.calendar import EASTERN, session_minute
-from hybrid_trader.env.account import AccountStatus, PropFirmAccount
+from hybrid_trader.env.account import AccountStanding, AccountStatus, PropFirmAccount
 from hybrid_trader.env.broker import TRADE_LOG_COLUMNS, Trade, trades_frame
 from hybrid_trader.env.core import CoreViews, TradingCore, make_broker, window_minutes
 from hybrid_trader.env.observation import ObservationBuilder
 from hybrid_trader.env.rules import get_rules
 from hybrid_trader.errors import UserError
 from hybrid_trader.features.names import WINDOW
+from hybrid_trader.live.account_sync import consistency_note, note_consistency
 from hybrid_trader.live.async_advice import AsyncAdvisedPolicy
 from hybrid_trader.live.broker_link import BrokerLink
 from hybrid_trader.live.clock import EasternClock
@@ -99,6 +100,7 @@ class Executor(CoreViews):
     ``live_from`` (a tz-aware time or ns): the live point, bars ending at or before it are history (None: every
     bar is live, a replay's default); ``max_bar_age_s``: a followed feed's wall-clock rules (late and future bars,
     by ``clock``; None: off).
+    ``standing``: the real account's standing to start from (``live.account_sync``; None: the preset's start).
     """
 
     def __init__(self, run_dir: str | Path, journal: str | Path | Journal, *,
@@ -107,7 +109,8 @@ class Executor(CoreViews):
                  llm_budget_ms: float = 0.0, llm_overrides: dict | None = None,
                  bridge: NinjaTraderBridge | None = None, mismatch_bars: int = 2,
                  live_from: pd.Timestamp | int | None = None, max_bar_age_s: float | None = None,
-                 clock: Callable[[], float] = time.time, calibrate: bool = True) -> None:
+                 clock: Callable[[], float] = time.time, calibrate: bool = True,
+                 standing: AccountStanding | None = None) -> None:
         self.run = RunDir(run_dir).require()
         self.config: RunConfig = self.run.load_config(RunConfig)
         cfg = self.config.env
@@ -133,6 +136,8 @@ class Executor(CoreViews):
         self.clock = clock
         self.rules = get_rules(cfg.rules, cfg.account, **cfg.rules_overrides)
         self.account = PropFirmAccount(self.rules)
+        if standing is not None:  # before a snapshot's restore, which replaces it
+            self.account.start_from(standing)
         self.account.check_contracts(cfg.contracts, self.contract)
         self.broker = make_broker(cfg, self.contract)
         self.phase = cfg.phase
@@ -357,6 +362,7 @@ class Executor(CoreViews):
             if last:
                 self._day_open, self._day_done = False, True
                 self._journal_account(tns)
+                self._note_consistency(tns)
                 return True
         halted = self._check_broker(tns)
         if held is not None:  # late: its fills and the rules, no decision on it
@@ -406,6 +412,12 @@ class Executor(CoreViews):
                                   self.arrays.time_ns[prev])
         self._pending = 0
         self._day_open, self._day_done = False, True
+        self._note_consistency(self.arrays.time_ns[prev])
+
+    def _note_consistency(self, tns: int) -> None:
+        """A day's end: the consistency rule's note in the journal (once: not again on a restart's replay)."""
+        if self._journaled_account is None or tns > self._journaled_account:
+            note_consistency(self.account, self.journal, tns, self.say)
 
     def _check_broker(self, tns: int) -> str:
         """NinjaTrader's events and position before the bar's decision; the halt's reason code ("" if none)."""
@@ -554,6 +566,9 @@ class Executor(CoreViews):
             self.notes.append(f"new entries halted ({self.link.halted}): see the journal's errors table")
         if self.account.status is AccountStatus.BREACHED:
             self.notes.append("the account breached its trailing threshold: trading halted")
+        note = consistency_note(self.account)
+        if note and note not in self.notes:
+            self.notes.append(note)
 
     def trade_log(self) -> pd.DataFrame:
         """The trades so far (columns ``TRADE_LOG_COLUMNS``, ET times), as evaluation writes them."""

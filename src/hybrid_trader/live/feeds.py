@@ -3,10 +3,11 @@
 * :class:`ReplayFeed` yields the bars of a file loaded by ``data.load_bars`` (same columns,
   time zones, checks and findings as ``data check``), optionally only some trading dates,
   as fast as possible or paced at ``speed`` x real time.
-* :class:`FollowFeed` tails a CSV a platform appends bar by bar (a NinjaTrader export):
-  complete lines only, header matched with the loader's column aliases, timestamps read
-  by the loader's parser, rotation and truncation survived without repeating a bar (a renamed
-  file is read to its end before the new one).
+* :class:`FollowFeed` tails a CSV a platform appends bar by bar: complete lines only,
+  header matched with the loader's column aliases, or NinjaTrader's header-less
+  ``yyyyMMdd HHmmss;open;high;low;close;volume`` lines (``data.nt_export``: UTC, end-of-bar
+  stamps moved to the bar's start), timestamps read by the loader's parser, rotation and
+  truncation survived without repeating a bar (a renamed file is read to its end before the new one).
 * :class:`BarGate` checks each arriving bar with ``data check``'s one-row rules (the
   ``data.checks.CHECKS`` table itself, and the tick grid of ``data.validate``) and the
   stream's own rules (duplicate, out of order, from the future by the wall clock). A bad
@@ -36,6 +37,7 @@ from hybrid_trader.data.bars import Bars
 from hybrid_trader.data.checks import CHECKS, COLUMNS, PRICES, Check, Rows
 from hybrid_trader.data.loader import load_bars, match_columns, resolve_tz
 from hybrid_trader.data.many import is_many
+from hybrid_trader.data.nt_export import NT_NAMES, NT_SEP, NT_TZ, is_nt_export, resolve_stamps, stamp_shift_ns
 from hybrid_trader.data.timestamps import parse_timestamps
 from hybrid_trader.data.validate import Checker, off_grid_mask
 from hybrid_trader.errors import UserError
@@ -236,14 +238,14 @@ class ReplayFeed:
 
     def __init__(self, path: str | Path, speed: float | None = None, *, tz: str = EASTERN,
                  time_shift: float = 0.0, market: str | None = None, sessions: Iterable[Any] | None = None,
-                 stop: threading.Event | None = None) -> None:
+                 stop: threading.Event | None = None, stamps: str | None = None) -> None:
         if speed is not None and not (math.isfinite(speed) and speed > 0):
             raise UserError(f"replay speed {speed!r} must be a positive number", value=speed,
                             fix="e.g. replay:bars.csv:60 (60 x real time), or leave it out for as fast as possible")
         self.path = str(path)
         self.speed = speed
         self.stop = stop or threading.Event()
-        self.bars = load_bars(path, tz=tz, time_shift=time_shift, market=market)
+        self.bars = load_bars(path, tz=tz, time_shift=time_shift, market=market, stamps=stamps)
         if sessions is not None:
             self.bars = self._only(self.bars, sessions)
 
@@ -303,6 +305,9 @@ class FollowFeed:
     Ends when ``stop`` is set or after ``timeout_s`` seconds without a new line.
     (On Windows the file is not held between polls, so that the platform can rename it;
     lines written to it after the last poll and before a rename are then not seen.)
+
+    ``stamps``: ``start`` or ``end`` (which end of the bar a timestamp marks; end stamps move back
+    ``bar_minutes``); None: ``end`` for NinjaTrader's header-less lines, else ``start``.
     """
 
     SAMPLE = 100
@@ -311,7 +316,8 @@ class FollowFeed:
     """Keep the file open between polls (a renamed file is then drained); Windows forbids renaming an open file."""
 
     def __init__(self, path: str | Path, poll_s: float = 1.0, *, tz: str = EASTERN, time_shift: float = 0.0,
-                 stop: threading.Event | None = None, timeout_s: float | None = None) -> None:
+                 stop: threading.Event | None = None, timeout_s: float | None = None, stamps: str | None = None,
+                 bar_minutes: int = 1) -> None:
         if not (math.isfinite(poll_s) and poll_s > 0):
             raise UserError(f"poll interval {poll_s!r} s must be a positive number", fix="e.g. 0.5")
         self.path = Path(path).expanduser()
@@ -320,6 +326,11 @@ class FollowFeed:
         self.time_shift = float(time_shift)
         self.stop = stop or threading.Event()
         self.timeout_s = timeout_s
+        self.stamps = None if stamps is None else resolve_stamps(stamps, False)
+        self.bar_minutes = int(bar_minutes)
+        self.nt_export = False
+        """The file holds NinjaTrader's header-less lines (known from its first line)."""
+        self._shift_ns = 0
         self.skipped = 0
         """Bars skipped after a reopen because they were already yielded."""
         self.reopened = 0
@@ -401,10 +412,8 @@ class FollowFeed:
         numbered = []
         for text in lines:
             self._line_no += 1
-            if self._header is None:
-                if text.strip():
-                    self._read_header(text)
-                continue
+            if self._header is None and (not text.strip() or not self._read_header(text)):
+                continue  # blank, or the header (NinjaTrader's lines have none: the first is a bar)
             if not text.strip() or self._is_header(text):
                 continue
             numbered.append((self._line_no, text))
@@ -424,12 +433,21 @@ class FollowFeed:
                     self.last_time_ns = t
         return out
 
-    def _read_header(self, text: str) -> None:
+    def _read_header(self, text: str) -> bool:
+        """Read the first line's columns; True when it is a bar already (NinjaTrader's header-less lines)."""
+        self.nt_export = is_nt_export(text, str(self.path))  # UserError for NinjaTrader's tick or daily lines
+        self._shift_ns = stamp_shift_ns(resolve_stamps(self.stamps, self.nt_export), self.bar_minutes)
+        if self.nt_export:
+            self._sep, self.tz, self._header = NT_SEP, NT_TZ, list(NT_NAMES)
+            pos, ts_spec, _notes = match_columns(self._header, str(self.path))
+            self._spec = (pos, ts_spec)
+            return True
         self._sep = max((",", ";", "\t", "|"), key=text.count) if any(d in text for d in ",;\t|") else ","
         names = [n.strip() for n in next(csv.reader([text], delimiter=self._sep))]
         pos, ts_spec, _notes = match_columns(names, str(self.path))  # UserError naming the missing columns
         self._header = names
         self._spec = (pos, ts_spec)
+        return False
 
     def _is_header(self, text: str) -> bool:
         return [n.strip() for n in next(csv.reader([text], delimiter=self._sep))] == self._header
@@ -456,7 +474,8 @@ class FollowFeed:
         bars = []
         for k, (line, text) in enumerate(numbered):
             vals = {r: _num(frame.iat[k, pos[r]]) for r in COLUMNS}
-            t = None if np.isnat(times[k]) else pd.Timestamp(times[k]).tz_localize("UTC").tz_convert(EASTERN)
+            t = (None if np.isnat(times[k]) else
+                 pd.Timestamp(times[k].astype(np.int64) + self._shift_ns, tz="UTC").tz_convert(EASTERN))
             bars.append(Bar(t, vals["open"], vals["high"], vals["low"], vals["close"], vals["volume"], line=line,
                             raw=text, nonexistent=bool(nonexistent[k]), time_text=texts[k]))
         return bars

@@ -1,0 +1,49 @@
+"""``run`` on NinjaTrader's own bars (its export format: UTC, end of bar) makes the trades of our CSV."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from hybrid_trader.cli.main import main
+
+
+def to_nt_export(csv: Path, dst: Path, bar_minutes: int = 1) -> Path:
+    """Our CSV (ET, bar start) written as NinjaTrader exports it: no header, ';', UTC, the bar's END."""
+    frame = pd.read_csv(csv, parse_dates=["timestamp"])
+    ends = (frame["timestamp"].dt.tz_localize("America/New_York").dt.tz_convert("UTC")
+            + pd.Timedelta(minutes=bar_minutes))
+    lines = [f"{t:%Y%m%d %H%M%S};{o:g};{h:g};{lo:g};{c:g};{int(v)}\r\n" for t, o, h, lo, c, v in
+             zip(ends, frame["open"], frame["high"], frame["low"], frame["close"], frame["volume"])]
+    dst.write_text("".join(lines), newline="")
+    return dst
+
+
+def test_run_on_nt_export_makes_the_csv_trades_when_followed_and_replayed(tiny, tmp_path, capsys):
+    run, csv, _ = tiny
+    nt = to_nt_export(csv, tmp_path / "NQ 03-24.txt")
+    common = ["--split", "test", "--json", "--no-status"]
+    results = []
+    for feed in (f"replay:{csv}", f"follow:{nt}", f"replay:{nt}"):
+        extra = ["--idle-exit", "1"] if feed.startswith("follow") else []
+        assert main(["run", str(run), "--feed", feed, "--journal", str(tmp_path / f"{len(results)}.sqlite"),
+                     *common, *extra]) == 0
+        results.append(json.loads(capsys.readouterr().out.strip().splitlines()[-1]))
+    ours, followed, replayed = results
+    assert ours["trades"] > 0
+    for key in ("bars", "rejected", "decisions", "trades", "net_pnl", "balance", "account_status"):
+        assert followed[key] == ours[key] == replayed[key], key
+
+
+def test_run_on_nt_export_trades_otherwise_when_end_stamps_are_read_as_starts(tiny, tmp_path, capsys):
+    run, csv, _ = tiny
+    nt = to_nt_export(csv, tmp_path / "NQ 03-24.txt")
+    results = []
+    for feed, stamps in ((f"replay:{csv}", []), (f"replay:{nt}", ["--stamps", "start"])):
+        assert main(["run", str(run), "--feed", feed, "--journal", str(tmp_path / f"{len(results)}.sqlite"),
+                     "--split", "test", "--json", "--no-status", *stamps]) == 0
+        results.append(json.loads(capsys.readouterr().out.strip().splitlines()[-1]))
+    ours, late = results
+    assert (late["decisions"], late["net_pnl"]) != (ours["decisions"], ours["net_pnl"]), "every bar one bar late"
