@@ -215,7 +215,7 @@ def test_journal_upgrades_in_place_when_opening_a_version_2_journal(tmp_path: Pa
         assert j.last_snapshot() is None
         j.record_snapshot(_t(0), "key", b"state")
         assert j.last_snapshot() == (to_ns(_t(0)), "key", b"state")
-    assert sqlite3.connect(path).execute("SELECT version FROM schema_version").fetchone()[0] == SCHEMA_VERSION == 3
+    assert sqlite3.connect(path).execute("SELECT version FROM schema_version").fetchone()[0] == SCHEMA_VERSION == 4
 
 
 def test_snapshot_replaces_the_earlier_ones_when_recorded(tmp_path: Path) -> None:
