@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import resource
 import shutil
 import signal
 import sqlite3
@@ -232,7 +233,6 @@ def test_restart_after_a_stop_replays_it_and_continues_when_the_journal_is_reuse
     assert len(manual) == (1 if on_exit == "flatten" else 0)
     with Journal(journal) as j:
         stopped_at = j.position_from_fills().qty
-        assert list(j.stops().values()) == [on_exit]
     assert (stopped_at == 0) == (on_exit == "flatten")
 
     ex, feed = executor(run, csv, journal)
@@ -246,6 +246,7 @@ def test_restart_after_a_stop_replays_it_and_continues_when_the_journal_is_reuse
     with Journal(journal) as j:
         assert j.position_from_fills().qty == 0 and summary.balance == pytest.approx(
             j.last_account().snapshot["balance"])  # type: ignore[union-attr]
+        assert list(j.stops().values()) == [on_exit], "the stop is journaled, once"
 
 
 def test_restart_after_sigint_replays_the_manual_exit_when_run_again(tiny, tmp_path):
@@ -283,18 +284,35 @@ def test_restart_after_sigint_replays_the_manual_exit_when_run_again(tiny, tmp_p
 
 
 # ---- 5. write failures ---------------------------------------------------------------------------------------------
-@pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full on this system")
-def test_a_full_disk_is_an_error_naming_the_journal_when_run(tiny, capsys):
+def _file_size_limit(limit: int):
+    """A child's file size limit: its writes past ``limit`` bytes fail as on a full disk (EFBIG, SIGXFSZ ignored)."""
+    def apply() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    return apply
+
+
+def test_a_journal_that_cannot_grow_is_an_error_naming_it_when_written_mid_run(tiny, tmp_path):
     run, csv, _ = tiny
-    litter = Path("/dev/full-journal")
-    had = litter.exists()
-    try:
-        assert main(["run", str(run), "--feed", f"replay:{csv}", "--journal", "/dev/full", "--no-status"]) == 2
-    finally:
-        if not had and litter.exists():  # SQLite's rollback journal, beside the device, when run as root
-            litter.unlink()
+    journal = tmp_path / "j.sqlite"
+    cmd = [sys.executable, "-m", "hybrid_trader.cli.main", "run", str(run), "--feed", f"replay:{csv}",
+           "--journal", str(journal), "--no-status"]
+    done = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=300,
+                          preexec_fn=_file_size_limit(400_000 + 123))
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert f"error: {journal}: cannot write the journal: " in done.stderr and "df -h" in done.stderr
+    with Journal(journal) as j:  # what was committed is there, whole
+        assert j.integrity_check() == "ok" and j.count("bars") > 0
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full on this system")
+def test_a_device_given_as_the_journal_is_refused_naming_it(tiny, capsys):
+    run, csv, _ = tiny
+    before = Path("/dev/full-journal").exists()
+    assert main(["run", str(run), "--feed", f"replay:{csv}", "--journal", "/dev/full", "--no-status"]) == 2
     err = capsys.readouterr().err
-    assert "error: /dev/full: cannot write the journal: the disk is full" in err and "free disk space" in err
+    assert "error: /dev/full: the journal path is a device or pipe, not a file" in err and "fix: give a file" in err
+    assert not Path("/dev/full.lock").exists() and Path("/dev/full-journal").exists() == before, "nothing left beside"
 
 
 @contextlib.contextmanager

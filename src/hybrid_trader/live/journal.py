@@ -187,6 +187,9 @@ class Journal:
         if not self.path.parent.is_dir():
             raise UserError("the journal's folder does not exist", file=str(self.path),
                             fix=f"create it first (mkdir -p {self.path.parent}) or choose another path")
+        if self.path.exists() and not self.path.is_file():  # /dev/full, a pipe: SQLite would litter beside it
+            raise UserError("the journal path is a device or pipe, not a file: no journal can be kept there",
+                            file=str(self.path), fix="give a file name, e.g. --journal runs/x/journal.sqlite")
         self._batch = False
         self._failed = False
         self._closed = False
@@ -592,8 +595,10 @@ def journal_error(err: sqlite3.Error, path: Path, doing: str = "read") -> UserEr
                          fix="give the journal.sqlite a run wrote (restore it from a backup if it was cut short), "
                              "or a new --journal file")
     if "i/o" in low:
-        return UserError(f"a disk error while {doing}ing the journal ({text})", file=str(path),
-                         fix="check the disk (dmesg, df -h) and run the same command again")
+        return UserError(f"cannot {doing} the journal: a disk error ({text}; a full disk or a file size limit "
+                         "gives it too)", file=str(path),
+                         fix="check the free space (df -h), the file size limit (ulimit -f) and the disk (dmesg), "
+                             "then run the same command again: the journal resumes where it was")
     return UserError(f"cannot {doing} the journal ({text})", file=str(path),
                      fix="check the file and its folder, or give a new --journal file")
 
