@@ -63,7 +63,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--llm-budget-ms", type=float, default=0.0, metavar="MS",
                    help="with --advisor async, how long a decision may wait for its own bar's answer before it uses "
                         "the advice in force (default 0: never waits)")
-    p.add_argument("--journal", required=True, metavar="FILE", help="the SQLite journal (created, or continued)")
+    p.add_argument("--journal", required=True, metavar="FILE",
+                   help="the SQLite journal (created, or continued: one run's, another run's is refused; one process "
+                        "at a time, a second refused naming the first's PID)")
     p.add_argument("--on-exit", choices=("flatten", "protect"), default="flatten",
                    help="Ctrl-C with an open position: close it at the last close (flatten, default) or leave it "
                         "to its stop and target (protect)")
