@@ -31,6 +31,7 @@ def replay(run: Path, csv: Path, journal: Path) -> Executor:
     ex = Executor(run, journal, trade_dates=split_dates(run, "test"), market=feed.bars.market,
                   bar_minutes=feed.bars.bar_minutes)
     ex.run_feed(feed)
+    ex.close()  # the journal's writer lock released: the tests open it again
     return ex
 
 

@@ -215,7 +215,7 @@ def test_journal_upgrades_in_place_when_opening_a_version_2_journal(tmp_path: Pa
         assert j.last_snapshot() is None
         j.record_snapshot(_t(0), "key", b"state")
         assert j.last_snapshot() == (to_ns(_t(0)), "key", b"state")
-    assert sqlite3.connect(path).execute("SELECT version FROM schema_version").fetchone()[0] == SCHEMA_VERSION == 3
+    assert sqlite3.connect(path).execute("SELECT version FROM schema_version").fetchone()[0] == SCHEMA_VERSION == 4
 
 
 def test_snapshot_replaces_the_earlier_ones_when_recorded(tmp_path: Path) -> None:
@@ -252,3 +252,15 @@ def test_record_change_moves_the_price_and_keeps_a_row_when_an_order_is_changed(
             j.record_change("nope", 13, "stop_price", 1.0)
         with pytest.raises(ValueError, match="neither stop_price nor limit_price"):
             j.record_change("e-SL", 13, "qty", 2.0)
+
+
+def test_second_writer_is_refused_while_a_journal_is_open_and_admitted_after_close(tmp_path: Path) -> None:
+    path = tmp_path / "j.sqlite"
+    first = Journal(path, writer="run runs/p2")
+    with pytest.raises(UserError, match=rf"{path} is being written by this process, through another handle "
+                                         rf"\(PID {os.getpid()}: run runs/p2\)"):
+        Journal(path)
+    first.close()
+    first.close()  # a second close does nothing
+    with Journal(path) as j:
+        assert j.integrity_check() == "ok"

@@ -242,8 +242,9 @@ def test_phase3_restart_from_snapshot_decides_as_uninterrupted_replay_when_the_s
     expected = replay(run, csv, whole_journal)
     journal = tmp_path / "stopped.sqlite"
     replay(run, csv, journal, bars=int(len(ReplayFeed(csv).bars) * 0.8))
+    taken = snapshot_time(journal)  # read before the executor holds the journal's writer lock
     ex, feed = executor(run, csv, journal)
-    assert ex.snapshots.restored_ns == snapshot_time(journal), ex.notes
+    assert ex.snapshots.restored_ns == taken, ex.notes
     ex.run_feed(feed)
     ex.close()
     got = rows(journal)

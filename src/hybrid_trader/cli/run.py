@@ -94,7 +94,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--account-state", metavar="FILE",
                    help="start the account from the real account's standing, a JSON file: balance (required), "
                         "threshold, peak, days_traded, best_day (docs/LIVE.md); give the same one on a restart")
-    p.add_argument("--journal", required=True, metavar="FILE", help="the SQLite journal (created, or continued)")
+    p.add_argument("--journal", required=True, metavar="FILE",
+                   help="the SQLite journal (created, or continued: one run's, another run's is refused; one process "
+                        "at a time, a second refused naming the first's PID)")
     p.add_argument("--on-exit", choices=("flatten", "protect"), default="flatten",
                    help="Ctrl-C with an open position: close it at the last close (flatten, default) or leave it "
                         "to its stop and target (protect)")

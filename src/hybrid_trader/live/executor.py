@@ -29,9 +29,15 @@ history); the bars up to the journal's latest snapshot are skipped, the state af
 restored from it (``live.snapshot``), and the later ones replayed. Bars, decisions and
 account rows already in the journal are not written again;
 orders and fills have deterministic ids (``live.ninjatrader.order_id``) and are journaled
-idempotently, so nothing is sent or booked twice. When the replay reaches the journal's
-last bar, the position and balance it rebuilt are checked against the journal's fills
-and account row; a difference stops the executor with an error naming both.
+idempotently, so nothing is sent or booked twice; a stop (Ctrl-C: ``--on-exit flatten`` and its
+``MANUAL_EXIT``, or ``protect``) journaled after a bar is made again after that bar. When the
+replay reaches the journal's last bar, the position and balance it rebuilt are checked against
+the journal's fills and account row; a difference stops the executor with an error naming both,
+and so does a feed that ends before the journal's last bar (not the journal's feed).
+
+**One run, one writer.** The journal is opened holding its writer lock (a second process is
+refused naming the first's PID) and claimed for the run (``Journal.claim``: the run, its model,
+config and market, checked before any row is written; another run's journal is refused).
 
 **NinjaTrader** (``bridge``): the decisions stay these; :class:`~hybrid_trader.live.broker_link.BrokerLink`
 mirrors the paper orders to NinjaTrader after each bar's commit and checks its fills and position before
@@ -65,10 +71,10 @@ from hybrid_trader.live.clock import EasternClock
 from hybrid_trader.live.executor_parts import ExecutorSummary, LiveArrays, run_bar_minutes, split_dates, utc
 from hybrid_trader.live.features import IncrementalFeatures
 from hybrid_trader.live.feeds import CODE_FUTURE, CODE_HISTORY, CODE_LATE, Bar, BarGate, Rejection
-from hybrid_trader.live.journal import Journal
+from hybrid_trader.live.journal import MANUAL_EXIT, Journal
 from hybrid_trader.live.ninjatrader import NinjaTraderBridge, order_id
 from hybrid_trader.live.policy_cache import executor_policy
-from hybrid_trader.live.snapshot import Snapshots
+from hybrid_trader.live.snapshot import Snapshots, run_identity
 from hybrid_trader.markets import get_contract
 from hybrid_trader.run import RunDir
 from hybrid_trader.training.config import RunConfig, run_market
@@ -76,7 +82,7 @@ from hybrid_trader.training.market import make_veto
 
 __all__ = ["EXIT_MANUAL", "Executor", "ExecutorSummary", "OnExit", "run_bar_minutes", "split_dates"]
 OnExit = Literal["flatten", "protect"]
-EXIT_MANUAL = "MANUAL_EXIT"
+EXIT_MANUAL = MANUAL_EXIT
 """Exit reason of a position flattened when the executor stops (``--on-exit flatten``)."""
 BATCH_BARS = 1000
 BATCH_S = 1.0
@@ -116,7 +122,8 @@ class Executor(CoreViews):
         cfg = self.config.env
         self.say = say or (lambda *a: None)
         self.notes: list[str] = []
-        self.journal = journal if isinstance(journal, Journal) else Journal(journal)
+        owned = not isinstance(journal, Journal)
+        self.journal = journal if isinstance(journal, Journal) else Journal(journal, writer=f"run {run_dir}")
         self.run_tag = run_tag or self.run.path.name
         self.trade_dates = None if trade_dates is None else {np.datetime64(pd.Timestamp(d).date(), "D")
                                                               for d in trade_dates}
@@ -185,12 +192,31 @@ class Executor(CoreViews):
         self._batched = 0
         self._batch_started: float | None = None
         self._clock = EasternClock()
+        self._last_seen_ns: int | None = None
+        """The latest bar time the feed gave (the snapshot's skipped bars included)."""
+        self.identity = run_identity(self)
+        self._stops = self._claim_journal(owned)
         self.snapshots = Snapshots(self)  # the journal's latest snapshot, restored when it fits (live.snapshot)
         self.snapshots.restore()
         if self.gate is not None:  # a restored gate judges late bars by this command's --max-bar-age
             self.gate.late_after_s = max_bar_age_s
+        if self.snapshots.restored_ns in self._stops:  # a stop right after the snapshot's bar
+            self._apply_stop(self._stops[self.snapshots.restored_ns])
 
     # ------------------------------------------------------------------ set-up
+    def _claim_journal(self, owned: bool) -> dict[int, str]:
+        """The journal made this run's before any row is written (another run's refused: ``Journal.claim``); the
+        stops it holds, to be made again by the replay."""
+        try:
+            note = self.journal.claim(self.identity)
+        except BaseException:
+            if owned:
+                self.journal.close()
+            raise
+        if note:
+            self.notes.append(note)
+        return self.journal.stops()
+
     def _policy(self, llm: str, budget_ms: float, llm_overrides: dict | None, calibrate: bool = True) -> Any:
         """The evaluation's deterministic policy of the run (``live.async_advice.live_policy``; phases 1-2 from
         the numpy cache without torch where it holds this model: ``live.policy_cache``)."""
@@ -218,13 +244,31 @@ class Executor(CoreViews):
             self.on_bar(bar)
             if on_bar is not None:
                 on_bar(self)
+        self._check_feed_end()
         self.journal.commit()
         self._finish_summary()
         return self.summary
 
+    def _check_feed_end(self) -> None:
+        """The feed ended: on a restart it must have reached the journal's last bar, where the recovery check is made;
+        a feed that ends before it is not the journal's (a UserError: a summary of part of the journal is wrong)."""
+        if self._recovery_checked:
+            return
+        last, seen = self._journaled_bars, self._last_seen_ns
+        assert last is not None
+        if seen is None or seen < last:
+            ended = "gave no bar" if seen is None else f"ended at {utc(seen).tz_convert(EASTERN)}"
+            raise UserError(f"the feed {ended}, before the journal's last bar at {utc(last).tz_convert(EASTERN)}: it "
+                            f"does not hold the bars the journal {self.journal.path} was written from (a shorter or "
+                            "another file)", fix="give the feed the journal was written from, whole, or use a new "
+                            "--journal file for this feed")
+        self.snapshots.check_seen()
+        self._check_recovery()
+
     def on_bar(self, bar: Bar) -> None:
         """One arriving bar: gate, features, and inside a traded window the decision and its orders."""
         arrived = time.perf_counter()
+        self._saw(bar.time_ns)
         if self.snapshots.skip(bar):  # a bar the restored snapshot holds
             return
         if self.features is None:
@@ -264,6 +308,7 @@ class Executor(CoreViews):
         traded = self._trade(row.index, bar.time, tns, arrived, held)
         if not self._checked:
             self._check_broker(tns)
+        self._replay_stop(replayed, tns)
         link = self.link
         if link is not None and link.pending and not replayed:
             traded = True  # the bar's rows are committed before its orders are written
@@ -274,6 +319,16 @@ class Executor(CoreViews):
             link.flush(live=not replayed)
         if self._decided:  # arrival -> decision and its orders committed to the journal
             self.latencies_ms.append((time.perf_counter() - arrived) * 1000.0)
+
+    def _saw(self, tns: int | None) -> None:
+        """Keep the latest bar time the feed gave (for :meth:`_check_feed_end`)."""
+        if tns is not None and (self._last_seen_ns is None or tns > self._last_seen_ns):
+            self._last_seen_ns = tns
+
+    def _replay_stop(self, replayed: bool, tns: int) -> None:
+        """A replayed bar after which the journal holds a stop (Ctrl-C): the stop made again (nothing new written)."""
+        if replayed and tns in self._stops:
+            self._apply_stop(self._stops[tns])
 
     def _commit_if_due(self, traded: bool, arrived: float) -> None:
         """Commit the journal's open transaction after a traded bar, or when the batch is full or old."""
@@ -519,7 +574,7 @@ class Executor(CoreViews):
         have = self.broker.side * (self.broker.qty if self.broker.side else 0)
         if pos.qty != have:
             raise UserError(f"the journal {self.journal.path} holds a position of {pos.qty} but the replay of its "
-                            f"bars rebuilt {have}: the journal belongs to another run, feed or config",
+                            f"bars rebuilt {have}: the journal was written from another feed or config",
                             fix="use a new --journal file for this run and feed")
         last = self.journal.last_account()
         if last is not None and not math.isclose(float(last.snapshot.get("balance", math.nan)),
@@ -532,10 +587,27 @@ class Executor(CoreViews):
 
     # ------------------------------------------------------------------ the end
     def stop(self, on_exit: OnExit) -> None:
-        """Stop early (Ctrl-C): ``flatten`` closes an open position at the last close; ``protect`` keeps it."""
+        """Stop early (Ctrl-C): ``flatten`` closes an open position at the last close; ``protect`` keeps it. The stop
+        is journaled (an ``errors`` row of location ``stop``) so that a restart's replay makes it again."""
         self.summary.interrupted = True
-        self._drop_pending("stopped before its fill")
+        if not self._recovery_checked:  # still replaying: the journal holds more than the state rebuilt so far
+            self.notes.append("stopped while replaying the journal's bars: nothing written, the journal is as it was")
+            self._finish_summary()
+            return
+        self._apply_stop(on_exit)
+        if self.arrays.time_ns:
+            last = self.arrays.time_ns[-1]
+            self.journal.record_error("stop", f"stopped (--on-exit {on_exit}) after the bar at "
+                                      f"{utc(last).tz_convert(EASTERN)}", last, code=f"stop:{on_exit}")
         self.journal.commit()
+        if self.link is not None:  # the journal first, then NinjaTrader (CLOSEPOSITION for flatten)
+            self.link.flush(live=True)
+        self._finish_summary()
+
+    def _apply_stop(self, on_exit: str) -> None:
+        """What a stop does to the state and the journal: the pending entry cancelled, and with ``flatten`` an open
+        position closed at the last close (``MANUAL_EXIT``); made again idempotently (same ids) by a replay."""
+        self._drop_pending("stopped before its fill")
         t = self.core.t
         if on_exit == "flatten" and self.broker.side and t >= 0:
             n_before = len(self.broker.trades)
@@ -543,13 +615,9 @@ class Executor(CoreViews):
             self.account.book(t, cash, trade.net_pnl)
             self._journal_fills(t, self.arrays.time_ns[t], n_before)
             self._journal_account(self.arrays.time_ns[t])
-        elif self.broker.side:
+        elif self.broker.side and not self._replayed:
             self.notes.append("stopped with an open position, left protected by its stop and target "
                               "(--on-exit protect)")
-        if self.link is not None:  # the journal first, then NinjaTrader (CLOSEPOSITION for flatten)
-            self.journal.commit()
-            self.link.flush(live=self._recovery_checked)
-        self._finish_summary()
 
     def _finish_summary(self) -> None:
         s = self.summary

@@ -14,16 +14,25 @@ transactions; an order the broker received whose row was rolled back would be se
 on recovery. ``FULL`` fsyncs the WAL at each commit: about a millisecond per write, at
 most a few writes per bar.
 
+A journal belongs to one run and has one writer: :meth:`Journal.claim` records the run's
+identity on first use and refuses another run's journal before any row is written; a
+:class:`~hybrid_trader.run.lock.FolderLock` on ``<journal>.lock``, held while the journal is
+open for writing, refuses a second writer at once naming the first's PID; and a unique
+index makes two accepted rows of one bar impossible. SQLite's write failures (a full disk,
+a read-only or damaged file) are UserErrors naming the file and the fix.
+
 Times are stored as int64 nanoseconds since the epoch (UTC); the API takes a tz-aware
 ``pandas.Timestamp`` or an int. JSON columns hold plain dicts / lists.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import sqlite3
 import time
+import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -34,12 +43,16 @@ import numpy as np
 import pandas as pd
 
 from hybrid_trader.errors import UserError
+from hybrid_trader.run.lock import FolderLock
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """Bump when a table changes. Older journals are upgraded in place when opened for writing
 (:data:`_MIGRATIONS`: version 1 had no ``fills.source`` and ``errors.code``, version 2 no ``snapshots`` and
-``order_changes``) and
+``order_changes``, version 3 no ``identity`` and no unique index on the accepted bars' times) and
 read as they are; any other version is refused."""
+IDENTITY_CHECKED = ("run_tag", "model", "config", "market")
+"""The identity fields a journal is refused on (``run``, the run folder, is recorded and named, not compared: a moved
+folder is the same run)."""
 FILL_SOURCES = ("paper", "broker")
 """``paper``: the executor's own broker (the decisions); ``broker``: a fill NinjaTrader reported."""
 
@@ -82,10 +95,13 @@ CREATE TABLE IF NOT EXISTS errors (
 CREATE TABLE IF NOT EXISTS snapshots (
     id INTEGER PRIMARY KEY, bar_time_ns INTEGER NOT NULL, key TEXT NOT NULL, state BLOB NOT NULL,
     recorded_ns INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS identity (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE UNIQUE INDEX IF NOT EXISTS bars_accepted_time ON bars(time_ns) WHERE accepted = 1;
 """
 _MIGRATIONS: dict[int, tuple[str, ...]] = {
     1: ("ALTER TABLE fills ADD COLUMN source TEXT NOT NULL DEFAULT 'paper'", "ALTER TABLE errors ADD COLUMN code TEXT"),
     2: (),  # the snapshots and order_changes tables: created by _SCHEMA (CREATE TABLE IF NOT EXISTS)
+    3: (),  # the identity table and the unique index of accepted bars: _SCHEMA (the identity adopted by claim)
 }
 """Statements that bring a journal of version k to k + 1."""
 
@@ -162,7 +178,9 @@ _ORDER_COLUMNS = ("order_id, bar_time_ns, intent, side, qty, order_type, limit_p
 class Journal:
     """The SQLite journal of one live run. Use as a context manager (closes the connection)."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, writer: str = "journal") -> None:
+        """Open (or create) the journal for writing, holding its writer lock (``writer``: what the lock file says the
+        holder does, for a second writer's error) until :meth:`close`."""
         self.path = Path(path).expanduser()
         if self.path.is_dir():
             raise UserError("the journal path is a folder", file=str(self.path),
@@ -170,22 +188,46 @@ class Journal:
         if not self.path.parent.is_dir():
             raise UserError("the journal's folder does not exist", file=str(self.path),
                             fix=f"create it first (mkdir -p {self.path.parent}) or choose another path")
+        if self.path.exists() and not self.path.is_file():  # /dev/full, a pipe: SQLite would litter beside it
+            raise UserError("the journal path is a device or pipe, not a file: no journal can be kept there",
+                            file=str(self.path), fix="give a file name, e.g. --journal runs/x/journal.sqlite")
+        self._batch = False
+        self._failed = False
+        self._closed = False
+        self._lock: FolderLock | None = None
         try:
             self._db = sqlite3.connect(str(self.path), isolation_level=None, timeout=30.0)
-            self._db.execute("PRAGMA journal_mode=WAL")
-        except sqlite3.DatabaseError as err:
-            raise UserError(f"not a journal: {err}", file=str(self.path),
-                            fix="give a new file name, or the journal.sqlite a previous run wrote") from None
-        self._batch = False
-        self._db.execute("PRAGMA synchronous=FULL")
-        self._db.execute("PRAGMA foreign_keys=ON")
-        self._init_schema()
+        except sqlite3.Error as err:
+            raise self._error(err, "open") from None
+        try:
+            self._db.execute("PRAGMA journal_mode=WAL")  # reads the header: a damaged file or a full disk fails here
+            self._lock = FolderLock(self.path.parent, writer, name=f"{self.path.name}.lock",
+                                    subject=self.path).acquire()
+            weakref.finalize(self, self._lock.release)  # a journal dropped without close() frees its lock
+            self._db.execute("PRAGMA synchronous=FULL")
+            self._db.execute("PRAGMA foreign_keys=ON")
+            self._init_schema()
+        except BaseException as err:
+            self._db.close()
+            if self._lock is not None:
+                self._lock.release()
+            if isinstance(err, sqlite3.Error):
+                raise self._error(err, "open") from None
+            if isinstance(err, OSError):  # the lock file: a read-only folder
+                raise UserError(f"cannot write the journal's lock file: {err.strerror or err}",
+                                file=str(err.filename or self.path),
+                                fix="make the journal's folder writable, or give a --journal in a writable folder"
+                                ) from None
+            raise
 
     def _init_schema(self) -> None:
         with self._tx() as db:
             for stmt in _SCHEMA.split(";"):
                 if stmt.strip():
-                    db.execute(stmt)
+                    try:
+                        db.execute(stmt)
+                    except sqlite3.IntegrityError:  # the unique index, on a journal two writers spoiled
+                        raise self._duplicate_bars(db) from None
             rows = db.execute("SELECT version FROM schema_version").fetchall()
             if not rows:
                 db.execute("INSERT INTO schema_version (version) VALUES (?)", (SCHEMA_VERSION,))
@@ -197,11 +239,64 @@ class Journal:
                 found += 1
                 db.execute("UPDATE schema_version SET version = ?", (found,))
         if found != SCHEMA_VERSION:
-            self._db.close()
             raise UserError(
                 f"journal schema version {found} is not this program's version {SCHEMA_VERSION}",
                 file=str(self.path), column="schema_version", value=found,
                 fix="use the hybrid-trader version that wrote this journal, or start a new journal file")
+
+    def _duplicate_bars(self, db: sqlite3.Connection) -> UserError:
+        row = db.execute("SELECT time_ns, COUNT(*) FROM bars WHERE accepted = 1 GROUP BY time_ns HAVING COUNT(*) > 1 "
+                         "ORDER BY time_ns LIMIT 1").fetchone()
+        when = "?" if row is None else pd.Timestamp(int(row[0]), tz="UTC")
+        return UserError(f"the journal holds {row[1] if row else 'two or more'} accepted rows of the bar at {when}: "
+                         "two processes wrote it at once (before journals had one writer), and its later state cannot "
+                         "be trusted", file=str(self.path), column="bars.time_ns",
+                         fix="use a new --journal file (this one stays readable: hybrid-trader report FILE)")
+
+    def _error(self, err: sqlite3.Error, doing: str) -> UserError:
+        """SQLite's error on this journal as a UserError saying what happened and the fix (and no write after it)."""
+        self._failed = True
+        return journal_error(err, self.path, doing)
+
+    # ---- identity -------------------------------------------------------------------------
+    def identity(self) -> dict[str, str]:
+        """The run this journal belongs to (``{}`` before :meth:`claim`)."""
+        return dict(self._db.execute("SELECT key, value FROM identity").fetchall())
+
+    def claim(self, identity: Mapping[str, str]) -> str:
+        """Make the journal ``identity``'s (the run ``run``, its order tag ``run_tag``, ``model``, ``config`` and
+        ``market`` hashes or names), before any row is written: recorded on first use; a journal of another run
+        (a field of :data:`IDENTITY_CHECKED` differs) is a UserError naming both; a journal written before journals
+        recorded their run adopts it. Returns a note for that adoption ("" otherwise)."""
+        ident = {k: str(v) for k, v in identity.items()}
+        with self._tx() as db:
+            have = dict(db.execute("SELECT key, value FROM identity").fetchall())
+            if have:
+                differ = [k for k in IDENTITY_CHECKED if have.get(k) != ident.get(k)]
+                if differ:
+                    raise UserError(
+                        f"the journal belongs to the run {have.get('run')} (order tag {have.get('run_tag')}), not to "
+                        f"{ident.get('run')} (order tag {ident.get('run_tag')}): their {', '.join(differ)} differ",
+                        file=str(self.path),
+                        fix="use a new --journal file for this run (the other run's journal is left as it was)")
+                return ""
+            written = any(db.execute(f"SELECT 1 FROM {t} LIMIT 1").fetchone() for t in TABLES)
+            db.executemany("INSERT INTO identity (key, value) VALUES (?, ?)", sorted(ident.items()))
+        if written:
+            return (f"the journal {self.path} was written before journals recorded their run: it now belongs to "
+                    f"{ident.get('run')} (order tag {ident.get('run_tag')}), and another run is refused")
+        return ""
+
+    def stops(self) -> dict[int, str]:
+        """The executor's stops (Ctrl-C) by the bar time they followed: ``flatten`` or ``protect`` (an ``errors`` row
+        of location ``stop``; a journal of before those rows: its ``MANUAL_EXIT`` exits, which only a flatten
+        makes)."""
+        rows = self._db.execute("SELECT time_ns, code FROM errors WHERE location = 'stop'").fetchall()
+        out = {int(t): str(c).removeprefix("stop:") for t, c in rows}
+        for (t,) in self._db.execute("SELECT bar_time_ns FROM orders WHERE intent = 'exit' AND note = ?",
+                                     (MANUAL_EXIT,)):
+            out.setdefault(int(t), "flatten")
+        return out
 
     # ---- plumbing -----------------------------------------------------------------------
     @contextmanager
@@ -209,15 +304,25 @@ class Journal:
         """One transaction: committed as a whole or not at all (inside :meth:`begin`: part of that one)."""
         db = self._db
         if self._batch:
-            yield db
+            try:
+                yield db
+            except sqlite3.IntegrityError:
+                raise
+            except sqlite3.Error as err:
+                raise self._error(err, "write") from None
             return
-        db.execute("BEGIN IMMEDIATE")
         try:
-            yield db
-        except BaseException:
-            db.execute("ROLLBACK")
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                yield db
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            db.execute("COMMIT")
+        except sqlite3.IntegrityError:
             raise
-        db.execute("COMMIT")
+        except sqlite3.Error as err:
+            raise self._error(err, "write") from None
 
     def begin(self) -> None:
         """Start one transaction for the writes up to :meth:`commit` (one fsync for many rows).
@@ -226,18 +331,38 @@ class Journal:
         a kill before :meth:`commit` loses them all, never a part. No-op when one is open.
         """
         if not self._batch:
-            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                self._db.execute("BEGIN IMMEDIATE")
+            except sqlite3.Error as err:
+                raise self._error(err, "write") from None
             self._batch = True
 
     def commit(self) -> None:
         """Commit the transaction :meth:`begin` opened (no-op when none is open)."""
         if self._batch:
             self._batch = False
-            self._db.execute("COMMIT")
+            try:
+                self._db.execute("COMMIT")
+            except sqlite3.Error as err:
+                raise self._error(err, "write") from None
 
     def close(self) -> None:
-        self.commit()
-        self._db.close()
+        """Commit, close and release the writer lock; after a failed write, roll back quietly (its error was
+        raised); a second close does nothing."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self._failed:
+                self._batch = False
+                with contextlib.suppress(sqlite3.Error):
+                    self._db.execute("ROLLBACK")
+            else:
+                self.commit()
+        finally:
+            self._db.close()
+            if self._lock is not None:
+                self._lock.release()
 
     def __enter__(self) -> Journal:
         return self
@@ -253,11 +378,16 @@ class Journal:
         None for a line whose timestamp could not be read (``raw``: the line as written)."""
         if not accepted and not reason:
             raise ValueError("a rejected bar needs its reason code")
-        with self._tx() as db:
-            db.execute("INSERT INTO bars (time_ns, open, high, low, close, volume, accepted, reason, message, raw, "
-                       "recorded_ns) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-                       (None if time is None else to_ns(time), _real(open), _real(high), _real(low), _real(close),
-                        _real(volume), int(accepted), reason, message, raw, _now()))
+        tns = None if time is None else to_ns(time)
+        try:
+            with self._tx() as db:
+                db.execute("INSERT INTO bars (time_ns, open, high, low, close, volume, accepted, reason, message, raw, "
+                           "recorded_ns) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                           (tns, _real(open), _real(high), _real(low), _real(close),
+                            _real(volume), int(accepted), reason, message, raw, _now()))
+        except sqlite3.IntegrityError:  # the unique index of accepted bars: never two rows of one bar
+            raise ValueError(f"the journal {self.path} already holds the accepted bar at "
+                             f"{pd.Timestamp(tns, tz='UTC')}: a bar is journaled once") from None
 
     def record_decision(self, bar_time: pd.Timestamp | int, action: int, probabilities: Sequence[float] | Mapping,
                         *, advice: Mapping | None = None, veto: str | None = None,
@@ -453,6 +583,34 @@ class Journal:
 
 TABLES = ("bars", "decisions", "orders", "fills", "account", "errors")
 """The journal's tables (``schema_version`` aside)."""
+MANUAL_EXIT = "MANUAL_EXIT"
+"""Exit reason of a position flattened when the executor stops (``--on-exit flatten``)."""
+
+
+def journal_error(err: sqlite3.Error, path: Path, doing: str = "read") -> UserError:
+    """SQLite's ``err`` on the journal ``path`` as a UserError that says what happened: a full disk, a read-only
+    file or folder, a damaged file or one that is not a journal, an I/O error; with the fix."""
+    text = str(err)
+    low = text.lower()
+    if "full" in low:
+        return UserError(f"cannot write the journal: the disk is full ({text})", file=str(path),
+                         fix="free disk space (df -h shows it) and run the same command again: the journal resumes "
+                             "where it was; or give a --journal on another disk")
+    if "readonly" in low or "read-only" in low or ("unable to open" in low and doing != "read"):
+        return UserError(f"cannot {doing} the journal: it is read-only ({text})", file=str(path),
+                         fix="make the file and its folder writable (chmod u+w), or give a new --journal file; a "
+                             "read-only journal can still be read: hybrid-trader report FILE")
+    if "not a database" in low or "malformed" in low or "corrupt" in low:
+        return UserError(f"the file is damaged or not a journal ({text})", file=str(path),
+                         fix="give the journal.sqlite a run wrote (restore it from a backup if it was cut short), "
+                             "or a new --journal file")
+    if "i/o" in low:
+        return UserError(f"cannot {doing} the journal: a disk error ({text}; a full disk or a file size limit "
+                         "gives it too)", file=str(path),
+                         fix="check the free space (df -h), the file size limit (ulimit -f) and the disk (dmesg), "
+                             "then run the same command again: the journal resumes where it was")
+    return UserError(f"cannot {doing} the journal ({text})", file=str(path),
+                     fix="check the file and its folder, or give a new --journal file")
 
 
 def read_journal(path: str | Path) -> dict[str, pd.DataFrame]:
@@ -464,6 +622,9 @@ def read_journal(path: str | Path) -> dict[str, pd.DataFrame]:
     path = Path(path).expanduser()
     if not path.is_file():
         raise UserError("journal not found", file=str(path), fix="give the --journal FILE of `hybrid-trader run`")
+    if path.stat().st_size == 0:
+        raise UserError("an empty file (0 bytes), not a journal", file=str(path),
+                        fix="give the --journal FILE of `hybrid-trader run` (a journal holds at least its tables)")
     try:
         db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30.0)
         try:
@@ -480,7 +641,15 @@ def read_journal(path: str | Path) -> dict[str, pd.DataFrame]:
             return tables
         finally:
             db.close()
+    except sqlite3.OperationalError as err:
+        if "no such table" in str(err):
+            raise UserError(f"not a journal: {err}", file=str(path),
+                            fix="give the --journal FILE of `hybrid-trader run`") from None
+        raise journal_error(err, path) from None
     except (sqlite3.DatabaseError, pd.errors.DatabaseError) as err:
+        cause = err.__cause__ if isinstance(err.__cause__, sqlite3.Error) else err
+        if isinstance(cause, sqlite3.Error) and "no such table" not in str(cause):
+            raise journal_error(cause, path) from None
         raise UserError(f"not a journal: {err}", file=str(path),
                         fix="give the --journal FILE of `hybrid-trader run`") from None
 

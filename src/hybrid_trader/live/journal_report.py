@@ -28,6 +28,8 @@ from hybrid_trader.live.feeds import CODE_HISTORY, CODE_LATE
 from hybrid_trader.live.journal import read_journal
 from hybrid_trader.run.advice_dataset import RAW
 
+JOURNAL_SUFFIXES = (".sqlite", ".sqlite3", ".db")
+"""File names the report command takes for a journal whatever they hold (its errors then say what the file is)."""
 RECENT_DECISIONS = 30
 """Decisions listed one by one at the end of the report (the latest)."""
 WARMUP_SHOWN_NS = 60 * 60 * 1_000_000_000
@@ -228,9 +230,12 @@ def write_journal_report(journal: str | Path, out: str | Path | None = None) -> 
 
 
 def is_journal(path: Any) -> bool:
-    """True when ``path`` is a SQLite file (a journal, to the report command)."""
+    """True when ``path`` is a SQLite file, or a file named like one (``.sqlite``, ``.sqlite3``, ``.db``: an empty or
+    damaged journal, which ``read_journal`` then names), to the report command."""
     p = Path(str(path))
     if not p.is_file():
         return False
+    if p.suffix.lower() in JOURNAL_SUFFIXES:
+        return True
     with open(p, "rb") as f:
         return f.read(16) == b"SQLite format 3\x00"

@@ -78,18 +78,25 @@ def unsupported(ex: Executor) -> str:
     return ""
 
 
-def snapshot_key(ex: Executor) -> str:
-    """What a snapshot must have been taken with to be used (JSON: the note of a mismatch can name it)."""
+def run_identity(ex: Executor) -> dict[str, str]:
+    """What the executor's journal belongs to (``Journal.claim``): the run folder, its order tag, its model and
+    normaliser (sha256), its config.yaml (sha256) and the market."""
     run = ex.run
     entry = run.manifest.expected(run.config_path)
     model_path, vec_path = final_model(run, ex.config.ppo.normalize_observations)
-    ident = {"format": SNAPSHOT_FORMAT, "version": __version__,
-             "config": entry["sha256"] if entry is not None else sha256_file(run.config_path),
-             "model": cache_key(run, model_path, vec_path), "market": ex.contract.symbol,
-             "bar_minutes": ex.bar_minutes, "run_tag": ex.run_tag,
-             "trade_dates": None if ex.trade_dates is None else hashlib.sha256(
-                 ",".join(sorted(str(d) for d in ex.trade_dates)).encode()).hexdigest()}
-    return json.dumps(ident, sort_keys=True)
+    return {"run": str(run.path.resolve()), "run_tag": ex.run_tag, "model": cache_key(run, model_path, vec_path),
+            "config": entry["sha256"] if entry is not None else sha256_file(run.config_path),
+            "market": ex.contract.symbol}
+
+
+def snapshot_key(ex: Executor) -> str:
+    """What a snapshot must have been taken with to be used (JSON: the note of a mismatch can name it)."""
+    ident = ex.identity
+    key = {"format": SNAPSHOT_FORMAT, "version": __version__, "config": ident["config"], "model": ident["model"],
+           "market": ident["market"], "bar_minutes": ex.bar_minutes, "run_tag": ex.run_tag,
+           "trade_dates": None if ex.trade_dates is None else hashlib.sha256(
+               ",".join(sorted(str(d) for d in ex.trade_dates)).encode()).hexdigest()}
+    return json.dumps(key, sort_keys=True)
 
 
 def take(ex: Executor) -> bytes:
@@ -192,6 +199,15 @@ class Snapshots:
             if tns == resume:
                 self._seen = bar
             return True
+        self.check_seen()
+        return False
+
+    def check_seen(self) -> None:
+        """The feed has passed (or ended at) the snapshot's bar: it must have held the bar the snapshot holds, else the
+        journal belongs to another feed (a UserError)."""
+        resume = self.resume_ns
+        if resume is None:
+            return
         self.resume_ns = None
         a, seen = self.ex.arrays, self._seen
         if seen is None or (seen.open, seen.high, seen.low, seen.close) != (a.open[-1], a.high[-1], a.low[-1],
@@ -201,7 +217,6 @@ class Snapshots:
                             f"({'missing' if seen is None else (seen.open, seen.high, seen.low, seen.close)} against "
                             f"{(a.open[-1], a.high[-1], a.low[-1], a.close[-1])}): the journal belongs to another "
                             "feed", fix="use a new --journal file for this run and feed")
-        return False
 
     def maybe_take(self, replayed: bool, traded: bool, tns: int) -> bool:
         """After a bar: journal a snapshot (in the bar's open transaction) on the first bar of a trading date or

@@ -1,4 +1,5 @@
-"""One writer per folder: an exclusive ``fcntl.flock`` on ``<folder>/.lock``.
+"""One writer per folder: an exclusive ``fcntl.flock`` on ``<folder>/.lock`` (or per file: a live journal's
+``<folder>/<journal>.lock``).
 
 The lock belongs to the open file, so the operating system releases it when the
 process ends in any way (kill -9 included); a stale ``.lock`` file never blocks. The
@@ -20,11 +21,13 @@ LOCK = ".lock"
 
 
 class FolderLock:
-    """Exclusive writer lock on ``folder`` (use as a context manager, or acquire/release)."""
+    """Exclusive writer lock on ``folder`` (use as a context manager, or acquire/release); ``name`` and ``subject``:
+    the lock file of one file in it (``subject``, named by a second writer's error) instead of the folder's."""
 
-    def __init__(self, folder: str | Path, what: str) -> None:
+    def __init__(self, folder: str | Path, what: str, *, name: str = LOCK, subject: str | Path | None = None) -> None:
         self.folder = Path(folder)
-        self.path = self.folder / LOCK
+        self.path = self.folder / name
+        self.subject = Path(subject) if subject is not None else self.folder
         self.what = what
         self._fd: int | None = None
 
@@ -45,9 +48,10 @@ class FolderLock:
             os.close(fd)
             holder = self.holder()
             pid = holder.split(":")[0].removeprefix("PID ")
+            who = "this process, through another handle" if pid == str(os.getpid()) else "another process"
             raise UserError(
-                f"{self.folder} is being written by another process ({holder})",
-                fix=f"wait until it ends (or stop it: kill {pid}); one process writes a folder at a time. "
+                f"{self.subject} is being written by {who} ({holder})",
+                fix=f"wait until it ends (or stop it: kill {pid}); one process writes it at a time. "
                 "Read-only commands (report of existing results, diagnose) work meanwhile",
             ) from None
         os.ftruncate(fd, 0)
