@@ -1,11 +1,9 @@
 """The package's layers: no import cycles, no upward imports, imports at module top.
 
-Layers, lowest first (a module may import its own layer and those below):
-
-    0  errors, markets, calendar, actions, account_state, config (the generic builder), child_process
-    1  data            2  features        3  env             4  llm
-    5  agent           6  run             7  training, evaluation (training never imports evaluation)
-    8  bench, advise, finetune, study, live   9  cli
+Layers, lowest first (a module may import its own layer and those below), are read from the
+layer table of docs/ARCHITECTURE.md, so the table a reader sees is the one enforced; every package
+needs a row. Packages must not import each other both ways either (a package-level cycle), which
+also orders packages of one layer (``finetune`` imports ``advise``; training never imports evaluation).
 
 A project import inside a function must say why it waits, in a comment on its line or
 just above its block of imports, naming the reason: what it loads or costs (``loads``,
@@ -26,13 +24,28 @@ from pathlib import Path
 
 import pytest
 
-SRC = Path(__file__).resolve().parents[1] / "src"
+ROOT = Path(__file__).resolve().parents[1]
+SRC = ROOT / "src"
+ARCHITECTURE = ROOT / "docs" / "ARCHITECTURE.md"
 PACKAGE = "hybrid_trader"
-LAYERS = {
-    "errors": 0, "markets": 0, "calendar": 0, "actions": 0, "account_state": 0, "config": 0, "child_process": 0,
-    "data": 1, "features": 2, "env": 3, "llm": 4, "agent": 5, "run": 6,
-    "training": 7, "evaluation": 7, "bench": 8, "advise": 8, "finetune": 8, "study": 8, "live": 8, "cli": 9,
-}
+LAYER_ROW = re.compile(r"^\|\s*(\d+)\s*\|([^|]*)\|")
+"""A row of the layer table: ``| 7 | `training`, `evaluation` | what they hold |``."""
+
+
+def read_layers(text: str) -> dict[str, int]:
+    """Package -> layer, from the rows of the ``## Layers`` table of docs/ARCHITECTURE.md."""
+    section = text.split("## Layers", 1)[1].split("\n## ", 1)[0]
+    out: dict[str, int] = {}
+    for line in section.splitlines():
+        m = LAYER_ROW.match(line)
+        if m:
+            for name in re.findall(r"`(\w+)`", m.group(2)):
+                assert name not in out, f"docs/ARCHITECTURE.md lists package {name!r} in two layers"
+                out[name] = int(m.group(1))
+    return out
+
+
+LAYERS = read_layers(ARCHITECTURE.read_text(encoding="utf-8"))
 FORBIDDEN = {("training", "evaluation")}
 """Same-layer pairs that must not import each other (importer, imported)."""
 
@@ -193,7 +206,41 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_every_package_when_listed_has_a_layer():
     tops = {layer(m)[0] for m in modules()}
-    assert tops - set(LAYERS) - {"__init__"} == set(), "add the new package to LAYERS (and to the docstring above)"
+    assert tops - set(LAYERS) - {"__init__"} == set(), "add the new package to the layer table of docs/ARCHITECTURE.md"
+
+
+def test_layer_table_when_read_holds_every_layer_and_only_packages():
+    assert LAYERS["errors"] == 0 and LAYERS["cli"] == max(LAYERS.values())
+    assert {"hindsight", "finetune", "advise"} <= set(LAYERS)
+    assert set(LAYERS) <= {layer(m)[0] for m in modules()}, "the layer table names a package that does not exist"
+
+
+def test_layer_table_when_a_package_is_listed_twice_is_refused():
+    text = "## Layers\n| layer | packages |\n|---|---|\n| 0 | `a`, `b` | x |\n| 1 | `b` | y |\n## Next\n"
+    with pytest.raises(AssertionError, match="'b' in two layers"):
+        read_layers(text)
+    assert read_layers(text.replace("| 1 | `b` |", "| 1 | `c` |")) == {"a": 0, "b": 0, "c": 1}
+
+
+def package_graph(found: tuple[Edge, ...]) -> dict[str, set[str]]:
+    """Package -> the packages it imports at run time (type-only imports never run)."""
+    graph: dict[str, set[str]] = defaultdict(set)
+    for e in found:
+        a, b = layer(e.importer)[0], layer(e.imported)[0]
+        if e.kind != "type" and a != b and "__init__" not in (a, b):
+            graph[a].add(b)
+    return graph
+
+
+def test_packages_when_followed_form_no_cycle():
+    assert cycles(package_graph(edges())) == [], "two packages import each other: move the shared piece below both"
+
+
+def test_package_cycle_when_two_packages_import_each_other_is_found():
+    pair = (Edge("hybrid_trader.advise.calibrate", "hybrid_trader.finetune.retrieval_pool", 1, False, False),
+            Edge("hybrid_trader.finetune.retrieval_eval", "hybrid_trader.advise.calibrate", 1, False, False))
+    assert cycles(package_graph(pair)) == [["advise", "finetune"]]
+    assert cycles(package_graph(pair[:1])) == []
 
 
 def test_imports_when_followed_form_no_cycle():

@@ -187,7 +187,7 @@ def test_advisor_of_another_model_passes_over_the_calibration_when_evaluated_fro
 
 
 def test_run_refuses_the_calibration_when_fitted_with_other_retrieval_settings(run_dir, run_parts, mock_config):
-    from hybrid_trader.finetune.retrieval_pool import attach_run_pool
+    from hybrid_trader.hindsight.retrieval_pool import attach_run_pool
     from hybrid_trader.llm.prompt import PromptBuilder
 
     cfg, market, _ = run_parts

@@ -173,7 +173,7 @@ def test_collect_retrieves_examples_from_the_training_days_when_the_prompt_retri
             yield from super().ask(batches)
 
     cfg, market, _ = run_parts
-    from hybrid_trader.finetune.retrieval_pool import build_pool
+    from hybrid_trader.hindsight.retrieval_pool import build_pool
 
     r = collect(run_dir, run_parts, retrieving, max_states=40,
                 asker=Recording(retrieving, build_pool(market, cfg, retrieving)))

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 from hybrid_trader.errors import UserError
-from hybrid_trader.finetune.labels import LabelConfig
 from hybrid_trader.finetune.lora import FinetuneConfig, Trainer
 from hybrid_trader.finetune.pipeline import finetune_run
+from hybrid_trader.hindsight.labels import LabelConfig
 from tests.finetune.conftest import gemma_dir, make_run, tiny_model  # noqa: F401 - session fixtures used here
 
 TINY = dict(lr=1e-2, rank=4, batch=4, eval_every=2, checkpoint_every=2, val_examples=8, seed=3)

@@ -6,8 +6,8 @@ import numpy as np
 
 from hybrid_trader.env import TradingEnv
 from hybrid_trader.finetune.examples import ENTRY_MASK, build_examples
-from hybrid_trader.finetune.labels import LabelConfig
 from hybrid_trader.finetune.pipeline import load_run
+from hybrid_trader.hindsight.labels import LabelConfig
 from hybrid_trader.llm.prompt import PromptBuilder
 from hybrid_trader.run.advice_dataset import AdviceRows, mask_bits, write_chunk
 from tests.finetune.conftest import make_run

@@ -9,9 +9,9 @@ import pytest
 
 from hybrid_trader.errors import UserError
 from hybrid_trader.finetune.examples import ExampleSet
-from hybrid_trader.finetune.labels import LabelConfig, OutcomeLabels
 from hybrid_trader.finetune.lora import FinetuneConfig, Trainer, checkpoint_dirs
 from hybrid_trader.finetune.pipeline import adapter_config, finetune_run, load_run
+from hybrid_trader.hindsight.labels import LabelConfig, OutcomeLabels
 from hybrid_trader.llm.backends.transformers_backend import TransformersBackend
 from hybrid_trader.llm.model_cache import ADAPTER_META
 from hybrid_trader.llm.prompt import PromptBuilder

@@ -28,7 +28,7 @@ from hybrid_trader.account_state import AccountState
 from hybrid_trader.actions import Action
 from hybrid_trader.env import TradingEnv
 from hybrid_trader.errors import UserError
-from hybrid_trader.finetune.retrieval_pool import attach_run_pool
+from hybrid_trader.hindsight.retrieval_pool import attach_run_pool
 from hybrid_trader.llm.backends import backend_spec, make_backend
 from hybrid_trader.llm.backends.base import Backend
 from hybrid_trader.llm.batch_calibration import (

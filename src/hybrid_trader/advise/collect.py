@@ -39,7 +39,7 @@ from hybrid_trader.advise.calibrate import advice_calibration
 from hybrid_trader.child_process import end_with_parent
 from hybrid_trader.env import TradingEnv
 from hybrid_trader.errors import UserError
-from hybrid_trader.finetune.retrieval_pool import attach_run_pool
+from hybrid_trader.hindsight.retrieval_pool import attach_run_pool
 from hybrid_trader.llm.async_advisor import build_advisor
 from hybrid_trader.llm.backends import backend_spec
 from hybrid_trader.llm.backends.student_backend import layout_hash, layout_names

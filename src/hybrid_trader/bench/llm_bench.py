@@ -31,7 +31,7 @@ import numpy as np
 from hybrid_trader.bench.args import LLMBenchArgs
 from hybrid_trader.errors import UserError
 from hybrid_trader.finetune.pipeline import load_run
-from hybrid_trader.finetune.retrieval_pool import build_pool
+from hybrid_trader.hindsight.retrieval_pool import build_pool
 from hybrid_trader.llm import build_advisor, load_llm_config
 from hybrid_trader.llm.backends.transformers_backend import prefer_passive_openmp
 from hybrid_trader.llm.context import TREND_LABELS

@@ -214,9 +214,9 @@ def _ask(args: argparse.Namespace) -> int:
 
 def _finetune(args: argparse.Namespace) -> int:
     # torch, transformers and peft load ~3 s; only this command pays them
-    from hybrid_trader.finetune.labels import LabelConfig
     from hybrid_trader.finetune.lora import FinetuneConfig
     from hybrid_trader.finetune.pipeline import finetune_run
+    from hybrid_trader.hindsight.labels import LabelConfig
 
     config = FinetuneConfig(steps=args.steps, lr=args.lr, rank=args.rank, batch=args.batch, eval_every=args.eval_every,
                             patience=args.patience, val_examples=args.val_examples,

@@ -26,7 +26,7 @@ from tqdm.auto import tqdm
 
 from hybrid_trader.actions import Action
 from hybrid_trader.finetune.examples import ExampleSet
-from hybrid_trader.finetune.labels import LABEL_ACTIONS
+from hybrid_trader.hindsight.labels import LABEL_ACTIONS
 
 EPS = 1e-9
 METRICS: tuple[str, ...] = (

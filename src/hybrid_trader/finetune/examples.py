@@ -21,8 +21,8 @@ import numpy as np
 from hybrid_trader.account_state import AccountState
 from hybrid_trader.actions import Action
 from hybrid_trader.errors import UserError
-from hybrid_trader.finetune.labels import ENTRY_MASK, LabelConfig, OutcomeLabels, Purpose, build_labels
-from hybrid_trader.finetune.retrieval_pool import attach_run_pool
+from hybrid_trader.hindsight.labels import ENTRY_MASK, LabelConfig, OutcomeLabels, Purpose, build_labels
+from hybrid_trader.hindsight.retrieval_pool import attach_run_pool
 from hybrid_trader.llm.advice import ACTION_WORDS
 from hybrid_trader.llm.config import LLMConfig
 from hybrid_trader.llm.context import context_from_market

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from hybrid_trader.finetune.labels import LABEL_ACTIONS
+from hybrid_trader.hindsight.labels import LABEL_ACTIONS
 from hybrid_trader.llm.context import AdvisorContext
 from hybrid_trader.study.stats import bootstrap_statistic
 

@@ -28,10 +28,10 @@ from hybrid_trader.finetune.informativeness import (
     majority_probs,
     prompt_numbers,
 )
-from hybrid_trader.finetune.labels import LABEL_ACTIONS, LabelConfig
 from hybrid_trader.finetune.lora import FinetuneConfig, FinetuneResult, finetune
 from hybrid_trader.finetune.retrieval_eval import PAIRS, retrieval_variants
-from hybrid_trader.finetune.retrieval_pool import attach_run_pool
+from hybrid_trader.hindsight.labels import LABEL_ACTIONS, LabelConfig
+from hybrid_trader.hindsight.retrieval_pool import attach_run_pool
 from hybrid_trader.llm.backends import make_backend
 from hybrid_trader.llm.backends.transformers_backend import TransformersBackend
 from hybrid_trader.llm.backends.trend_rule_backend import TrendRuleBackend

@@ -20,8 +20,8 @@ from tqdm.auto import tqdm
 from hybrid_trader.account_state import AccountState
 from hybrid_trader.advise.calibrate import calibration_bars
 from hybrid_trader.config import merge_overrides
-from hybrid_trader.finetune.labels import ENTRY_MASK
-from hybrid_trader.finetune.retrieval_pool import attach_run_pool
+from hybrid_trader.hindsight.labels import ENTRY_MASK
+from hybrid_trader.hindsight.retrieval_pool import attach_run_pool
 from hybrid_trader.llm.backends import make_backend
 from hybrid_trader.llm.backends.base import Backend
 from hybrid_trader.llm.backends.transformers_backend import TransformersBackend

@@ -294,7 +294,7 @@ class PromptBuilder:
         if pool.features != self.retrieval_features:
             raise UserError(f"the retrieval pool compares {', '.join(pool.features)} but the prompt needs "
                             f"{', '.join(self.retrieval_features)}", file=self.source,
-                            fix="build the pool with this prompt's config (finetune.retrieval_pool.build_pool)")
+                            fix="build the pool with this prompt's config (hindsight.retrieval_pool.build_pool)")
         self.retrieval = Retriever(pool, self.config.prompt.retrieval)
 
     def _retrieved(self, ctx: AdvisorContext) -> list[str]:

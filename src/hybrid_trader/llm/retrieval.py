@@ -1,7 +1,7 @@
 """Retrieved few-shot examples: the k labelled training-day states nearest a state (``llm.prompt.retrieval``).
 
 A :class:`RetrievalPool` holds flat states of a run's **training days** with their
-hindsight label (built by :func:`hybrid_trader.finetune.retrieval_pool.build_pool`, which
+hindsight label (built by :func:`hybrid_trader.hindsight.retrieval_pool.build_pool`, which
 refuses any other day). States are compared by the numbers the prompt shows
 (:data:`~hybrid_trader.llm.retrieval_config.RETRIEVAL_FIELDS` the template renders, or
 ``retrieval.features``), z-scored with the pool's mean and spread (a missing number

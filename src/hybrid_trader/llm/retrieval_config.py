@@ -2,7 +2,7 @@
 
 Imports nothing of the LLM package (the config module imports it); the retrieval itself
 is in :mod:`hybrid_trader.llm.retrieval`, the pool is built by
-:mod:`hybrid_trader.finetune.retrieval_pool`.
+:mod:`hybrid_trader.hindsight.retrieval_pool`.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ import pytest
 from hybrid_trader.actions import Action
 from hybrid_trader.env import EnvConfig, TradingEnv
 from hybrid_trader.errors import UserError
-from hybrid_trader.finetune.labels import LabelConfig, build_labels, choose_label
+from hybrid_trader.hindsight.labels import LabelConfig, build_labels, choose_label
 from hybrid_trader.training.market import Market
 from hybrid_trader.training.splits import Split
 from tests.env.helpers import flat_session, make_bars, set_bar, stub_features

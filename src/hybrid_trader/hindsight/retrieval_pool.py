@@ -2,7 +2,7 @@
 
 States: up to ``retrieval.pool_states`` bars of the training split's trading windows that
 may decide an entry, evenly spread. Labels: the hindsight labeller of fine-tuning
-(:func:`hybrid_trader.finetune.labels.build_labels` with ``purpose="train"``, which refuses
+(:func:`hybrid_trader.hindsight.labels.build_labels` with ``purpose="train"``, which refuses
 any bar of a validation or test day), horizon ``retrieval.horizon`` bars clipped at the
 session's window end, so no label reads a bar of another day. Contexts are rendered as
 the advisor sees a flat account (:func:`~hybrid_trader.llm.context.context_from_market`).
@@ -16,7 +16,7 @@ import numpy as np
 
 from hybrid_trader.account_state import AccountState
 from hybrid_trader.errors import UserError
-from hybrid_trader.finetune.labels import ENTRY_MASK, LabelConfig, build_labels
+from hybrid_trader.hindsight.labels import ENTRY_MASK, LabelConfig, build_labels
 from hybrid_trader.llm.config import LLMConfig
 from hybrid_trader.llm.context import context_from_market
 from hybrid_trader.llm.prompt import PromptBuilder

@@ -11,7 +11,7 @@ from hybrid_trader.data.bars import Bars
 from hybrid_trader.errors import UserError
 from hybrid_trader.finetune.examples import ENTRY_MASK
 from hybrid_trader.finetune.pipeline import load_run
-from hybrid_trader.finetune.retrieval_pool import attach_run_pool, build_pool
+from hybrid_trader.hindsight.retrieval_pool import attach_run_pool, build_pool
 from hybrid_trader.llm.context import context_from_market
 from hybrid_trader.llm.prompt import PromptBuilder
 from hybrid_trader.llm.retrieval import labels_of
