@@ -6,7 +6,7 @@ an executor (:class:`~hybrid_trader.agent.hybrid_agent.HybridAgent`).
 
 - :mod:`~hybrid_trader.agent.advice_block`: the advice values appended to a phase 3
   observation, by name (``ADVICE.probs``, ``ADVICE.present``, ...);
-- :mod:`~hybrid_trader.agent.fusion`: the logit prior and seed 001's rules, reason codes;
+- :mod:`~hybrid_trader.agent.fusion`: the logit prior and the four fusion rules, reason codes;
 - :mod:`~hybrid_trader.agent.hybrid_agent`: ``HybridAgent.decide(obs, mask, advice) -> Decision``;
 - :mod:`~hybrid_trader.agent.stats`: the decision statistics (agreement, override, ...).
 """

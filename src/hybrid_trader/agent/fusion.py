@@ -1,6 +1,6 @@
-"""Fusion of the RL policy with the LLM's advice: the logit prior and seed 001's rules.
+"""Fusion of the RL policy with the LLM's advice: the logit prior and the four fusion rules.
 
-Two strategies, one principle (DESIGN.md, principle 2):
+Two strategies, one principle (CONTRIBUTING.md, principle 2: PPO stays on-policy):
 
 * **prior** (training, and by default evaluation and trading):
   ``logits = rl_logits + llm_weight * log p_llm(a)`` over the legal actions
@@ -9,8 +9,9 @@ Two strategies, one principle (DESIGN.md, principle 2):
   ``HybridMaskablePolicy`` (training) and ``HybridAgent`` (evaluation, execution) both
   call :func:`fused_logits`; the advice is read from the advice block
   (:mod:`hybrid_trader.agent.advice_block`).
-* **rules** (evaluation or execution only): the four priorities of seed 001, applied to
-  the RL-only distribution and the advice (:func:`fuse_rules`).
+* **rules** (evaluation or execution only): four priorities (agreement, a confident side
+  overriding an unsure one, HOLD when both are unsure, else a confidence-weighted vote),
+  applied to the RL-only distribution and the advice (:func:`fuse_rules`).
 
 Every decision carries a reason code (``REASON_*``), greppable in decision logs.
 """
@@ -70,7 +71,7 @@ class FusionConfig:
     advice_input: bool = True
     """The policy network also reads the advice block as input (false: the advice acts through the prior alone)."""
     strategy: Literal["prior", "rules"] = "prior"
-    """Decision at evaluation/execution: prior (best action of the trained fused distribution) or rules (seed 001)."""
+    """At evaluation/execution: prior (best action of the fused distribution) or rules (agree, override, HOLD, vote)."""
     high_confidence: float = 0.9
     """rules: a side this confident overrides a side below ``low_confidence``."""
     low_confidence: float = 0.6
@@ -174,7 +175,7 @@ def rl_confidence(logits: Sequence[float], legal: Sequence[bool] | None = None) 
 
 def fuse_rules(rl_probs: np.ndarray, llm_probs: np.ndarray | None, llm_confidence: float, mask: np.ndarray,
                config: FusionConfig) -> tuple[int, str]:
-    """Seed 001's four fusion priorities; returns (action, reason code). ``llm_probs`` None: RL only.
+    """The four fusion priorities, first that applies wins; returns (action, reason code). ``llm_probs`` None: RL only.
 
     1. Agreement: both pick the same action -> take it.
     2. High-confidence override: one side above ``high_confidence`` while the other is

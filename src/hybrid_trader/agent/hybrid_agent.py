@@ -13,7 +13,9 @@ can call it from a live loop::
 The distribution is the one training samples from: the same advice block
 (:func:`~hybrid_trader.agent.advice_block.write_advice`) goes into the network and the
 same :func:`~hybrid_trader.agent.fusion.fused_logits` adds the prior. ``prior`` takes
-the most probable legal action of it; ``rules`` applies seed 001's rules to the RL-only
+the most probable legal action of it; ``rules`` applies the four fusion priorities
+(:func:`~hybrid_trader.agent.fusion.fuse_rules`: agreement, a confident side overriding an
+unsure one, HOLD when both are unsure, else a confidence-weighted vote) to the RL-only
 distribution and the advice.
 """
 
@@ -66,7 +68,7 @@ class Decision:
     fused_by: Literal["prior", "rules"]
     """The strategy that chose ``action``."""
     reason: str
-    """Reason code: PRIOR, RL_ONLY or one of seed 001's rules (``agent.fusion.REASON_*``)."""
+    """Reason code: PRIOR, RL_ONLY or the fusion rule that decided (``agent.fusion.REASON_*``)."""
     advice: Advice | None
     """The usable advice the decision saw (None: none, abstained or too old)."""
     block: np.ndarray
@@ -76,7 +78,7 @@ class Decision:
 
 
 class HybridAgent:
-    """RL policy + LLM advice -> action, with the prior or seed 001's rules."""
+    """RL policy + LLM advice -> action, with the prior or the four fusion rules (``agent.fusion.fuse_rules``)."""
 
     def __init__(self, policy: RLPolicy, fusion: FusionConfig, *, max_age: int,
                  normalize: Callable[[np.ndarray], np.ndarray] | None = None, use_llm: bool = True) -> None:

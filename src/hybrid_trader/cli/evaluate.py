@@ -33,7 +33,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seeds", type=int, default=3, help="seeds of the random baseline (default 3)")
     add_options(p, ("--llm",))
     p.add_argument("--strategy", choices=("prior", "rules"),
-                   help="phase 3: decide with the trained fused distribution (prior) or seed 001's rules")
+                   help="phase 3: decide with the trained fused distribution (prior) or the four fusion rules "
+                        "(agreement, override, HOLD, vote)")
     p.add_argument("--no-ablation", action="store_true", help="phase 3: skip the RL-only ablation run")
     p.add_argument("--verdict", choices=("rolling", "sequential"),
                    help="the prop-firm verdict of the agent and the baselines: a fresh evaluation account started on "

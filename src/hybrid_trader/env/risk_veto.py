@@ -1,4 +1,4 @@
-"""The risk veto (seed 001) as an action mask, so PPO stays on-policy.
+"""The risk veto as an action mask, so PPO stays on-policy.
 
 A vetoed action gets probability zero in the policy's distribution: it is never
 sampled, so no executed action ever differs from the sampled one. Each veto carries a

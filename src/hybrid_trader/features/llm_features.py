@@ -1,4 +1,4 @@
-"""The 28 market features of the LLM phase (seed 001): context, multi-timeframe, patterns.
+"""The 28 market features of the LLM phase (phase 3): context, multi-timeframe, patterns.
 
 The 5 risk-context features of the 33 depend on the account and are filled by the
 environment. Horizons given in minutes become bar counts through ``bars.bar_minutes``

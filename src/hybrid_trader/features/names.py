@@ -64,7 +64,7 @@ BASE_FEATURE_NAMES: list[str] = (
     + FLAG_FEATURE_NAMES
 )
 
-# ---- the 33 LLM-phase features (seed 001) ------------------------------------------
+# ---- the 33 LLM-phase (phase 3) features ------------------------------------------
 MARKET_CONTEXT: dict[str, str] = {
     "adx_slope": "(ADX(14)[t] - ADX(14)[t-5]) / 5: ADX points per bar over the last 5 bars, "
     "clipped to [-10, 10]",

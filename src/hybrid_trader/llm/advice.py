@@ -15,7 +15,7 @@ import numpy as np
 
 from hybrid_trader.actions import N_ACTIONS, Action
 
-# The LLM's words for the actions (seed 001), in Action order.
+# The LLM's words for the actions (the prompt's answer vocabulary), in Action order.
 ACTION_WORDS: tuple[str, ...] = ("HOLD", "BUY", "SELL", "MOVE_TO_BE", "ENABLE_TRAIL", "DISABLE_TRAIL")
 
 # Abstention codes (greppable).

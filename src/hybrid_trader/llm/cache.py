@@ -1,4 +1,4 @@
-"""Answer cache: reuse advice for nearly identical contexts (seed 001: 5 minutes, 20% decay per reuse).
+"""Answer cache: reuse advice for nearly identical contexts (defaults: 5 minutes, 20% confidence decay per reuse).
 
 The key is the context rounded by the ``cache.*_step`` options: market, position, trend, RSI, ADX,
 price vs VWAP, momentum in ATR, unrealised P&L, balance, win rate, consecutive losses and the legal-

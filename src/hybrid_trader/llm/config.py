@@ -247,7 +247,7 @@ class GenerationConfig:
 
 @dataclass
 class QueryPolicyConfig:
-    """When :meth:`Advisor.submit` actually asks the model (seed 001's selective querying)."""
+    """When :meth:`Advisor.submit` actually asks the model (selective querying: triggers and a cooldown)."""
 
     mode: QueryMode = "selective"
     """selective: the triggers below; always: every submit; never: no queries (advice stays absent)."""

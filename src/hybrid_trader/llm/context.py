@@ -39,7 +39,7 @@ def normalise_mask(mask: Any) -> np.ndarray:
 
 @dataclass
 class AdvisorContext:
-    """One market moment as the LLM sees it (seed 001's context template fields and a few more)."""
+    """One market moment as the LLM sees it (the fields of the prompt's context template and a few more)."""
 
     market: str
     """Root symbol, e.g. NQ."""

@@ -1,4 +1,4 @@
-"""Selective querying (seed 001) with a cooldown: when does an environment's submit ask the model?
+"""Selective querying with a cooldown: when does an environment's submit ask the model?
 
 Per environment, a query is due when **any** configured trigger fires, unless the
 previous query of that environment was less than ``cooldown`` steps ago:
@@ -18,8 +18,8 @@ first trade) and ``consecutive_losses``.
 
 The first submit of an environment (or after :meth:`QueryPolicy.reset`) always queries.
 ``mode: always`` queries every submit (no cooldown); ``mode: never`` never does.
-With the defaults (interval 5, cooldown 2) the query rate is 20-50% of steps, far from
-seed 002's 0.5%.
+With the defaults (interval 5, cooldown 2) the query rate is 20-50% of steps. An interval
+of 20 with a cooldown of 10 once asked on 0.5% of steps: too rare for the advice to matter.
 """
 
 from __future__ import annotations

@@ -24,6 +24,7 @@ from hybrid_trader.evaluation.metrics import daily_pnl, jsonable
 from hybrid_trader.evaluation.results import load_results
 from hybrid_trader.evaluation.runner import validation_fn
 from hybrid_trader.run.files import atomic_write_text
+from hybrid_trader.run.rundir import MODEL
 from hybrid_trader.study.spec import StudySpec
 from hybrid_trader.training.market import Market, load_market, make_split
 from hybrid_trader.training.runner import train_run
@@ -100,7 +101,7 @@ def run_trial(spec_data: dict, trial: Trial, out: str) -> dict[str, Any]:
             run = folder / f"p{phase}"
             config = spec.run_config(variant, trial.seed, trial.fold, phase)
             market = market_for(config)
-            if (run / "model.zip").exists():  # trained before the trial was interrupted: continue from it
+            if (run / MODEL).exists():  # trained before the trial was interrupted: continue from it
                 init = run
                 continue
             if run.exists():  # a run a killed trial left unfinished: trained again from its start

@@ -152,7 +152,7 @@ class HybridStatsCallback(BaseCallback):
         if "llm/abstain_rate" in advisor:
             rec("llm/abstain_rate_pct", 100.0 * float(advisor["llm/abstain_rate"] or 0.0))
         # Queries the model actually answered (cache hits included), not requests that were
-        # replaced or dropped while it was busy: the seed's 0.5% failure must show here.
+        # replaced or dropped while it was busy: a query rate near 0.5% (asking too rarely) must show here.
         answers = float(advisor.get("llm/total_queries", 0.0) or 0.0) + float(advisor.get("llm/cache_hits", 0.0) or 0.0)
         submitted = self.advice_env.submitted
         always_on = getattr(self.advice_env, "advise_into", None) is not None
