@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from hybrid_trader.data.findings import ROW_NOTE_LIMIT, Finding, Repair, RowNote, parse_repair_notes
+from hybrid_trader.data.findings import ROW_NOTE_LIMIT, DataFinding, Repair, RowNote, parse_repair_notes
 from hybrid_trader.data.loader import load_bars
 from hybrid_trader.data.summary import summarize
 from hybrid_trader.data.synthetic import generate_bars
@@ -62,7 +62,7 @@ def test_notes_and_warnings_are_typed_when_loading_needs_no_repair(tmp_path):
     assert bars.repairs == [] and bars.warnings == []
     codes = [(f.level, f.code) for f in bars.findings]
     assert codes == [("note", "market"), ("note", "timezone")]
-    assert all(isinstance(f, Finding) for f in bars.findings)
+    assert all(isinstance(f, DataFinding) for f in bars.findings)
 
 
 def test_clock_warning_is_a_typed_finding_when_the_clock_is_shifted(tmp_path):

@@ -1,7 +1,7 @@
 """Bars in: loading, validation, repair, summaries and the built-in synthetic market."""
 
 from hybrid_trader.data.bars import EASTERN, OHLCV, Bars
-from hybrid_trader.data.findings import Finding, Repair
+from hybrid_trader.data.findings import DataFinding, Repair
 from hybrid_trader.data.loader import load_bars
 from hybrid_trader.data.summary import format_summary, summarize
 from hybrid_trader.data.synthetic import SyntheticMarket, generate_bars, generate_market
@@ -9,7 +9,7 @@ from hybrid_trader.data.synthetic import SyntheticMarket, generate_bars, generat
 __all__ = [
     "Bars",
     "EASTERN",
-    "Finding",
+    "DataFinding",
     "OHLCV",
     "Repair",
     "SyntheticMarket",

@@ -23,7 +23,7 @@ import pandas as pd
 
 from hybrid_trader import calendar
 from hybrid_trader.calendar import EASTERN
-from hybrid_trader.data.findings import AnyFinding, Finding, Repair, finding_lines
+from hybrid_trader.data.findings import AnyFinding, DataFinding, Repair, finding_lines
 
 __all__ = ["Bars", "EASTERN", "OHLCV"]
 
@@ -75,9 +75,9 @@ class Bars:
         return [f for f in self.findings if isinstance(f, Repair)]
 
     @property
-    def warnings(self) -> list[Finding]:
+    def warnings(self) -> list[DataFinding]:
         """Findings of level ``warning`` (the data probably need an option)."""
-        return [f for f in self.findings if isinstance(f, Finding) and f.level == "warning"]
+        return [f for f in self.findings if isinstance(f, DataFinding) and f.level == "warning"]
 
     # ---- numpy views for the hot loop -------------------------------------------
     @cached_property

@@ -18,7 +18,7 @@ from hybrid_trader.calendar import (
     minute_of_day,
     utc_offset_labels,
 )
-from hybrid_trader.data.findings import Finding
+from hybrid_trader.data.findings import DataFinding
 
 CLOCK_WINDOW_MINUTES = 30
 """Length of the before/after windows compared when looking for the RTH volume surge."""
@@ -105,9 +105,9 @@ def rth_open_by_period(
 
 def clock_findings(
     index: pd.DatetimeIndex, volume: np.ndarray, bar_minutes: int, *, time_shift: float = 0.0, tz: str | None = None
-) -> list[Finding]:
+) -> list[DataFinding]:
     """Warnings when the volume surge of the RTH open is not at 09:30 ET (shifted clock)."""
-    out: list[Finding] = []
+    out: list[DataFinding] = []
     m, score = detect_rth_open(index, volume, bar_minutes)
     if m is None or not np.isfinite(score) or score < 2.0:
         return out
@@ -144,5 +144,5 @@ def clock_findings(
     return out
 
 
-def _warn(message: str) -> Finding:
-    return Finding("warning", "clock", message)
+def _warn(message: str) -> DataFinding:
+    return DataFinding("warning", "clock", message)

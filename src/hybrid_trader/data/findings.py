@@ -1,4 +1,4 @@
-"""What loading found and did, as typed records: :class:`Finding` (a note or a warning) and :class:`Repair`.
+"""What loading found and did, as typed records: :class:`DataFinding` (a note or a warning) and :class:`Repair`.
 
 ``Bars.findings`` holds them in the order they happened; ``Bars.notes`` is their text,
 one line per finding, a repair followed by one line per affected row:
@@ -31,7 +31,7 @@ def plural(n: int, word: str = "row") -> str:
 
 
 @dataclass(frozen=True)
-class Finding:
+class DataFinding:
     """A note or warning about the data that never stops loading."""
 
     level: Literal["note", "warning"]
@@ -96,7 +96,7 @@ class Repair:
         return {"kind": self.code, "action": self.action, "rows": self.rows, "reason": f"{self.reason}; {self.done}"}
 
 
-AnyFinding = Finding | Repair
+AnyFinding = DataFinding | Repair
 
 
 def finding_lines(findings: Sequence[AnyFinding]) -> list[str]:

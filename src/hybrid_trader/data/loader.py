@@ -27,7 +27,7 @@ import pandas as pd
 from hybrid_trader.calendar import EASTERN
 from hybrid_trader.data.bars import Bars
 from hybrid_trader.data.clock import clock_findings
-from hybrid_trader.data.findings import AnyFinding, Finding
+from hybrid_trader.data.findings import AnyFinding, DataFinding
 from hybrid_trader.data.many import bars_files, is_many, load_many
 from hybrid_trader.data.nt_export import NT_NAMES, NT_SEP, NT_TZ, is_nt_export, resolve_stamps, stamp_shift_ns
 from hybrid_trader.data.timestamps import parse_timestamps
@@ -222,7 +222,7 @@ def match_columns(names: list[str], file: str) -> tuple[dict[str, int], tuple[st
             if hits:
                 if len(hits) > 1:
                     notes.append(
-                        Finding(
+                        DataFinding(
                             "note", "columns", f"{len(hits)} columns are named like '{names[hits[0]]}'; using the first"
                         )
                     )
@@ -246,7 +246,7 @@ def match_columns(names: list[str], file: str) -> tuple[dict[str, int], tuple[st
             ts_spec = ("single", (next(k for k in (d, t) if k is not None),))
         elif names and (normed[0] == "" or normed[0].startswith("unnamed") or normed[0] == "index"):
             ts_spec = ("single", (0,))
-            notes.append(Finding("note", "columns", "the first, unnamed column is read as the timestamp"))
+            notes.append(DataFinding("note", "columns", "the first, unnamed column is read as the timestamp"))
 
     missing = [
         r
@@ -269,7 +269,7 @@ def match_columns(names: list[str], file: str) -> tuple[dict[str, int], tuple[st
             parts.append("columns matched: " + ", ".join(renamed))
         if ignored:
             parts.append("ignored: " + ", ".join(ignored))
-        notes.append(Finding("note", "columns", "; ".join(parts)))
+        notes.append(DataFinding("note", "columns", "; ".join(parts)))
     return pos, ts_spec, notes
 
 
@@ -374,7 +374,8 @@ def _read_csv(
         bl = lines[blank]
         shown = ", ".join(str(x) for x in bl[:10]) + (" ..." if len(bl) > 10 else "")
         notes.append(
-            Finding("note", "blank-lines", f"{len(bl)} empty line{'s' if len(bl) > 1 else ''} skipped (line {shown})")
+            DataFinding("note", "blank-lines",
+                        f"{len(bl)} empty line{'s' if len(bl) > 1 else ''} skipped (line {shown})")
         )
         df = df.loc[~blank]
         lines = lines[~blank]
@@ -471,12 +472,12 @@ def load_bars(
         if guessed:
             market_sym = guessed
             findings.append(
-                Finding("note", "market", f"market {guessed} guessed from the file name; pass --market to override")
+                DataFinding("note", "market", f"market {guessed} guessed from the file name; pass --market to override")
             )
         else:
             market_sym = "NQ"
             findings.append(
-                Finding(
+                DataFinding(
                     "note",
                     "market",
                     "market not given and not recognisable from the file name: assuming NQ; pass --market",
@@ -529,7 +530,7 @@ def load_bars(
     bar_minutes = infer_bar_minutes(frame.index, file)
     if nt_export or stamps == "end":
         frame.index = frame.index + pd.Timedelta(stamp_shift_ns(stamps, bar_minutes), unit="ns")
-        findings.append(Finding("note", "stamps", ("NinjaTrader export (no header, ';', read as UTC); "
+        findings.append(DataFinding("note", "stamps", ("NinjaTrader export (no header, ';', read as UTC); "
                                                    if nt_export else "") + (
             f"timestamps mark the bar's end: moved back {bar_minutes} min to its start (--stamps end)"
             if stamps == "end" else "timestamps mark the bar's start (--stamps start)")))

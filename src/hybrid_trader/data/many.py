@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from hybrid_trader.data.bars import OHLCV, Bars
-from hybrid_trader.data.findings import AnyFinding, Finding, Repair
+from hybrid_trader.data.findings import AnyFinding, DataFinding, Repair
 from hybrid_trader.errors import UserError
 
 BARS_SUFFIXES = (".csv", ".txt", ".parquet", ".pq", ".parq", ".gz", ".bz2", ".xz", ".zip")
@@ -64,8 +64,8 @@ def files_sha256(files: Sequence[Path]) -> str:
 
 
 def _prefixed(name: str, finding: AnyFinding) -> AnyFinding:
-    if isinstance(finding, Finding):
-        return Finding(finding.level, finding.code, f"{name}: {finding.message}")
+    if isinstance(finding, DataFinding):
+        return DataFinding(finding.level, finding.code, f"{name}: {finding.message}")
     if isinstance(finding, Repair):
         return Repair(finding.code, finding.action, finding.column, finding.rows, f"{name}: {finding.reason}",
                       finding.done, finding.row_notes)
@@ -93,7 +93,7 @@ def load_many(path: str | Path, load_one: Callable[[Path], Bars]) -> Bars:
         for name, fmt in formats.items():
             groups.setdefault(str(fmt), []).append(name)
         text = "; ".join(f"{fmt} in {', '.join(names)}" for fmt, names in groups.items())
-        findings.append(Finding("warning", "date-format", f"the files write dates differently ({text}); each was "
+        findings.append(DataFinding("warning", "date-format", f"the files write dates differently ({text}); each was "
                                 "read with its own format: check the seams between them"))
     frame = pd.concat([b.frame[list(OHLCV)] for b in parts])
     order = np.argsort(frame.index.asi8, kind="stable")
@@ -102,25 +102,25 @@ def load_many(path: str | Path, load_one: Callable[[Path], Bars]) -> Bars:
     if dup.any():
         first = frame[frame.index.isin(frame.index[dup])]
         differ = int((first.groupby(level=0).nunique() > 1).any(axis=1).sum())
-        findings.append(Finding("note", "overlap", f"{int(dup.sum()):,} bars appear in two files: the first file's "
+        findings.append(DataFinding("note", "overlap", f"{int(dup.sum()):,} bars appear in two files: the first file's "
                                 "kept"))
         if differ:
-            findings.append(Finding("warning", "overlap", f"{differ:,} of the bars in two files differ between "
+            findings.append(DataFinding("warning", "overlap", f"{differ:,} of the bars in two files differ between "
                                     "them: check the files (a re-export, or another contract?)"))
         frame = frame[~dup]
-    findings.append(Finding("note", "files", f"{len(files)} files concatenated in time order: "
+    findings.append(DataFinding("note", "files", f"{len(files)} files concatenated in time order: "
                             f"{files[0].name} .. {files[-1].name}"))
     return Bars(frame, market=parts[0].market, bar_minutes=parts[0].bar_minutes, source=str(path), findings=findings)
 
 
 def _merged_findings(files: Sequence[Path], parts: Sequence[Bars]) -> list[AnyFinding]:
     """Each file's findings prefixed by its name; a note or warning every file has alike is said once."""
-    every: list[Finding] = []
+    every: list[DataFinding] = []
     for x in parts[0].findings:
-        if isinstance(x, Finding) and all(x in b.findings for b in parts[1:]):
+        if isinstance(x, DataFinding) and all(x in b.findings for b in parts[1:]):
             every.append(x)
     span = f"{files[0].name} .. {files[-1].name} ({len(files)} files)" if len(files) > 1 else files[0].name
-    out: list[AnyFinding] = [Finding(x.level, x.code, f"{span}: {x.message}") for x in every]
+    out: list[AnyFinding] = [DataFinding(x.level, x.code, f"{span}: {x.message}") for x in every]
     for f, b in zip(files, parts):
         out += [_prefixed(f.name, x) for x in b.findings if x not in every]
     return out
@@ -129,6 +129,6 @@ def _merged_findings(files: Sequence[Path], parts: Sequence[Bars]) -> list[AnyFi
 def _date_format(bars: Bars) -> str | None:
     """The date format a file was read with, as its timestamp notes say (None: not said)."""
     for f in bars.findings:
-        if isinstance(f, Finding) and f.code == "date-format":
+        if isinstance(f, DataFinding) and f.code == "date-format":
             return f.message
     return None

@@ -45,7 +45,7 @@ from hybrid_trader.calendar import (
     session_open_times,
 )
 from hybrid_trader.data.bars import Bars
-from hybrid_trader.data.findings import Finding
+from hybrid_trader.data.findings import DataFinding
 from hybrid_trader.errors import UserError
 from hybrid_trader.markets import get_contract
 
@@ -273,13 +273,13 @@ def generate_market(
     frame.index.name = "timestamp"
     source = f"synthetic:days={days},seed={seed},edge={edge:g}"
     findings = [
-        Finding(
+        DataFinding(
             "note",
             "synthetic",
             f"built-in {sym}-like market: {days} Globex trading days from {dates[0]:%Y-%m-%d}, "
             f"{b}-min bars, seed {seed}, tick {tick:g}",
         ),
-        Finding(
+        DataFinding(
             "note",
             "synthetic",
             f"{len(sig_idx)} signal bars (volume spike x{SIGNAL_VOLUME_SPIKE:g}, body in the signal's "

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from hybrid_trader.calendar import EASTERN
-from hybrid_trader.data.findings import AnyFinding, Finding
+from hybrid_trader.data.findings import AnyFinding, DataFinding
 from hybrid_trader.data.validate import Checker
 from hybrid_trader.errors import UserError
 
@@ -108,7 +108,7 @@ def _decode_numeric(raw: pd.Series, ck: Checker, column: str, notes: list[AnyFin
         )
     vi = np.where(np.isfinite(v), v, np.nan)
     aware = pd.DatetimeIndex(pd.to_datetime(vi, unit=unit, utc=True, errors="coerce"))
-    notes.append(Finding("note", "timezone", f"numeric timestamps read as Unix epoch {unit} (UTC)"))
+    notes.append(DataFinding("note", "timezone", f"numeric timestamps read as Unix epoch {unit} (UTC)"))
     return aware, None, raw.astype(object)
 
 
@@ -140,7 +140,7 @@ def _decode_text(raw: pd.Series, ck: Checker, lines: np.ndarray, notes: list[Any
         shown = fmt
         for code, word in (("%Y", "YYYY"), ("%m", "MM"), ("%d", "DD"), ("%H", "hh"), ("%M", "mm"), ("%S", "ss")):
             shown = shown.replace(code, word)
-        notes.append(Finding("note", "date-format", f"timestamps read as {shown}"))
+        notes.append(DataFinding("note", "date-format", f"timestamps read as {shown}"))
     return None, pd.DatetimeIndex(pd.to_datetime(s, format=fmt, errors="coerce")), s.astype(object)
 
 
@@ -173,7 +173,7 @@ def parse_timestamps(
         if bad.any():
             utc = utc.where(~bad)
         out = (utc + shift).as_unit("ns").to_numpy()
-        notes.append(Finding("note", "timezone", f"timestamps carry UTC offsets; converted to {EASTERN}"))
+        notes.append(DataFinding("note", "timezone", f"timestamps carry UTC offsets; converted to {EASTERN}"))
     else:
         assert naive is not None
         if naive.tz is not None:  # pragma: no cover - defensive
@@ -190,7 +190,7 @@ def parse_timestamps(
         ambiguous = np.asarray(amb_true.notna() & (amb_true != amb_false))
         if ambiguous.any():
             first_amb = naive[ambiguous][0]
-            notes.append(Finding(
+            notes.append(DataFinding(
                 "note",
                 "timezone",
                 f"{int(ambiguous.sum())} timestamps fall in the repeated hour of the daylight-saving "
@@ -199,11 +199,11 @@ def parse_timestamps(
             ))
         out = _to_naive_utc_ns(loc)
         if tz != EASTERN:
-            notes.append(Finding("note", "timezone", f"naive timestamps read as {tz} and converted to {EASTERN}"))
+            notes.append(DataFinding("note", "timezone", f"naive timestamps read as {tz} and converted to {EASTERN}"))
         else:
-            notes.append(Finding("note", "timezone", f"naive timestamps read as {EASTERN}"))
+            notes.append(DataFinding("note", "timezone", f"naive timestamps read as {EASTERN}"))
     if time_shift:
-        notes.append(Finding(
+        notes.append(DataFinding(
             "note",
             "time-shift",
             f"{time_shift:+g} h added to every timestamp of the file "

@@ -40,7 +40,7 @@ import pandas as pd
 
 from hybrid_trader.calendar import eastern_from_utc
 from hybrid_trader.data.checks import CHECKS, COLUMNS, PRICES, Check, Hits, Rows, divided_by_100_mask
-from hybrid_trader.data.findings import ROW_NOTE_LIMIT, Finding, Repair, RowNote, parse_repair_notes, plural
+from hybrid_trader.data.findings import ROW_NOTE_LIMIT, DataFinding, Repair, RowNote, parse_repair_notes, plural
 from hybrid_trader.errors import UserError
 
 __all__ = [
@@ -152,7 +152,7 @@ def off_grid_mask(prices: np.ndarray, tick: float, tol: float = 0.01) -> np.ndar
 
 def tick_grid_finding(
     frame: pd.DataFrame, market: str, tick: float, where: Callable[[int], str] | None = None
-) -> Finding | None:
+) -> DataFinding | None:
     """A note when prices are off the tick grid (never an error), else None."""
     px = frame[list(PRICES)].to_numpy(np.float64)
     off = off_grid_mask(px, tick)
@@ -162,7 +162,7 @@ def tick_grid_finding(
     first = int(np.flatnonzero(off.any(axis=1))[0])
     at = where(first) if where else f"bar {first}"
     pct = 100.0 * n_off / off.size
-    return Finding(
+    return DataFinding(
         "note",
         "tick-grid",
         f"{n_off} of {off.size} prices ({pct:.1f}%) are off {market}'s {tick:g} tick grid "

@@ -91,7 +91,7 @@ def adapter_config(llm: LLMConfig, adapter_dir: Path) -> LLMConfig:
     return dataclasses.replace(llm, transformers=dataclasses.replace(llm.transformers, adapter=str(adapter_dir)))
 
 
-def evaluate_run(run_dir: str | Path, split: str = "val", *, max_states: int = 200, batch: int = 16,
+def evaluate_llm(run_dir: str | Path, split: str = "val", *, max_states: int = 200, batch: int = 16,
                  progress: bool = True, cot: int = 0, train_states: int = 400, draws: int = 1000,
                  retrieval: int = 0, retrieval_mode: str = "exact", calibration_states: int = 120,
                  calibrate: bool = True, say: Callable[[str], None] = print) -> dict[str, Any]:

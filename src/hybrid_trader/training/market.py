@@ -12,7 +12,7 @@ import numpy as np
 
 from hybrid_trader.data import load_bars
 from hybrid_trader.data.bars import Bars
-from hybrid_trader.data.findings import Finding
+from hybrid_trader.data.findings import DataFinding
 from hybrid_trader.data.synthetic import generate_bars
 from hybrid_trader.env import EnvConfig, TradingEnv
 from hybrid_trader.env.risk_veto import RiskConfig, RiskVeto
@@ -100,7 +100,8 @@ def load_market(data: DataConfig, split: SplitConfig | None, bars: Bars | None =
     """
     if bars is None:
         bars = load_bars_from_config(data)
-        shown = [f for f in bars.findings if isinstance(f, Finding) and (f.level == "warning" or f.code in SHOWN_NOTES)]
+        shown = [f for f in bars.findings
+                 if isinstance(f, DataFinding) and (f.level == "warning" or f.code in SHOWN_NOTES)]
         for finding in shown:
             print(f"{finding.level}: {bars.source}: [{finding.code}] {finding.message}", file=sys.stderr)
     features = compute_features(bars)

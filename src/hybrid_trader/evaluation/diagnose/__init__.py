@@ -15,7 +15,7 @@ The package: :mod:`.findings` (codes, thresholds, findings, the run as read),
 A key that is absent means "not measured": its check is skipped (and listed as such),
 never failed. Thresholds are in :class:`Thresholds`.
 
-The checks are a registry (:data:`CHECKS`): each :class:`Check` has a name, the codes it
+The checks are a registry (:data:`CHECKS`): each :class:`RunCheck` has a name, the codes it
 can report and a function ``(RunView, Thresholds) -> list[Finding] | Skip``. The run is
 read once into a :class:`RunView` (logs, status, evaluation results, ablation and the
 run's config as a typed :class:`~hybrid_trader.training.config.RunConfig`). Adding a
@@ -27,9 +27,9 @@ check: write its function, add its codes to :data:`CODES` and its thresholds to
 
 from hybrid_trader.evaluation.diagnose.findings import (
     CODES,
-    Check,
     Diagnosis,
     Finding,
+    RunCheck,
     RunView,
     Skip,
     Thresholds,
@@ -37,5 +37,5 @@ from hybrid_trader.evaluation.diagnose.findings import (
 )
 from hybrid_trader.evaluation.diagnose.registry import CHECKS, diagnose, diagnose_run
 
-__all__ = ["CHECKS", "CODES", "Check", "Diagnosis", "Finding", "RunView", "Skip", "Thresholds", "diagnose",
+__all__ = ["CHECKS", "CODES", "RunCheck", "Diagnosis", "Finding", "RunView", "Skip", "Thresholds", "diagnose",
            "diagnose_run", "read_run"]

@@ -293,8 +293,8 @@ CheckFn = Callable[[RunView, "Thresholds"], "list[Finding] | Skip"]
 
 
 @dataclass(frozen=True)
-class Check:
-    """One entry of the registry."""
+class RunCheck:
+    """One check of a run: an entry of the diagnose registry (``registry.CHECKS``)."""
 
     name: str
     """Listed in ``Diagnosis.checked`` (and before the reason in ``skipped``)."""

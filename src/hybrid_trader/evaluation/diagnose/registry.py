@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from hybrid_trader.evaluation.diagnose.findings import (
-    Check,
     Diagnosis,
     Finding,
+    RunCheck,
     Skip,
     Thresholds,
     read_run,
@@ -35,22 +35,22 @@ from hybrid_trader.evaluation.diagnose.training_checks import (
 # ---------------------------------------------------------------------------------------
 # The registry
 # ---------------------------------------------------------------------------------------
-CHECKS: tuple[Check, ...] = (
-    Check("final checkpoint", ("NO_FINAL_CHECKPOINT",), check_final_checkpoint),
-    Check("training log", ("NO_TRAINING_LOG",), check_training_log),
-    Check("policy change", ("POLICY_NOT_CHANGING",), check_policy_change, training_log=True),
-    Check("value function", ("WEAK_VALUE_FUNCTION",), check_value_function, training_log=True),
-    Check("episode length", ("SHORT_EPISODES",), check_episode_length, training_log=True),
-    Check("LLM server", ("LLM_AUTH_FAILED", "LLM_UNREACHABLE", "LLM_ERROR_RATE_HIGH"), check_llm_server),
-    Check("LLM query rate", ("LLM_QUERY_RATE_LOW",), check_llm_query_rate, training_log=True),
-    Check("LLM confidence", ("LLM_CONFIDENCE_NEAR_ZERO",), check_llm_confidence, training_log=True),
-    Check("LLM agreement", ("LLM_AGREEMENT_FROM_ABSTENTION",), check_llm_agreement, training_log=True),
-    Check("LLM advice age", ("LLM_ADVICE_STALE",), check_llm_advice_age, training_log=True),
-    Check("trading rate", ("NEVER_TRADES", "OVERTRADING"), check_trading_rate),
-    Check("train/validation gap", ("TRAIN_VAL_GAP",), check_train_val_gap),
-    Check("hybrid vs RL-only", ("HYBRID_EQUALS_RL_ONLY",), check_hybrid_vs_rl_only),
-    Check("student fidelity", ("STUDENT_FIDELITY_LOW",), check_student_fidelity),
-    Check("constant student", ("STUDENT_CONSTANT",), check_student_constant),
+CHECKS: tuple[RunCheck, ...] = (
+    RunCheck("final checkpoint", ("NO_FINAL_CHECKPOINT",), check_final_checkpoint),
+    RunCheck("training log", ("NO_TRAINING_LOG",), check_training_log),
+    RunCheck("policy change", ("POLICY_NOT_CHANGING",), check_policy_change, training_log=True),
+    RunCheck("value function", ("WEAK_VALUE_FUNCTION",), check_value_function, training_log=True),
+    RunCheck("episode length", ("SHORT_EPISODES",), check_episode_length, training_log=True),
+    RunCheck("LLM server", ("LLM_AUTH_FAILED", "LLM_UNREACHABLE", "LLM_ERROR_RATE_HIGH"), check_llm_server),
+    RunCheck("LLM query rate", ("LLM_QUERY_RATE_LOW",), check_llm_query_rate, training_log=True),
+    RunCheck("LLM confidence", ("LLM_CONFIDENCE_NEAR_ZERO",), check_llm_confidence, training_log=True),
+    RunCheck("LLM agreement", ("LLM_AGREEMENT_FROM_ABSTENTION",), check_llm_agreement, training_log=True),
+    RunCheck("LLM advice age", ("LLM_ADVICE_STALE",), check_llm_advice_age, training_log=True),
+    RunCheck("trading rate", ("NEVER_TRADES", "OVERTRADING"), check_trading_rate),
+    RunCheck("train/validation gap", ("TRAIN_VAL_GAP",), check_train_val_gap),
+    RunCheck("hybrid vs RL-only", ("HYBRID_EQUALS_RL_ONLY",), check_hybrid_vs_rl_only),
+    RunCheck("student fidelity", ("STUDENT_FIDELITY_LOW",), check_student_fidelity),
+    RunCheck("constant student", ("STUDENT_CONSTANT",), check_student_constant),
 )
 """Every check, in the order they run; each code of :data:`CODES` belongs to exactly one."""
 
