@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 
 from hybrid_trader.config import markdown_table
-from hybrid_trader.training.config import RunConfig
+from hybrid_trader.run.config import RunConfig
 
 DOC = Path(__file__).resolve().parent / "CONFIG.md"
 MARKER = "<!-- Generated from the dataclasses: tests/test_docs.py fails when this table is out of date. -->"

@@ -9,7 +9,7 @@ import pytest
 
 from hybrid_trader.advise.collect import RunPolicy, collect_llm_config, collect_split
 from hybrid_trader.advise.distill import DistillConfig, distill
-from hybrid_trader.training.market import load_market
+from hybrid_trader.run.market import load_market
 from tests.training.conftest import student_cfg, train_phase2
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

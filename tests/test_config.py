@@ -418,7 +418,7 @@ def test_yaml_when_a_key_is_duplicated_is_an_error_naming_file_both_lines_and_ke
 
 @pytest.mark.parametrize("value", [".nan", ".inf", "-.inf", "0", "-1e-4"])
 def test_learning_rate_when_not_a_positive_finite_number_is_a_config_error(tmp_path, value):
-    from hybrid_trader.training.config import RunConfig
+    from hybrid_trader.run.config import RunConfig
 
     f = tmp_path / "lr.yaml"
     f.write_text(f"ppo:\n  learning_rate: {value}\n")
@@ -440,7 +440,7 @@ def test_any_float_when_nan_is_refused_unless_the_field_allows_it():
 @pytest.mark.parametrize("value", [-1, 0])
 def test_checkpoint_settings_when_below_one_are_refused(key, value):
     # 0 is not "off" in the code: checkpoint_every 0 would checkpoint every step, keep 0 keeps none to resume from
-    from hybrid_trader.training.config import RunConfig
+    from hybrid_trader.run.config import RunConfig
 
     with pytest.raises(ConfigError) as info:
         merge_overrides(RunConfig(), {key: value})

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from hybrid_trader.config import markdown_table
-from hybrid_trader.training.config import RunConfig
+from hybrid_trader.run.config import RunConfig
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 

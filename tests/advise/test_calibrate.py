@@ -20,7 +20,7 @@ from hybrid_trader.llm import build_advisor
 from hybrid_trader.llm.context import context_from_market
 from hybrid_trader.run.advice_dataset import raw_advice, read_split
 from hybrid_trader.run.calibration import attach_calibration, calibration_path, load_calibration
-from hybrid_trader.training.market import load_market
+from hybrid_trader.run.market import load_market
 from tests.llm import LeaningMock, make_mock_lean
 
 

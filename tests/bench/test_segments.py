@@ -15,8 +15,8 @@ from hybrid_trader.bench.segments import (
     format_comparison,
 )
 from hybrid_trader.config import merge_overrides
+from hybrid_trader.run.config import RunConfig
 from hybrid_trader.training.callbacks import EnvTimeCallback
-from hybrid_trader.training.config import RunConfig
 from hybrid_trader.training.runner import train_run
 
 TINY = {"data.synthetic_days": 8, "ppo.n_steps": 64, "ppo.batch_size": 64, "ppo.n_envs": 2, "ppo.n_epochs": 1,

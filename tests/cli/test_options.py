@@ -8,7 +8,7 @@ import pytest
 
 from hybrid_trader.cli.options import OPTIONS, add_options, field_keys, overrides_from
 from hybrid_trader.llm.backends import BACKEND_NAMES
-from hybrid_trader.training.config import RunConfig
+from hybrid_trader.run.config import RunConfig
 
 
 def test_every_table_key_when_resolved_is_a_key_of_the_run_config():

@@ -7,8 +7,8 @@ from pathlib import Path
 from hybrid_trader.cli.main import build_parser
 from hybrid_trader.cli.train import data_from_init, resolve_config
 from hybrid_trader.env import EnvConfig
+from hybrid_trader.run.config import DataConfig, RunConfig
 from hybrid_trader.run.rundir import RunDir
-from hybrid_trader.training.config import DataConfig, RunConfig
 
 
 def phase1_run(tmp_path: Path) -> tuple[Path, Path]:

@@ -9,8 +9,8 @@ from hybrid_trader.cli.main import main
 from hybrid_trader.data import load_bars
 from hybrid_trader.data.many import bars_files
 from hybrid_trader.errors import UserError
+from hybrid_trader.run.config import DataConfig
 from hybrid_trader.run.rundir import data_identity
-from hybrid_trader.training.config import DataConfig
 from tests.conftest import shared_file
 
 

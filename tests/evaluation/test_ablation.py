@@ -11,7 +11,7 @@ from hybrid_trader.cli.main import main
 from hybrid_trader.errors import UserError
 from hybrid_trader.evaluation.ablation import TEACHER_VARIANT, ablation_markdown, run_ablation, summarise
 from hybrid_trader.run import RunDir
-from hybrid_trader.training.config import RunConfig
+from hybrid_trader.run.config import RunConfig
 
 
 def test_ablation_trains_evaluates_and_tabulates_every_variant_when_given_a_phase2_run(tmp_path, student_p2,
@@ -132,8 +132,8 @@ class AlwaysBuy:
 def test_fresh_days_trade_every_day_when_one_account_would_stop_on_the_first(student_p2):
     from hybrid_trader.evaluation.runner import FRESH_DAY_FIGURES, evaluation_env, run_fresh_days, run_policy
     from hybrid_trader.run import RunDir
-    from hybrid_trader.training.config import RunConfig
-    from hybrid_trader.training.market import load_market
+    from hybrid_trader.run.config import RunConfig
+    from hybrid_trader.run.market import load_market
 
     cfg = RunDir(student_p2).load_config(RunConfig)
     market = load_market(cfg.data, cfg.split)

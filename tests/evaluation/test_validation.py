@@ -8,8 +8,8 @@ import pytest
 
 from hybrid_trader.config import merge_overrides
 from hybrid_trader.evaluation.runner import validation_fn
-from hybrid_trader.training.config import RunConfig
-from hybrid_trader.training.market import load_market
+from hybrid_trader.run.config import RunConfig
+from hybrid_trader.run.market import load_market
 from hybrid_trader.training.runner import train_run
 
 TINY = {"data.synthetic_days": 12, "ppo.n_steps": 128, "ppo.batch_size": 128, "ppo.n_envs": 2, "ppo.n_epochs": 1,

@@ -14,8 +14,8 @@ import tempfile
 import pytest
 
 from hybrid_trader.cli.main import main
-from hybrid_trader.training.config import DataConfig, SplitConfig
-from hybrid_trader.training.market import load_market
+from hybrid_trader.run.config import DataConfig, SplitConfig
+from hybrid_trader.run.market import load_market
 from tests.conftest import ES_1MIN, shared_file
 
 from .helpers import TINY, train_args

@@ -12,8 +12,8 @@ from stable_baselines3.common.callbacks import BaseCallback
 from hybrid_trader.cli.main import main
 from hybrid_trader.config import merge_overrides
 from hybrid_trader.evaluation.runner import validation_fn
+from hybrid_trader.run.config import RunConfig
 from hybrid_trader.run.lock import FolderLock
-from hybrid_trader.training.config import RunConfig
 from hybrid_trader.training.runner import train_run
 from tests.faults.helpers import fingerprint, kill9, log_steps, start_training, steps_done, train_args, wait_for
 

@@ -7,8 +7,8 @@ import pytest
 from hybrid_trader.config import merge_overrides
 from hybrid_trader.evaluation.diagnose import diagnose
 from hybrid_trader.evaluation.evaluate import evaluate_run
-from hybrid_trader.training.config import RunConfig
-from hybrid_trader.training.market import load_market
+from hybrid_trader.run.config import RunConfig
+from hybrid_trader.run.market import load_market
 from hybrid_trader.training.runner import train_run
 from tests.llm.fake_openai_server import FakeOpenAIServer
 

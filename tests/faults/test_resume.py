@@ -10,7 +10,7 @@ import pytest
 
 from hybrid_trader.cli.main import main
 from hybrid_trader.config import load_yaml_config
-from hybrid_trader.training.config import RunConfig
+from hybrid_trader.run.config import RunConfig
 from tests.faults.helpers import fingerprint, log_steps, train_args
 
 

@@ -13,7 +13,7 @@ import pytest
 from hybrid_trader.cli.main import main
 from hybrid_trader.data.synthetic import generate_bars
 from hybrid_trader.run import RunDir
-from hybrid_trader.training.config import RunConfig
+from hybrid_trader.run.config import RunConfig
 from tests.faults.helpers import train_args
 
 
@@ -114,7 +114,7 @@ def test_evaluate_market_is_checked_as_train_checks_it(nq_run, tmp_path, capsys)
 def test_the_run_market_of_an_older_run_is_what_training_read_from_its_data_path(tmp_path):
     from hybrid_trader.config import merge_overrides
     from hybrid_trader.data.loader import named_market
-    from hybrid_trader.training.config import run_market
+    from hybrid_trader.run.config import run_market
 
     folder = tmp_path / "bars"
     folder.mkdir()

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from hybrid_trader.env import EnvConfig
+from hybrid_trader.run.config import DataConfig, RunConfig
 from hybrid_trader.run.rundir import RunDir
-from hybrid_trader.training.config import DataConfig, RunConfig
 from tests.llm import require
 
 

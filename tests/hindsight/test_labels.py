@@ -9,8 +9,8 @@ from hybrid_trader.actions import Action
 from hybrid_trader.env import EnvConfig, TradingEnv
 from hybrid_trader.errors import UserError
 from hybrid_trader.hindsight.labels import LabelConfig, build_labels, choose_label
-from hybrid_trader.training.market import Market
-from hybrid_trader.training.splits import Split
+from hybrid_trader.run.market import Market
+from hybrid_trader.run.splits import Split
 from tests.env.helpers import flat_session, make_bars, set_bar, stub_features
 
 COMMISSION = 2.10  # NQ per side [$]

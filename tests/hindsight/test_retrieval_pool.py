@@ -15,8 +15,8 @@ from hybrid_trader.hindsight.retrieval_pool import attach_run_pool, build_pool
 from hybrid_trader.llm.context import context_from_market
 from hybrid_trader.llm.prompt import PromptBuilder
 from hybrid_trader.llm.retrieval import labels_of
-from hybrid_trader.training.market import Market, load_market
-from hybrid_trader.training.splits import Split
+from hybrid_trader.run.market import Market, load_market
+from hybrid_trader.run.splits import Split
 from tests.finetune.conftest import make_run
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hybrid_trader.training.market import load_market
+from hybrid_trader.run.market import load_market
 from tests.training.conftest import student_cfg, train_phase2
 
 

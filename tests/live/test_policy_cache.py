@@ -13,8 +13,8 @@ import pytest
 from hybrid_trader.live.fast_policy import NumpyAgentPolicy
 from hybrid_trader.live.policy_cache import LazyAgent, cache_key, cache_path, executor_policy
 from hybrid_trader.run import RunDir
+from hybrid_trader.run.config import RunConfig
 from hybrid_trader.run.model_files import final_model
-from hybrid_trader.training.config import RunConfig
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -139,8 +139,8 @@ def test_finetune_when_the_folder_is_not_a_run_exits_2_naming_it(capsys, tmp_pat
 def mock_run(tmp_path, header: str):
     """A phase 1 run folder on 12 synthetic days whose LLM is the mock back end (config only, no model)."""
     from hybrid_trader.env import EnvConfig
+    from hybrid_trader.run.config import DataConfig, RunConfig
     from hybrid_trader.run.rundir import RunDir
-    from hybrid_trader.training.config import DataConfig, RunConfig
 
     config = RunConfig(data=DataConfig(synthetic_days=12), env=EnvConfig(phase=1))
     config.llm.backend = "mock"
@@ -203,8 +203,8 @@ def test_eval_when_asked_for_retrieval_adds_its_columns_each_calibrated_under_it
 
 def test_eval_when_the_runs_own_prompt_retrieves_uses_its_calibration_fitted_with_the_pool(capsys, tmp_path):
     from hybrid_trader.env import EnvConfig
+    from hybrid_trader.run.config import DataConfig, RunConfig
     from hybrid_trader.run.rundir import RunDir
-    from hybrid_trader.training.config import DataConfig, RunConfig
 
     config = RunConfig(data=DataConfig(synthetic_days=12), env=EnvConfig(phase=1))
     config.llm.backend = "mock"

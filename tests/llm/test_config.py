@@ -107,7 +107,7 @@ def _write(tmp_path, text, name="run.yaml"):
 
 def test_llm_section_when_a_number_is_quoted_is_rejected_naming_the_users_file_and_line(tmp_path):
     from hybrid_trader.config import ConfigError, load_yaml_config
-    from hybrid_trader.training.config import RunConfig
+    from hybrid_trader.run.config import RunConfig
 
     f = _write(tmp_path, "env:\n  phase: 3\nllm:\n  batching:\n    max_batch: \"16\"\n")
     with pytest.raises(ConfigError) as err:
@@ -119,7 +119,7 @@ def test_llm_section_when_a_number_is_quoted_is_rejected_naming_the_users_file_a
 
 def test_llm_section_when_a_key_is_misspelt_names_the_users_file_with_a_suggestion(tmp_path):
     from hybrid_trader.config import ConfigError, load_yaml_config
-    from hybrid_trader.training.config import RunConfig
+    from hybrid_trader.run.config import RunConfig
 
     f = _write(tmp_path, "llm:\n  backend: mock\n  query:\n    intervall: 3\n")
     with pytest.raises(ConfigError) as err:
@@ -130,7 +130,7 @@ def test_llm_section_when_a_key_is_misspelt_names_the_users_file_with_a_suggesti
 
 def test_run_llm_section_when_partial_is_merged_over_the_packaged_defaults(tmp_path):
     from hybrid_trader.config import load_yaml_config
-    from hybrid_trader.training.config import RunConfig
+    from hybrid_trader.run.config import RunConfig
 
     cfg = load_yaml_config(_write(tmp_path, "llm:\n  backend: mock\n  query:\n    interval: 3\n"), RunConfig)
     assert isinstance(cfg.llm, LLMConfig)
@@ -140,7 +140,7 @@ def test_run_llm_section_when_partial_is_merged_over_the_packaged_defaults(tmp_p
 
 def test_llm_process_when_null_is_on_in_a_run_for_local_models_only():
     from hybrid_trader.config import merge_overrides
-    from hybrid_trader.training.config import RunConfig
+    from hybrid_trader.run.config import RunConfig
 
     assert RunConfig().llm.process is None
     assert RunConfig().llm.in_run().process is True  # transformers: a child process while training
@@ -197,7 +197,7 @@ def test_importing_llm_config_when_fresh_loads_no_gymnasium_torch_or_talib():
 @pytest.mark.parametrize("phase", [1, 2, 3])
 def test_api_key_when_given_with_set_is_refused_in_any_phase_without_echoing_it(item, phase):
     from hybrid_trader.config import ConfigError, merge_overrides, parse_overrides
-    from hybrid_trader.training.config import RunConfig
+    from hybrid_trader.run.config import RunConfig
 
     with pytest.raises(ConfigError) as err:
         merge_overrides(RunConfig(), {"env.phase": phase, **parse_overrides([item])})

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from hybrid_trader.run import RunDir, data_identity
-from hybrid_trader.training.config import DataConfig
+from hybrid_trader.run.config import DataConfig
 
 
 def test_truncate_logs_drops_rows_past_the_step_and_cut_lines_when_resuming(tmp_path):

@@ -4,7 +4,7 @@ tests/conftest.py, shared with tests/faults."""
 from __future__ import annotations
 
 from hybrid_trader.config import merge_overrides
-from hybrid_trader.training.config import RunConfig
+from hybrid_trader.run.config import RunConfig
 from hybrid_trader.training.runner import train_run
 
 STUDENT_TINY = {"data.synthetic_days": 12, "data.synthetic_edge": 0.3, "ppo.n_steps": 128, "ppo.batch_size": 128,

@@ -14,7 +14,7 @@ import numpy as np
 
 from hybrid_trader.config import merge_overrides
 from hybrid_trader.evaluation.evaluate import evaluate_run
-from hybrid_trader.training.config import RunConfig
+from hybrid_trader.run.config import RunConfig
 from hybrid_trader.training.runner import train_run
 
 STEPS = 100_000

@@ -10,8 +10,8 @@ import pytest
 from stable_baselines3.common.running_mean_std import RunningMeanStd
 from stable_baselines3.common.vec_env import DummyVecEnv, VecMonitor, VecNormalize
 
+from hybrid_trader.run.market import Market, env_factory
 from hybrid_trader.training.advice_env import PartialVecNormalize
-from hybrid_trader.training.market import Market, env_factory
 from hybrid_trader.training.normalizer import LeanVecNormalize, freeze_statistics, warmup_statistics
 from hybrid_trader.training.runner import build_vec_env, make_model, train_run
 from hybrid_trader.training.vec_env import LeanDummyVecEnv

@@ -26,9 +26,9 @@ from hybrid_trader.errors import UserError
 from hybrid_trader.evaluation.evaluate import evaluate_run
 from hybrid_trader.llm import build_advisor
 from hybrid_trader.run import RunDir
+from hybrid_trader.run.config import RunConfig
+from hybrid_trader.run.market import load_market
 from hybrid_trader.run.models import load_model
-from hybrid_trader.training.config import RunConfig
-from hybrid_trader.training.market import load_market
 from hybrid_trader.training.policy import AdviceFreeFeatures
 from hybrid_trader.training.runner import build_vec_env, make_model, train_run
 from tests.training.conftest import train_phase2

@@ -8,8 +8,8 @@ import pytest
 from hybrid_trader.config import merge_overrides
 from hybrid_trader.data.synthetic import generate_bars
 from hybrid_trader.errors import UserError
-from hybrid_trader.training.config import RunConfig
-from hybrid_trader.training.market import load_market
+from hybrid_trader.run.config import RunConfig
+from hybrid_trader.run.market import load_market
 from hybrid_trader.training.runner import build_vec_env, train_run
 
 TINY = {"ppo.n_steps": 64, "ppo.batch_size": 64, "ppo.n_envs": 2, "ppo.n_epochs": 1, "ppo.total_timesteps": 256,

@@ -16,8 +16,8 @@ from hybrid_trader.cli.main import main
 from hybrid_trader.config import load_yaml_config, merge_overrides
 from hybrid_trader.errors import UserError
 from hybrid_trader.evaluation.runner import validation_fn
-from hybrid_trader.training.config import RunConfig
-from hybrid_trader.training.market import load_market
+from hybrid_trader.run.config import RunConfig
+from hybrid_trader.run.market import load_market
 from hybrid_trader.training.runner import train_run
 
 TINY = {"data.synthetic_days": 12, "ppo.n_steps": 128, "ppo.batch_size": 128, "ppo.n_envs": 2,
@@ -140,7 +140,7 @@ def test_phase2_without_init_is_refused_with_the_fix(tmp_path, capsys):
 
 
 def test_walk_forward_fold_sets_the_split_when_configured(market):
-    from hybrid_trader.training.market import make_split
+    from hybrid_trader.run.market import make_split
 
     folds = [make_split(60, cfg(**{"split.folds": 3, "split.fold": k}).split) for k in range(3)]
     assert folds[-1].test.stop == 60

@@ -50,9 +50,9 @@ from hybrid_trader.run.calibration import (
     load_calibration,
     needs_calibration,
 )
+from hybrid_trader.run.config import RunConfig
 from hybrid_trader.run.files import check_writable
-from hybrid_trader.training.config import RunConfig
-from hybrid_trader.training.market import Market, load_market
+from hybrid_trader.run.market import Market, load_market
 from hybrid_trader.training.runner import load_run_config
 
 FLAT_MASK = np.array([True, True, True, False, False, False])

@@ -59,9 +59,9 @@ from hybrid_trader.run.advice_dataset import (
     visited_key,
     write_chunk,
 )
+from hybrid_trader.run.config import RunConfig
 from hybrid_trader.run.files import check_writable
-from hybrid_trader.training.config import RunConfig
-from hybrid_trader.training.market import Market, load_market, make_veto
+from hybrid_trader.run.market import Market, load_market, make_veto
 from hybrid_trader.training.runner import find_model, load_run_config
 
 DEFAULT_WORKERS = 2

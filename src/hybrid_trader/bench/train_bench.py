@@ -36,9 +36,9 @@ from hybrid_trader.advise.distill import DistillConfig, distill
 from hybrid_trader.bench.args import TrainBenchArgs
 from hybrid_trader.bench.segments import SegmentTimer, compare, format_comparison, format_table
 from hybrid_trader.config import merge_overrides
+from hybrid_trader.run.config import RunConfig
+from hybrid_trader.run.market import load_market
 from hybrid_trader.training.callbacks import EnvTimeCallback
-from hybrid_trader.training.config import RunConfig
-from hybrid_trader.training.market import load_market
 from hybrid_trader.training.runner import train_run
 
 

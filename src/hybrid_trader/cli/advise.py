@@ -103,7 +103,7 @@ def _splits(choice: str) -> list[str]:
 def _collect(args: argparse.Namespace) -> int:
     # collect pulls in torch, sb3 and the features (~3 s); the CLI's --help must not pay it
     from hybrid_trader.advise.collect import collect_llm_config, collect_split
-    from hybrid_trader.training.market import load_market  # same reason as above
+    from hybrid_trader.run.market import load_market  # same reason as above
     from hybrid_trader.training.runner import load_run_config  # same reason as above
 
     for name, v in (("--batch", args.batch), ("--workers", args.workers), ("--max-states", args.max_states),
@@ -136,7 +136,7 @@ def _calibrate(args: argparse.Namespace) -> int:
     # calibrate loads the back end and the features (~3 s); the CLI's --help must not pay it
     from hybrid_trader.advise.calibrate import calibrate_run
     from hybrid_trader.advise.collect import collect_llm_config  # same reason as above
-    from hybrid_trader.training.market import load_market  # same reason as above
+    from hybrid_trader.run.market import load_market  # same reason as above
     from hybrid_trader.training.runner import load_run_config  # same reason as above
 
     for name, v in (("--max-states", args.max_states), ("--min-states", args.min_states), ("--batch", args.batch)):

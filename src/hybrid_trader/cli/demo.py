@@ -57,8 +57,8 @@ def run(args: argparse.Namespace) -> int:
     from hybrid_trader.evaluation.evaluate import HEADLINE, evaluate_run, format_table  # torch
     from hybrid_trader.evaluation.report import write_report  # torch
     from hybrid_trader.evaluation.runner import validation_fn  # torch
-    from hybrid_trader.training.config import RunConfig  # torch (via the agent's fusion)
-    from hybrid_trader.training.market import load_market  # gymnasium, TA-Lib
+    from hybrid_trader.run.config import RunConfig  # torch (via the agent's fusion)
+    from hybrid_trader.run.market import load_market  # gymnasium, TA-Lib
     from hybrid_trader.training.runner import train_run  # torch, stable-baselines3
 
     started = time.perf_counter()

@@ -8,7 +8,7 @@ arguments into ``{key path: value}`` overrides with :func:`overrides_from`, whic
 
 Choices of ``llm.*`` keys (the back ends come from the registry) and help texts left out
 of a row are read from the LLM config's types and field docstrings: that module is light.
-The run sections' classes are not imported here (``training.config`` loads gymnasium and
+The run sections' classes are not imported here (``run.config`` loads gymnasium and
 TA-Lib, 1.3 s measured, which ``hybrid-trader --help`` must not pay), so those rows give
 their help and choices themselves.
 """

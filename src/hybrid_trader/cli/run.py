@@ -185,7 +185,7 @@ def _feed_options(args: argparse.Namespace, scheme: str, run_dir: Path) -> dict[
     # the executor loads torch and the config pandas: `hybrid-trader --help` must not pay it
     from hybrid_trader.live.executor import run_bar_minutes
     from hybrid_trader.run import RunDir
-    from hybrid_trader.training.config import RunConfig
+    from hybrid_trader.run.config import RunConfig
 
     data = RunDir(run_dir).load_config(RunConfig).data
     extra: dict[str, Any] = {"tz": args.tz or data.tz, "stamps": args.stamps,
@@ -209,7 +209,7 @@ def _live_account(args: argparse.Namespace, run_dir: Path, feed: Any, ninjatrade
     from hybrid_trader.live.contract_roll import roll_check
     from hybrid_trader.live.feeds import ReplayFeed
     from hybrid_trader.run import RunDir
-    from hybrid_trader.training.config import RunConfig
+    from hybrid_trader.run.config import RunConfig
 
     env = RunDir(run_dir).load_config(RunConfig).env
     standing = read_standing(args.account_balance, args.account_state, get_rules(env.rules, env.account,

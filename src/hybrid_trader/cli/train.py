@@ -53,7 +53,7 @@ def resolve_config(args: argparse.Namespace, base: Any = None) -> Any:
     """
     # the config builder and RunConfig load the llm and env configs: `hybrid-trader --help` must not pay them
     from hybrid_trader.config import load_yaml_config, merge_overrides, parse_overrides, read_yaml
-    from hybrid_trader.training.config import RunConfig  # same reason as above
+    from hybrid_trader.run.config import RunConfig  # same reason as above
 
     config = load_yaml_config(args.config, RunConfig) if args.config else (base if base is not None else RunConfig())
     sets = parse_overrides(getattr(args, "overrides", []) or [])

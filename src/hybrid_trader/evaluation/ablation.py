@@ -52,10 +52,10 @@ from hybrid_trader.evaluation.results import load_index, read_json
 from hybrid_trader.llm.stats import label
 from hybrid_trader.run import RunDir
 from hybrid_trader.run.advice_dataset import student_path
+from hybrid_trader.run.config import RunConfig
 from hybrid_trader.run.files import atomic_write_text, check_writable
+from hybrid_trader.run.market import load_market
 from hybrid_trader.run.rundir import CONFIG, METRICS, MODEL, RESULTS, STATUS, is_stale
-from hybrid_trader.training.config import RunConfig
-from hybrid_trader.training.market import load_market
 from hybrid_trader.training.runner import resume_conflicts, train_run, with_absolute_data
 
 FIGURES = ("Net PnL [$]", "Sharpe (ann.)", "PSR [%]", "Trades", "Max drawdown [$]")

@@ -39,11 +39,11 @@ from hybrid_trader.markets import get_contract
 from hybrid_trader.run import FolderLock, RunDir, data_identity, same_data, sha256_file
 from hybrid_trader.run.advice_dataset import RAW
 from hybrid_trader.run.calibration import attach_calibration, needs_calibration
+from hybrid_trader.run.config import RunConfig, run_market, with_absolute_data
 from hybrid_trader.run.files import atomic_write_text, check_writable
+from hybrid_trader.run.market import load_market, make_veto
 from hybrid_trader.run.models import final_model, load_model, load_normalizer
 from hybrid_trader.run.pins import check_pins
-from hybrid_trader.training.config import RunConfig, run_market, with_absolute_data
-from hybrid_trader.training.market import load_market, make_veto
 
 
 @dataclass

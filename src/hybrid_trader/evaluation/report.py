@@ -42,9 +42,9 @@ from hybrid_trader.evaluation.results import (
 )
 from hybrid_trader.run import RunDir, data_identity, is_stale, same_data
 from hybrid_trader.run.advice_dataset import RAW
+from hybrid_trader.run.config import RunConfig
 from hybrid_trader.run.files import check_writable
 from hybrid_trader.run.rundir import ABLATION, RESULTS
-from hybrid_trader.training.config import RunConfig
 
 MAX_DECISIONS = 50
 """Sample decisions shown per strategy."""

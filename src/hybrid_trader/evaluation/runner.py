@@ -24,7 +24,7 @@ from hybrid_trader.env import EnvConfig, TradingEnv
 from hybrid_trader.evaluation.metrics import compute_metrics
 from hybrid_trader.evaluation.policies import AgentPolicy, HybridAgentPolicy, Policy
 from hybrid_trader.evaluation.results import StrategyResult
-from hybrid_trader.training.market import make_veto
+from hybrid_trader.run.market import make_veto
 
 
 def evaluation_env(market: Any, env_config: EnvConfig, sessions: Sequence[int], **kwargs: Any) -> TradingEnv:

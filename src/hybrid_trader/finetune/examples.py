@@ -28,8 +28,8 @@ from hybrid_trader.llm.config import LLMConfig
 from hybrid_trader.llm.context import context_from_market
 from hybrid_trader.llm.prompt import PromptBuilder, RenderedQuery
 from hybrid_trader.run.advice_dataset import masks_from_bits, read_split
-from hybrid_trader.training.config import RunConfig
-from hybrid_trader.training.market import Market
+from hybrid_trader.run.config import RunConfig
+from hybrid_trader.run.market import Market
 
 
 @dataclass

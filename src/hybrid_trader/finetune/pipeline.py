@@ -40,10 +40,10 @@ from hybrid_trader.llm.model_cache import ADAPTER_META
 from hybrid_trader.llm.parsing import ParseError, parse_answer, parse_cot_steps
 from hybrid_trader.llm.prompt import PromptBuilder
 from hybrid_trader.run.advice_dataset import RAW
+from hybrid_trader.run.config import RunConfig
 from hybrid_trader.run.files import check_writable
+from hybrid_trader.run.market import Market, load_market
 from hybrid_trader.run.rundir import ADAPTER, LLM_EVAL
-from hybrid_trader.training.config import RunConfig
-from hybrid_trader.training.market import Market, load_market
 from hybrid_trader.training.runner import load_run_config
 
 """Folder of ``llm eval``'s JSON results inside a run directory."""

@@ -31,8 +31,8 @@ from hybrid_trader.llm.context import AdvisorContext, context_from_market
 from hybrid_trader.llm.prompt import PromptBuilder
 from hybrid_trader.run.advice_dataset import advice_identity
 from hybrid_trader.run.calibration import calibration_path
-from hybrid_trader.training.config import RunConfig
-from hybrid_trader.training.market import Market
+from hybrid_trader.run.config import RunConfig
+from hybrid_trader.run.market import Market
 
 
 def score_contexts(backend: Backend, builder: PromptBuilder, contexts: Sequence[AdvisorContext], *, batch: int = 16,

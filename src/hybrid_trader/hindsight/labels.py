@@ -149,7 +149,7 @@ def build_labels(market, env_config: EnvConfig, part: str, *, t: np.ndarray | No
                  config: LabelConfig | None = None, purpose: Purpose = "train") -> tuple[OutcomeLabels, np.ndarray]:
     """Hindsight labels of the ``part`` split's flat states.
 
-    ``market``: a :class:`~hybrid_trader.training.market.Market` (bars, features, split).
+    ``market``: a :class:`~hybrid_trader.run.market.Market` (bars, features, split).
     ``t``: the decision bars to label (e.g. the advice dataset's flat rows); None: every
     bar of the part's trading windows that may decide an entry. Returns the labels and
     a boolean array over ``t`` (or over the chosen bars) saying which could be labelled

@@ -21,8 +21,8 @@ from hybrid_trader.llm.config import LLMConfig
 from hybrid_trader.llm.context import context_from_market
 from hybrid_trader.llm.prompt import PromptBuilder
 from hybrid_trader.llm.retrieval import RetrievalPool, template_features
-from hybrid_trader.training.config import RunConfig
-from hybrid_trader.training.market import Market
+from hybrid_trader.run.config import RunConfig
+from hybrid_trader.run.market import Market
 
 
 def build_pool(market: Market, run_config: RunConfig, llm_config: LLMConfig, *, source: str = "") -> RetrievalPool:

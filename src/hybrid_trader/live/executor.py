@@ -77,8 +77,8 @@ from hybrid_trader.live.policy_cache import executor_policy
 from hybrid_trader.live.snapshot import Snapshots, run_identity
 from hybrid_trader.markets import get_contract
 from hybrid_trader.run import RunDir
-from hybrid_trader.training.config import RunConfig, run_market
-from hybrid_trader.training.market import make_veto
+from hybrid_trader.run.config import RunConfig, run_market
+from hybrid_trader.run.market import make_veto
 
 __all__ = ["EXIT_MANUAL", "Executor", "ExecutorSummary", "OnExit", "run_bar_minutes", "split_dates"]
 OnExit = Literal["flatten", "protect"]
@@ -94,7 +94,7 @@ class Executor(CoreViews):
     """Trade a run's agent on a bar feed with the paper broker, journaling everything.
 
     ``market`` and ``bar_minutes``: the feed's (the run's ``env.market`` wins; without either, the market the run
-    trained on: ``training.config.run_market``). ``trade_dates``: the
+    trained on: ``run.config.run_market``). ``trade_dates``: the
     trading dates to trade (None: every day); the other bars only
     warm the features up. ``run_tag`` names the orders (default: the run folder's name).
     ``llm``, ``llm_budget_ms``: a phase 3 run's LLM (not its student) asked asynchronously, a

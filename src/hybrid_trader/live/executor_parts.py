@@ -15,8 +15,8 @@ from hybrid_trader.features.feature_set import N_BAR, N_MARKET, make_windows
 from hybrid_trader.features.names import WINDOW
 from hybrid_trader.live.feeds import Bar
 from hybrid_trader.run import RunDir
-from hybrid_trader.training.config import RunConfig
-from hybrid_trader.training.market import load_bars_from_config, make_split
+from hybrid_trader.run.config import RunConfig
+from hybrid_trader.run.market import load_bars_from_config, make_split
 
 
 @dataclass

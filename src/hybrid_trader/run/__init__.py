@@ -1,5 +1,8 @@
-"""The run layer: one module owns a run directory's layout and files.
+"""The run layer: the run's objects (its configuration and its market) and its directory's layout and files.
 
+- :mod:`.config`  ``RunConfig``: one dataclass per section of a run's configuration
+- :mod:`.market`  ``Market``: the run's bars, their features and the split by time, loaded once
+- :mod:`.splits`  ``Split``: time splits, walk-forward folds, month folds
 - :mod:`.rundir`  ``RunDir`` (file names, config, status, logs, checkpoints, evaluations);
   its docstring is the one description of the layout
 - :mod:`.files`   atomic writes and the sha256 ``manifest.json``

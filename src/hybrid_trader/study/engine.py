@@ -28,10 +28,10 @@ from hybrid_trader.errors import UserError
 from hybrid_trader.evaluation.metrics import jsonable
 from hybrid_trader.run.files import atomic_write_text, check_writable
 from hybrid_trader.run.lock import FolderLock
+from hybrid_trader.run.market import check_environment
 from hybrid_trader.study.spec import StudySpec, load_study
 from hybrid_trader.study.summary import summarize
 from hybrid_trader.study.trials import TRIALS, Trial, forget_markets, market_for, read_trial, run_trial
-from hybrid_trader.training.market import check_environment
 
 STUDY_FILE = "study.json"
 """The study as it was given (its identity and settings): a later run must match it."""

@@ -27,7 +27,7 @@ from typing import Any, Literal
 
 from hybrid_trader.config import check, load_yaml_config, merge_overrides, to_dict
 from hybrid_trader.errors import UserError
-from hybrid_trader.training.config import RunConfig
+from hybrid_trader.run.config import RunConfig
 
 
 @dataclass

@@ -24,9 +24,9 @@ from hybrid_trader.evaluation.metrics import daily_pnl, jsonable
 from hybrid_trader.evaluation.results import load_results
 from hybrid_trader.evaluation.runner import validation_fn
 from hybrid_trader.run.files import atomic_write_text
+from hybrid_trader.run.market import Market, load_market, make_split
 from hybrid_trader.run.rundir import MODEL
 from hybrid_trader.study.spec import StudySpec
-from hybrid_trader.training.market import Market, load_market, make_split
 from hybrid_trader.training.runner import train_run
 
 TRIAL_FILE = "trial.json"

@@ -11,8 +11,8 @@ from hybrid_trader.config import merge_overrides
 from hybrid_trader.errors import UserError
 from hybrid_trader.run.advice_dataset import advice_identity, student_path
 from hybrid_trader.run.calibration import AdviceCalibration, attach_calibration, calibration_path, fitted_model
-from hybrid_trader.training.config import RunConfig
-from hybrid_trader.training.market import Market
+from hybrid_trader.run.config import RunConfig
+from hybrid_trader.run.market import Market
 
 
 def llm_inputs(llm: Any) -> dict[str, str | None]:

@@ -240,7 +240,7 @@ def freeze_statistics(vec: LeanVecNormalize, src: VecNormalize | None,
 
 def warmup_statistics(market: Any, config: Any) -> RunningMeanStd:
     """The warm-up fit of a run (``config``: a RunConfig) on its training days only (module docstring)."""
-    from hybrid_trader.training.market import env_factory, training_markets  # only when fitting: loads the env
+    from hybrid_trader.run.market import env_factory, training_markets  # only when fitting: loads the env
 
     ppo = config.ppo
     risk = config.risk if config.env.phase == 3 else None

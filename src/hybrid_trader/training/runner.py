@@ -30,7 +30,9 @@ from hybrid_trader.data.loader import guess_market
 from hybrid_trader.errors import UserError
 from hybrid_trader.features.names import FEATURE_NAMES
 from hybrid_trader.run import RunDir
+from hybrid_trader.run.config import RunConfig, with_absolute_data, with_recorded_market
 from hybrid_trader.run.files import check_writable
+from hybrid_trader.run.market import Market, env_factory, load_market, training_markets
 from hybrid_trader.run.models import (
     final_model,
     load_model,
@@ -60,8 +62,6 @@ from hybrid_trader.training.callbacks import (
     TradingMetricsCallback,
     ValidationCallback,
 )
-from hybrid_trader.training.config import RunConfig, with_absolute_data, with_recorded_market
-from hybrid_trader.training.market import Market, env_factory, load_market, training_markets
 from hybrid_trader.training.normalizer import LeanVecNormalize, freeze_statistics, warmup_statistics
 from hybrid_trader.training.policy import HybridMaskablePolicy
 from hybrid_trader.training.selection import METRIC, BestKeeper

@@ -18,7 +18,7 @@ never failed. Thresholds are in :class:`Thresholds`.
 The checks are a registry (:data:`CHECKS`): each :class:`RunCheck` has a name, the codes it
 can report and a function ``(RunView, Thresholds) -> list[Finding] | Skip``. The run is
 read once into a :class:`RunView` (logs, status, evaluation results, ablation and the
-run's config as a typed :class:`~hybrid_trader.training.config.RunConfig`). Adding a
+run's config as a typed :class:`~hybrid_trader.run.config.RunConfig`). Adding a
 check: write its function, add its codes to :data:`CODES` and its thresholds to
 :class:`Thresholds`, append it to :data:`CHECKS`, and add a run built to show it to
 ``tests/evaluation/test_diagnose.py::SINGLE_FAILURES``.

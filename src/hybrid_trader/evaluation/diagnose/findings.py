@@ -12,8 +12,8 @@ from typing import Any, Literal
 from hybrid_trader.config import load_yaml_config, read_yaml
 from hybrid_trader.errors import UserError
 from hybrid_trader.llm.config import LLMConfig
+from hybrid_trader.run.config import RunConfig
 from hybrid_trader.run.rundir import ABLATION, CONFIG, EVAL, PROGRESS, RESULTS, STATUS, VALIDATION
-from hybrid_trader.training.config import RunConfig
 
 Severity = Literal["error", "warning"]
 

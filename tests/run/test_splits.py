@@ -1,4 +1,4 @@
-"""Splits by time over trading sessions (hybrid_trader.training.splits)."""
+"""Splits by time over trading sessions (hybrid_trader.run.splits)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from hybrid_trader.data.bars import Bars
 from hybrid_trader.errors import UserError
-from hybrid_trader.training.splits import Split, part_bars, time_split, walk_forward
+from hybrid_trader.run.splits import Split, part_bars, time_split, walk_forward
 
 
 def _assert_time_ordered(split: Split, n: int) -> None:

@@ -18,8 +18,8 @@ from hybrid_trader.env import EnvConfig, TradingEnv
 from hybrid_trader.env.risk_veto import RiskConfig, RiskVeto
 from hybrid_trader.errors import UserError
 from hybrid_trader.features import compute_features
-from hybrid_trader.training.config import DataConfig, SplitConfig
-from hybrid_trader.training.splits import Split, month_folds, time_split, walk_forward
+from hybrid_trader.run.config import DataConfig, SplitConfig
+from hybrid_trader.run.splits import Split, month_folds, time_split, walk_forward
 
 
 @dataclass(eq=False)

@@ -6,9 +6,9 @@ import pytest
 
 from hybrid_trader.config import merge_overrides
 from hybrid_trader.errors import UserError
-from hybrid_trader.training.config import RunConfig
-from hybrid_trader.training.market import make_split
-from hybrid_trader.training.splits import month_folds
+from hybrid_trader.run.config import RunConfig
+from hybrid_trader.run.market import make_split
+from hybrid_trader.run.splits import month_folds
 
 DATES_2024 = [f"2024-{m:02d}-{d:02d}" for m in range(1, 13) for d in (2, 9, 16, 23)]  # 4 sessions a month
 
