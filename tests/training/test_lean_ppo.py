@@ -13,7 +13,7 @@ from sb3_contrib.common.maskable.distributions import MaskableCategorical
 from hybrid_trader.config import merge_overrides
 from hybrid_trader.training import runner
 from hybrid_trader.training.config import RunConfig
-from hybrid_trader.training.lean_ppo import LeanMaskableCategoricalDistribution, LeanMaskablePPO
+from hybrid_trader.training.lean_ppo import LeanForward, LeanMaskableCategoricalDistribution, LeanMaskablePPO
 from hybrid_trader.training.market import load_market
 from hybrid_trader.training.runner import build_vec_env, make_model
 from tests.training.conftest import student_cfg
@@ -116,6 +116,7 @@ def test_phase3_with_the_student_trains_bit_for_bit_as_maskable_ppo(tmp_path, mo
     monkeypatch.setattr(runner, "LeanMaskablePPO", MaskablePPO)
     plain = runner.train_run(config, tmp_path / "plain", init=student_p2, market=student_market, quiet=True)
     assert lean["total_timesteps"] == plain["total_timesteps"] == 256
+    assert LeanForward.of(LeanMaskablePPO.load(tmp_path / "lean" / "model.zip").policy) is not None  # the lean path
     a = MaskablePPO.load(tmp_path / "lean" / "model.zip")
     b = MaskablePPO.load(tmp_path / "plain" / "model.zip")
     for (name, pa), pb in zip(a.policy.state_dict().items(), b.policy.state_dict().values(), strict=True):

@@ -11,10 +11,10 @@ trains both on fixed seeds and compares every parameter and rollout array exactl
   ``logsumexp``, each a chain of small kernels, and argument plumbing); this one keeps the
   two normalisations whose results are used and none of the plumbing.
 * :meth:`LeanMaskablePPO.collect_rollouts` runs the plain MLP policy's rollout forward as
-  direct ``linear``/activation calls on the cached weights (no ``nn.Module`` dispatch), and
-  skips the per-environment timeout and episode bookkeeping on steps where no episode
-  ended. Other policies (phase 3's :class:`~hybrid_trader.training.policy.HybridMaskablePolicy`)
-  keep their own ``forward``.
+  direct ``linear``/activation calls on the cached weights (no ``nn.Module`` dispatch; phase
+  3's :class:`~hybrid_trader.training.policy.HybridMaskablePolicy` keeps its prior and its
+  records around each decision), and skips the per-environment timeout and episode
+  bookkeeping on steps where no episode ended. Other policies keep their own ``forward``.
 * :class:`LeanMaskableRolloutBuffer` stores a step without SB3's defensive copies, makes a
   minibatch's tensors without a second copy, and computes GAE with the non-recursive terms
   vectorised over the rollout.
@@ -194,11 +194,15 @@ def _lean_layers(seq: nn.Module) -> list[tuple[th.Tensor, th.Tensor | None]] | N
 
 
 class LeanForward:
-    """The rollout forward of a plain MLP ``MaskableActorCriticPolicy`` as direct torch calls.
+    """The rollout forward of an MLP ``MaskableActorCriticPolicy`` with the layers as direct torch calls.
 
-    The same operations as ``policy.forward`` (``float()``, flatten, linear and
-    activation per layer, value head, action head, the distribution), with the weights
-    read once a rollout. :meth:`of` returns None for any other policy.
+    The same operations as ``policy.forward`` (the features, linear and activation per
+    layer, value head, action head, the distribution), with the weights read once a
+    rollout and no ``nn.Module`` dispatch. A policy with its own action distribution
+    (phase 3's :class:`~hybrid_trader.training.policy.HybridMaskablePolicy`: the prior) keeps
+    it (``_get_action_dist_from_latent``) and its hooks around a decision
+    (``before_decision``, ``after_decision``: its ``forward`` is SB3's between them, which it
+    declares with ``lean_rollout = True``). :meth:`of` returns None for any other policy.
     """
 
     def __init__(self, policy: MaskableActorCriticPolicy, pi: list, vf: list, act: Any) -> None:
@@ -209,14 +213,19 @@ class LeanForward:
         self.value_w, self.value_b = value_net.weight, value_net.bias
         self.action_w, self.action_b = action_net.weight, action_net.bias
         self.dist = policy.action_dist
+        self.plain = type(policy) is MaskableActorCriticPolicy and type(policy.features_extractor) is FlattenExtractor
+        self.before = getattr(policy, "before_decision", None)
+        self.after = getattr(policy, "after_decision", None)
 
     @classmethod
     def of(cls, policy: Any) -> LeanForward | None:
-        if type(policy) is not MaskableActorCriticPolicy or not policy.share_features_extractor \
-                or type(policy.features_extractor) is not FlattenExtractor \
+        # a policy's own forward must declare itself SB3's between its two hooks (``lean_rollout``)
+        sb3_forward = type(policy).forward is MaskableActorCriticPolicy.forward \
+            or getattr(policy, "lean_rollout", False)
+        if not isinstance(policy, MaskableActorCriticPolicy) or not policy.share_features_extractor or not sb3_forward \
                 or not isinstance(policy.action_dist, LeanMaskableCategoricalDistribution) \
                 or not isinstance(policy.value_net, nn.Linear) or not isinstance(policy.action_net, nn.Linear) \
-                or not isinstance(policy.observation_space, spaces.Box):
+                or not isinstance(policy.observation_space, spaces.Box) or getattr(policy, "use_sde", False):
             return None
         ext = policy.mlp_extractor
         pi, vf = _lean_layers(ext.policy_net), _lean_layers(ext.value_net)
@@ -228,7 +237,10 @@ class LeanForward:
 
     def __call__(self, obs: th.Tensor, action_masks: np.ndarray | None) -> tuple[th.Tensor, th.Tensor, th.Tensor]:
         act = self.act
-        x = obs.float().flatten(1)  # preprocess_obs of a Box, then FlattenExtractor
+        if self.before is not None:
+            self.before(obs, action_masks)
+        # preprocess_obs of a Box, then FlattenExtractor; else the policy's own features
+        x: Any = obs.float().flatten(1) if self.plain else self.policy.extract_features(obs)  # shared: one tensor
         h = x
         for w, b in self.pi:
             h = act(F.linear(h, w, b))
@@ -236,11 +248,15 @@ class LeanForward:
         for w, b in self.vf:
             v = act(F.linear(v, w, b))
         values = F.linear(v, self.value_w, self.value_b)
-        dist = self.dist.proba_distribution(F.linear(h, self.action_w, self.action_b))
+        dist: Any = self.dist.proba_distribution(F.linear(h, self.action_w, self.action_b)) if self.plain \
+            else self.policy._get_action_dist_from_latent(h)
         if action_masks is not None:
             dist.apply_masking(action_masks)
         actions = dist.sample()
-        return actions, values, dist.log_prob(actions)
+        log_prob = dist.log_prob(actions)
+        if self.after is not None:
+            self.after(action_masks)
+        return actions, values, log_prob
 
 
 class LeanMaskablePPO(MaskablePPO):
