@@ -3,6 +3,7 @@ exact account matching, a lost position file, the connection state file."""
 
 from __future__ import annotations
 
+import sqlite3
 from datetime import UTC, datetime
 
 import pytest
@@ -103,3 +104,25 @@ def test_connection_state_is_read_from_the_named_connection_file(nt):  # noqa: F
         bridge.connection_state()
     assert "'MAYBE'" in str(err.value) and "Rithmic.txt" in str(err.value)
 
+
+
+def test_the_journal_books_each_partial_fill_at_its_own_price_when_the_link_polls(nt, tmp_path):  # noqa: F811
+    from types import SimpleNamespace
+
+    from hybrid_trader.live.broker_link import BrokerLink
+
+    bridge = bridge_for(nt)
+    with Journal(tmp_path / "j.sqlite", writer="test") as j:
+        j.claim(IDENTITY)
+        link = BrokerLink(bridge, j, SimpleNamespace(target_atr=1.0, qty=3), 0.25)  # type: ignore[arg-type]
+        j.record_order(ENTRY, 1, "entry", "BUY", 3, state="sent")
+        bridge.enter(ENTRY, "BUY", 3, stop_price=20990, target_price=21030)
+        state = nt.outgoing / f"{ENTRY}.txt"
+        state.write_text("PARTFILLED;1;21000\n")
+        link.check(2, 3, replayed=False)
+        state.write_text("FILLED;3;21001.5\n")
+        link.check(3, 3, replayed=False)
+    db = sqlite3.connect(tmp_path / "j.sqlite")
+    booked = db.execute("SELECT qty, price FROM fills WHERE source = 'broker' ORDER BY id").fetchall()
+    db.close()
+    assert booked == [(1, 21000.0), (2, 21002.25)], "not 2 at the cumulative average 21001.5"
