@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -56,7 +57,16 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "earlier); an expired contract is refused (default 12; a replay checks its last bar's date)")
     p.add_argument("--nt-mismatch-bars", metavar="N", type=int, default=2,
                    help="ninjatrader: bars NinjaTrader's position may differ from the paper one (a fill may lag) "
-                        "before new entries halt (default 2)")
+                        "before new entries halt (default 2); a position NinjaTrader holds while the paper one is "
+                        "flat halts at once and is closed")
+    p.add_argument("--nt-ack-timeout", metavar="S", type=float, default=60.0,
+                   help="ninjatrader: seconds NinjaTrader has to answer an order with a state file; an order file "
+                        "still unread in incoming/ after that is withdrawn (deleted, journaled 'withdrawn') and new "
+                        "entries halt (default 60)")
+    p.add_argument("--nt-connection", metavar="NAME",
+                   help="ninjatrader: the connection's name in NinjaTrader's Connection Manager; its state file "
+                        "outgoing/NAME.txt is read each bar and anything but CONNECTED halts new entries "
+                        "(default: not read)")
     p.add_argument("--tz", metavar="TZ",
                    help="time zone of the feed's naive timestamps (default: the run's data.tz, as it was trained)")
     p.add_argument("--time-shift", type=float, metavar="HOURS",
@@ -281,7 +291,8 @@ def live_point(args: argparse.Namespace, scheme: str, ninjatrader: bool) -> tupl
 
 def ninjatrader_bridge(args: argparse.Namespace) -> NinjaTraderBridge | None:
     """The ATI bridge ``--broker ninjatrader`` names (None for paper); each bad option is a UserError naming it."""
-    nt_options = {"--nt-dir": args.nt_dir, "--nt-account": args.nt_account, "--nt-instrument": args.nt_instrument}
+    nt_options = {"--nt-dir": args.nt_dir, "--nt-account": args.nt_account, "--nt-instrument": args.nt_instrument,
+                  "--nt-connection": args.nt_connection}
     if args.broker != "ninjatrader":
         given = [name for name, value in nt_options.items() if value is not None]
         if given:
@@ -295,6 +306,13 @@ def ninjatrader_bridge(args: argparse.Namespace) -> NinjaTraderBridge | None:
     if args.nt_mismatch_bars < 0:
         raise UserError("--nt-mismatch-bars must be 0 or more", value=args.nt_mismatch_bars,
                         fix="e.g. --nt-mismatch-bars 2 (a fill may lag a bar)")
+    if not (math.isfinite(args.nt_ack_timeout) and args.nt_ack_timeout > 0):
+        raise UserError("--nt-ack-timeout must be a positive number of seconds", value=args.nt_ack_timeout,
+                        fix="e.g. --nt-ack-timeout 60")
+    if args.nt_connection is not None and not re.fullmatch(r"[^\\/:*?\"<>|]+", args.nt_connection.strip()):
+        raise UserError("--nt-connection: not a connection name (it names a file in outgoing/)",
+                        value=args.nt_connection, fix="pass the name NinjaTrader's Connection Manager shows, "
+                        "e.g. --nt-connection 'My Rithmic'")
     nt_dir = Path(args.nt_dir or NT_DIR_DEFAULT).expanduser()
     if not nt_dir.is_dir():
         raise UserError("--nt-dir: NinjaTrader's user folder not found", file=str(nt_dir),
@@ -304,6 +322,8 @@ def ninjatrader_bridge(args: argparse.Namespace) -> NinjaTraderBridge | None:
     from hybrid_trader.live.ninjatrader import NinjaTraderBridge
 
     try:
-        return NinjaTraderBridge(nt_dir, args.nt_account.strip(), args.nt_instrument.strip())
+        return NinjaTraderBridge(nt_dir, args.nt_account.strip(), args.nt_instrument.strip(),
+                                 ack_timeout_s=args.nt_ack_timeout,
+                                 connection=args.nt_connection.strip() if args.nt_connection else None)
     except UserError as err:
         raise UserError(f"--nt-dir: {err.message}", file=err.file, value=err.value, fix=err.fix) from None

@@ -72,7 +72,7 @@ from hybrid_trader.live.executor_parts import ExecutorSummary, LiveArrays, run_b
 from hybrid_trader.live.features import IncrementalFeatures
 from hybrid_trader.live.feeds import CODE_FUTURE, CODE_HISTORY, CODE_LATE, Bar, BarGate, Rejection
 from hybrid_trader.live.journal import MANUAL_EXIT, Journal
-from hybrid_trader.live.ninjatrader import NinjaTraderBridge, order_id
+from hybrid_trader.live.ninjatrader import NinjaTraderBridge, order_id, order_tag
 from hybrid_trader.live.policy_cache import executor_policy
 from hybrid_trader.live.snapshot import Snapshots, run_identity
 from hybrid_trader.markets import get_contract
@@ -158,7 +158,9 @@ class Executor(CoreViews):
         self.window = window_minutes(cfg, self.account)
         self.policy = self._policy(llm, llm_budget_ms, llm_overrides, calibrate)
         self.link = None if bridge is None else BrokerLink(bridge, self.journal, self.broker, self.contract.tick_size,
-                                                           mismatch_bars=mismatch_bars, say=self.say)
+                                                           mismatch_bars=mismatch_bars, say=self.say,
+                                                           max_contracts=self.rules.max_contracts
+                                                           * (10 if self.contract.is_micro else 1))
         self.features: IncrementalFeatures | None = None
         self.gate: BarGate | None = None
         self.summary = ExecutorSummary()
@@ -196,6 +198,11 @@ class Executor(CoreViews):
         """The latest bar time the feed gave (the snapshot's skipped bars included)."""
         self.identity = run_identity(self)
         self._stops = self._claim_journal(owned)
+        self.order_tag = self.run_tag if bridge is None else order_tag(self.run_tag, self.journal.run_id(),
+                                                                        bridge.account)
+        """What the order ids start with: with NinjaTrader the account, the journal's run id and the run tag
+        (``ninjatrader.order_tag``: unique per account and run there); paper orders never leave the journal, so the
+        run tag alone."""
         self.snapshots = Snapshots(self)  # the journal's latest snapshot, restored when it fits (live.snapshot)
         self.snapshots.restore()
         if self.gate is not None:  # a restored gate judges late bars by this command's --max-bar-age
@@ -498,7 +505,7 @@ class Executor(CoreViews):
         """The decision (probabilities, reason codes: ``veto:<code>``, ``account:<status>``,
         ``window:after_last_entry``) and the entry order it makes."""
         if self._pending:
-            oid = order_id(self.run_tag, utc(tns), "entry")
+            oid = order_id(self.order_tag, utc(tns), "entry")
             self.journal.record_order(oid, tns, "entry", "BUY" if self._pending > 0 else "SELL",
                                       self.broker.qty, state="sent")
             self._entry_id = oid
@@ -550,7 +557,7 @@ class Executor(CoreViews):
             self.journal.update_order_state(self._entry_id, "filled")
             self._entry_id = None
         for trade in new:
-            oid = order_id(self.run_tag, utc(tns), f"exit-{trade.exit_reason}")
+            oid = order_id(self.order_tag, utc(tns), f"exit-{trade.exit_reason}")
             self.journal.record_order(oid, tns, "exit", "SELL" if trade.side > 0 else "BUY", trade.contracts,
                                       state="filled", note=trade.exit_reason)
             self.journal.record_fill(oid, trade.contracts, trade.exit_price, tns, fill_id=oid)
