@@ -223,3 +223,17 @@ def test_a_close_journaled_but_never_written_is_written_once_by_the_restart(tiny
     assert rows(j, "SELECT state FROM orders WHERE intent = 'close' ORDER BY id")[0] == ("filled",)
     assert not again.link.halted, "NinjaTrader and the paper position agree after it"
     again.close()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--stall-after", "30"], "--stall-after 30.0: a positive number of seconds, for a follow: feed"),
+    (["--flat-retry-s", "0"], "--flat-retries 5 / --flat-retry-s 0.0"),
+])
+def test_run_names_the_flat_option_and_its_fix_when_it_is_wrong(tiny, tmp_path, capsys, args, message):
+    from hybrid_trader.cli.main import main
+
+    run, csv, _ = tiny
+    assert main(["run", str(run), "--feed", f"replay:{csv}", "--journal", str(tmp_path / "j.sqlite"), *args]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "fix" in err.lower()
+    assert not (tmp_path / "j.sqlite").exists(), "refused before the journal is made"

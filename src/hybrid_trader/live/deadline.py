@@ -29,6 +29,7 @@ bars as ``evaluate``'s do, and only the feed's end, SIGTERM and exceptions flatt
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -174,7 +175,9 @@ class FlatGuard:
         while not self._stop.wait(self.poll_s):
             try:
                 self.check()
-            except BaseException as err:  # the loop's thread re-raises it; the journal holds the halt
+            except BaseException as err:  # said now (a followed feed may wait long); the loop's thread re-raises it
+                print(f"error: the flat guard could not flatten ({type(err).__name__}: {err}); check the position "
+                      "by hand", file=sys.stderr, flush=True)
                 self.error = err
                 return
 
