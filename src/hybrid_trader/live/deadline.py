@@ -204,6 +204,7 @@ class FlatGuard:
             except Exception as second:  # the first error is the one to see; the second is noted with it
                 err.add_note(f"flattening after it failed too: {second}")
             raise
-        self.flatten(CODE_FEED_END, "the feed ended")
-        self.executor.journal.commit()
+        with self.executor.lock:
+            self.flatten(CODE_FEED_END, "the feed ended")
+            self.executor.journal.commit()
         return summary

@@ -248,9 +248,10 @@ class Executor(CoreViews):
             self.on_bar(bar)
             if on_bar is not None:
                 on_bar(self)
-        self._check_feed_end()
-        self.journal.commit()
-        self._finish_summary()
+        with self.lock:
+            self._check_feed_end()
+            self.journal.commit()
+            self._finish_summary()
         return self.summary
 
     def _check_feed_end(self) -> None:
