@@ -213,9 +213,10 @@ def test_ctrl_c_closes_the_ninjatrader_position_when_on_exit_is_flatten(tiny, tm
     with pytest.raises(KeyboardInterrupt):
         ex.run_feed(NTFeed(csv, nt, interrupt))
     assert nt.position != 0
+    ex.link.flat_retry_s = 0.0
+    ex.link.sleep = lambda s: nt.process(FakeBar(*[ex.arrays.close[-1]] * 4))  # NinjaTrader reads what it wrote
     ex.stop(on_exit)
     ex.close()
-    nt.process(FakeBar(*[ex.arrays.close[-1]] * 4))  # NinjaTrader reads what the stop wrote
     closes = [line for line in nt.received if line.startswith("CLOSEPOSITION")]
     if on_exit == "flatten":
         assert closes == [f"CLOSEPOSITION;{ACCOUNT};{INSTRUMENT};;;;;;;;;;"] and nt.position == 0

@@ -31,6 +31,8 @@ at the same bar so that it rebuilds the same decisions; the restart itself resum
 from __future__ import annotations
 
 import math
+import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -61,6 +63,8 @@ CODE_CONTRACT_LIMIT = "broker:contract_limit"
 
 _HALTING = {"UNKNOWN": CODE_UNKNOWN_STATE, "WITHDRAWN": CODE_WITHDRAWN, "UNPROTECTED": CODE_UNPROTECTED}
 """Bridge events that halt new entries, by their reason code."""
+CODE_FLAT_FAILED = "broker:flat_failed"
+CODE_FLAT_RETRY = "broker:flat_retry"
 
 
 @dataclass
@@ -111,6 +115,10 @@ class BrokerLink:
         self._seen_errors: set[tuple[str, str]] = set()
         self._bar_tns = 0
         """The bar of the last :meth:`check`: the time of a CHANGE's journal row."""
+        self.flat_retries = 5
+        self.flat_retry_s = 2.0
+        self.sleep: Callable[[float], None] = time.sleep
+        """:meth:`make_flat`: CLOSEPOSITION re-sent this many times, this far apart (``sleep``), until FLAT."""
 
     # ------------------------------------------------------------------ what the paper side did (replay and live)
     def entry(self, order_id: str, side: int, qty: int, ref_price: float, atr: float, tns: int) -> None:
@@ -195,6 +203,98 @@ class BrokerLink:
                                   order_type="CLOSEPOSITION", state="sent", note=f"closes {m.entry_id}")
         self.bridge.close(m.entry_id)
         self._closing = close_id
+
+    # ------------------------------------------------------------------ flat, whatever happens (live.deadline)
+    def make_flat(self, tns: int) -> bool:
+        """Make NinjaTrader's position FLAT: CLOSEPOSITION (unless one was just sent), then every
+        :attr:`flat_retry_s` its position file read and, while not FLAT, CLOSEPOSITION sent again,
+        :attr:`flat_retries` times; then a halt
+        (``broker:flat_failed``, journal and stderr). True once FLAT. A missing position file reads FLAT (NinjaTrader
+        writes none before a first fill)."""
+        retries, wait_s = self.flat_retries, self.flat_retry_s
+        entry = self._close_entry()
+        if entry is None:
+            return True
+        sent, retried = self._closing is not None, 0
+        while True:
+            if sent:
+                self.sleep(wait_s)
+            try:
+                qty: int | None = self.bridge.position().signed_qty
+            except (UserError, OSError) as err:
+                qty = None
+                self._error(CODE_READ_FAILED, f"could not read NinjaTrader's files: {err}", tns)
+            if qty == 0:
+                self.broker_position = 0
+                self._confirm_close()
+                return True
+            if sent:
+                if retried == retries:
+                    break
+                retried += 1
+                self.journal.record_error("broker", f"NinjaTrader still holds {qty} contract(s) of "
+                                          f"{self.bridge.instrument}: CLOSEPOSITION sent again ({retried} of "
+                                          f"{retries})", tns, code=CODE_FLAT_RETRY)
+            if not self._send_close(entry, qty or 0, tns):
+                break
+            sent = True
+        message = (f"NinjaTrader's position in {self.bridge.instrument} ({self.bridge.account}) is not FLAT after "
+                   f"{retries} CLOSEPOSITION retries {wait_s:g} s apart: flatten it by hand in NinjaTrader "
+                   "(Positions tab, Close) now")
+        self._error(CODE_FLAT_FAILED, message, tns)
+        self._halt(CODE_FLAT_FAILED, message, tns)
+        self.journal.commit()
+        print(f"HALTED [{CODE_FLAT_FAILED}]: {message}", file=sys.stderr, flush=True)
+        return False
+
+    def _close_entry(self) -> str | None:
+        """The entry a CLOSEPOSITION names (its bracket's CANCELs): the mirrored or last journaled one."""
+        if self._open is not None:
+            return self._open.entry_id
+        last = self.journal.last_order("entry")
+        return None if last is None else last.order_id
+
+    def _send_close(self, entry: str, held: int, tns: int) -> bool:
+        """CLOSEPOSITION of the position ``held`` written (journaled once as ``<entry>-close``); False when it
+        cannot be (the caller halts)."""
+        close_id = f"{entry}-close"
+        if self.journal.order(close_id) is None:
+            self.journal.record_order(close_id, tns, "close", "SELL" if held > 0 else "BUY", abs(held) or 1,
+                                      order_type="CLOSEPOSITION",
+                                      state="sent", note=f"closes {entry}")
+            self.journal.commit()
+        try:
+            self.bridge.close(entry)
+        except (UserError, OSError) as err:
+            self._error(CODE_SEND_FAILED, f"could not write an order file for NinjaTrader: {err}", tns)
+            return False
+        self._closing = close_id
+        return True
+
+    def _confirm_close(self) -> None:
+        if self._closing is not None and self.journal.order(self._closing) is not None:
+            self.journal.update_order_state(self._closing, "filled", note="NinjaTrader's position is flat (the ATI "
+                                            "reports no price for CLOSEPOSITION)")
+        self._closing = None
+
+    def _resend_unwritten_close(self, tns: int) -> None:
+        """At the first live bar: the journal's last CLOSEPOSITION still ``sent`` while NinjaTrader holds a
+        position (an earlier process died between the journal's commit and the file): written once, and waited
+        for (:meth:`make_flat`)."""
+        last = self.journal.last_order("close")
+        if last is None or last.state != "sent":
+            return
+        self._closing = last.order_id
+        try:
+            held = self.bridge.position().signed_qty
+        except (UserError, OSError):
+            return  # check() reads it next and halts
+        if held == 0:
+            self._confirm_close()
+            return
+        self.say(f"the journal's {last.order_id} never closed NinjaTrader's {held}: sent again")
+        self._closing = None
+        self.make_flat(tns)
 
     # ------------------------------------------------------------------ watching (each bar, before the decision)
     def check(self, tns: int, paper_qty: int, replayed: bool) -> None:
@@ -308,6 +408,7 @@ class BrokerLink:
                                       oco_id, sent=False))
         # the broker errors already journaled: a restart's poll reports them again
         self._seen_errors = {(c or "", m) for _, c, m in self.journal.errors_at("broker")}
+        self._resend_unwritten_close(tns)
 
     def _on_event(self, ev: BridgeEvent, tns: int) -> None:
         j = self.journal

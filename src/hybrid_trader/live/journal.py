@@ -202,7 +202,8 @@ class Journal:
         self._closed = False
         self._lock: FolderLock | None = None
         try:
-            self._db = sqlite3.connect(str(self.path), isolation_level=None, timeout=30.0)
+            self._db = sqlite3.connect(str(self.path), isolation_level=None, timeout=30.0,
+                                       check_same_thread=False)  # the flat guard's thread, under the executor's lock
         except sqlite3.Error as err:
             raise self._error(err, "open") from None
         try:
