@@ -5,17 +5,27 @@ from __future__ import annotations
 import pickle
 
 import pytest
+import torch
+from sb3_contrib.common.maskable.utils import get_action_masks
+from stable_baselines3.common.callbacks import CallbackList
 
 from hybrid_trader.bench.segments import (
+    EPISODES,
+    LOGGING,
     POLICY_FORWARD,
     ROLLOUT,
+    ROLLOUT_LOOP,
+    ROLLOUT_PARTS,
     UPDATE,
+    UPDATE_LOOP,
+    UPDATE_PARTS,
     SegmentTimer,
     compare,
     format_comparison,
 )
 from hybrid_trader.config import merge_overrides
 from hybrid_trader.run.config import RunConfig
+from hybrid_trader.training import lean_ppo
 from hybrid_trader.training.callbacks import EnvTimeCallback
 from hybrid_trader.training.runner import train_run
 
@@ -25,14 +35,23 @@ TINY = {"data.synthetic_days": 8, "ppo.n_steps": 64, "ppo.batch_size": 64, "ppo.
 
 
 def test_segments_add_up_and_leave_nothing_wrapped_when_training_ends(tmp_path):
+    backward, clip = torch.Tensor.backward, torch.nn.utils.clip_grad_norm_
     timer, env_timer = SegmentTimer(), EnvTimeCallback()  # as the bench runs them: both wrap the VecEnv
     status = train_run(merge_overrides(RunConfig(), TINY), tmp_path / "run", extra_callbacks=[env_timer, timer],
                        quiet=True)
     table = timer.table()
     assert timer.vector_steps == status["total_timesteps"] // 2
     us = {name: row["us_per_step"] for name, row in table.items()}
-    assert {ROLLOUT, UPDATE, POLICY_FORWARD, "VecNormalize", "DummyVecEnv", "other"} <= set(us)
-    assert all(row["seconds"] > 0 for name, row in table.items() if name != "other")
+    assert {ROLLOUT, UPDATE, POLICY_FORWARD, "VecNormalize", "DummyVecEnv", "other", *ROLLOUT_PARTS,
+            *UPDATE_PARTS, ROLLOUT_LOOP, UPDATE_LOOP, LOGGING} - {EPISODES} <= set(us)
+    assert all(row["seconds"] > 0 for name, row in table.items() if name not in ("other", EPISODES))
+    # the rollout's and the update's parts are disjoint: with their loops' own time they make up the whole
+    rollout_parts = sum(table[k]["seconds"] for k in (*ROLLOUT_PARTS, "VecNormalize", "DummyVecEnv", ROLLOUT_LOOP)
+                        if k in table)
+    assert rollout_parts == pytest.approx(table[ROLLOUT]["seconds"], abs=1e-3)
+    assert table[ROLLOUT_LOOP]["seconds"] > 0 and table[UPDATE_LOOP]["seconds"] > 0
+    assert sum(table[k]["seconds"] for k in (*UPDATE_PARTS, UPDATE_LOOP)) == \
+        pytest.approx(table[UPDATE]["seconds"], abs=1e-3)
     # the VecEnv layers are exclusive: together they are the outermost layer's inclusive time
     layers = sum(table[name]["seconds"] for name in ("VecNormalize", "DummyVecEnv"))
     assert layers == pytest.approx(timer.seconds["VecNormalize"], abs=1e-3)
@@ -44,8 +63,13 @@ def test_segments_add_up_and_leave_nothing_wrapped_when_training_ends(tmp_path):
     while venv is not None:
         assert not {"step_wait", "step_async", "env_method"} & set(vars(venv))
         venv = getattr(venv, "venv", None)
-    assert not {"collect_rollouts", "train"} & set(vars(timer.model))
-    assert "forward" not in vars(timer.model.policy)
+    assert not {"collect_rollouts", "train", "rollout_forward", "_update_info_buffer"} & set(vars(timer.model))
+    assert not {"forward", "evaluate_actions"} & set(vars(timer.model.policy))
+    assert not {"add", "_get_samples", "compute_returns_and_advantage"} & set(vars(timer.model.rollout_buffer))
+    assert "step" not in vars(timer.model.policy.optimizer)
+    # the patched functions are the originals again
+    assert torch.Tensor.backward is backward and torch.nn.utils.clip_grad_norm_ is clip
+    assert "on_step" not in vars(CallbackList) and lean_ppo.get_action_masks is get_action_masks
     pickle.dumps(timer.training_env)
 
 

@@ -44,12 +44,12 @@ def rows(ts: range, seed: int = 0) -> AdviceRows:
 
 def test_second_writer_is_refused_naming_the_first_when_the_advice_folder_is_locked(tmp_path, capsys):
     with advice_lock(tmp_path, "advise collect val"):
-        with pytest.raises(UserError, match="being written by another process .*advise collect val"):
+        with pytest.raises(UserError, match="by this process, through another handle .*advise collect val"):
             collect_split(tmp_path, "val", None)  # type: ignore[arg-type]
-        with pytest.raises(UserError, match="being written by another process"):
+        with pytest.raises(UserError, match="being written by this process, through another handle"):
             distill(tmp_path)
         assert main(["advise", "check", str(tmp_path)]) == 2
-    assert "being written by another process" in capsys.readouterr().err
+    assert "being written by this process, through another handle" in capsys.readouterr().err
 
 
 def test_chunk_names_never_collide_when_two_writers_write_the_same_sequence_number(tmp_path):

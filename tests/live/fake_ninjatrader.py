@@ -90,6 +90,7 @@ class FakeNinjaTrader:
         self._reject: list[str] = []
         self._delay = 0
         self._partial: int | None = None
+        self._refuse_close = 0
         self._pending: list[_Pending] = []
         self._dirty: set[str] = set()
         self._position_dirty = False
@@ -113,6 +114,11 @@ class FakeNinjaTrader:
         """Writes what happened meanwhile; the piled-up OIFs are read at the next :meth:`process`."""
         self.connected = True
         self._flush()
+
+    def refuse_close(self, n: int) -> None:
+        """The next ``n`` CLOSEPOSITION commands are refused (a Log line, the position kept), as NinjaTrader does
+        when the account or its connection refuses the close."""
+        self._refuse_close = n
 
     def partial_fill_next(self, qty: int) -> None:
         """The next MARKET order fills only ``qty`` contracts on its first bar, the rest on the next bar."""
@@ -208,6 +214,10 @@ class FakeNinjaTrader:
         elif command in ("CLOSEPOSITION", "FLATTENEVERYTHING"):
             if command == "CLOSEPOSITION" and (fields[1] != self.account or fields[2] != self.instrument):
                 self.log.append(f"CLOSEPOSITION: unknown account or instrument {fields[1]!r} {fields[2]!r}")
+                return
+            if command == "CLOSEPOSITION" and self._refuse_close:
+                self._refuse_close -= 1
+                self.log.append(f"CLOSEPOSITION {fields[1]} {fields[2]}: refused")
                 return
             for order in self.orders.values():
                 if order.active:

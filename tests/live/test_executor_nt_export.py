@@ -27,7 +27,9 @@ def test_run_on_nt_export_makes_the_csv_trades_when_followed_and_replayed(tiny, 
     common = ["--split", "test", "--json", "--no-status"]
     results = []
     for feed in (f"replay:{csv}", f"follow:{nt}", f"replay:{nt}"):
-        extra = ["--idle-exit", "1"] if feed.startswith("follow") else []
+        # a follow: feed of old bars: live from their start, the wall clock's age rule off (history is not traded)
+        extra = ["--idle-exit", "1", "--live-from", "2024-01-01 00:00", "--max-bar-age", "1e9"] \
+            if feed.startswith("follow") else []
         assert main(["run", str(run), "--feed", feed, "--journal", str(tmp_path / f"{len(results)}.sqlite"),
                      *common, *extra]) == 0
         results.append(json.loads(capsys.readouterr().out.strip().splitlines()[-1]))

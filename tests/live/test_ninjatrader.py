@@ -357,19 +357,26 @@ def test_cancelling_the_stop_by_hand_flattens_when_the_oco_takes_the_target_with
     assert bridge.position().side == "FLAT"
 
 
-def test_no_ack_is_reported_once_when_ninjatrader_writes_no_state_file(nt):
+def test_an_unread_order_file_is_reported_once_and_withdrawn_after_the_ack_timeout(nt):
     clock = Clock()
     bridge = bridge_for(nt, clock=clock, ack_timeout_s=30)
     bridge.enter(ENTRY, "BUY", 1, stop_price=20990, target_price=21030)
     nt.disconnect()
     nt.process(bar(21000, 21004, 20996, 21001))
     assert [e for e in bridge.poll() if e.kind == "NO_ACK"] == []
+    assert len(oif_files(nt)) == 1
     clock.now += 31
     events = bridge.poll()
-    assert sorted(e.order_id for e in events if e.kind == "NO_ACK") == sorted(
-        [ENTRY, f"{ENTRY}-SL", f"{ENTRY}-TP"])
+    assert [e.order_id for e in events if e.kind == "NO_ACK"] == [ENTRY]
     assert "still waits in incoming/" in events[0].message and "AT Interface" in events[0].message
     assert "Log tab" in str(events[0].error())
+    withdrawn = [e for e in events if e.kind == "WITHDRAWN"]
+    assert sorted(e.order_id for e in withdrawn) == sorted([ENTRY, f"{ENTRY}-SL", f"{ENTRY}-TP"])
+    assert all(e.state == "WITHDRAWN" and "withdrawn" in e.message for e in withdrawn)
+    assert oif_files(nt) == []  # a NinjaTrader that comes back does not act on the stale entry
+    nt.reconnect()
+    nt.process(bar(21001, 21004, 20996, 21001))
+    assert ENTRY not in nt.orders and bridge.position().side == "FLAT"
     assert bridge.poll() == []
 
 

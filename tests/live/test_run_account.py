@@ -75,7 +75,7 @@ def test_run_refuses_an_expired_contract_when_broker_is_ninjatrader(tiny, tmp_pa
     (nt_dir / "incoming").mkdir(parents=True)
     (nt_dir / "outgoing").mkdir()
     code, journal = _run(tiny, tmp_path, "--broker", "ninjatrader", "--nt-dir", str(nt_dir), "--nt-account",
-                         ACCOUNT, "--nt-instrument", "NQ 03-20")
+                         ACCOUNT, "--nt-instrument", "NQ 03-20", "--live-from", "now")
     assert code == 2
     err = capsys.readouterr().err
     assert "--nt-instrument 'NQ 03-20' expired on Fri 2020-03-20" in err and "'NQ 06-20'" in err

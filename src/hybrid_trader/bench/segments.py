@@ -6,31 +6,54 @@ methods through which every training step passes, and adds up the time spent in 
 ==========================  ===================================================================
 segment                     time spent in
 ==========================  ===================================================================
-``rollout``                 collecting the rollouts (``collect_rollouts``, all of the below but
-                            ``update``)
-``update``                  PPO's update (``train``: epochs of minibatch gradient steps)
-``policy forward``          the policy's rollout decisions (``policy.forward``)
-``action distribution``     building the action distribution from the latent (the LLM prior's
-                            operations in phase 3), in the rollout and the update
-``rollout buffer``          storing the steps (``rollout_buffer.add``)
+``rollout``                 collecting the rollouts (``collect_rollouts``: the rows down to
+                            ``rollout loop``)
+``policy forward``          the policy's rollout decisions (``rollout_forward``, else
+                            ``policy.forward``)
+``action distribution``     the action distribution (the LLM prior's operations in phase 3,
+                            the masking, sampling, log-probabilities, entropy), in the rollout
+                            and the update (inside ``policy forward`` and ``update forward``)
+``obs to tensor``           the observations as a tensor (``obs_as_tensor``)
+``action masks``            every environment's ``action_masks()`` through the VecEnv layers
+                            (``get_action_masks``)
+``<VecEnv class>``          each layer's ``step``, *without* the layers it wraps
+                            (``DummyVecEnv``: the environments themselves; ``AdvisorVecEnv``:
+                            the advice wrapper, without the student's forward; ``VecNormalize``:
+                            every ``LeanVecNormalize``)
 ``student forward``         phase 3 always-on: the student's batched advice, written into the
                             observations (with the copy of their features)
-``<VecEnv class>``          each layer of the vectorised environment, *without* the layers
-                            it wraps (``DummyVecEnv``: the environments themselves;
-                            ``AdvisorVecEnv``: the advice wrapper, without the student's forward;
-                            ``VecNormalize``: every ``LeanVecNormalize``)
+``callbacks``               every callback's ``on_step``, ``update_locals`` and rollout start
+                            and end (the trading statistics, checkpoints, these timers)
+``episode records``         SB3's episode bookkeeping (``_update_info_buffer``)
+``rollout buffer``          storing the steps (``rollout_buffer.add``)
+``GAE``                     the returns and advantages (``compute_returns_and_advantage``)
+``rollout loop``            the rest of the rollout: the loop's own Python
+``update``                  PPO's update (``train``: the rows down to ``update loop``)
+``minibatches``             sampling the minibatches from the buffer (as tensors)
+``update forward``          the policy on each minibatch (``evaluate_actions``)
+``backward``                the gradients (``Tensor.backward``)
+``gradient clipping``       ``clip_grad_norm_``
+``optimizer``               Adam's ``zero_grad`` and ``step``
+``update loop``             the rest of the update: losses, clipping, ``.item()`` of the
+                            statistics, the loop's own Python
+``logging``                 the logger's records written (JSONL, TensorBoard), once a rollout
+``other``                   the rest of ``learn``
 ==========================  ===================================================================
 
 Times are inclusive of what is called inside unless said otherwise; each is reported in
 seconds and in microseconds per vector step (one step of every environment). Each
-wrapper costs about a microsecond per call, in every phase alike.
+timed call costs about a microsecond more, in every phase alike.
 """
 
 from __future__ import annotations
 
+import sys
 import time
 from typing import Any
 
+import torch
+from sb3_contrib.common.maskable.policies import MaskableActorCriticPolicy
+from stable_baselines3.common.callbacks import CallbackList
 from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv, VecEnvWrapper, VecNormalize
 
 from hybrid_trader.training.callbacks import TimingCallback
@@ -39,8 +62,25 @@ ROLLOUT = "rollout"
 UPDATE = "update"
 POLICY_FORWARD = "policy forward"
 DISTRIBUTION = "action distribution"
-BUFFER = "rollout buffer"
+OBS_TENSOR = "obs to tensor"
+MASKS = "action masks"
 STUDENT = "student forward"
+CALLBACKS = "callbacks"
+EPISODES = "episode records"
+BUFFER = "rollout buffer"
+GAE = "GAE"
+ROLLOUT_LOOP = "rollout loop"
+MINIBATCHES = "minibatches"
+UPDATE_FORWARD = "update forward"
+BACKWARD = "backward"
+CLIPPING = "gradient clipping"
+OPTIMIZER = "optimizer"
+UPDATE_LOOP = "update loop"
+LOGGING = "logging"
+ROLLOUT_PARTS = (POLICY_FORWARD, OBS_TENSOR, MASKS, CALLBACKS, EPISODES, BUFFER, GAE)
+"""Disjoint parts of the rollout besides the VecEnv layers (the student is inside its wrapper's step)."""
+UPDATE_PARTS = (MINIBATCHES, UPDATE_FORWARD, BACKWARD, CLIPPING, OPTIMIZER)
+"""Disjoint parts of the update."""
 
 
 class SegmentTimer(TimingCallback):
@@ -55,11 +95,34 @@ class SegmentTimer(TimingCallback):
 
     def _on_training_start(self) -> None:
         model: Any = self.model  # an on-policy algorithm (MaskablePPO): it has a rollout buffer
+        policy = model.policy
+        buffer = model.rollout_buffer
         self._wrap(model, "collect_rollouts", ROLLOUT)
         self._wrap(model, "train", UPDATE)
-        self._wrap(model.policy, "forward", POLICY_FORWARD)
-        self._wrap(model.policy, "_get_action_dist_from_latent", DISTRIBUTION)
-        self._wrap(model.rollout_buffer, "add", BUFFER)
+        if hasattr(model, "rollout_forward"):  # LeanMaskablePPO's rollout decisions (the policy's forward inside)
+            self._wrap(model, "rollout_forward", POLICY_FORWARD)
+        else:
+            self._wrap(policy, "forward", POLICY_FORWARD)
+        if type(policy)._get_action_dist_from_latent is not MaskableActorCriticPolicy._get_action_dist_from_latent:
+            self._wrap(policy, "_get_action_dist_from_latent", DISTRIBUTION)  # phase 3's prior is in it
+        for attr in ("proba_distribution", "apply_masking", "sample", "mode", "log_prob", "entropy"):
+            self._wrap(policy.action_dist, attr, DISTRIBUTION)
+        self._wrap(model, "_update_info_buffer", EPISODES)
+        self._wrap(buffer, "add", BUFFER)
+        self._wrap(buffer, "compute_returns_and_advantage", GAE)
+        self._wrap(buffer, "_get_samples", MINIBATCHES)
+        self._wrap(buffer, "swap_and_flatten", MINIBATCHES)
+        self._wrap(policy, "evaluate_actions", UPDATE_FORWARD)
+        self._wrap(policy.optimizer, "zero_grad", OPTIMIZER)
+        self._wrap(policy.optimizer, "step", OPTIMIZER)
+        self._wrap(model.logger, "dump", LOGGING)
+        rollouts = sys.modules[type(model).collect_rollouts.__module__]  # the functions as that module calls them
+        self._patch(rollouts, "obs_as_tensor", OBS_TENSOR)
+        self._patch(rollouts, "get_action_masks", MASKS)
+        self._patch(torch.Tensor, "backward", BACKWARD)
+        self._patch(torch.nn.utils, "clip_grad_norm_", CLIPPING)
+        for attr in ("on_step", "update_locals", "on_rollout_start", "on_rollout_end"):
+            self._patch(CallbackList, attr, CALLBACKS)
         venv: VecEnv | None = self.training_env
         self._layers = []
         while venv is not None:
@@ -67,7 +130,7 @@ class SegmentTimer(TimingCallback):
             # the in-process environments under DummyVecEnv's (LeanDummyVecEnv is one)
             name = "VecNormalize" if isinstance(venv, VecNormalize) else \
                 "DummyVecEnv" if isinstance(venv, DummyVecEnv) else type(venv).__name__
-            for attr in ("step_async", "step_wait", "env_method"):  # env_method: action_masks() every step
+            for attr in ("step_async", "step_wait"):
                 self._wrap(venv, attr, name)
             if callable(getattr(venv, "advise_into", None)):
                 self._wrap(venv, "advise_into", STUDENT)
@@ -90,9 +153,16 @@ class SegmentTimer(TimingCallback):
             own[outer] = self.seconds[outer] - self.seconds[inner]
         if STUDENT in own and "AdvisorVecEnv" in own:
             own["AdvisorVecEnv"] -= own[STUDENT]
+        layers = self.seconds.get(self._layers[0], 0.0) if self._layers else 0.0
+        own[ROLLOUT_LOOP] = own.get(ROLLOUT, 0.0) - layers - sum(own.get(k, 0.0) for k in ROLLOUT_PARTS)
+        own[UPDATE_LOOP] = own.get(UPDATE, 0.0) - sum(own.get(k, 0.0) for k in UPDATE_PARTS)
         own["other"] = self.learn_seconds - own.get(ROLLOUT, 0.0) - own.get(UPDATE, 0.0)
+        order = [ROLLOUT, POLICY_FORWARD, DISTRIBUTION, OBS_TENSOR, MASKS, *self._layers, STUDENT, CALLBACKS,
+                 EPISODES, BUFFER, GAE, ROLLOUT_LOOP, UPDATE, MINIBATCHES, UPDATE_FORWARD, BACKWARD, CLIPPING,
+                 OPTIMIZER, UPDATE_LOOP, LOGGING, "other"]
         steps = max(self.vector_steps, 1)
-        return {name: {"seconds": round(s, 4), "us_per_step": round(1e6 * s / steps, 1)} for name, s in own.items()}
+        return {name: {"seconds": round(own[name], 4), "us_per_step": round(1e6 * own[name] / steps, 1)}
+                for name in dict.fromkeys([*order, *own]) if name in own}
 
 
 def compare(phase2: list[dict], phase3: list[dict]) -> dict[str, dict[str, float]]:
@@ -108,8 +178,8 @@ def compare(phase2: list[dict], phase3: list[dict]) -> dict[str, dict[str, float
     return out
 
 
-NESTING = ("rollout holds the policy forward, the rollout buffer and the VecEnv layers; the policy forward "
-           "holds the rollout's action distribution")
+NESTING = ("rollout = the rows from policy forward to rollout loop, action distribution aside (it is inside "
+           "policy forward and update forward); update = the rows from minibatches to update loop")
 """How the segments nest (printed under the tables)."""
 
 

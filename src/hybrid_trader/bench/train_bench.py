@@ -24,6 +24,7 @@ both phases, medians over the repeats, and phase 3's extra): where the time goes
 from __future__ import annotations
 
 import json
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -157,8 +158,12 @@ def run(args: TrainBenchArgs) -> int:
             extra.update(_cpu_figures(*cpu_times))
     steps = status["total_timesteps"]
     learn = status["wall_seconds"] or wall
+    cpu = float(status.get("cpu_seconds") or 0.0)
     result = {
         "train_steps_per_s": round(steps / learn, 1),
+        "train_steps_per_cpu_s": round(steps / cpu, 1) if cpu > 0 else None,
+        "cpu_seconds": cpu,
+        "load_average": [round(x, 2) for x in os.getloadavg()],
         "env_time_share_pct": round(100 * timer.env_seconds / learn, 1),
         "env_seconds": round(timer.env_seconds, 2),
         "wall_seconds": round(wall, 2),
@@ -173,7 +178,8 @@ def run(args: TrainBenchArgs) -> int:
         "data": args.data or "synthetic",
         **extra,
     }
-    print(f"{result['train_steps_per_s']:,.0f} training steps/s; "
+    print(f"{result['train_steps_per_s']:,.0f} training steps/s "
+          f"({result['train_steps_per_cpu_s'] or 0:,.0f} per CPU second, 1-minute load {result['load_average'][0]}); "
           f"environment {result['env_time_share_pct']}% of wall time")
     if phase == 3:
         route = "input and prior" if result["advice_input"] else "prior alone"

@@ -1,6 +1,7 @@
-"""``hybrid-trader advise collect|calibrate|distill|compare|check``: the LLM's advice on visited states.
+"""``hybrid-trader advise collect|calibrate|distill|shuffle|compare|check``: the LLM's advice on visited states.
 
-``calibrate`` fits the batch calibration collect divides answers by; ``distill`` trains the student on the advice.
+``calibrate`` fits the batch calibration collect divides answers by; ``distill`` trains the student on the advice;
+``shuffle`` writes the placebo (a teacher's advice permuted across states).
 
 See docs/ADVISE.md. A JSON line is printed last by every command.
 """
@@ -87,6 +88,14 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="distil advice a leaning model gave raw (collect --no-calibrate): by default refused, as "
                         "the student would copy the model's constant lean into every decision")
     d.set_defaults(func=_distill)
+
+    s = asub.add_parser("shuffle", help="the shuffled placebo: a teacher's advice permuted across states (same "
+                                        "answers, no information), written as a dataset to distil like any other")
+    s.add_argument("run_dir", type=Path, help="the teacher: a run directory with its advice collected")
+    s.add_argument("--out", type=Path, required=True,
+                   help="folder that receives the placebo dataset (OUT/advice; e.g. RUN-shuffled)")
+    s.add_argument("--seed", type=int, default=0, help="seed of the permutation (default 0; recorded)")
+    s.set_defaults(func=_shuffle)
 
     m = asub.add_parser("compare",
                         help="teacher (LLM) vs student on a collected split: fidelity and confusion table")
@@ -209,6 +218,18 @@ def _distill(args: argparse.Namespace) -> int:
           f"-> {args.run_dir / 'advice' / 'student.pt'}")
     print(metrics_table(out["metrics"]))
     print(json.dumps(out))
+    return 0
+
+
+def _shuffle(args: argparse.Namespace) -> int:
+    # the dataset layer loads pyarrow (~0.3 s); the CLI's --help must not pay it
+    from hybrid_trader.advise.placebo import placebo_path, shuffle_advice
+
+    record = shuffle_advice(args.run_dir, args.out, seed=args.seed)
+    print(f"placebo {record['advice']['hash']} (teacher {record['teacher_advice']['hash']}, seed {record['seed']}) "
+          f"-> {args.out / 'advice'}; record: {placebo_path(args.out)}")
+    print(f"next: hybrid-trader advise distill {args.out}")
+    print(json.dumps({k: v for k, v in record.items() if k != "permutation"}))
     return 0
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
+import signal
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -56,7 +58,16 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "earlier); an expired contract is refused (default 12; a replay checks its last bar's date)")
     p.add_argument("--nt-mismatch-bars", metavar="N", type=int, default=2,
                    help="ninjatrader: bars NinjaTrader's position may differ from the paper one (a fill may lag) "
-                        "before new entries halt (default 2)")
+                        "before new entries halt (default 2); a position NinjaTrader holds while the paper one is "
+                        "flat halts at once and is closed")
+    p.add_argument("--nt-ack-timeout", metavar="S", type=float, default=60.0,
+                   help="ninjatrader: seconds NinjaTrader has to answer an order with a state file; an order file "
+                        "still unread in incoming/ after that is withdrawn (deleted, journaled 'withdrawn') and new "
+                        "entries halt (default 60)")
+    p.add_argument("--nt-connection", metavar="NAME",
+                   help="ninjatrader: the connection's name in NinjaTrader's Connection Manager; its state file "
+                        "outgoing/NAME.txt is read each bar and anything but CONNECTED halts new entries "
+                        "(default: not read)")
     p.add_argument("--tz", metavar="TZ",
                    help="time zone of the feed's naive timestamps (default: the run's data.tz, as it was trained)")
     p.add_argument("--time-shift", type=float, metavar="HOURS",
@@ -99,7 +110,16 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "at a time, a second refused naming the first's PID)")
     p.add_argument("--on-exit", choices=("flatten", "protect"), default="flatten",
                    help="Ctrl-C with an open position: close it at the last close (flatten, default) or leave it "
-                        "to its stop and target (protect)")
+                        "to its stop and target (protect); SIGTERM always flattens (exit code 143)")
+    p.add_argument("--stall-after", type=float, default=None, metavar="S",
+                   help="a follow: feed: flatten an open position when no bar came for S seconds (default: off; "
+                        "the flat-by time, the feed's end, SIGTERM and errors flatten regardless; docs/LIVE.md "
+                        "'Flat by the deadline')")
+    p.add_argument("--flat-retries", type=int, default=5, metavar="N",
+                   help="ninjatrader: CLOSEPOSITION sent again up to N times until NinjaTrader's position file "
+                        "reads FLAT, then new entries halt (broker:flat_failed) with a message on stderr (default 5)")
+    p.add_argument("--flat-retry-s", type=float, default=2.0, metavar="S",
+                   help="ninjatrader: seconds between those CLOSEPOSITION retries (default 2)")
     p.add_argument("--no-status", action="store_true",
                    help="no live status on stderr (by default: one line redrawn in place on a terminal, a line per "
                         "change of position, trades, account status or day otherwise; docs/LIVE.md)")
@@ -127,6 +147,7 @@ def run(args: argparse.Namespace) -> int:
     if args.idle_exit is not None and (spec.scheme != "follow" or not args.idle_exit > 0):
         raise UserError(f"--idle-exit {args.idle_exit}: a positive number of seconds, for a follow: feed",
                         fix="e.g. --feed follow:export.csv --idle-exit 600, or drop it")
+    _check_flat_options(args, spec.scheme)
     live_from, max_bar_age = live_point(args, spec.scheme, bridge is not None)
     feed = open_feed(spec, **_feed_options(args, spec.scheme, run_dir))
     standing, roll_note = _live_account(args, run_dir, feed, bridge is not None)
@@ -154,17 +175,7 @@ def run(args: argparse.Namespace) -> int:
     if not isinstance(feed, ReplayFeed):
         _say_if_waiting(Path(spec.path).expanduser(), args.idle_exit)
     status = None if args.no_status else StatusPrinter(sys.stderr)
-    code = 0
-    try:
-        summary = executor.run_feed(feed, on_bar=None if status is None else status.update)
-    except KeyboardInterrupt:
-        executor.stop(args.on_exit)
-        summary = executor.summary
-        code = 130
-    finally:
-        if status is not None:
-            status.finish(executor)
-        executor.close()
+    summary, code = _trade(args, executor, feed, status, following=not isinstance(feed, ReplayFeed))
     for note in summary.notes:
         say(f"note: {note}")
     if not isinstance(feed, ReplayFeed) and not Path(spec.path).expanduser().exists():
@@ -178,6 +189,61 @@ def run(args: argparse.Namespace) -> int:
               f"{summary.trades} trades, net P&L {summary.net_pnl:,.2f}, account {summary.account_status}{halted}; "
               f"journal: {journal}")
     return code
+
+
+def _trade(args: argparse.Namespace, executor: Any, feed: Any, status: Any, following: bool) -> tuple[Any, int]:
+    """The feed traded under the flat guard: ``(summary, exit code)``; Ctrl-C (130) and SIGTERM (143) stop it."""
+    code, guard = 0, None
+    previous = signal.signal(signal.SIGTERM, _terminate)
+    try:
+        guard = flat_guard(args, executor, following)
+        summary = guard.run(feed, on_bar=None if status is None else status.update)
+    except Terminated:
+        executor.stop("flatten")
+        summary = executor.summary
+        code = 143
+    except KeyboardInterrupt:
+        executor.stop(args.on_exit)
+        summary = executor.summary
+        code = 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        if guard is not None:
+            guard.close()
+        if status is not None:
+            status.finish(executor)
+        executor.close()
+    return summary, code
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (a service manager's stop, ``kill``): stopped as Ctrl-C is, always flattening."""
+
+
+def _terminate(signum: int, frame: Any) -> None:
+    raise Terminated
+
+
+def _check_flat_options(args: argparse.Namespace, scheme: str) -> None:
+    """``--stall-after`` (a follow: feed's), ``--flat-retries``, ``--flat-retry-s``: each bad value a UserError."""
+    if args.stall_after is not None and (scheme != "follow" or not (math.isfinite(args.stall_after)
+                                                                     and args.stall_after > 0)):
+        raise UserError(f"--stall-after {args.stall_after}: a positive number of seconds, for a follow: feed (a "
+                        "replay never waits for a bar)", fix="e.g. --feed follow:FILE --stall-after 180, or drop it")
+    if args.flat_retries < 0 or not (math.isfinite(args.flat_retry_s) and args.flat_retry_s > 0):
+        raise UserError(f"--flat-retries {args.flat_retries} / --flat-retry-s {args.flat_retry_s}: 0 or more "
+                        "retries, a positive number of seconds apart", fix="e.g. --flat-retries 5 --flat-retry-s 2")
+
+
+def flat_guard(args: argparse.Namespace, executor: Any, following: bool) -> Any:
+    """The flat guard (``live.deadline``) of this run, its thread started: the flat-by time by the wall clock on a
+    followed feed, ``--stall-after``, and with NinjaTrader ``--flat-retries``/``--flat-retry-s``."""
+    from hybrid_trader.live.deadline import FlatGuard  # pandas and the calendar: only when a run starts
+
+    if executor.link is not None:
+        executor.link.flat_retries, executor.link.flat_retry_s = args.flat_retries, args.flat_retry_s
+    guard = FlatGuard(executor, deadline=following, stall_after_s=args.stall_after)
+    return guard.start() if following else guard
 
 
 def _feed_options(args: argparse.Namespace, scheme: str, run_dir: Path) -> dict[str, Any]:
@@ -281,7 +347,8 @@ def live_point(args: argparse.Namespace, scheme: str, ninjatrader: bool) -> tupl
 
 def ninjatrader_bridge(args: argparse.Namespace) -> NinjaTraderBridge | None:
     """The ATI bridge ``--broker ninjatrader`` names (None for paper); each bad option is a UserError naming it."""
-    nt_options = {"--nt-dir": args.nt_dir, "--nt-account": args.nt_account, "--nt-instrument": args.nt_instrument}
+    nt_options = {"--nt-dir": args.nt_dir, "--nt-account": args.nt_account, "--nt-instrument": args.nt_instrument,
+                  "--nt-connection": args.nt_connection}
     if args.broker != "ninjatrader":
         given = [name for name, value in nt_options.items() if value is not None]
         if given:
@@ -295,6 +362,13 @@ def ninjatrader_bridge(args: argparse.Namespace) -> NinjaTraderBridge | None:
     if args.nt_mismatch_bars < 0:
         raise UserError("--nt-mismatch-bars must be 0 or more", value=args.nt_mismatch_bars,
                         fix="e.g. --nt-mismatch-bars 2 (a fill may lag a bar)")
+    if not (math.isfinite(args.nt_ack_timeout) and args.nt_ack_timeout > 0):
+        raise UserError("--nt-ack-timeout must be a positive number of seconds", value=args.nt_ack_timeout,
+                        fix="e.g. --nt-ack-timeout 60")
+    if args.nt_connection is not None and not re.fullmatch(r"[^\\/:*?\"<>|]+", args.nt_connection.strip()):
+        raise UserError("--nt-connection: not a connection name (it names a file in outgoing/)",
+                        value=args.nt_connection, fix="pass the name NinjaTrader's Connection Manager shows, "
+                        "e.g. --nt-connection 'My Rithmic'")
     nt_dir = Path(args.nt_dir or NT_DIR_DEFAULT).expanduser()
     if not nt_dir.is_dir():
         raise UserError("--nt-dir: NinjaTrader's user folder not found", file=str(nt_dir),
@@ -304,6 +378,8 @@ def ninjatrader_bridge(args: argparse.Namespace) -> NinjaTraderBridge | None:
     from hybrid_trader.live.ninjatrader import NinjaTraderBridge
 
     try:
-        return NinjaTraderBridge(nt_dir, args.nt_account.strip(), args.nt_instrument.strip())
+        return NinjaTraderBridge(nt_dir, args.nt_account.strip(), args.nt_instrument.strip(),
+                                 ack_timeout_s=args.nt_ack_timeout,
+                                 connection=args.nt_connection.strip() if args.nt_connection else None)
     except UserError as err:
         raise UserError(f"--nt-dir: {err.message}", file=err.file, value=err.value, fix=err.fix) from None

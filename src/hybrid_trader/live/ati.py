@@ -33,7 +33,9 @@ copy is the English NT8 guide; ninjatraderlite.pro mirrors the NT8 guide's pages
   ``Order State;Filled Amount;Average FillPrice``, and a position file named
   ``Instrument Name + Instrument Exchange_AccountName_Position.txt`` (example
   ``ES 0914 Globex_Sim101_Position.txt``) holding ``Market Position; Quantity; Average
-  Entry Price`` with LONG, SHORT or FLAT.
+  Entry Price`` with LONG, SHORT or FLAT; and a connection state file, written with each
+  change of connection state, named ``ConnectionName.txt`` (the connection's name in the
+  Connection Manager) holding ``CONNECTED`` or ``DISCONNECTED``.
   https://ninjatraderlite.pro/support/helpguides/nt8/information_update_files.html
 * Order states: Initialized, Submitted, Accepted, Working, Suspended, Change submitted,
   Cancel pending, Cancelled, Rejected, Partially filled, Filled, Trigger pending.
@@ -85,7 +87,9 @@ ORDER_STATES = frozenset({
     "CANCELPENDING", "CANCELSUBMITTED", "CANCELLED", "SUSPENDED", "REJECTED", "PARTFILLED", "FILLED", "UNKNOWN",
 })
 """NinjaTrader 8 order states, upper case without spaces (as its outgoing files spell them)."""
-TERMINAL_STATES = frozenset({"FILLED", "CANCELLED", "REJECTED"})
+TERMINAL_STATES = frozenset({"FILLED", "CANCELLED", "REJECTED", "UNKNOWN"})
+"""States an order does not leave: UNKNOWN too (NinjaTrader no longer knows the order: nothing more will come of it,
+and its position is read from the position file)."""
 _STATE_ALIASES = {"PARTIALLYFILLED": "PARTFILLED", "CANCELED": "CANCELLED"}
 MARKET_POSITIONS = ("LONG", "SHORT", "FLAT")
 
@@ -274,7 +278,23 @@ def position_file_matches(name: str, account: str, instrument: str) -> bool:
     if not upper.endswith(suffix):
         return False
     head = upper[: -len(suffix)]
-    return any(head == alias or head.startswith(alias + " ") for alias in instrument_aliases(instrument))
+    # the exact account: another account whose name ends with this one's (``PA_Sim101`` and ``Sim101``) leaves a
+    # '_' in the head, which an exchange name (``Globex``) never holds
+    return any(head == alias or (head.startswith(alias + " ") and "_" not in head[len(alias):])
+               for alias in instrument_aliases(instrument))
+
+
+CONNECTION_STATES = ("CONNECTED", "DISCONNECTED")
+
+
+def parse_connection(path: Path, text: str) -> str:
+    """A connection state file's content (``CONNECTED`` or ``DISCONNECTED``), or a UserError naming the file."""
+    lines = [(i, line.strip()) for i, line in enumerate(text.splitlines(), 1) if line.strip()]
+    if not lines or lines[-1][1].upper() not in CONNECTION_STATES:
+        number, value = lines[-1] if lines else (1, "")
+        raise UserError(f"line {number}: not a connection state", file=str(path), column="connection state",
+                        value=value, fix="NinjaTrader 8 writes CONNECTED or DISCONNECTED")
+    return lines[-1][1].upper()
 
 
 def order_state_names(order_id: str, account: str) -> tuple[str, str]:

@@ -31,6 +31,8 @@ at the same bar so that it rebuilds the same decisions; the restart itself resum
 from __future__ import annotations
 
 import math
+import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -38,7 +40,7 @@ from typing import Any
 from hybrid_trader.env.broker import EXIT_BREAKEVEN, EXIT_STOP, EXIT_TARGET, EXIT_TRAIL, Broker
 from hybrid_trader.errors import UserError
 from hybrid_trader.live.journal import Journal
-from hybrid_trader.live.ninjatrader import Bracket, BridgeEvent, NinjaTraderBridge, bracket_ids
+from hybrid_trader.live.ninjatrader import Bracket, BridgeEvent, NinjaTraderBridge, PositionLost, bracket_ids
 
 NT_EXITS = frozenset({EXIT_STOP, EXIT_TARGET, EXIT_TRAIL, EXIT_BREAKEVEN})
 """Paper exits NinjaTrader takes with its own OCO stop or target: nothing is sent for them."""
@@ -52,6 +54,17 @@ CODE_SEND_FAILED = "broker:send_failed"
 CODE_READ_FAILED = "broker:read_failed"
 CODE_UNKNOWN_ORDER = "broker:unknown_order"
 CODE_RESUMED = "broker:resumed"
+CODE_UNKNOWN_STATE = "broker:unknown_state"
+CODE_WITHDRAWN = "broker:withdrawn"
+CODE_POSITION_UNKNOWN = "broker:position_unknown"
+CODE_DISCONNECTED = "broker:disconnected"
+CODE_UNEXPECTED_POSITION = "broker:unexpected_position"
+CODE_CONTRACT_LIMIT = "broker:contract_limit"
+
+_HALTING = {"UNKNOWN": CODE_UNKNOWN_STATE, "WITHDRAWN": CODE_WITHDRAWN, "UNPROTECTED": CODE_UNPROTECTED}
+"""Bridge events that halt new entries, by their reason code."""
+CODE_FLAT_FAILED = "broker:flat_failed"
+CODE_FLAT_RETRY = "broker:flat_retry"
 
 
 @dataclass
@@ -69,7 +82,8 @@ class BrokerLink:
     """Mirror the paper broker's orders to NinjaTrader and watch NinjaTrader's fills and position."""
 
     def __init__(self, bridge: NinjaTraderBridge, journal: Journal, broker: Broker, tick_size: float, *,
-                 mismatch_bars: int = 2, say: Callable[..., Any] | None = None) -> None:
+                 mismatch_bars: int = 2, max_contracts: int | None = None,
+                 say: Callable[..., Any] | None = None) -> None:
         if broker.target_atr <= 0:
             raise UserError("the run has no target (env.target_atr 0): the NinjaTrader bracket needs a stop "
                             "and a target", value=broker.target_atr,
@@ -82,6 +96,9 @@ class BrokerLink:
         self.broker = broker
         self.tick = float(tick_size)
         self.mismatch_bars = int(mismatch_bars)
+        self.max_contracts = max_contracts
+        """The rules' contract limit in this contract's units: an entry is refused when NinjaTrader's position and
+        the entry's quantity together exceed it (None: not checked)."""
         self.say = say or (lambda *a: None)
         self.halted = ""
         """The reason code that halted new entries ("" while entries are allowed)."""
@@ -93,9 +110,15 @@ class BrokerLink:
         self._live = False
         self._mismatch = 0
         self._closing: str | None = None
+        self._flattened = False
+        """Whether a CLOSEPOSITION was sent for a position that is unknown or not the paper broker's (once a run)."""
         self._seen_errors: set[tuple[str, str]] = set()
         self._bar_tns = 0
         """The bar of the last :meth:`check`: the time of a CHANGE's journal row."""
+        self.flat_retries = 5
+        self.flat_retry_s = 2.0
+        self.sleep: Callable[[float], None] = time.sleep
+        """:meth:`make_flat`: CLOSEPOSITION re-sent this many times, this far apart (``sleep``), until FLAT."""
 
     # ------------------------------------------------------------------ what the paper side did (replay and live)
     def entry(self, order_id: str, side: int, qty: int, ref_price: float, atr: float, tns: int) -> None:
@@ -181,6 +204,98 @@ class BrokerLink:
         self.bridge.close(m.entry_id)
         self._closing = close_id
 
+    # ------------------------------------------------------------------ flat, whatever happens (live.deadline)
+    def make_flat(self, tns: int) -> bool:
+        """Make NinjaTrader's position FLAT: CLOSEPOSITION (unless one was just sent), then every
+        :attr:`flat_retry_s` its position file read and, while not FLAT, CLOSEPOSITION sent again,
+        :attr:`flat_retries` times; then a halt
+        (``broker:flat_failed``, journal and stderr). True once FLAT. A missing position file reads FLAT (NinjaTrader
+        writes none before a first fill)."""
+        retries, wait_s = self.flat_retries, self.flat_retry_s
+        entry = self._close_entry()
+        if entry is None:
+            return True
+        sent, retried = self._closing is not None, 0
+        while True:
+            if sent:
+                self.sleep(wait_s)
+            try:
+                qty: int | None = self.bridge.position().signed_qty
+            except (UserError, OSError) as err:
+                qty = None
+                self._error(CODE_READ_FAILED, f"could not read NinjaTrader's files: {err}", tns)
+            if qty == 0:
+                self.broker_position = 0
+                self._confirm_close()
+                return True
+            if sent:
+                if retried == retries:
+                    break
+                retried += 1
+                self.journal.record_error("broker", f"NinjaTrader still holds {qty} contract(s) of "
+                                          f"{self.bridge.instrument}: CLOSEPOSITION sent again ({retried} of "
+                                          f"{retries})", tns, code=CODE_FLAT_RETRY)
+            if not self._send_close(entry, qty or 0, tns):
+                break
+            sent = True
+        message = (f"NinjaTrader's position in {self.bridge.instrument} ({self.bridge.account}) is not FLAT after "
+                   f"{retries} CLOSEPOSITION retries {wait_s:g} s apart: flatten it by hand in NinjaTrader "
+                   "(Positions tab, Close) now")
+        self._error(CODE_FLAT_FAILED, message, tns)
+        self._halt(CODE_FLAT_FAILED, message, tns)
+        self.journal.commit()
+        print(f"HALTED [{CODE_FLAT_FAILED}]: {message}", file=sys.stderr, flush=True)
+        return False
+
+    def _close_entry(self) -> str | None:
+        """The entry a CLOSEPOSITION names (its bracket's CANCELs): the mirrored or last journaled one."""
+        if self._open is not None:
+            return self._open.entry_id
+        last = self.journal.last_order("entry")
+        return None if last is None else last.order_id
+
+    def _send_close(self, entry: str, held: int, tns: int) -> bool:
+        """CLOSEPOSITION of the position ``held`` written (journaled once as ``<entry>-close``); False when it
+        cannot be (the caller halts)."""
+        close_id = f"{entry}-close"
+        if self.journal.order(close_id) is None:
+            self.journal.record_order(close_id, tns, "close", "SELL" if held > 0 else "BUY", abs(held) or 1,
+                                      order_type="CLOSEPOSITION",
+                                      state="sent", note=f"closes {entry}")
+            self.journal.commit()
+        try:
+            self.bridge.close(entry)
+        except (UserError, OSError) as err:
+            self._error(CODE_SEND_FAILED, f"could not write an order file for NinjaTrader: {err}", tns)
+            return False
+        self._closing = close_id
+        return True
+
+    def _confirm_close(self) -> None:
+        if self._closing is not None and self.journal.order(self._closing) is not None:
+            self.journal.update_order_state(self._closing, "filled", note="NinjaTrader's position is flat (the ATI "
+                                            "reports no price for CLOSEPOSITION)")
+        self._closing = None
+
+    def _resend_unwritten_close(self, tns: int) -> None:
+        """At the first live bar: the journal's last CLOSEPOSITION still ``sent`` while NinjaTrader holds a
+        position (an earlier process died between the journal's commit and the file): written once, and waited
+        for (:meth:`make_flat`)."""
+        last = self.journal.last_order("close")
+        if last is None or last.state != "sent":
+            return
+        self._closing = last.order_id
+        try:
+            held = self.bridge.position().signed_qty
+        except (UserError, OSError):
+            return  # check() reads it next and halts
+        if held == 0:
+            self._confirm_close()
+            return
+        self.say(f"the journal's {last.order_id} never closed NinjaTrader's {held}: sent again")
+        self._closing = None
+        self.make_flat(tns)
+
     # ------------------------------------------------------------------ watching (each bar, before the decision)
     def check(self, tns: int, paper_qty: int, replayed: bool) -> None:
         """Before bar ``tns``'s decision: on a replayed bar, the journal's halts; on a live bar, NinjaTrader's
@@ -196,12 +311,29 @@ class BrokerLink:
             for event in self.bridge.poll():
                 self._on_event(event, tns)
             position = self.bridge.position()
+            connection = self.bridge.connection_state()
         except (UserError, OSError) as err:  # NinjaTrader's state is unknown: no new entries (fail closed)
-            text = str(err)
-            self._error(CODE_READ_FAILED, f"could not read NinjaTrader's files: {text}", tns)
-            self._halt(CODE_READ_FAILED, f"NinjaTrader's position cannot be read ({text}): no new entries", tns)
+            self._unreadable(err, paper_qty, tns)
             return
         self.broker_position = position.signed_qty
+        if self.bridge.connection and connection != "CONNECTED":
+            state = (f"reads {connection}" if connection else "has not been written")
+            self._halt(CODE_DISCONNECTED, f"NinjaTrader's connection state file {self.bridge.connection}.txt "
+                       f"{state}: no new entries until it reconnects and this program restarts", tns)
+        closing = any(kind == "close" for kind, _, _ in self._outbox)  # this bar's paper exit, sent after it
+        if self.broker_position != 0 and not closing \
+                and (paper_qty == 0 or (paper_qty > 0) != (self.broker_position > 0)):
+            # before an entry: the rules' contract limit against what NinjaTrader actually holds
+            if paper_qty == 0 and self.max_contracts is not None \
+                    and abs(self.broker_position) + self.broker.qty > self.max_contracts:
+                self._halt(CODE_CONTRACT_LIMIT, f"NinjaTrader holds {self.broker_position} contract(s) of "
+                           f"{self.bridge.instrument} in {self.bridge.account}: an entry of {self.broker.qty} more "
+                           f"would exceed the rules' {self.max_contracts} contracts", tns)
+            self._halt(CODE_UNEXPECTED_POSITION, f"NinjaTrader holds {self.broker_position} contract(s) of "
+                       f"{self.bridge.instrument} in {self.bridge.account} that the paper position ({paper_qty}) "
+                       "does not: closing it (CLOSEPOSITION), no new entries", tns)
+            self._flatten(f"NinjaTrader's position {self.broker_position} is not the paper one", tns,
+                          self.broker_position)
         if self.broker_position == paper_qty:
             self._mismatch = 0
             return
@@ -214,6 +346,40 @@ class BrokerLink:
                     f"in {self.bridge.outgoing} (NinjaTrader has reported no fill)")
             self._halt(CODE_MISMATCH, f"{held} but the paper position is {paper_qty}, {when}: check NinjaTrader's "
                        "Positions tab and flatten by hand if needed", tns)
+
+    def _unreadable(self, err: Exception, paper_qty: int, tns: int) -> None:
+        """NinjaTrader's files could not be read: halt entries; where its position is unknown too and the paper
+        broker holds one, flatten it (fail closed)."""
+        text = str(err)
+        lost = isinstance(err, PositionLost)
+        code = CODE_POSITION_UNKNOWN if lost else CODE_READ_FAILED
+        self._error(code, f"could not read NinjaTrader's files: {text}", tns)
+        self._halt(code, f"NinjaTrader's state cannot be read ({text}): no new entries", tns)
+        if not lost:
+            try:  # an order state file failed: is the position still known?
+                self.broker_position = self.bridge.position().signed_qty
+                return
+            except (UserError, OSError):
+                pass
+        if paper_qty != 0:
+            self._flatten(f"NinjaTrader's position is unknown while the paper broker holds {paper_qty}", tns,
+                          paper_qty)
+
+    def _flatten(self, why: str, tns: int, held: int) -> None:
+        """CLOSEPOSITION for a position that is unknown or not the paper broker's, journaled (once a run)."""
+        if self._flattened:
+            return
+        self._flattened = True
+        close_id = f"flatten-{tns}"
+        self.journal.record_order(close_id, tns, "close", "BUY" if held < 0 else "SELL", abs(held),
+                                  order_type="CLOSEPOSITION", state="sent", note=why)
+        try:
+            self.bridge.close_position(close_id)
+        except (UserError, OSError) as err:
+            self._error(CODE_SEND_FAILED, f"could not write the CLOSEPOSITION ({why}): {err}", tns)
+            return
+        self._closing = close_id
+        self.say(f"NinjaTrader: sent CLOSEPOSITION ({why})")
 
     def replayed_to(self, tns: int) -> None:
         """The halt in force once the journal's bars up to ``tns`` are replayed (or restored from a snapshot)."""
@@ -242,6 +408,7 @@ class BrokerLink:
                                       oco_id, sent=False))
         # the broker errors already journaled: a restart's poll reports them again
         self._seen_errors = {(c or "", m) for _, c, m in self.journal.errors_at("broker")}
+        self._resend_unwritten_close(tns)
 
     def _on_event(self, ev: BridgeEvent, tns: int) -> None:
         j = self.journal
@@ -250,8 +417,8 @@ class BrokerLink:
             if j.order(ev.order_id) is None:
                 self._error(CODE_UNKNOWN_ORDER, f"NinjaTrader filled {ev.order_id}, an order not in the journal", tns)
                 return
-            j.record_fill(ev.order_id, ev.new_qty, ev.avg_price, tns, fill_id=f"{ev.order_id}:broker:{ev.filled_qty}",
-                          source="broker")
+            j.record_fill(ev.order_id, ev.new_qty, ev.price or ev.avg_price, tns,
+                          fill_id=f"{ev.order_id}:broker:{ev.filled_qty}", source="broker")
             if child and ev.state == "FILLED":
                 j.update_order_state(ev.order_id, "filled")
         elif ev.kind == "REJECTED":
@@ -263,9 +430,12 @@ class BrokerLink:
             j.update_order_state(ev.order_id, "cancelled")
         elif ev.kind == "NO_ACK":
             self._error(CODE_NO_ACK, ev.message, tns)
-        elif ev.kind == "UNPROTECTED":
-            if self._error(CODE_UNPROTECTED, ev.message, tns):
-                self._halt(CODE_UNPROTECTED, f"{ev.message}: no new entries", tns)
+        elif ev.kind in _HALTING:
+            if ev.kind == "WITHDRAWN" and ev.state == "WITHDRAWN" and j.order(ev.order_id) is not None:
+                j.update_order_state(ev.order_id, "withdrawn", note=ev.message)
+            if self._error(_HALTING[ev.kind], ev.message, tns):
+                self._halt(_HALTING[ev.kind], f"{ev.message}: no new entries (check NinjaTrader's Orders and "
+                           "Positions tabs)", tns)
         elif ev.kind == "POSITION" and ev.state == "FLAT" and self._closing is not None:
             if j.order(self._closing) is not None:
                 j.update_order_state(self._closing, "filled", note="NinjaTrader's position is flat (the ATI "

@@ -47,6 +47,7 @@ each decision (a disagreement or a rejection halts new entries, with a reason co
 from __future__ import annotations
 
 import math
+import threading
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -72,7 +73,7 @@ from hybrid_trader.live.executor_parts import ExecutorSummary, LiveArrays, run_b
 from hybrid_trader.live.features import IncrementalFeatures
 from hybrid_trader.live.feeds import CODE_FUTURE, CODE_HISTORY, CODE_LATE, Bar, BarGate, Rejection
 from hybrid_trader.live.journal import MANUAL_EXIT, Journal
-from hybrid_trader.live.ninjatrader import NinjaTraderBridge, order_id
+from hybrid_trader.live.ninjatrader import NinjaTraderBridge, order_id, order_tag
 from hybrid_trader.live.policy_cache import executor_policy
 from hybrid_trader.live.snapshot import Snapshots, run_identity
 from hybrid_trader.markets import get_contract
@@ -158,7 +159,9 @@ class Executor(CoreViews):
         self.window = window_minutes(cfg, self.account)
         self.policy = self._policy(llm, llm_budget_ms, llm_overrides, calibrate)
         self.link = None if bridge is None else BrokerLink(bridge, self.journal, self.broker, self.contract.tick_size,
-                                                           mismatch_bars=mismatch_bars, say=self.say)
+                                                           mismatch_bars=mismatch_bars, say=self.say,
+                                                           max_contracts=self.rules.max_contracts
+                                                           * (10 if self.contract.is_micro else 1))
         self.features: IncrementalFeatures | None = None
         self.gate: BarGate | None = None
         self.summary = ExecutorSummary()
@@ -194,8 +197,16 @@ class Executor(CoreViews):
         self._clock = EasternClock()
         self._last_seen_ns: int | None = None
         """The latest bar time the feed gave (the snapshot's skipped bars included)."""
+        self.lock = threading.RLock()
+        """Held by each bar and by the flat guard's actions (``live.deadline``): they never interleave, and the
+        journal's one connection is used by one thread at a time."""
         self.identity = run_identity(self)
         self._stops = self._claim_journal(owned)
+        self.order_tag = self.run_tag if bridge is None else order_tag(self.run_tag, self.journal.run_id(),
+                                                                        bridge.account)
+        """What the order ids start with: with NinjaTrader the account, the journal's run id and the run tag
+        (``ninjatrader.order_tag``: unique per account and run there); paper orders never leave the journal, so the
+        run tag alone."""
         self.snapshots = Snapshots(self)  # the journal's latest snapshot, restored when it fits (live.snapshot)
         self.snapshots.restore()
         if self.gate is not None:  # a restored gate judges late bars by this command's --max-bar-age
@@ -244,9 +255,10 @@ class Executor(CoreViews):
             self.on_bar(bar)
             if on_bar is not None:
                 on_bar(self)
-        self._check_feed_end()
-        self.journal.commit()
-        self._finish_summary()
+        with self.lock:
+            self._check_feed_end()
+            self.journal.commit()
+            self._finish_summary()
         return self.summary
 
     def _check_feed_end(self) -> None:
@@ -266,7 +278,12 @@ class Executor(CoreViews):
         self._check_recovery()
 
     def on_bar(self, bar: Bar) -> None:
-        """One arriving bar: gate, features, and inside a traded window the decision and its orders."""
+        """One arriving bar: gate, features, and inside a traded window the decision and its orders (under
+        :attr:`lock`: the flat guard's thread never acts mid-bar)."""
+        with self.lock:
+            self._on_bar(bar)
+
+    def _on_bar(self, bar: Bar) -> None:
         arrived = time.perf_counter()
         self._saw(bar.time_ns)
         if self.snapshots.skip(bar):  # a bar the restored snapshot holds
@@ -498,7 +515,7 @@ class Executor(CoreViews):
         """The decision (probabilities, reason codes: ``veto:<code>``, ``account:<status>``,
         ``window:after_last_entry``) and the entry order it makes."""
         if self._pending:
-            oid = order_id(self.run_tag, utc(tns), "entry")
+            oid = order_id(self.order_tag, utc(tns), "entry")
             self.journal.record_order(oid, tns, "entry", "BUY" if self._pending > 0 else "SELL",
                                       self.broker.qty, state="sent")
             self._entry_id = oid
@@ -550,7 +567,7 @@ class Executor(CoreViews):
             self.journal.update_order_state(self._entry_id, "filled")
             self._entry_id = None
         for trade in new:
-            oid = order_id(self.run_tag, utc(tns), f"exit-{trade.exit_reason}")
+            oid = order_id(self.order_tag, utc(tns), f"exit-{trade.exit_reason}")
             self.journal.record_order(oid, tns, "exit", "SELL" if trade.side > 0 else "BUY", trade.contracts,
                                       state="filled", note=trade.exit_reason)
             self.journal.record_fill(oid, trade.contracts, trade.exit_price, tns, fill_id=oid)
@@ -587,22 +604,59 @@ class Executor(CoreViews):
 
     # ------------------------------------------------------------------ the end
     def stop(self, on_exit: OnExit) -> None:
-        """Stop early (Ctrl-C): ``flatten`` closes an open position at the last close; ``protect`` keeps it. The stop
-        is journaled (an ``errors`` row of location ``stop``) so that a restart's replay makes it again."""
-        self.summary.interrupted = True
-        if not self._recovery_checked:  # still replaying: the journal holds more than the state rebuilt so far
-            self.notes.append("stopped while replaying the journal's bars: nothing written, the journal is as it was")
+        """Stop early (Ctrl-C, SIGTERM): ``flatten`` closes an open position at the last close (with NinjaTrader:
+        until its position file reads FLAT, else a halt); ``protect`` keeps it. The stop is journaled (an ``errors``
+        row of location ``stop``) so that a restart's replay makes it again."""
+        with self.lock:
+            self.summary.interrupted = True
+            if not self._recovery_checked:  # still replaying: the journal holds more than the state rebuilt so far
+                self.notes.append("stopped while replaying the journal's bars: nothing written, the journal is as it "
+                                  "was")
+                self._finish_summary()
+                return
+            self._journal_stop(on_exit, f"stopped (--on-exit {on_exit})")
+            if on_exit == "flatten":
+                self._make_flat()
             self._finish_summary()
-            return
+
+    def holds_position(self) -> bool:
+        """Whether anything is open: the paper position, an entry not yet filled, or NinjaTrader's last position."""
+        return bool(self.broker.side) or self._entry_id is not None or (
+            self.link is not None and self.link.broker_position != 0)
+
+    def flatten(self, code: str, why: str) -> bool:
+        """Flatten now, whatever the bar (the flat guard: ``live.deadline``, code ``flat:*``): the stop path of
+        ``--on-exit flatten`` (journaled as a stop, made again by a restart's replay), a ``flat`` row with the
+        reason code, and with NinjaTrader CLOSEPOSITION until FLAT. False when nothing was open (or the journal
+        is still being replayed)."""
+        with self.lock:
+            if not self._recovery_checked or not self.arrays.time_ns or not self.holds_position():
+                return False
+            last = self.arrays.time_ns[-1]
+            self.journal.record_error("flat", f"flattened: {why}", last, code=code)
+            self.say(f"FLATTEN [{code}]: {why}")
+            self._journal_stop("flatten", f"flattened ({code})")
+            self._make_flat()
+            self._finish_summary()
+            return True
+
+    def _journal_stop(self, on_exit: str, what: str) -> None:
+        """The stop applied and journaled after the last bar, committed, then its orders written (the journal
+        first, then NinjaTrader: CLOSEPOSITION for flatten)."""
         self._apply_stop(on_exit)
         if self.arrays.time_ns:
             last = self.arrays.time_ns[-1]
-            self.journal.record_error("stop", f"stopped (--on-exit {on_exit}) after the bar at "
-                                      f"{utc(last).tz_convert(EASTERN)}", last, code=f"stop:{on_exit}")
+            self.journal.record_error("stop", f"{what} after the bar at {utc(last).tz_convert(EASTERN)}", last,
+                                      code=f"stop:{on_exit}")
         self.journal.commit()
-        if self.link is not None:  # the journal first, then NinjaTrader (CLOSEPOSITION for flatten)
+        if self.link is not None:
             self.link.flush(live=True)
-        self._finish_summary()
+
+    def _make_flat(self) -> None:
+        """With NinjaTrader: its position made FLAT (CLOSEPOSITION re-sent until it is), else a loud halt."""
+        if self.link is not None and self.arrays.time_ns:
+            self.link.make_flat(self.arrays.time_ns[-1])
+            self.journal.commit()
 
     def _apply_stop(self, on_exit: str) -> None:
         """What a stop does to the state and the journal: the pending entry cancelled, and with ``flatten`` an open
@@ -629,11 +683,13 @@ class Executor(CoreViews):
             notice = self.policy.advisor.health.rl_only_notice()
             if notice and notice not in self.notes:
                 self.notes.append(notice)
-        if self.link is not None and self.link.halted:
+        halted = f"new entries halted ({self.link.halted}): see the journal's errors table" if self.link else ""
+        if self.link is not None and self.link.halted and halted not in self.notes:
             s.halted = self.link.halted
-            self.notes.append(f"new entries halted ({self.link.halted}): see the journal's errors table")
-        if self.account.status is AccountStatus.BREACHED:
-            self.notes.append("the account breached its trailing threshold: trading halted")
+            self.notes.append(halted)
+        breached = "the account breached its trailing threshold: trading halted"
+        if self.account.status is AccountStatus.BREACHED and breached not in self.notes:
+            self.notes.append(breached)
         note = consistency_note(self.account)
         if note and note not in self.notes:
             self.notes.append(note)

@@ -32,6 +32,7 @@ import json
 import math
 import sqlite3
 import time
+import uuid
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -53,12 +54,17 @@ read as they are; any other version is refused."""
 IDENTITY_CHECKED = ("run_tag", "model", "config", "market")
 """The identity fields a journal is refused on (``run``, the run folder, is recorded and named, not compared: a moved
 folder is the same run)."""
+RUN_ID = "run_id"
+"""The identity field the journal itself draws on first use (8 hex digits): it goes into every order id, so that a
+re-run on a new journal never collides with an earlier one's orders, while a restart on this journal makes the same
+ids. A journal that already held orders before journals drew one keeps ``""`` (its orders keep their old ids)."""
 FILL_SOURCES = ("paper", "broker")
 """``paper``: the executor's own broker (the decisions); ``broker``: a fill NinjaTrader reported."""
 
-ORDER_STATES = ("new", "sent", "accepted", "partially_filled", "filled", "cancelled", "rejected")
-"""``new``: decided and journaled, not yet handed to the broker; ``sent``: handed over."""
-TERMINAL_STATES = frozenset({"filled", "cancelled", "rejected"})
+ORDER_STATES = ("new", "sent", "accepted", "partially_filled", "filled", "cancelled", "rejected", "withdrawn")
+"""``new``: decided and journaled, not yet handed to the broker; ``sent``: handed over; ``withdrawn``: its order file
+was taken back out of NinjaTrader's ``incoming/`` unread (``--nt-ack-timeout``)."""
+TERMINAL_STATES = frozenset({"filled", "cancelled", "rejected", "withdrawn"})
 SIDES = ("BUY", "SELL")
 
 _SCHEMA = """
@@ -196,7 +202,8 @@ class Journal:
         self._closed = False
         self._lock: FolderLock | None = None
         try:
-            self._db = sqlite3.connect(str(self.path), isolation_level=None, timeout=30.0)
+            self._db = sqlite3.connect(str(self.path), isolation_level=None, timeout=30.0,
+                                       check_same_thread=False)  # the flat guard's thread, under the executor's lock
         except sqlite3.Error as err:
             raise self._error(err, "open") from None
         try:
@@ -263,6 +270,12 @@ class Journal:
         """The run this journal belongs to (``{}`` before :meth:`claim`)."""
         return dict(self._db.execute("SELECT key, value FROM identity").fetchall())
 
+    def run_id(self) -> str:
+        """The id this journal drew when first claimed (:data:`RUN_ID`; ``""`` before :meth:`claim`, or for a journal
+        that held orders before journals drew one)."""
+        row = self._db.execute("SELECT value FROM identity WHERE key = ?", (RUN_ID,)).fetchone()
+        return "" if row is None else str(row[0])
+
     def claim(self, identity: Mapping[str, str]) -> str:
         """Make the journal ``identity``'s (the run ``run``, its order tag ``run_tag``, ``model``, ``config`` and
         ``market`` hashes or names), before any row is written: recorded on first use; a journal of another run
@@ -271,6 +284,7 @@ class Journal:
         ident = {k: str(v) for k, v in identity.items()}
         with self._tx() as db:
             have = dict(db.execute("SELECT key, value FROM identity").fetchall())
+            ordered = db.execute("SELECT 1 FROM orders LIMIT 1").fetchone() is not None
             if have:
                 differ = [k for k in IDENTITY_CHECKED if have.get(k) != ident.get(k)]
                 if differ:
@@ -279,8 +293,12 @@ class Journal:
                         f"{ident.get('run')} (order tag {ident.get('run_tag')}): their {', '.join(differ)} differ",
                         file=str(self.path),
                         fix="use a new --journal file for this run (the other run's journal is left as it was)")
+                if RUN_ID not in have:  # claimed before journals drew a run id
+                    db.execute("INSERT INTO identity (key, value) VALUES (?, ?)",
+                               (RUN_ID, "" if ordered else uuid.uuid4().hex[:8]))
                 return ""
             written = any(db.execute(f"SELECT 1 FROM {t} LIMIT 1").fetchone() for t in TABLES)
+            ident[RUN_ID] = "" if ordered else uuid.uuid4().hex[:8]
             db.executemany("INSERT INTO identity (key, value) VALUES (?, ?)", sorted(ident.items()))
         if written:
             return (f"the journal {self.path} was written before journals recorded their run: it now belongs to "

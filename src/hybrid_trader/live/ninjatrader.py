@@ -39,6 +39,7 @@ from hybrid_trader.live.ati import (
     close_position_line,
     is_oif_name,
     order_state_names,
+    parse_connection,
     parse_order_state,
     parse_position,
     place_line,
@@ -46,7 +47,7 @@ from hybrid_trader.live.ati import (
     write_atomic,
 )
 
-EventKind = Literal["FILL", "REJECTED", "CANCELLED", "NO_ACK", "POSITION", "UNPROTECTED"]
+EventKind = Literal["FILL", "REJECTED", "CANCELLED", "UNKNOWN", "NO_ACK", "WITHDRAWN", "POSITION", "UNPROTECTED"]
 
 
 def order_id(run_tag: str, bar_time: datetime | str, intent: str) -> str:
@@ -70,6 +71,16 @@ def order_id(run_tag: str, bar_time: datetime | str, intent: str) -> str:
         digest = hashlib.sha256(raw.encode()).hexdigest()[:12]
         text = f"{text[:47].rstrip('-')}-{digest}"
     return check_order_id(text)
+
+
+def order_tag(run_tag: str, run_id: str, account: str | None = None) -> str:
+    """What a run's order ids start with: ``<account>-<run id>-<run tag>``, so that another account's orders and a
+    re-run's (a new journal draws a new ``run_id``) never share an id with this run's, while a restart on the same
+    journal makes the same ids. Without a ``run_id`` (a journal that held orders before journals drew one) the run
+    tag alone, as those orders were named."""
+    if not run_id:
+        return run_tag
+    return "-".join(part for part in (account, run_id, run_tag) if part)
 
 
 @dataclass(frozen=True)
@@ -109,12 +120,19 @@ class BridgeEvent:
     avg_price: float = 0.0
     new_qty: int = 0
     """FILL: contracts filled since the previous poll."""
+    price: float = 0.0
+    """FILL: the price of those ``new_qty`` contracts (from the change of the file's cumulative average), not the
+    average of the whole order."""
     message: str = ""
 
     def error(self) -> UserError:
         """This event as a UserError (REJECTED, NO_ACK); raise it where a refusal must stop the run."""
         return UserError(self.message or f"order {self.order_id}: {self.kind}", value=self.order_id,
                          fix="read NinjaTrader's Control Center > Log tab: the ATI files do not carry the reason")
+
+
+class PositionLost(UserError):
+    """The position file this bridge had read has gone: the position is unknown, not flat."""
 
 
 @dataclass
@@ -132,7 +150,11 @@ class NinjaTraderBridge:
     ``nt_dir`` is NinjaTrader's user folder (``Documents\\NinjaTrader 8`` on Windows), holding
     ``incoming/`` and ``outgoing/``. ``ack_timeout_s``: an order with no state file after
     this long is reported once as NO_ACK (a line NinjaTrader could not parse leaves no
-    file, only a log line). ``flatten_if_unprotected``: a stop that NinjaTrader rejects
+    file, only a log line), and its order file, if still unread in ``incoming/``, is
+    withdrawn (deleted: WITHDRAWN), so that a NinjaTrader that comes back does not act on a
+    stale decision. ``connection``: the connection's name in NinjaTrader's Connection
+    Manager, whose state file ``<connection>.txt`` :meth:`connection_state` reads (None:
+    not read). ``flatten_if_unprotected``: a stop that NinjaTrader rejects
     or cancels while its entry holds a position makes the bridge close the position.
     """
 
@@ -144,6 +166,7 @@ class NinjaTraderBridge:
     read_retries: int = 2
     retry_delay_s: float = 0.05
     flatten_if_unprotected: bool = True
+    connection: str | None = None
     clock: Callable[[], float] = time.monotonic
     sleep: Callable[[float], None] = time.sleep
     incoming: Path = field(init=False)
@@ -152,6 +175,8 @@ class NinjaTraderBridge:
     _brackets: dict[str, Bracket] = field(init=False, default_factory=dict)
     _handled: set[str] = field(init=False, default_factory=set)
     _position: BrokerPosition | None = field(init=False, default=None)
+    _position_seen: bool = field(init=False, default=False)
+    _unreported: list[BridgeEvent] = field(init=False, default_factory=list)
     _seq: itertools.count[int] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -260,6 +285,11 @@ class NinjaTraderBridge:
         lines = [close_position_line(self.account, self.instrument), cancel_line(stop_id), cancel_line(target_id)]
         return self._send(f"{order_id}-close", lines)
 
+    def close_position(self, tag: str) -> Path:
+        """Flatten the account's position in the instrument (CLOSEPOSITION alone, which also cancels its working
+        orders): for a position no entry of this run accounts for, or one whose state is unknown."""
+        return self._send(f"{check_order_id(tag)}-close", [close_position_line(self.account, self.instrument)])
+
     def cancel(self, order_id: str) -> Path:
         """Cancel one order; an entry's cancel also cancels its bracket.
 
@@ -343,11 +373,30 @@ class NinjaTraderBridge:
         names = [p for p in self._listing(self.outgoing)
                  if p.is_file() and position_file_matches(p.name, self.account, self.instrument)]
         if not names:
+            if self._position_seen:  # NinjaTrader restarted (it empties outgoing/) or the file was removed
+                raise PositionLost(f"NinjaTrader's position file for {self.instrument} in {self.account} has "
+                                f"disappeared from {self.outgoing}: NinjaTrader restarted (it empties outgoing\\) or "
+                                "the file was removed, so the position is unknown, not flat",
+                                file=str(self.outgoing),
+                                fix="check NinjaTrader's Positions tab, flatten by hand if needed, then restart "
+                                    "with the same --journal")
             return FLAT
         path = max(names, key=lambda p: p.stat().st_mtime_ns)
         result = self._read_parsed(path, lambda text: parse_position(path, text))
         assert result is None or isinstance(result, BrokerPosition)
+        if result is not None:
+            self._position_seen = True
         return result or FLAT
+
+    def connection_state(self) -> str | None:
+        """``CONNECTED`` or ``DISCONNECTED`` from ``outgoing/<connection>.txt`` (written on each change of the
+        connection's state); None when no ``connection`` is named or NinjaTrader has written no such file."""
+        if not self.connection:
+            return None
+        path = self.outgoing / f"{self.connection}.txt"
+        result = self._read_parsed(path, lambda text: parse_connection(path, text))
+        assert result is None or isinstance(result, str)
+        return result
 
     def was_sent(self, order_id: str) -> bool:
         """Whether an order with this id reached NinjaTrader (a state file) or waits for it (an OIF in incoming/)."""
@@ -390,26 +439,53 @@ class NinjaTraderBridge:
         and (``flatten_if_unprotected``) a stop that is rejected or cancelled while its
         entry holds contracts closes the position.
         """
-        events: list[BridgeEvent] = []
-        for oid, tracked in self._tracked.items():
-            if tracked.last is not None and tracked.last.is_terminal:
-                continue  # filled, cancelled or rejected: its file will not change
-            state = self.order_state(oid)
-            if state is None:
-                if not tracked.acked and not tracked.no_ack_reported \
-                        and self.clock() - tracked.sent_at >= self.ack_timeout_s:
-                    tracked.no_ack_reported = True
-                    events.append(BridgeEvent("NO_ACK", oid, message=self._no_ack_message(oid)))
-                continue
-            tracked.acked = True
-            events += _changes(oid, tracked.last, state)
-            tracked.last = state
-        events += self._protect()
-        position = self.position()
+        events, self._unreported = self._unreported, []
+        try:
+            for oid, tracked in self._tracked.items():
+                if tracked.last is not None and tracked.last.is_terminal:
+                    continue  # filled, cancelled, rejected or unknown: its file will not change
+                state = self.order_state(oid)
+                if state is None:
+                    if not tracked.acked and not tracked.no_ack_reported \
+                            and self.clock() - tracked.sent_at >= self.ack_timeout_s:
+                        tracked.no_ack_reported = True
+                        events.append(BridgeEvent("NO_ACK", oid, message=self._no_ack_message(oid)))
+                        events += self._withdraw(oid)
+                    continue
+                tracked.acked = True
+                events += _changes(oid, tracked.last, state)
+                tracked.last = state
+            events += self._protect()
+            position = self.position()
+        except UserError:
+            self._unreported = events  # the next poll reports them: a fill is never lost to an unreadable file
+            raise
         if position != self._position:
             self._position = position
             events.append(BridgeEvent("POSITION", self.instrument, position.side, position.qty, position.avg_price))
         return events
+
+    def _withdraw(self, oid: str) -> list[BridgeEvent]:
+        """Delete ``oid``'s order file if NinjaTrader has still not read it (stale: it must not act on it later)."""
+        pending = self._pending_oif(oid)
+        if pending is None:
+            return []
+        try:
+            pending.unlink()
+        except FileNotFoundError:
+            return []  # NinjaTrader took it at this instant: its state file will follow
+        except OSError as err:  # locked by NinjaTrader reading it
+            return [BridgeEvent("WITHDRAWN", oid, state="FAILED", message=(
+                f"order {oid}: could not withdraw {pending} ({err.strerror or err}): NinjaTrader may still act on it"))]
+        withdrawn = [i for i in self._tracked if i == oid or i.startswith(f"{oid}-")] if oid in self._brackets \
+            else [oid]
+        for i in withdrawn:  # the file's other orders (a bracket's stop and target) went with it
+            self._tracked[i].no_ack_reported = True
+            self._tracked[i].last = OrderState(i, "WITHDRAWN", 0, 0.0, pending)
+        return [BridgeEvent("WITHDRAWN", i, state="WITHDRAWN", message=(
+            f"order {i}: its file {pending.name} was still unread in incoming/ after {self.ack_timeout_s:g}s "
+            "(NinjaTrader is not reading it: is it running, with the AT Interface enabled?): withdrawn"))
+            for i in withdrawn]
 
     def _no_ack_message(self, oid: str) -> str:
         pending = self._pending_oif(oid)
@@ -479,9 +555,15 @@ def _changes(oid: str, before: OrderState | None, now: OrderState) -> list[Bridg
     events: list[BridgeEvent] = []
     filled_before = before.filled_qty if before else 0
     if now.filled_qty > filled_before:
-        events.append(BridgeEvent("FILL", oid, now.state, now.filled_qty, now.avg_price,
-                                  new_qty=now.filled_qty - filled_before))
+        new_qty = now.filled_qty - filled_before
+        cost_before = before.filled_qty * before.avg_price if before else 0.0
+        price = round((now.filled_qty * now.avg_price - cost_before) / new_qty, 9)  # these contracts' own price
+        events.append(BridgeEvent("FILL", oid, now.state, now.filled_qty, now.avg_price, new_qty=new_qty,
+                                  price=price))
     changed = before is None or before.state != now.state
+    if changed and now.state == "UNKNOWN":
+        events.append(BridgeEvent("UNKNOWN", oid, now.state, now.filled_qty, now.avg_price, message=(
+            f"NinjaTrader reports order {oid} in state UNKNOWN ({now.file}): it will not report on it again")))
     if changed and now.state == "REJECTED":
         events.append(BridgeEvent("REJECTED", oid, now.state, now.filled_qty, now.avg_price,
                                   message=f"NinjaTrader rejected order {oid} ({now.file})"))

@@ -119,11 +119,28 @@ def advice_identity(config: LLMConfig, retrieval: dict | None = None, raw: bool 
     return parts
 
 
+PLACEBO_KIND = "shuffled"
+"""The placebo advisor: a teacher's own answers permuted across states (``advise.placebo``)."""
+
+
+def placebo_identity(teacher: dict, seed: int) -> dict[str, str]:
+    """The advice identity of a teacher's answers shuffled with ``seed``: it names the teacher and the seed.
+
+    ``model`` is ``shuffled:<teacher's model>``, the prompt parts are the teacher's (the rendered
+    contexts stay with their states), ``teacher`` the teacher's ``hash`` and ``seed`` the
+    permutation's seed; ``hash`` over them all, so another teacher or seed is another dataset.
+    """
+    parts = {k: str(v) for k, v in teacher.items() if k not in ("hash", "teacher", "seed")}
+    parts.update(model=f"{PLACEBO_KIND}:{teacher.get('model')}", teacher=str(teacher.get("hash")), seed=str(int(seed)))
+    parts["hash"] = _short(parts)
+    return parts
+
+
 def check_same_advice(stored: dict, current: dict, *, file: str, fix: str) -> None:
     """Refuse advice built with another model or prompt, naming both hashes and the parts that differ."""
     if stored.get("hash") == current.get("hash"):
         return
-    parts = ("model", "mode", "template", "prompt", "answer", "retrieval", "calibration")
+    parts = ("model", "mode", "template", "prompt", "answer", "retrieval", "calibration", "teacher", "seed")
     differ = [f"{k} {stored.get(k)!r} vs {current.get(k)!r}" for k in parts if stored.get(k) != current.get(k)]
     raise UserError(
         f"the advice was built with another model or prompt: dataset {stored.get('hash')} vs "

@@ -41,11 +41,12 @@ def save_model(run: RunDir, model: Any, path: Path, vec: VecNormalize | None = N
     run.manifest.record(written)
 
 
-def load_model(run: RunDir, path: Path, **kwargs: Any) -> Any:
-    """``MaskablePPO.load(path)`` after checking the file; a damaged file is a UserError naming it."""
+def load_model(run: RunDir, path: Path, algo: Any = MaskablePPO, **kwargs: Any) -> Any:
+    """``algo.load(path)`` (``MaskablePPO`` or a subclass) after checking the file; a damaged file is a UserError
+    naming it."""
     run.verified(path, fix=damaged_fix(run, path))
     try:
-        return MaskablePPO.load(path, **kwargs)
+        return algo.load(path, **kwargs)
     except (zipfile.BadZipFile, EOFError, KeyError, ValueError, RuntimeError, pickle.UnpicklingError, OSError) as err:
         raise UserError(f"model file cannot be read ({type(err).__name__}: {err})", file=str(path),
                         fix=damaged_fix(run, path)) from None

@@ -22,7 +22,8 @@ One training run owns one folder (``hybrid-trader train --out RUN_DIR``)::
     RUN_DIR/eval/ablation.json   phase 3: hybrid vs RL-only on the test split
     RUN_DIR/advice/<split>/      the LLM's advice on visited states, Parquet chunks (``run.advice_dataset``;
                                  advise collect, a phase 3 teacher); advice/student.pt and
-                                 advice/student_metrics.json: advise distill
+                                 advice/student_metrics.json: advise distill; advice/placebo.json: a
+                                 placebo's teacher, seed and permutation (advise shuffle)
     RUN_DIR/llm_adapter/         llm finetune: the LoRA adapter, its metadata and checkpoints/
     RUN_DIR/llm_eval/<split>.json  llm eval: base vs fine-tuned against hindsight labels
 
@@ -87,6 +88,8 @@ STUDENT = "student.pt"
 """In ``advice/``: the distilled student (``advise distill``)."""
 STUDENT_METRICS = "student_metrics.json"
 """In ``advice/``: the student's fidelity on held-out days."""
+PLACEBO = "placebo.json"
+"""In ``advice/`` of a placebo dataset: its teacher, seed and permutation (``advise shuffle``)."""
 ADAPTER = "llm_adapter"
 """The LoRA adapter of ``llm finetune`` (peft files, metadata, ``checkpoints/``)."""
 CALIBRATION = "llm_calibration.json"

@@ -73,7 +73,10 @@ class TradingMetricsCallback(BaseCallback):
         self.total_episodes = 0
 
     def _on_step(self) -> bool:
-        for info, done in zip(self.locals["infos"], self.locals["dones"]):
+        dones = self.locals["dones"]
+        if not dones.any():  # most steps: no episode ended
+            return True
+        for info, done in zip(self.locals["infos"], dones):
             if done and "trades" in info:
                 trades = info["trades"]
                 wins = sum(1 for t in trades if t.net_pnl > 0)
@@ -209,26 +212,46 @@ class TimingCallback(BaseCallback):
         self.seconds: dict[str, float] = {}
         """Seconds per segment, inclusive of what the wrapped methods call."""
         self._restore: list[Callable[[], None]] = []
+        self._depth: dict[str, int] = {}
+
+    def _timed(self, original: Callable[..., Any], segment: str) -> Callable[..., Any]:
+        """``original`` adding its wall time to ``segment``; a call inside another of the same segment is not
+        counted twice."""
+        seconds = self.seconds
+        seconds.setdefault(segment, 0.0)
+        depth = self._depth
+        depth.setdefault(segment, 0)
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            if depth[segment]:
+                return original(*args, **kwargs)
+            depth[segment] = 1
+            t0 = time.perf_counter()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                seconds[segment] += time.perf_counter() - t0
+                depth[segment] = 0
+
+        return timed
 
     def _wrap(self, owner: Any, attr: str, segment: str) -> None:
         original = getattr(owner, attr)
         current = owner.__dict__.get(attr)
         # whether the method was an instance attribute before any timer wrapped it (the advisor's advise_into)
         base_own = getattr(current, "timing_base_own", current is not None)
-        seconds = self.seconds
-        seconds.setdefault(segment, 0.0)
-
-        def timed(*args: Any, **kwargs: Any) -> Any:
-            t0 = time.perf_counter()
-            try:
-                return original(*args, **kwargs)
-            finally:
-                seconds[segment] += time.perf_counter() - t0
-
-        timed.timing_original = original  # type: ignore[attr-defined]
-        timed.timing_base_own = base_own  # type: ignore[attr-defined]
+        timed: Any = self._timed(original, segment)
+        timed.timing_original = original
+        timed.timing_base_own = base_own
         object.__setattr__(owner, attr, timed)  # past nn.Module.__setattr__ for the policy
         self._restore.append(lambda: _unwrap(owner, attr))
+
+    def _patch(self, owner: Any, attr: str, segment: str) -> None:
+        """Time a class's method or a module's function (``torch.Tensor.backward``) for the length of one ``learn``."""
+        own = attr in vars(owner)
+        original = vars(owner)[attr] if own else getattr(owner, attr)
+        setattr(owner, attr, self._timed(getattr(owner, attr), segment))
+        self._restore.append(lambda: setattr(owner, attr, original) if own else delattr(owner, attr))
 
     def _on_training_end(self) -> None:
         for restore in reversed(self._restore):

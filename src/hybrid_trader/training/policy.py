@@ -117,11 +117,24 @@ class HybridMaskablePolicy(MaskableActorCriticPolicy):
                 th.as_tensor(action_masks, device=obs.device).bool().reshape(-1, N_ACTIONS)
             object.__setattr__(self, "_masks", masks)
 
+    lean_rollout = True
+    """``forward`` is SB3's between :meth:`before_decision` and :meth:`after_decision` (so
+    ``training.lean_ppo.LeanForward`` may run the layers itself between the same hooks)."""
+
     # The three distribution paths read the observation's advice first; the distribution
     # is then built from the latent in _get_action_dist_from_latent.
     def forward(self, obs: th.Tensor, deterministic: bool = False, action_masks: np.ndarray | None = None):
-        self._read_advice(obs, action_masks)
+        self.before_decision(obs, action_masks)
         out = super().forward(obs, deterministic, action_masks)
+        self.after_decision(action_masks)
+        return out
+
+    def before_decision(self, obs: th.Tensor, action_masks: Any = None) -> None:
+        """Before a rollout decision: the observation's advice (and the legal actions) for the prior."""
+        self._read_advice(obs, action_masks)
+
+    def after_decision(self, action_masks: Any = None) -> None:
+        """After a rollout decision: its records (``decision_log``, ``last_decision``)."""
         log = self.decision_log
         if log is not None:
             log.append((self.last_rl_logits, self.last_trust))  # type: ignore[arg-type]  # set just now
@@ -130,7 +143,6 @@ class HybridMaskablePolicy(MaskableActorCriticPolicy):
             assert rl_logits is not None  # set by _get_action_dist_from_latent just now
             masks = None if action_masks is None else np.asarray(action_masks, dtype=bool).reshape(rl_logits.shape)
             object.__setattr__(self, "last_decision", RolloutDecision(rl_logits, masks, self.last_trust))
-        return out
 
     def evaluate_actions(self, obs: th.Tensor, actions: th.Tensor, action_masks: th.Tensor | None = None):
         self._read_advice(obs, action_masks)
