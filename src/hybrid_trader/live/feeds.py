@@ -35,7 +35,8 @@ import pandas as pd
 from hybrid_trader.calendar import EASTERN
 from hybrid_trader.data.bars import Bars
 from hybrid_trader.data.checks import CHECKS, COLUMNS, PRICES, Check, Rows
-from hybrid_trader.data.loader import load_bars, match_columns, resolve_tz
+from hybrid_trader.data.columns import match_columns
+from hybrid_trader.data.loader import load_bars, resolve_tz
 from hybrid_trader.data.many import is_many
 from hybrid_trader.data.nt_export import NT_NAMES, NT_SEP, NT_TZ, is_nt_export, resolve_stamps, stamp_shift_ns
 from hybrid_trader.data.timestamps import parse_timestamps
