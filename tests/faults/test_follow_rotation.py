@@ -9,8 +9,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from hybrid_trader.live.bar_gate import BarGate
 from hybrid_trader.live.executor import Executor, split_dates
-from hybrid_trader.live.feeds import Bar, BarGate, FollowFeed, ReplayFeed
+from hybrid_trader.live.feeds import Bar, FollowFeed, ReplayFeed
 from hybrid_trader.live.journal import read_journal
 from tests.live.executor_run import tiny_run
 

@@ -14,7 +14,8 @@ import pytest
 
 from hybrid_trader.data import generate_bars, load_bars
 from hybrid_trader.errors import UserError
-from hybrid_trader.live.feeds import Bar, BarGate, FollowFeed, ReplayFeed, open_feed, parse_feed_spec
+from hybrid_trader.live.bar_gate import BarGate
+from hybrid_trader.live.feeds import Bar, FollowFeed, ReplayFeed, open_feed, parse_feed_spec
 from tests.conftest import shared_file as real_file
 
 ET = "America/New_York"
@@ -279,11 +280,11 @@ def test_parse_feed_spec_raises_user_error_when_spec_is_bad(tmp_path: Path, spec
      (-1.0, 101.0, -2.0, 100.0, 1.0), (100.0, 98.0, 99.0, 100.0, 1.0)],
 )
 def test_gate_row_verdict_equals_check_table_when_fast_path_taken(values: tuple, monkeypatch) -> None:
-    import hybrid_trader.live.feeds as feeds
+    import hybrid_trader.live.bar_gate as bar_gate
 
     bar = _bar("2024-01-02 09:30", *values)
     fast = BarGate(market="NQ", check_tick_grid=False).check(bar)
-    monkeypatch.setattr(feeds, "_plainly_valid", lambda bar: False)
+    monkeypatch.setattr(bar_gate, "_plainly_valid", lambda bar: False)
     table = BarGate(market="NQ", check_tick_grid=False).check(bar)
     assert (fast is None) == (table is None)
     assert fast is None or table is None or (fast.code, fast.message) == (table.code, table.message)

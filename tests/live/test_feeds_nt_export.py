@@ -9,7 +9,8 @@ import pandas as pd
 import pytest
 
 from hybrid_trader.errors import UserError
-from hybrid_trader.live.feeds import Bar, BarGate, FollowFeed, ReplayFeed
+from hybrid_trader.live.bar_gate import BarGate
+from hybrid_trader.live.feeds import Bar, FollowFeed, ReplayFeed
 from tests.data.test_nt_export import NT_SAMPLE, OURS
 
 EXPORTER = Path(__file__).resolve().parents[2] / "integrations" / "ninjatrader" / "BarExporter.cs"

@@ -67,11 +67,12 @@ from hybrid_trader.errors import UserError
 from hybrid_trader.features.names import WINDOW
 from hybrid_trader.live.account_sync import consistency_note, note_consistency
 from hybrid_trader.live.async_advice import AsyncAdvisedPolicy
+from hybrid_trader.live.bar_gate import CODE_FUTURE, CODE_HISTORY, CODE_LATE, BarGate, Rejection
 from hybrid_trader.live.broker_link import BrokerLink
 from hybrid_trader.live.clock import EasternClock
 from hybrid_trader.live.executor_parts import ExecutorSummary, LiveArrays, run_bar_minutes, split_dates, utc
 from hybrid_trader.live.features import IncrementalFeatures
-from hybrid_trader.live.feeds import CODE_FUTURE, CODE_HISTORY, CODE_LATE, Bar, BarGate, Rejection
+from hybrid_trader.live.feeds import Bar
 from hybrid_trader.live.journal import MANUAL_EXIT, Journal
 from hybrid_trader.live.ninjatrader import NinjaTraderBridge, order_id, order_tag
 from hybrid_trader.live.policy_cache import executor_policy

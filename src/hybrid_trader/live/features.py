@@ -261,7 +261,7 @@ class IncrementalFeatures:
         if self.last_time_ns is not None and time_ns <= self.last_time_ns:
             raise ValueError(f"bar at {self._eastern(time_ns)} is not after the previous bar "
                              f"({pd.Timestamp(self.last_time_ns, tz='UTC')}): "
-                             "pass bars through live.feeds.BarGate first")
+                             "pass bars through live.bar_gate.BarGate first")
         self.last_time_ns = time_ns
         wall = self._clock.wall_ns(time_ns)
         self._session(wall)

@@ -24,7 +24,7 @@ from hybrid_trader.actions import ACTION_NAMES
 from hybrid_trader.calendar import EASTERN
 from hybrid_trader.evaluation.figures import HEIGHT, WIDTH, _png  # sets the Agg backend
 from hybrid_trader.evaluation.report import _esc, _figure, _table, html_document
-from hybrid_trader.live.feeds import CODE_HISTORY, CODE_LATE
+from hybrid_trader.live.bar_gate import CODE_HISTORY, CODE_LATE
 from hybrid_trader.live.journal import read_journal
 from hybrid_trader.run.advice_dataset import RAW
 
