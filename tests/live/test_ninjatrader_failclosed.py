@@ -11,7 +11,8 @@ import pytest
 from hybrid_trader.errors import UserError
 from hybrid_trader.live.ati import position_file_matches
 from hybrid_trader.live.journal import Journal
-from hybrid_trader.live.ninjatrader import PositionLost, order_id, order_tag
+from hybrid_trader.live.ninjatrader import order_id, order_tag
+from hybrid_trader.live.nt_outgoing import PositionLost
 from tests.live.test_ninjatrader import ENTRY, bar, bridge_for, nt  # noqa: F401 (the fixture)
 
 IDENTITY = {"run": "/runs/nq", "run_tag": "nq", "model": "m", "config": "c", "market": "NQ"}

@@ -40,7 +40,8 @@ from typing import Any
 from hybrid_trader.env.broker import EXIT_BREAKEVEN, EXIT_STOP, EXIT_TARGET, EXIT_TRAIL, Broker
 from hybrid_trader.errors import UserError
 from hybrid_trader.live.journal import Journal
-from hybrid_trader.live.ninjatrader import Bracket, BridgeEvent, NinjaTraderBridge, PositionLost, bracket_ids
+from hybrid_trader.live.ninjatrader import Bracket, BridgeEvent, NinjaTraderBridge, bracket_ids
+from hybrid_trader.live.nt_outgoing import PositionLost
 
 NT_EXITS = frozenset({EXIT_STOP, EXIT_TARGET, EXIT_TRAIL, EXIT_BREAKEVEN})
 """Paper exits NinjaTrader takes with its own OCO stop or target: nothing is sent for them."""

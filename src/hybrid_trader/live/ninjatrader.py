@@ -8,7 +8,8 @@ other. The child ids are derived from the entry id (``<id>-SL``, ``<id>-TP``, OC
 ``<id>-OCO``), and every id is deterministic (:func:`order_id`), so a restarted program
 asks :meth:`NinjaTraderBridge.was_sent` and never sends the same decision twice.
 
-Protocol details and the NinjaTrader help pages they come from: :mod:`hybrid_trader.live.ati`.
+Protocol details and the NinjaTrader help pages they come from: :mod:`hybrid_trader.live.ati`; reading
+the states, position and connection files: :mod:`hybrid_trader.live.nt_outgoing`.
 Set-up for a trader: docs/NINJATRADER.md.
 """
 
@@ -27,7 +28,6 @@ from typing import Literal
 
 from hybrid_trader.errors import UserError
 from hybrid_trader.live.ati import (
-    FLAT,
     TEMP_PREFIX,
     TEMP_SUFFIX,
     BrokerPosition,
@@ -38,14 +38,10 @@ from hybrid_trader.live.ati import (
     check_order_id,
     close_position_line,
     is_oif_name,
-    order_state_names,
-    parse_connection,
-    parse_order_state,
-    parse_position,
     place_line,
-    position_file_matches,
     write_atomic,
 )
+from hybrid_trader.live.nt_outgoing import OutgoingReader
 
 EventKind = Literal["FILL", "REJECTED", "CANCELLED", "UNKNOWN", "NO_ACK", "WITHDRAWN", "POSITION", "UNPROTECTED"]
 
@@ -131,9 +127,6 @@ class BridgeEvent:
                          fix="read NinjaTrader's Control Center > Log tab: the ATI files do not carry the reason")
 
 
-class PositionLost(UserError):
-    """The position file this bridge had read has gone: the position is unknown, not flat."""
-
 
 @dataclass
 class _Tracked:
@@ -144,7 +137,7 @@ class _Tracked:
 
 
 @dataclass
-class NinjaTraderBridge:
+class NinjaTraderBridge(OutgoingReader):
     """Places, changes, cancels and reads orders of one account and instrument through NinjaTrader's ATI files.
 
     ``nt_dir`` is NinjaTrader's user folder (``Documents\\NinjaTrader 8`` on Windows), holding
@@ -314,90 +307,6 @@ class NinjaTraderBridge:
         _, target_id, _ = bracket_ids(order_id)
         return self._send(f"{target_id}-change", [change_line(target_id, limit_price=target_price)])
 
-    # --- reading --------------------------------------------------------------------------------------------
-
-    def _read(self, path: Path) -> str | None:
-        try:
-            return path.read_text(encoding="utf-8-sig", errors="replace")
-        except FileNotFoundError:
-            return None
-        except OSError as err:
-            raise _cannot_read(path, "NinjaTrader's file", err) from None
-
-    def _read_parsed(self, path: Path, parse: Callable[[str], object]) -> object | None:
-        """Read and parse, re-reading a few times: NinjaTrader may be rewriting the file at that instant."""
-        for attempt in range(self.read_retries + 1):
-            text = self._read(path)
-            if text is None:
-                return None
-            try:
-                return parse(text)
-            except UserError:
-                if attempt == self.read_retries:
-                    raise
-                self.sleep(self.retry_delay_s)
-        return None  # pragma: no cover - the loop returns or raises
-
-    def _state_file(self, order_id: str) -> Path | None:
-        found = [p for p in (self.outgoing / n for n in order_state_names(order_id, self.account)) if p.is_file()]
-        if not found:
-            return None
-        return max(found, key=lambda p: p.stat().st_mtime_ns)
-
-    def order_state(self, order_id: str) -> OrderState | None:
-        """The order's state from outgoing/, or None while NinjaTrader has written none."""
-        check_order_id(order_id)
-        path = self._state_file(order_id)
-        if path is None:
-            return None
-        result = self._read_parsed(path, lambda text: parse_order_state(path, text, order_id))
-        assert result is None or isinstance(result, OrderState)
-        return result
-
-    def _listing(self, folder: Path) -> list[Path]:
-        """The entries of incoming/ or outgoing/; a folder that has gone (removed, renamed, its drive unmounted
-        mid-run) is a UserError saying so, not a write error."""
-        try:
-            return list(folder.iterdir())
-        except (FileNotFoundError, NotADirectoryError):
-            raise UserError(f"NinjaTrader's {folder.name}\\ folder is missing: it was removed, renamed or its drive "
-                            "unmounted while this program was reading it", file=str(folder),
-                            fix="restore NinjaTrader's user folder (or remount the drive), check NinjaTrader's "
-                                "Positions tab, then restart with the same --journal") from None
-        except OSError as err:
-            raise _cannot_read(folder, f"NinjaTrader's {folder.name}\\ folder", err) from None
-
-    def position(self) -> BrokerPosition:
-        """The account's position in the instrument from outgoing/; FLAT with no ``file`` (not ``known``) when
-        NinjaTrader has written none."""
-        names = [p for p in self._listing(self.outgoing)
-                 if p.is_file() and position_file_matches(p.name, self.account, self.instrument)]
-        if not names:
-            if self._position_seen:  # NinjaTrader restarted (it empties outgoing/) or the file was removed
-                raise PositionLost(f"NinjaTrader's position file for {self.instrument} in {self.account} has "
-                                f"disappeared from {self.outgoing}: NinjaTrader restarted (it empties outgoing\\) or "
-                                "the file was removed, so the position is unknown, not flat",
-                                file=str(self.outgoing),
-                                fix="check NinjaTrader's Positions tab, flatten by hand if needed, then restart "
-                                    "with the same --journal")
-            return FLAT
-        path = max(names, key=lambda p: p.stat().st_mtime_ns)
-        result = self._read_parsed(path, lambda text: parse_position(path, text))
-        assert result is None or isinstance(result, BrokerPosition)
-        if result is not None:
-            self._position_seen = True
-        return result or FLAT
-
-    def connection_state(self) -> str | None:
-        """``CONNECTED`` or ``DISCONNECTED`` from ``outgoing/<connection>.txt`` (written on each change of the
-        connection's state); None when no ``connection`` is named or NinjaTrader has written no such file."""
-        if not self.connection:
-            return None
-        path = self.outgoing / f"{self.connection}.txt"
-        result = self._read_parsed(path, lambda text: parse_connection(path, text))
-        assert result is None or isinstance(result, str)
-        return result
-
     def was_sent(self, order_id: str) -> bool:
         """Whether an order with this id reached NinjaTrader (a state file) or waits for it (an OIF in incoming/)."""
         check_order_id(order_id)
@@ -542,13 +451,6 @@ class NinjaTraderBridge:
         """Whether the target has not filled (a filled target cancels the stop by OCO: that is not a lost stop)."""
         target = self._tracked[b.target_id].last
         return target is None or target.state != "FILLED"
-
-
-def _cannot_read(path: Path, what: str, err: OSError) -> UserError:
-    """A read of NinjaTrader's files that failed for another reason than a missing file."""
-    return UserError(f"cannot read {what}: {err.strerror or err}", file=str(path),
-                     fix="give this program read access to NinjaTrader's user folder (Windows: folder Properties > "
-                         "Security; Linux/WSL: chmod u+rx)")
 
 
 def _changes(oid: str, before: OrderState | None, now: OrderState) -> list[BridgeEvent]:
