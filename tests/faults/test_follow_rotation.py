@@ -12,7 +12,7 @@ import pytest
 from hybrid_trader.live.bar_gate import BarGate
 from hybrid_trader.live.executor import Executor, split_dates
 from hybrid_trader.live.feeds import Bar, FollowFeed, ReplayFeed
-from hybrid_trader.live.journal import read_journal
+from hybrid_trader.live.journal_read import read_journal
 from tests.live.executor_run import tiny_run
 
 ET = "America/New_York"

@@ -22,7 +22,8 @@ from hybrid_trader.cli.main import main
 from hybrid_trader.errors import UserError
 from hybrid_trader.live.executor import EXIT_MANUAL, Executor, split_dates
 from hybrid_trader.live.feeds import ReplayFeed
-from hybrid_trader.live.journal import TABLES, Journal, read_journal
+from hybrid_trader.live.journal import Journal
+from hybrid_trader.live.journal_read import TABLES, read_journal
 from tests.live.executor_run import tiny_run
 
 REPO = Path(__file__).resolve().parents[2]

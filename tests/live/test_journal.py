@@ -16,7 +16,8 @@ import pandas as pd
 import pytest
 
 from hybrid_trader.errors import UserError
-from hybrid_trader.live.journal import SCHEMA_VERSION, Journal, to_ns
+from hybrid_trader.live.journal import Journal
+from hybrid_trader.live.journal_read import SCHEMA_VERSION, to_ns
 
 T0 = pd.Timestamp("2024-03-04 09:30", tz="America/New_York")
 
@@ -190,7 +191,7 @@ def test_journal_upgrades_in_place_when_opening_a_version_1_journal(tmp_path: Pa
     db.executescript("ALTER TABLE fills DROP COLUMN source; ALTER TABLE errors DROP COLUMN code; "
                      "UPDATE schema_version SET version = 1;")
     db.close()
-    from hybrid_trader.live.journal import read_journal
+    from hybrid_trader.live.journal_read import read_journal
 
     assert read_journal(path)["fills"]["source"].tolist() == ["paper"], "read as it is"
     with Journal(path) as j:
@@ -208,7 +209,7 @@ def test_journal_upgrades_in_place_when_opening_a_version_2_journal(tmp_path: Pa
     db = sqlite3.connect(path)  # as version 2 wrote it: no snapshots table
     db.executescript("DROP TABLE snapshots; UPDATE schema_version SET version = 2;")
     db.close()
-    from hybrid_trader.live.journal import read_journal
+    from hybrid_trader.live.journal_read import read_journal
 
     assert len(read_journal(path)["bars"]) == 1, "read as it is"
     with Journal(path) as j:

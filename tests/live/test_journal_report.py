@@ -9,7 +9,8 @@ import pytest
 
 from hybrid_trader.cli.main import main
 from hybrid_trader.errors import UserError
-from hybrid_trader.live.journal import Journal, read_journal
+from hybrid_trader.live.journal import Journal
+from hybrid_trader.live.journal_read import read_journal
 from hybrid_trader.live.journal_report import is_journal, journal_trades, write_journal_report
 
 T0 = pd.Timestamp("2024-03-04 09:30", tz="America/New_York")

@@ -5,7 +5,7 @@ the account at the end (status, equity, distance to the threshold); the price wi
 entry and exit; equity and the trailing threshold over time; the trades (entry and exit
 fills paired, P&L in points: the journal does not hold the contract); the decisions by
 action and by reason code with their latency; the bars refused on arrival by reason; the
-errors. Everything is read from the journal (``live.journal.read_journal``, read-only, so
+errors. Everything is read from the journal (``live.journal_read.read_journal``, read-only, so
 a running executor may go on writing it).
 """
 
@@ -25,7 +25,7 @@ from hybrid_trader.calendar import EASTERN
 from hybrid_trader.evaluation.figures import HEIGHT, WIDTH, _png  # sets the Agg backend
 from hybrid_trader.evaluation.report import _esc, _figure, _table, html_document
 from hybrid_trader.live.bar_gate import CODE_HISTORY, CODE_LATE
-from hybrid_trader.live.journal import read_journal
+from hybrid_trader.live.journal_read import read_journal
 from hybrid_trader.run.advice_dataset import RAW
 
 JOURNAL_SUFFIXES = (".sqlite", ".sqlite3", ".db")
