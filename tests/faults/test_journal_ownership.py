@@ -20,7 +20,8 @@ import pytest
 
 from hybrid_trader.cli.main import main
 from hybrid_trader.errors import UserError
-from hybrid_trader.live.executor import EXIT_MANUAL, Executor, split_dates
+from hybrid_trader.live.executor import Executor, split_dates
+from hybrid_trader.live.executor_journal import EXIT_MANUAL
 from hybrid_trader.live.feeds import ReplayFeed
 from hybrid_trader.live.journal import Journal
 from hybrid_trader.live.journal_read import TABLES, read_journal

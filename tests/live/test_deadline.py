@@ -12,7 +12,7 @@ import pytest
 
 from hybrid_trader.live import deadline
 from hybrid_trader.live.deadline import FlatGuard, flat_by_time, session_close
-from hybrid_trader.live.executor import EXIT_MANUAL
+from hybrid_trader.live.executor_journal import EXIT_MANUAL
 from hybrid_trader.live.feeds import ReplayFeed
 
 from .fake_ninjatrader import FakeBar, FakeNinjaTrader

@@ -51,30 +51,30 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from hybrid_trader.actions import ACTION_NAMES
 from hybrid_trader.calendar import EASTERN, session_minute
-from hybrid_trader.env.account import AccountStanding, AccountStatus, PropFirmAccount
-from hybrid_trader.env.broker import TRADE_LOG_COLUMNS, Trade, trades_frame
+from hybrid_trader.env.account import AccountStanding, PropFirmAccount
+from hybrid_trader.env.broker import TRADE_LOG_COLUMNS, trades_frame
 from hybrid_trader.env.core import CoreViews, TradingCore, make_broker, window_minutes
 from hybrid_trader.env.observation import ObservationBuilder
 from hybrid_trader.env.rules import get_rules
 from hybrid_trader.errors import UserError
 from hybrid_trader.features.names import WINDOW
-from hybrid_trader.live.account_sync import consistency_note, note_consistency
+from hybrid_trader.live.account_sync import note_consistency
 from hybrid_trader.live.async_advice import AsyncAdvisedPolicy
 from hybrid_trader.live.bar_gate import CODE_FUTURE, CODE_HISTORY, CODE_LATE, BarGate, Rejection
 from hybrid_trader.live.broker_link import BrokerLink
 from hybrid_trader.live.clock import EasternClock
-from hybrid_trader.live.executor_parts import ExecutorSummary, LiveArrays, run_bar_minutes, split_dates, utc
+from hybrid_trader.live.executor_journal import ExecutorJournal
+from hybrid_trader.live.executor_parts import ExecutorSummary, LiveArrays, run_bar_minutes, split_dates
 from hybrid_trader.live.features import IncrementalFeatures
 from hybrid_trader.live.feeds import Bar
-from hybrid_trader.live.journal import MANUAL_EXIT, Journal
-from hybrid_trader.live.ninjatrader import NinjaTraderBridge, order_id, order_tag
+from hybrid_trader.live.journal import Journal
+from hybrid_trader.live.ninjatrader import NinjaTraderBridge, order_tag
 from hybrid_trader.live.policy_cache import executor_policy
 from hybrid_trader.live.snapshot import Snapshots, run_identity
 from hybrid_trader.markets import get_contract
@@ -82,17 +82,14 @@ from hybrid_trader.run import RunDir
 from hybrid_trader.run.config import RunConfig, run_market
 from hybrid_trader.run.market import make_veto
 
-__all__ = ["EXIT_MANUAL", "Executor", "ExecutorSummary", "OnExit", "run_bar_minutes", "split_dates"]
-OnExit = Literal["flatten", "protect"]
-EXIT_MANUAL = MANUAL_EXIT
-"""Exit reason of a position flattened when the executor stops (``--on-exit flatten``)."""
+__all__ = ["Executor", "ExecutorSummary", "run_bar_minutes", "split_dates"]
 BATCH_BARS = 1000
 BATCH_S = 1.0
 """Journal rows of bars outside the trading window are committed together, at most this many or this old:
 one fsync for many (a kill loses the batch, and the restart's replay writes it again)."""
 
 
-class Executor(CoreViews):
+class Executor(CoreViews, ExecutorJournal):
     """Trade a run's agent on a bar feed with the paper broker, journaling everything.
 
     ``market`` and ``bar_minutes``: the feed's (the run's ``env.market`` wins; without either, the market the run
@@ -216,19 +213,6 @@ class Executor(CoreViews):
             self._apply_stop(self._stops[self.snapshots.restored_ns])
 
     # ------------------------------------------------------------------ set-up
-    def _claim_journal(self, owned: bool) -> dict[int, str]:
-        """The journal made this run's before any row is written (another run's refused: ``Journal.claim``); the
-        stops it holds, to be made again by the replay."""
-        try:
-            note = self.journal.claim(self.identity)
-        except BaseException:
-            if owned:
-                self.journal.close()
-            raise
-        if note:
-            self.notes.append(note)
-        return self.journal.stops()
-
     def _policy(self, llm: str, budget_ms: float, llm_overrides: dict | None, calibrate: bool = True) -> Any:
         """The evaluation's deterministic policy of the run (``live.async_advice.live_policy``; phases 1-2 from
         the numpy cache without torch where it holds this model: ``live.policy_cache``)."""
@@ -261,22 +245,6 @@ class Executor(CoreViews):
             self.journal.commit()
             self._finish_summary()
         return self.summary
-
-    def _check_feed_end(self) -> None:
-        """The feed ended: on a restart it must have reached the journal's last bar, where the recovery check is made;
-        a feed that ends before it is not the journal's (a UserError: a summary of part of the journal is wrong)."""
-        if self._recovery_checked:
-            return
-        last, seen = self._journaled_bars, self._last_seen_ns
-        assert last is not None
-        if seen is None or seen < last:
-            ended = "gave no bar" if seen is None else f"ended at {utc(seen).tz_convert(EASTERN)}"
-            raise UserError(f"the feed {ended}, before the journal's last bar at {utc(last).tz_convert(EASTERN)}: it "
-                            f"does not hold the bars the journal {self.journal.path} was written from (a shorter or "
-                            "another file)", fix="give the feed the journal was written from, whole, or use a new "
-                            "--journal file for this feed")
-        self.snapshots.check_seen()
-        self._check_recovery()
 
     def on_bar(self, bar: Bar) -> None:
         """One arriving bar: gate, features, and inside a traded window the decision and its orders (under
@@ -342,11 +310,6 @@ class Executor(CoreViews):
         """Keep the latest bar time the feed gave (for :meth:`_check_feed_end`)."""
         if tns is not None and (self._last_seen_ns is None or tns > self._last_seen_ns):
             self._last_seen_ns = tns
-
-    def _replay_stop(self, replayed: bool, tns: int) -> None:
-        """A replayed bar after which the journal holds a stop (Ctrl-C): the stop made again (nothing new written)."""
-        if replayed and tns in self._stops:
-            self._apply_stop(self._stops[tns])
 
     def _commit_if_due(self, traded: bool, arrived: float) -> None:
         """Commit the journal's open transaction after a traded bar, or when the batch is full or old."""
@@ -500,200 +463,6 @@ class Executor(CoreViews):
         b = self.broker
         self.link.check(tns, b.side * b.qty if b.side else 0, self._replayed)
         return self.link.halted
-
-    def _drop_pending(self, why: str) -> None:
-        """An entry decided but never filled: cancelled in the journal (and closed at NinjaTrader)."""
-        if self._entry_id is not None:
-            if self.link is not None:
-                self.link.drop(self.arrays.time_ns[-1])
-            self.journal.update_order_state(self._entry_id, "cancelled", note=why)
-            self._entry_id = None
-        self._pending = 0
-
-    # ------------------------------------------------------------------ journal
-    def _journal_decision(self, tns: int, obs: np.ndarray, mask: np.ndarray, action: int, codes: list[str],
-                          arrived: float) -> None:
-        """The decision (probabilities, reason codes: ``veto:<code>``, ``account:<status>``,
-        ``window:after_last_entry``) and the entry order it makes."""
-        if self._pending:
-            oid = order_id(self.order_tag, utc(tns), "entry")
-            self.journal.record_order(oid, tns, "entry", "BUY" if self._pending > 0 else "SELL",
-                                      self.broker.qty, state="sent")
-            self._entry_id = oid
-            if self.link is not None:
-                self.link.entry(oid, self._pending, self.broker.qty, self.arrays.close[-1], self.arrays.atr[-1], tns)
-        latency = (time.perf_counter() - arrived) * 1000.0  # rows written, not yet committed
-        self._decided = True
-        self.last_decision = (tns, action, codes)
-        if self._journaled_decisions is not None and tns <= self._journaled_decisions:
-            return
-        decision = getattr(self.policy, "last_decision", None)  # phase 3: the hybrid agent's Decision
-        advice = None
-        if decision is None:
-            probs = self._probabilities(obs, mask)
-        else:
-            probs = decision.probs
-            codes = [f"fusion:{decision.reason}", *codes]
-            self.last_decision = (tns, action, codes)
-            if decision.advice is not None:
-                advice = {"action": ACTION_NAMES[decision.advice.action],
-                          "confidence": round(float(decision.advice.confidence), 4),
-                          "backend": decision.advice.backend, "trust": round(float(decision.trust), 4)}
-                if self.advice_calibration:
-                    advice["calibration"] = self.advice_calibration
-        self.journal.record_decision(tns, action, {ACTION_NAMES[i]: round(float(p), 6) for i, p in enumerate(probs)},
-                                     advice=advice, rule_codes=codes, latency_ms=latency)
-
-    def _probabilities(self, obs: np.ndarray, mask: np.ndarray) -> np.ndarray:
-        """The masked policy distribution the deterministic action is the mode of."""
-        last = getattr(self.policy, "last_probs", None)  # the numpy policy's, of this decision
-        if last is not None:
-            return last
-        # torch only here: the decision itself goes through the evaluation's policy object.
-        import torch as th
-
-        model, vec = self.torch_model.get()
-        x = vec.normalize_obs(obs) if vec is not None else obs
-        with th.no_grad():
-            obs_t, _ = model.policy.obs_to_tensor(x)
-            dist = model.policy.get_distribution(obs_t, action_masks=mask[None])
-            return dist.distribution.probs[0].numpy()
-
-    def _journal_fills(self, t: int, tns: int, n_before: int) -> None:
-        b = self.broker
-        new: list[Trade] = b.trades[n_before:]
-        if self._entry_id is not None and (b.side or new):
-            entry_price = new[0].entry_price if new and new[0].entry_index == t else b.entry
-            self.journal.record_fill(self._entry_id, b.qty, entry_price, tns, fill_id=self._entry_id)
-            self.journal.update_order_state(self._entry_id, "filled")
-            self._entry_id = None
-        for trade in new:
-            oid = order_id(self.order_tag, utc(tns), f"exit-{trade.exit_reason}")
-            self.journal.record_order(oid, tns, "exit", "SELL" if trade.side > 0 else "BUY", trade.contracts,
-                                      state="filled", note=trade.exit_reason)
-            self.journal.record_fill(oid, trade.contracts, trade.exit_price, tns, fill_id=oid)
-            if self.link is not None:
-                self.link.exit(trade.exit_reason, tns)
-
-    def _journal_account(self, tns: int) -> None:
-        if self._journaled_account is not None and tns <= self._journaled_account:
-            return
-        acc = self.account
-        self.journal.record_account(tns, acc.status.value, {
-            "balance": acc.balance, "threshold": acc.threshold, "peak": acc.peak, "equity": self.core.equity_now,
-            "position": self.broker.side * (self.broker.qty if self.broker.side else 0),
-            "day_pnl": acc.balance - acc.day_start_balance, "verdict": acc.verdict.value,
-            **({} if self.link is None else {"broker_position": self.link.broker_position})})
-
-    def _check_recovery(self) -> None:
-        """At the first bar after the journal's last one: the rebuilt state must be the journal's."""
-        self._recovery_checked = True
-        pos = self.journal.position_from_fills()
-        have = self.broker.side * (self.broker.qty if self.broker.side else 0)
-        if pos.qty != have:
-            raise UserError(f"the journal {self.journal.path} holds a position of {pos.qty} but the replay of its "
-                            f"bars rebuilt {have}: the journal was written from another feed or config",
-                            fix="use a new --journal file for this run and feed")
-        last = self.journal.last_account()
-        if last is not None and not math.isclose(float(last.snapshot.get("balance", math.nan)),
-                                                 self.account.balance, abs_tol=1e-6):
-            raise UserError(f"the journal {self.journal.path} ends with a balance of {last.snapshot.get('balance')} "
-                            f"but the replay of its bars rebuilt {self.account.balance}",
-                            fix="use a new --journal file for this run and feed")
-        self.say(f"recovered from {self.journal.path}: {self.summary.recovered_bars} bars replayed, position "
-                 f"{have}, balance {self.account.balance:.2f}")
-
-    # ------------------------------------------------------------------ the end
-    def stop(self, on_exit: OnExit) -> None:
-        """Stop early (Ctrl-C, SIGTERM): ``flatten`` closes an open position at the last close (with NinjaTrader:
-        until its position file reads FLAT, else a halt); ``protect`` keeps it. The stop is journaled (an ``errors``
-        row of location ``stop``) so that a restart's replay makes it again."""
-        with self.lock:
-            self.summary.interrupted = True
-            if not self._recovery_checked:  # still replaying: the journal holds more than the state rebuilt so far
-                self.notes.append("stopped while replaying the journal's bars: nothing written, the journal is as it "
-                                  "was")
-                self._finish_summary()
-                return
-            self._journal_stop(on_exit, f"stopped (--on-exit {on_exit})")
-            if on_exit == "flatten":
-                self._make_flat()
-            self._finish_summary()
-
-    def holds_position(self) -> bool:
-        """Whether anything is open: the paper position, an entry not yet filled, or NinjaTrader's last position."""
-        return bool(self.broker.side) or self._entry_id is not None or (
-            self.link is not None and self.link.broker_position != 0)
-
-    def flatten(self, code: str, why: str) -> bool:
-        """Flatten now, whatever the bar (the flat guard: ``live.deadline``, code ``flat:*``): the stop path of
-        ``--on-exit flatten`` (journaled as a stop, made again by a restart's replay), a ``flat`` row with the
-        reason code, and with NinjaTrader CLOSEPOSITION until FLAT. False when nothing was open (or the journal
-        is still being replayed)."""
-        with self.lock:
-            if not self._recovery_checked or not self.arrays.time_ns or not self.holds_position():
-                return False
-            last = self.arrays.time_ns[-1]
-            self.journal.record_error("flat", f"flattened: {why}", last, code=code)
-            self.say(f"FLATTEN [{code}]: {why}")
-            self._journal_stop("flatten", f"flattened ({code})")
-            self._make_flat()
-            self._finish_summary()
-            return True
-
-    def _journal_stop(self, on_exit: str, what: str) -> None:
-        """The stop applied and journaled after the last bar, committed, then its orders written (the journal
-        first, then NinjaTrader: CLOSEPOSITION for flatten)."""
-        self._apply_stop(on_exit)
-        if self.arrays.time_ns:
-            last = self.arrays.time_ns[-1]
-            self.journal.record_error("stop", f"{what} after the bar at {utc(last).tz_convert(EASTERN)}", last,
-                                      code=f"stop:{on_exit}")
-        self.journal.commit()
-        if self.link is not None:
-            self.link.flush(live=True)
-
-    def _make_flat(self) -> None:
-        """With NinjaTrader: its position made FLAT (CLOSEPOSITION re-sent until it is), else a loud halt."""
-        if self.link is not None and self.arrays.time_ns:
-            self.link.make_flat(self.arrays.time_ns[-1])
-            self.journal.commit()
-
-    def _apply_stop(self, on_exit: str) -> None:
-        """What a stop does to the state and the journal: the pending entry cancelled, and with ``flatten`` an open
-        position closed at the last close (``MANUAL_EXIT``); made again idempotently (same ids) by a replay."""
-        self._drop_pending("stopped before its fill")
-        t = self.core.t
-        if on_exit == "flatten" and self.broker.side and t >= 0:
-            n_before = len(self.broker.trades)
-            trade, cash = self.broker.close_at_bar_close(t, self.arrays.close[t], EXIT_MANUAL)
-            self.account.book(t, cash, trade.net_pnl)
-            self._journal_fills(t, self.arrays.time_ns[t], n_before)
-            self._journal_account(self.arrays.time_ns[t])
-        elif self.broker.side and not self._replayed:
-            self.notes.append("stopped with an open position, left protected by its stop and target "
-                              "(--on-exit protect)")
-
-    def _finish_summary(self) -> None:
-        s = self.summary
-        s.trades = len(self.broker.trades)
-        s.net_pnl = float(sum(tr.net_pnl for tr in self.broker.trades))
-        s.balance = float(self.account.balance)
-        s.account_status = self.account.status.value
-        if isinstance(self.policy, AsyncAdvisedPolicy):
-            notice = self.policy.advisor.health.rl_only_notice()
-            if notice and notice not in self.notes:
-                self.notes.append(notice)
-        halted = f"new entries halted ({self.link.halted}): see the journal's errors table" if self.link else ""
-        if self.link is not None and self.link.halted and halted not in self.notes:
-            s.halted = self.link.halted
-            self.notes.append(halted)
-        breached = "the account breached its trailing threshold: trading halted"
-        if self.account.status is AccountStatus.BREACHED and breached not in self.notes:
-            self.notes.append(breached)
-        note = consistency_note(self.account)
-        if note and note not in self.notes:
-            self.notes.append(note)
 
     def trade_log(self) -> pd.DataFrame:
         """The trades so far (columns ``TRADE_LOG_COLUMNS``, ET times), as evaluation writes them."""
