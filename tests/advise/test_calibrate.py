@@ -18,7 +18,8 @@ from hybrid_trader.errors import UserError
 from hybrid_trader.evaluation.diagnose import diagnose_run
 from hybrid_trader.llm import build_advisor
 from hybrid_trader.llm.context import context_from_market
-from hybrid_trader.run.advice_dataset import raw_advice, read_split
+from hybrid_trader.run.advice_dataset import read_split
+from hybrid_trader.run.advice_identity import raw_advice
 from hybrid_trader.run.calibration import attach_calibration, calibration_path, load_calibration
 from hybrid_trader.run.market import load_market
 from tests.llm import LeaningMock, make_mock_lean
@@ -71,7 +72,7 @@ def test_run_refuses_the_calibration_when_fitted_with_another_prompt(run_dir, ru
 
 
 def test_run_refuses_the_calibration_when_the_numbers_preset_replaces_the_prompt(run_dir, run_parts, mock_config):
-    from hybrid_trader.run.advice_dataset import advice_identity
+    from hybrid_trader.run.advice_identity import advice_identity
 
     cfg, market, _ = run_parts
     calibrate_run(run_dir, cfg, mock_config, market, max_states=40, backend=leaning(mock_config))

@@ -11,7 +11,8 @@ import pytest
 from hybrid_trader.advise.collect import LocalAsker, collect_llm_config, collect_split, rollout_states
 from hybrid_trader.errors import UserError
 from hybrid_trader.llm.prompt import PromptBuilder
-from hybrid_trader.run.advice_dataset import advice_identity, part_files, read_split
+from hybrid_trader.run.advice_dataset import part_files, read_split
+from hybrid_trader.run.advice_identity import advice_identity
 
 
 def collect(run_dir, run_parts, config, **kw):

@@ -12,7 +12,8 @@ from hybrid_trader.advise.placebo import placebo_path, shuffle_advice, shuffle_a
 from hybrid_trader.cli.main import main
 from hybrid_trader.errors import UserError
 from hybrid_trader.llm.config import load_llm_config
-from hybrid_trader.run.advice_dataset import AdviceRows, advice_identity, read_split, write_chunk
+from hybrid_trader.run.advice_dataset import AdviceRows, read_split, write_chunk
+from hybrid_trader.run.advice_identity import advice_identity
 
 FLAT = 0b000111  # HOLD, BUY, SELL
 LONG = 0b011001  # HOLD, MOVE_SL_TO_BE, ENABLE_TRAIL

@@ -263,7 +263,7 @@ def test_preset_when_unknown_is_a_config_error_listing_the_presets():
 
 
 def test_advice_identity_when_new_prompt_options_are_at_their_defaults_is_unchanged():
-    from hybrid_trader.run.advice_dataset import advice_identity
+    from hybrid_trader.run.advice_identity import advice_identity
 
     default = advice_identity(load_llm_config())
     assert advice_identity(load_llm_config(overrides={"prompt.preset": "labels"})) == default

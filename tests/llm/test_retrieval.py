@@ -12,7 +12,7 @@ from hybrid_trader.llm.cache import AdviceCache
 from hybrid_trader.llm.config import CacheConfig, load_llm_config
 from hybrid_trader.llm.prompt import PromptBuilder
 from hybrid_trader.llm.retrieval import RetrievalPool, Retriever, kmeans, labels_of
-from hybrid_trader.run.advice_dataset import advice_identity
+from hybrid_trader.run.advice_identity import advice_identity
 from tests.llm import LONG_MASK, make_context
 
 FEATURES = ("trend_score", "adx", "rsi", "momentum", "session_minutes")

@@ -9,8 +9,6 @@ from hybrid_trader.errors import UserError
 from hybrid_trader.llm.config import load_llm_config
 from hybrid_trader.run.advice_dataset import (
     AdviceRows,
-    advice_identity,
-    check_same_advice,
     mask_bits,
     masks_from_bits,
     part_files,
@@ -18,6 +16,7 @@ from hybrid_trader.run.advice_dataset import (
     visited_key,
     write_chunk,
 )
+from hybrid_trader.run.advice_identity import advice_identity, check_same_advice
 
 
 def rows(n: int = 5, d: int = 228, t0: int = 0) -> AdviceRows:

@@ -13,7 +13,8 @@ from hybrid_trader.advise.distill import DistillConfig, distill
 from hybrid_trader.errors import UserError
 from hybrid_trader.features.names import FEATURE_NAMES
 from hybrid_trader.llm.backends.student_backend import load_student
-from hybrid_trader.run.advice_dataset import META_KEY, advice_identity, part_files, read_split
+from hybrid_trader.run.advice_dataset import META_KEY, part_files, read_split
+from hybrid_trader.run.advice_identity import advice_identity
 from hybrid_trader.run.files import Manifest
 from hybrid_trader.training.runner import train_run, with_default_student
 from hybrid_trader.training.teacher import TRAINING_PASS, teacher_config

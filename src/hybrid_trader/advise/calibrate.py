@@ -42,7 +42,7 @@ from hybrid_trader.llm.config import LLMConfig
 from hybrid_trader.llm.context import TREND_LABELS, AdvisorContext, context_from_market
 from hybrid_trader.llm.prompt import PromptBuilder
 from hybrid_trader.markets import get_contract
-from hybrid_trader.run.advice_dataset import advice_identity
+from hybrid_trader.run.advice_identity import advice_identity
 from hybrid_trader.run.calibration import (
     AdviceCalibration,
     calibration_path,

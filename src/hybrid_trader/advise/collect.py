@@ -51,14 +51,13 @@ from hybrid_trader.llm.retrieval import RetrievalPool
 from hybrid_trader.run.advice_dataset import (
     AdviceRows,
     advice_dir,
-    advice_identity,
     advice_lock,
-    check_same_advice,
     read_split,
     remove_temporaries,
     visited_key,
     write_chunk,
 )
+from hybrid_trader.run.advice_identity import advice_identity, check_same_advice
 from hybrid_trader.run.config import RunConfig
 from hybrid_trader.run.files import check_writable
 from hybrid_trader.run.market import Market, load_market, make_veto

@@ -10,7 +10,8 @@ import torch
 from hybrid_trader.advise.distill import fidelity
 from hybrid_trader.llm.advice import ACTION_WORDS
 from hybrid_trader.llm.backends.student_backend import Student, layout_names, no_legal_fix
-from hybrid_trader.run.advice_dataset import check_same_advice, raw_advice, read_split
+from hybrid_trader.run.advice_dataset import read_split
+from hybrid_trader.run.advice_identity import check_same_advice, raw_advice
 
 
 def compare_split(run_dir: Path, split: str, student: Student) -> dict:

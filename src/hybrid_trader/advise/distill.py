@@ -50,11 +50,11 @@ from hybrid_trader.run.advice_dataset import (
     advice_lock,
     dataset_digest,
     part_files,
-    raw_advice,
     read_split,
     student_metrics_path,
     student_path,
 )
+from hybrid_trader.run.advice_identity import raw_advice
 from hybrid_trader.run.files import atomic_write_bytes, atomic_write_text, check_writable
 
 EPS = 1e-8
@@ -173,7 +173,7 @@ def distill(run_dir: Path, config: DistillConfig | None = None, *, say: Callable
             allow_raw: bool = False) -> dict:
     """Train the student on RUN_DIR's advice; write ``student.pt`` and ``student_metrics.json``; return the metrics.
 
-    Advice a leaning model gave raw (:func:`~hybrid_trader.run.advice_dataset.raw_advice`) is refused unless
+    Advice a leaning model gave raw (:func:`~hybrid_trader.run.advice_identity.raw_advice`) is refused unless
     ``allow_raw``: the student would copy the model's constant lean into every phase 3 decision.
     Holds ``RUN_DIR/advice/.lock``: the dataset cannot change under it, nor the student under a collect.
     """

@@ -31,17 +31,16 @@ import numpy as np
 
 from hybrid_trader.errors import UserError
 from hybrid_trader.run.advice_dataset import (
-    PLACEBO_KIND,
     SPLITS,
     AdviceRows,
     advice_dir,
     advice_lock,
     dataset_digest,
     part_files,
-    placebo_identity,
     read_split,
     write_chunk,
 )
+from hybrid_trader.run.advice_identity import PLACEBO_KIND, placebo_identity
 from hybrid_trader.run.files import atomic_write_text, check_writable
 from hybrid_trader.run.rundir import PLACEBO
 

@@ -37,7 +37,7 @@ from hybrid_trader.evaluation.verdict import VerdictConfig, prop_verdict, small_
 from hybrid_trader.llm.health import HEALTH_STAT_NAMES
 from hybrid_trader.markets import get_contract
 from hybrid_trader.run import FolderLock, RunDir, data_identity, same_data, sha256_file
-from hybrid_trader.run.advice_dataset import RAW
+from hybrid_trader.run.advice_identity import RAW
 from hybrid_trader.run.calibration import attach_calibration, needs_calibration
 from hybrid_trader.run.config import RunConfig, run_market, with_absolute_data
 from hybrid_trader.run.files import atomic_write_text, check_writable

@@ -41,7 +41,7 @@ from hybrid_trader.evaluation.results import (
     role_of,
 )
 from hybrid_trader.run import RunDir, data_identity, is_stale, same_data
-from hybrid_trader.run.advice_dataset import RAW
+from hybrid_trader.run.advice_identity import RAW
 from hybrid_trader.run.config import RunConfig
 from hybrid_trader.run.files import check_writable
 from hybrid_trader.run.rundir import ABLATION, RESULTS

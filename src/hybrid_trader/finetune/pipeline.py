@@ -39,7 +39,7 @@ from hybrid_trader.llm.config import LLMConfig
 from hybrid_trader.llm.model_cache import ADAPTER_META
 from hybrid_trader.llm.parsing import ParseError, parse_answer, parse_cot_steps
 from hybrid_trader.llm.prompt import PromptBuilder
-from hybrid_trader.run.advice_dataset import RAW
+from hybrid_trader.run.advice_identity import RAW
 from hybrid_trader.run.config import RunConfig
 from hybrid_trader.run.files import check_writable
 from hybrid_trader.run.market import Market, load_market

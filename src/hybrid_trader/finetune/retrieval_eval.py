@@ -29,7 +29,7 @@ from hybrid_trader.llm.batch_calibration import BatchCalibration, fit_batch_cali
 from hybrid_trader.llm.config import LLMConfig
 from hybrid_trader.llm.context import AdvisorContext, context_from_market
 from hybrid_trader.llm.prompt import PromptBuilder
-from hybrid_trader.run.advice_dataset import advice_identity
+from hybrid_trader.run.advice_identity import advice_identity
 from hybrid_trader.run.calibration import calibration_path
 from hybrid_trader.run.config import RunConfig
 from hybrid_trader.run.market import Market

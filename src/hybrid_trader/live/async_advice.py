@@ -29,7 +29,7 @@ import numpy as np
 from hybrid_trader.calendar import SESSION_ROLL
 from hybrid_trader.live.fast_policy import numpy_policy
 from hybrid_trader.llm.context import context_from_market
-from hybrid_trader.run.advice_dataset import RAW
+from hybrid_trader.run.advice_identity import RAW
 
 if TYPE_CHECKING:
     from hybrid_trader.agent.hybrid_agent import Decision

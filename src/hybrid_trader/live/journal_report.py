@@ -26,7 +26,7 @@ from hybrid_trader.evaluation.figures import HEIGHT, WIDTH, _png  # sets the Agg
 from hybrid_trader.evaluation.report import _esc, _figure, _table, html_document
 from hybrid_trader.live.bar_gate import CODE_HISTORY, CODE_LATE
 from hybrid_trader.live.journal_read import read_journal
-from hybrid_trader.run.advice_dataset import RAW
+from hybrid_trader.run.advice_identity import RAW
 
 JOURNAL_SUFFIXES = (".sqlite", ".sqlite3", ".db")
 """File names the report command takes for a journal whatever they hold (its errors then say what the file is)."""

@@ -49,7 +49,7 @@ class BatchCalibration:
     counts: dict[str, int]
     """Calibration key -> states the mean was fitted on."""
     identity: dict[str, str] = field(default_factory=dict)
-    """The advice identity (``run.advice_dataset.advice_identity``) of the model and prompt."""
+    """The advice identity (``run.advice_identity.advice_identity``) of the model and prompt."""
     days: list[int] = field(default_factory=list)
     """Sessions (training days) the states came from."""
 

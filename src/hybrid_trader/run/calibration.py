@@ -13,7 +13,7 @@ from hybrid_trader.errors import UserError
 from hybrid_trader.llm.backends import backend_spec
 from hybrid_trader.llm.batch_calibration import BatchCalibration
 from hybrid_trader.llm.config import LLMConfig
-from hybrid_trader.run.advice_dataset import RAW, advice_identity, check_same_advice
+from hybrid_trader.run.advice_identity import RAW, advice_identity, check_same_advice
 from hybrid_trader.run.rundir import CALIBRATION
 
 CONTENT_FREE = "content-free"

@@ -9,7 +9,8 @@ from typing import Any
 
 from hybrid_trader.config import merge_overrides
 from hybrid_trader.errors import UserError
-from hybrid_trader.run.advice_dataset import advice_identity, student_path
+from hybrid_trader.run.advice_dataset import student_path
+from hybrid_trader.run.advice_identity import advice_identity
 from hybrid_trader.run.calibration import AdviceCalibration, attach_calibration, calibration_path, fitted_model
 from hybrid_trader.run.config import RunConfig
 from hybrid_trader.run.market import Market

@@ -43,14 +43,13 @@ from hybrid_trader.llm.config import LLMConfig
 from hybrid_trader.llm.context import AdvisorContext, context_from_market
 from hybrid_trader.run.advice_dataset import (
     AdviceRows,
-    advice_identity,
     advice_lock,
-    check_same_advice,
     read_split,
     remove_temporaries,
     visited_key,
     write_chunk,
 )
+from hybrid_trader.run.advice_identity import advice_identity, check_same_advice
 from hybrid_trader.run.lock import FolderLock
 
 TRAINING_PASS = -1
