@@ -65,6 +65,10 @@ def run(args: argparse.Namespace) -> int:
         d = p["Net PnL [$]"]
         print(f"{name} - {summary['baseline']}: {p['pairs']} pairs, net P&L {d['mean difference']:,.0f} "
               f"[{d['ci_low']:,.0f}, {d['ci_high']:,.0f}]")
+    for h in summary.get("hypotheses") or []:
+        print(f"hypothesis {h['name']} ({h['claim']}): {h['verdict'].upper()}, {h['pairs']} pairs, Wilcoxon p "
+              f"{h['p-value']:.4g} (alpha {h['alpha']}), mean difference {h['mean difference']:,.2f} "
+              f"[{h['ci_low']:,.2f}, {h['ci_high']:,.2f}]: {h['reason']}")
     dsr = summary["deflated sharpe"]
     print(f"Deflated Sharpe Ratio of the best trial ({dsr.get('best')}) over {dsr.get('trials')} trials: "
           f"{dsr.get('dsr')}")
