@@ -9,6 +9,7 @@ import pytest
 from arch.bootstrap import SPA, StepM
 
 from hybrid_trader.study.attempts import count_attempts, record_attempt
+from hybrid_trader.study.hypotheses import HypothesisSpec
 from hybrid_trader.study.multiple_tests import (
     cscv_blocks,
     leave_one_out_range,
@@ -117,3 +118,29 @@ def test_the_dsr_counts_every_trial_the_folder_ran_failed_and_rerun_ones_include
     rows = [{"trial": f"t{i}", "daily_returns": list(rng.normal(0.001 * i, 0.01, 60))} for i in range(3)]
     few, many = deflated_best(rows), deflated_best(rows, tried=40)
     assert few["trials"] == 3 and many["trials"] == 40 and many["dsr"] < few["dsr"]
+
+
+def test_the_summary_and_report_carry_the_tests_with_their_labels(tmp_path):
+    from hybrid_trader.study.report import write_study_report
+    from hybrid_trader.study.spec import StudySpec, VariantSpec
+    from hybrid_trader.study.summary import summarize
+
+    rng = np.random.default_rng(3)
+    shift = {"rl-only": 0.0, "good": 0.01}
+    series = {(v, s, f): rng.normal(shift[v], 0.01, 20) for v in shift for s in (0, 1, 2) for f in (0, 1)}
+    rows = rows_for(series, {f: rng.normal(0.0, 0.01, 20) for f in (0, 1)})
+    for r in rows:
+        r["Net PnL [$]"] = 50_000 * sum(r["daily_returns"])
+    spec = StudySpec(variants=[VariantSpec("rl-only"), VariantSpec("good")], seeds=[0, 1, 2], folds=2,
+                     hypotheses=[HypothesisSpec("good-wins", "good", "rl-only")])
+    summary = summarize(spec, rows, attempts={"attempts": 15})
+    assert summary["deflated sharpe"]["trials"] == 15 and summary["hypotheses"][0]["verdict"] == "supported"
+    mc = summary["many comparisons"]
+    assert mc["against rl-only (baseline variant)"]["StepM superior at 0.05"] == ["good"]
+    assert mc["PBO"]["strategies"] == 6 and 0.0 <= mc["PBO"]["pbo"] <= 1.0
+    good = summary["variants"]["good"]["figures"]["Net PnL [$]"]
+    assert good["leave-one-trial-out mean low"] <= good["mean"] <= good["leave-one-trial-out mean high"]
+    assert 0 < summary["paired vs baseline"]["good"]["Net PnL [$]"]["Wilcoxon signed-rank p (two-sided)"] < 0.05
+    html = write_study_report(tmp_path, spec, summary, pd.DataFrame(rows)).read_text()
+    for text in ("Pre-registered hypotheses", "good-wins", "SPA p (consistent)", "PBO:", "leave-one-out mean"):
+        assert text in html

@@ -27,7 +27,8 @@ def exit_code(summary: dict) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("study", help="a study on Ray: every variant x seed x fold trained and evaluated; means with "
-                                     "confidence intervals, paired comparisons, the Deflated Sharpe Ratio",
+                                     "confidence intervals, paired comparisons, pre-registered hypotheses, SPA / StepM "
+                                     "/ PBO, the Deflated Sharpe Ratio",
                        description="Every variant's configuration (keys, data and split, one environment) is checked "
                                    "before Ray starts. Exit codes: 0 every trial finished; 2 the study was refused "
                                    f"(a message says why); {EXIT_SOME_FAILED} some trials failed (their errors are "
