@@ -16,8 +16,8 @@ Example (``docs/STUDY.md``)::
     search: grid                        # grid: every variant x seed x fold; random: `samples` of them
     evaluate: {split: test, seeds: 1}
     hypotheses:                         # pre-registered: judged by one rule (study.hypotheses)
-      - {name: prior-helps, variant: constant-prior, against: rl-only, metric: Net PnL [$], direction: greater,
-         alpha: 0.05}
+      - {name: prior-helps, variant: constant-prior, against: rl-only, metric: "Net PnL [$]",
+         direction: greater, alpha: 0.05}             # quote the metric: [ ] is YAML's list in { }
 """
 
 from __future__ import annotations
