@@ -27,7 +27,8 @@ def exit_code(summary: dict) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("study", help="a study on Ray: every variant x seed x fold trained and evaluated; means with "
-                                     "confidence intervals, paired comparisons, the Deflated Sharpe Ratio",
+                                     "confidence intervals, paired comparisons, pre-registered hypotheses, SPA / StepM "
+                                     "/ PBO, the Deflated Sharpe Ratio",
                        description="Every variant's configuration (keys, data and split, one environment) is checked "
                                    "before Ray starts. Exit codes: 0 every trial finished; 2 the study was refused "
                                    f"(a message says why); {EXIT_SOME_FAILED} some trials failed (their errors are "
@@ -65,6 +66,10 @@ def run(args: argparse.Namespace) -> int:
         d = p["Net PnL [$]"]
         print(f"{name} - {summary['baseline']}: {p['pairs']} pairs, net P&L {d['mean difference']:,.0f} "
               f"[{d['ci_low']:,.0f}, {d['ci_high']:,.0f}]")
+    for h in summary.get("hypotheses") or []:
+        print(f"hypothesis {h['name']} ({h['claim']}): {h['verdict'].upper()}, {h['pairs']} pairs, Wilcoxon p "
+              f"{h['p-value']:.4g} (alpha {h['alpha']}), mean difference {h['mean difference']:,.2f} "
+              f"[{h['ci_low']:,.2f}, {h['ci_high']:,.2f}]: {h['reason']}")
     dsr = summary["deflated sharpe"]
     print(f"Deflated Sharpe Ratio of the best trial ({dsr.get('best')}) over {dsr.get('trials')} trials: "
           f"{dsr.get('dsr')}")

@@ -29,9 +29,10 @@ from hybrid_trader.evaluation.metrics import jsonable
 from hybrid_trader.run.files import atomic_write_text, check_writable
 from hybrid_trader.run.lock import FolderLock
 from hybrid_trader.run.market import check_environment
+from hybrid_trader.study.attempts import count_attempts, record_attempt
 from hybrid_trader.study.spec import StudySpec, load_study
 from hybrid_trader.study.summary import summarize
-from hybrid_trader.study.trials import TRIALS, Trial, forget_markets, market_for, read_trial, run_trial
+from hybrid_trader.study.trials import DAILY, TRIALS, Trial, forget_markets, market_for, read_trial, run_trial
 
 STUDY_FILE = "study.json"
 """The study as it was given (its identity and settings): a later run must match it."""
@@ -61,9 +62,12 @@ def _check_same_study(out: Path, spec: StudySpec) -> None:
     new = to_dict(spec)
     differ = [k for k in sorted(set(old.get("spec", {})) | set(new)) if k != "name"
               and old.get("spec", {}).get(k) != new.get(k)]
+    fix = "give this study a new --out folder, or restore the study file that made this one"
+    if "hypotheses" in differ:
+        fix = ("hypotheses are declared before the trials run and cannot change after them: restore the hypotheses "
+               "of the study file that made this folder, or declare the new ones in a new study (a new --out)")
     raise UserError(f"{out} holds another study (its {', '.join(differ) or 'settings'} differ); its finished "
-                    "trials would be mixed with this study's", file=str(path),
-                    fix="give this study a new --out folder, or restore the study file that made this one")
+                    "trials would be mixed with this study's", file=str(path), fix=fix)
 
 
 def _probe(address: str, timeout: float = 5.0) -> None:
@@ -130,9 +134,9 @@ def run_study(spec_path: str | Path, out: str | Path, *, workers: int | None = N
         timing = _run_on_ray(spec, todo, out, workers, address, progress) if todo else {}
         rows = [read_trial(out / TRIALS / t.slug) or {"trial": t.slug, "variant": t.variant, "seed": t.seed,
                                                       "fold": t.fold, "status": "missing"} for t in trials]
-        table = pd.DataFrame([{k: v for k, v in r.items() if k != "daily_returns"} for r in rows])
+        table = pd.DataFrame([{k: v for k, v in r.items() if k not in DAILY} for r in rows])
         table.to_parquet(out / TABLE, index=False)
-        summary = summarize(spec, rows)
+        summary = summarize(spec, rows, attempts=count_attempts(out, rows))
         summary["timing"] = timing
         atomic_write_text(out / SUMMARY, json.dumps(jsonable(summary), indent=1))
         from hybrid_trader.study.report import write_study_report  # matplotlib only when a report is written
@@ -218,6 +222,7 @@ def _run_on_ray(spec: StudySpec, todo: list[Trial], out: Path, workers: int, add
                     folder = out / TRIALS / t.slug
                     folder.mkdir(parents=True, exist_ok=True)
                     atomic_write_text(folder / "trial.json", json.dumps(row, indent=1))
+                record_attempt(out, row)  # every attempt counts in the DSR's number of trials
                 trial_seconds += float(row.get("seconds") or 0.0)
                 bar.update(1)
                 bar.set_postfix(last=f"{row.get('trial')} {row.get('status')}")

@@ -4,21 +4,16 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 
 from hybrid_trader.evaluation.report import _esc, html_document
+from hybrid_trader.study.report_stats import num as _num
+from hybrid_trader.study.report_stats import statistics_sections
 from hybrid_trader.study.spec import StudySpec
 from hybrid_trader.study.summary import PAIRED_FIGURES, SUMMARY_FIGURES
 
 REPORT = "report.html"
-
-
-def _num(v: Any) -> str:
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return "-"
-    return f"{v:,.2f}" if isinstance(v, float) else str(v)
 
 
 def _ci(d: dict) -> str:
@@ -70,7 +65,9 @@ def write_study_report(out: Path, spec: StudySpec, summary: dict, table: pd.Data
         "<h2>Deflated Sharpe Ratio</h2>",
         f"<p>Best trial by daily Sharpe: <b>{_esc(dsr.get('best'))}</b> ({_num(dsr.get('daily sharpe'))} a day over "
         f"{_esc(dsr.get('days', '-'))} days); probability its true Sharpe beats the best of {dsr.get('trials')} "
-        f"skill-less trials: <b>{_num(dsr.get('dsr'))}</b> (Bailey and Lopez de Prado, 2014).</p>",
+        f"skill-less trials: <b>{_num(dsr.get('dsr'))}</b> (Bailey and Lopez de Prado, 2014; the trials are every "
+        "one this folder ran, failed and re-run ones included).</p>",
+        *statistics_sections(summary),
         "<h2>Trials</h2>",
         "<table><thead><tr>" + "".join(f'<th class="l">{_esc(c)}</th>' for c in cols)
         + f"</tr></thead><tbody>{trial_rows}</tbody></table>",

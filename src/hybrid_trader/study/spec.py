@@ -15,6 +15,9 @@ Example (``docs/STUDY.md``)::
     phases: [1, 2]                      # each trial trains these phases in turn (2 from 1, 3 from 2)
     search: grid                        # grid: every variant x seed x fold; random: `samples` of them
     evaluate: {split: test, seeds: 1}
+    hypotheses:                         # pre-registered: judged by one rule (study.hypotheses)
+      - {name: prior-helps, variant: constant-prior, against: rl-only, metric: "Net PnL [$]",
+         direction: greater, alpha: 0.05}             # quote the metric: [ ] is YAML's list in { }
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from typing import Any, Literal
 from hybrid_trader.config import check, load_yaml_config, merge_overrides, to_dict
 from hybrid_trader.errors import UserError
 from hybrid_trader.run.config import RunConfig
+from hybrid_trader.study.hypotheses import HypothesisSpec, check_hypotheses
 
 
 @dataclass
@@ -82,6 +86,8 @@ class StudySpec:
     """random search: the draw's seed."""
     evaluate: EvaluateSpec = field(default_factory=EvaluateSpec)
     """How each trial is evaluated."""
+    hypotheses: list[HypothesisSpec] = field(default_factory=list)
+    """Pre-registered hypotheses, judged on the finished trials by one rule (docs/STUDY.md); part of the identity."""
 
     def __post_init__(self) -> None:
         check(len(self.variants) >= 1, "variants", "a study needs at least one variant",
@@ -98,6 +104,7 @@ class StudySpec:
               f"{self.phases} is not a chain of phases", fix="e.g. [1], [1, 2] or [2, 3] (with base init)")
         check(self.search == "grid" or self.samples >= 1, "samples", "random search needs samples >= 1",
               fix="e.g. samples: 12")
+        check_hypotheses(self.hypotheses, names)
 
     def run_config(self, variant: VariantSpec, seed: int, fold: int, phase: int) -> RunConfig:
         """The configuration of one phase of one trial (refused, naming the key, when a key is unknown)."""
@@ -110,6 +117,8 @@ class StudySpec:
         """A hash of everything that decides the trials' results (not the name)."""
         data = to_dict(self)
         data.pop("name", None)
+        if not data.get("hypotheses"):  # a study without hypotheses keeps the identity it had before they existed
+            data.pop("hypotheses", None)
         return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 

@@ -38,6 +38,8 @@ FIGURES = ("Net PnL [$]", "Sharpe (ann.)", "Max drawdown [$]", "Trades", "Win ra
 """The agent's metrics kept in the study table (labels of evaluation.metrics, units in them)."""
 VERDICT_KEPT = ("Attempts", "Pass rate [%]", "Breach rate [%]", "Expected outcome per attempt [$]")
 """The prop-firm verdict's figures kept per trial (the agent's unlabelled, a baseline's as ``... (name)``)."""
+DAILY = ("daily_returns", "daily_dates", "momentum daily_returns")
+"""A trial's daily series: in ``trial.json`` and the summary's tests, not in the study table."""
 
 
 _MARKETS: dict[str, Market] = {}
@@ -125,7 +127,9 @@ def run_trial(spec_data: dict, trial: Trial, out: str) -> dict[str, Any]:
                 for key in VERDICT_KEPT:
                     if key in figures:
                         row[f"{key} ({name})" if name != "agent" else key] = figures[key]
-        row["daily_returns"] = _daily_returns(out_eval.out_dir)
+        row["daily_dates"], row["daily_returns"] = _daily_returns(out_eval.out_dir)
+        if "momentum" in out_eval.metrics:  # the benchmark of study.multiple_tests' SPA and StepM
+            row["momentum daily_returns"] = _daily_returns(out_eval.out_dir, "momentum")[1]
         row["dates"] = list(out_eval.dates or ())
         row["status"] = "finished"
     except Exception as err:  # recorded, never raised: one trial's failure does not stop the study
@@ -137,11 +141,13 @@ def run_trial(spec_data: dict, trial: Trial, out: str) -> dict[str, Any]:
     return row
 
 
-def _daily_returns(eval_dir: Path) -> list[float]:
-    """The agent's daily P&L as returns on the account size (for the Deflated Sharpe Ratio)."""
+def _daily_returns(eval_dir: Path, name: str = "agent") -> tuple[list[str], list[float]]:
+    """A strategy's trading dates and daily P&L as returns on the account size (the Deflated Sharpe Ratio, SPA,
+    StepM and PBO)."""
     results, _, _ = load_results(eval_dir)
-    agent = next((r for r in results if r.name == "agent"), None)
-    if agent is None:
-        return []
-    days = daily_pnl(agent.equity.astype(float), float(agent.initial_balance))
-    return [float(x) / float(agent.initial_balance) for x in days.to_numpy()]
+    found = next((r for r in results if r.name == name), None)
+    if found is None:
+        return [], []
+    days = daily_pnl(found.equity.astype(float), float(found.initial_balance))
+    return ([d.strftime("%Y-%m-%d") for d in days.index],
+            [float(x) / float(found.initial_balance) for x in days.to_numpy()])

@@ -1,0 +1,158 @@
+"""Pre-registered hypotheses: refused when malformed, fixed once trials ran, judged by the declared rule."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import yaml
+from scipy.stats import wilcoxon
+
+from hybrid_trader.advise.distill import DistillConfig, distill
+from hybrid_trader.advise.placebo import shuffle_advice
+from hybrid_trader.cli.main import main
+from hybrid_trader.config import to_dict
+from hybrid_trader.errors import UserError
+from hybrid_trader.study.engine import run_study
+from hybrid_trader.study.hypotheses import HypothesisSpec, judge
+from hybrid_trader.study.spec import load_study
+from hybrid_trader.study.stats import paired_difference
+from tests.study.test_study import study_file
+from tests.training.conftest import STUDENT_TINY
+
+GOOD = {"name": "fast-wins", "variant": "fast", "against": "slow", "metric": "Net PnL [$]", "direction": "greater",
+        "alpha": 0.05}
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"variant": "nope"}, "hypothesis fast-wins: 'nope' is not a variant of the study"),
+    ({"against": "gone"}, "'gone' is not a variant"),
+    ({"metric": "Net PnL"}, "'Net PnL' is not a figure of the study's trials"),
+    ({"alpha": 0.0}, "alpha 0.0 is outside \\(0, 1\\)"),
+    ({"alpha": 1.5}, "alpha 1.5 is outside \\(0, 1\\)"),
+    ({"direction": "up"}, "direction"),
+    ({"against": "fast"}, "compares fast with itself"),
+])
+def test_a_malformed_hypothesis_is_refused_naming_the_fix(tmp_path, change, message):
+    with pytest.raises(UserError, match=message) as err:
+        load_study(study_file(tmp_path, hypotheses=[{**GOOD, **change}]))
+    assert err.value.fix
+
+
+def test_hypotheses_are_part_of_the_identity_and_fixed_once_trials_ran(tmp_path, monkeypatch):
+    monkeypatch.setattr("hybrid_trader.study.engine._run_on_ray", lambda *a, **k: {})
+    out = tmp_path / "out"
+    run_study(study_file(tmp_path, hypotheses=[GOOD]), out, workers=1, progress=False, say=lambda s: None)
+    with pytest.raises(UserError, match="its hypotheses differ") as err:
+        run_study(study_file(tmp_path, hypotheses=[{**GOOD, "alpha": 0.1}]), out, workers=1, progress=False,
+                  say=lambda s: None)
+    assert "declared before the trials run" in err.value.fix
+    # a study without hypotheses keeps the identity it had before they existed (old folders stay readable)
+    spec = load_study(study_file(tmp_path))
+    data = to_dict(spec)
+    data.pop("name")
+    data.pop("hypotheses")
+    import hashlib
+
+    assert spec.identity() == hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def rows_of(a, b, metric="Net PnL [$]"):
+    """Finished trials of variants x and y, pair i on seed i."""
+    return ([{"variant": "x", "seed": i, "fold": 0, "status": "finished", metric: v} for i, v in enumerate(a)]
+            + [{"variant": "y", "seed": i, "fold": 0, "status": "finished", metric: v} for i, v in enumerate(b)])
+
+
+def hyp(**over):
+    return HypothesisSpec(**{"name": "h", "variant": "x", "against": "y", **over})
+
+
+def test_a_steady_difference_is_supported_with_scipys_p_and_the_bootstrap_ci():
+    a, b = [10.0, 12, 9, 15, 11, 14, 13, 8], [1.0, 2, 0, 3, -1, 2, 1, 0]
+    got = judge(hyp(), rows_of(a, b))
+    d = np.subtract(a, b)
+    assert got["p-value"] == pytest.approx(wilcoxon(d, alternative="greater").pvalue)  # 1/256, exact
+    assert got["p-value"] == pytest.approx(1 / 256)
+    assert (got["mean difference"], got["ci_low"], got["ci_high"]) == paired_difference(a, b, level=0.95)
+    assert got["verdict"] == "supported" and got["pairs"] == 8 and got["median difference"] == 11.0
+    # the same pairs, the other direction declared: not supported
+    assert judge(hyp(direction="less"), rows_of(a, b))["verdict"] == "not supported"
+
+
+def test_one_heavy_tailed_pair_cannot_carry_a_hypothesis():
+    """Seven small losses and one huge gain: the mean difference is positive, the rank test is not."""
+    a, b = [-1.0, -2, -1, -3, -2, -1, -2, 500], [0.0] * 8
+    got = judge(hyp(alpha=0.1), rows_of(a, b))
+    assert got["mean difference"] > 50
+    assert got["verdict"] == "not supported" and got["reason"].startswith("p_not_below_alpha")
+
+
+def test_too_few_pairs_and_a_ci_holding_zero_are_not_supported():
+    assert judge(hyp(), rows_of([5.0], [1.0]))["reason"].startswith("too_few_pairs")
+    # nine small gains and one large loss: the ranks point up (p = 43/1024 < 0.05), the 95% CI of the mean holds 0
+    got = judge(hyp(), rows_of([1.0, 1.1, 1.2, 1.3, 1.4, 1.5, 1.6, 1.7, 1.8, -30.0], [0.0] * 10))
+    assert got["p-value"] == pytest.approx(43 / 1024)
+    assert got["verdict"] == "not supported" and got["reason"].startswith("ci_holds_zero") and got["ci_low"] <= 0
+
+
+def test_a_study_with_hypotheses_and_a_placebo_advisor_judges_each_by_the_declared_rule(tmp_path, student_p2,
+                                                                                        capsys):
+    """End to end through ``hybrid-trader study``: RL alone, the mock LLM and the shuffled placebo of the mock LLM's
+    student (phase 2 then phase 3, tiny budgets); every hypothesis gets a verdict the rule recomputes."""
+    placebo = tmp_path / "shuffled"
+    shuffle_advice(student_p2, placebo, seed=0, say=lambda s: None)
+    distill(placebo, DistillConfig(epochs=2, hidden=(32,)), say=lambda s: None)
+    tiny = {k: v for k, v in STUDENT_TINY.items() if k != "llm"}
+    hypotheses = [
+        {"name": "mock-beats-placebo", "variant": "mock", "against": "shuffled", "metric": "Net PnL [$]",
+         "direction": "greater", "alpha": 0.05},
+        {"name": "placebo-beats-rl", "variant": "shuffled", "against": "rl-only", "metric": "Sharpe (ann.)",
+         "direction": "greater", "alpha": 0.5},
+        {"name": "mock-trades-less", "variant": "mock", "against": "rl-only", "metric": "Trades",
+         "direction": "less", "alpha": 0.2},
+    ]
+    spec = {"base": {**tiny, "ppo.total_timesteps": 256, "llm.query.mode": "always", "llm.backend": "mock"},
+            "seeds": [0, 1], "phases": [2, 3], "baseline": "rl-only", "evaluate": {"split": "test", "seeds": 1},
+            "variants": [{"name": "rl-only", "set": {"fusion.llm_weight": 0.0, "fusion.advice_input": False}},
+                         {"name": "mock", "set": {}},
+                         {"name": "shuffled", "set": {"llm.backend": "student",
+                                                      "llm.student.path": str(placebo / "advice" / "student.pt")}}],
+            "hypotheses": hypotheses}
+    path = tmp_path / "study.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    out = tmp_path / "out"
+    code = main(["study", str(path), "--out", str(out), "--workers", "2", "--no-progress", "--json"])
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert code == 0, summary["errors"]
+    rows = [json.loads((out / "trials" / f"{v}-s{s}-f0" / "trial.json").read_text())
+            for v in ("rl-only", "mock", "shuffled") for s in (0, 1)]
+    assert [h["name"] for h in summary["hypotheses"]] == [h["name"] for h in hypotheses]
+    for declared, got in zip(hypotheses, summary["hypotheses"]):
+        a = {r["seed"]: r[declared["metric"]] for r in rows if r["variant"] == declared["variant"]}
+        b = {r["seed"]: r[declared["metric"]] for r in rows if r["variant"] == declared["against"]}
+        d = [a[s] - b[s] for s in (0, 1)]
+        p = 1.0 if not any(d) else wilcoxon(d, alternative=declared["direction"]).pvalue
+        _, lo, hi = paired_difference([a[s] for s in (0, 1)], [b[s] for s in (0, 1)],
+                                      level=1 - declared["alpha"])
+        side = lo > 0 if declared["direction"] == "greater" else hi < 0
+        assert got["pairs"] == 2 and got["p-value"] == pytest.approx(p)
+        assert got["verdict"] == ("supported" if p < declared["alpha"] and side else "not supported")
+    assert summary["hypotheses"][0]["verdict"] == "not supported"  # 2 pairs: the smallest p is 1/4 > 0.05
+    # every trial the folder ran counts in the DSR; the many-comparison tests say why they need more days
+    assert summary["trials run by the folder"]["attempts"] == 6 and summary["deflated sharpe"]["trials"] == 6
+    assert "reason" in summary["many comparisons"] or "PBO" in summary["many comparisons"]
+    report = (out / "report.html").read_text()
+    assert "Pre-registered hypotheses" in report and "mock-beats-placebo" in report
+    assert not any(math.isnan(summary["variants"][v]["figures"]["Net PnL [$]"]["median"]) for v in ("mock",))
+
+
+def test_the_does_the_llm_help_study_declares_its_hypotheses_before_it_runs():
+    from pathlib import Path
+
+    spec = load_study(Path(__file__).resolve().parents[2] / "examples" / "studies" / "nq_does_llm_help.yaml")
+    assert [v.name for v in spec.variants] == ["rl-only", "shuffled", "trend-rule", "gemma"]
+    assert spec.baseline == "rl-only" and len(spec.seeds) == 10 and spec.folds == 3 and spec.phases == [2, 3]
+    assert {(h.variant, h.against) for h in spec.hypotheses} == {("gemma", "shuffled"), ("trend-rule", "shuffled"),
+                                                                 ("shuffled", "rl-only")}
