@@ -34,7 +34,8 @@ def study_file(tmp_path, **over) -> str:
 def finished(tmp_path_factory):
     root = tmp_path_factory.mktemp("study")
     out = root / "out"
-    summary = run_study(study_file(root), out, workers=2, progress=False, say=lambda s: None)
+    prop = {"split": "test", "seeds": 1, "prop": {"pass_value": 1000.0}}  # what a pass is worth, from the study file
+    summary = run_study(study_file(root, evaluate=prop), out, workers=2, progress=False, say=lambda s: None)
     return root, out, summary
 
 
@@ -53,6 +54,20 @@ def test_a_small_study_runs_every_trial_on_two_workers_and_tabulates_them(finish
     assert "Pass rate [%] (flat)" in table.columns
     assert not math.isnan(summary["variants"]["fast"]["figures"]["Pass rate [%]"]["mean"])
     assert "Pass rate [%]" in fast
+    # evaluate.prop.pass_value reaches every trial's verdict: pass rate x 1000 - the mean fee of an attempt
+    fees = (167.0 + 80.0 * (table["Attempts"] - 1)) / table["Attempts"]
+    expected = table["Pass rate [%]"] / 100.0 * 1000.0 - fees
+    assert (table["Expected outcome per attempt [$]"] - expected).abs().max() < 1e-6
+
+
+def test_the_verdicts_fees_and_pass_value_are_part_of_the_identity_only_when_set(tmp_path):
+    plain = load_study(study_file(tmp_path))
+    same = load_study(study_file(tmp_path, evaluate={"split": "test", "seeds": 1, "prop": {}}))
+    worth = load_study(study_file(tmp_path, evaluate={"split": "test", "seeds": 1, "prop": {"pass_value": 3000}}))
+    assert plain.identity() == same.identity() != worth.identity()
+    assert worth.evaluate.prop.pass_value == 3000
+    with pytest.raises(UserError, match="pass_value"):
+        load_study(study_file(tmp_path, evaluate={"prop": {"pass_value": -1}}))
 
 
 def test_a_rerun_skips_finished_trials_and_a_failing_trial_is_recorded_without_stopping(finished, monkeypatch):

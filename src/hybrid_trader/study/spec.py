@@ -30,6 +30,7 @@ from typing import Any, Literal
 
 from hybrid_trader.config import check, load_yaml_config, merge_overrides, to_dict
 from hybrid_trader.errors import UserError
+from hybrid_trader.evaluation.verdict import VerdictConfig
 from hybrid_trader.run.config import RunConfig
 from hybrid_trader.study.hypotheses import HypothesisSpec, check_hypotheses
 
@@ -58,6 +59,9 @@ class EvaluateSpec:
     """Seeds of the random baseline."""
     verdict: Literal["sequential", "rolling", "none"] = "sequential"
     """Prop-firm verdict of each trial (evaluate --verdict): attempts one after another, one a day, or none."""
+    prop: VerdictConfig = field(default_factory=VerdictConfig)
+    """The verdict's fees, pass value and day limit (evaluate --evaluation-fee, --reset-fee, --pass-value,
+    --max-days); set ``pass_value`` so the expected outcome per attempt ranks the variants (0: the fees alone)."""
 
 
 @dataclass
@@ -119,6 +123,8 @@ class StudySpec:
         data.pop("name", None)
         if not data.get("hypotheses"):  # a study without hypotheses keeps the identity it had before they existed
             data.pop("hypotheses", None)
+        if self.evaluate.prop == VerdictConfig():  # likewise a study with the default fees and pass value
+            data["evaluate"].pop("prop", None)
         return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 

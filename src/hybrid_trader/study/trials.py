@@ -114,7 +114,8 @@ def run_trial(spec_data: dict, trial: Trial, out: str) -> dict[str, Any]:
         measurable = verdict_measurable(config)  # phase 3: with the student only
         verdict = None if spec.evaluate.verdict == "none" or not measurable else spec.evaluate.verdict
         out_eval = evaluate_run(init, split=spec.evaluate.split, seeds=spec.evaluate.seeds, quiet=True,
-                                ablation=False, market=market, verdict=verdict)
+                                ablation=False, market=market, verdict=verdict,
+                                verdict_config=spec.evaluate.prop)
         agent = out_eval.metrics["agent"]
         row.update({k: agent.get(k) for k in FIGURES})
         row["Apex verdict"] = agent.get("Apex verdict")
