@@ -58,6 +58,7 @@ def test_replicate_reruns_the_trials_with_fresh_seeds_beside_the_study(tmp_path,
     assert sorted(pd.read_parquet(rep / "trials.parquet")["trial"]) == ["fast-s10000-f0", "slow-s10000-f0"]
     record = json.loads((rep / "replication.json").read_text())
     assert record["seeds"] == {"study": [0], "replication": [10000]}
+    assert record["finished"] == {"study": [2, 2], "replication": [2, 2]}
     claims = {r["claim"]: r for r in record["verdicts"]}
     assert "fast - slow: Net PnL [$]" in claims and all(r["result"] in ("supported", "not supported",
                                                                        "no difference") for r in claims.values())

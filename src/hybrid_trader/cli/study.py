@@ -100,8 +100,14 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _failures(summary: dict, out: Path) -> int:
-    """The exit code; the trials that did not finish, with their errors, on stderr."""
+    """The exit code; the trials that did not finish, with their errors, on stderr (with --replicate: the
+    replica's, and 3 too when some of the study's own did not finish)."""
     code = exit_code(summary)
+    finished, trials = (summary.get("replication") or {}).get("finished", {}).get("study", (0, 0))
+    if finished < trials:
+        print(f"error: {trials - finished} of the study's own {trials} trial(s) did not finish (its summary.json "
+              "lists them)", file=sys.stderr)
+        code = max(code, EXIT_SOME_FAILED)
     if code:
         failed = summary["trials"] - summary["finished"]
         where = Path(summary["report"]).parent if summary.get("report") else out

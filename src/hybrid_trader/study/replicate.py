@@ -138,6 +138,8 @@ def replicate_study(spec_path: str | Path, out: str | Path, *, workers: int | No
     rows = compare_verdicts(original, again, label="replication")
     fps = {"study": sorted(original["fingerprints"]["by id"]), "replication": sorted(again["fingerprints"]["by id"])}
     record = {"study": str(out), "replication": str(rout), "seeds": {"study": spec.seeds, "replication": replica.seeds},
+              "finished": {"study": [original["finished"], original["trials"]],
+                           "replication": [again["finished"], again["trials"]]},
               "verdicts": rows, "fingerprints": {**fps, "same": fps["study"] == fps["replication"]},
               "not supported": [r["claim"] for r in rows if r["result"] == "not supported"]}
     atomic_write_text(rout / REPLICATION, json.dumps(jsonable(record), indent=1))
