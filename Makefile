@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 EXTRAS ?= llm,llama,dev,study
 
-.PHONY: install demo test test-slow test-all lint bench clean help chromium
+.PHONY: install lock demo test test-slow test-all lint bench clean help chromium
 
 help:
 	@echo "make demo       create .venv, install, train phase 1+2 on the built-in market, evaluate, report"
@@ -13,16 +13,28 @@ help:
 	@echo "make lint       ruff (style, import order, complexity) and mypy on src/"
 	@echo "make test-slow  the slow tests (training proofs on real data, real-model checks)"
 	@echo "make bench      environment, training and LLM throughput benchmarks"
+	@echo "make lock       rewrite constraints.txt from .venv (after upgrading a package on purpose)"
 
-$(STAMP): pyproject.toml
+# constraints.txt pins every package to the version the results were made with (`make lock` rewrites it)
+$(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	# torch first, pinned: the CPU build already on disk (never a multi-GB CUDA download)
-	$(BIN)/python -m pip install -q torch==2.13.0
-	$(BIN)/python -m pip install -q -e '.[$(EXTRAS)]'
+	$(BIN)/python -m pip install -q -c constraints.txt torch==2.13.0
+	$(BIN)/python -m pip install -q -c constraints.txt -e '.[$(EXTRAS)]'
 	touch $(STAMP)
 
 install: $(STAMP)
+
+# On purpose only: after upgrading a package in .venv (and rerunning the tests), pin what is installed now.
+# Local version labels (torch's +cpu) are dropped so that the same pin matches the CPU wheel and PyPI's.
+lock:
+	test -x $(BIN)/python || { echo "no $(VENV): run make install first"; exit 1; }
+	{ echo "# Versions the results were made with: \`make install\` installs with -c constraints.txt."; \
+	  echo "# Regenerate on purpose with \`make lock\` (pip freeze of .venv, the project itself left out)."; \
+	  $(BIN)/python -m pip freeze --all --exclude-editable | grep -v '^pip==' | sed -E 's/\+[A-Za-z0-9.]+$$//'; \
+	} > constraints.txt.new
+	mv constraints.txt.new constraints.txt
 
 demo: install
 	$(BIN)/hybrid-trader demo
@@ -51,7 +63,7 @@ lint: install
 	$(BIN)/mypy
 
 test-slow: install
-	$(BIN)/python -m pytest -q -m slow || [ $$? -eq 5 ]  # exit 5: no test is marked slow at the moment
+	$(BIN)/python -m pytest -q -m slow || [ $$? -eq 5 ]  # exit 5: no slow test collected
 
 test-all: install
 	$(BIN)/python -m pytest -q

@@ -42,6 +42,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--address", help="join an existing Ray cluster (e.g. 10.0.0.5:6379) instead of starting one")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--json", action="store_true", help="print the summary as JSON, last")
+    what = p.add_mutually_exclusive_group()
+    what.add_argument("--confirm", type=Path, metavar="DATA",
+                      help="evaluate every finished trial's final model on DATA, a later file of the same market the "
+                           "study never touched (no training); results in OUT/confirm-<DATA stem>/")
+    what.add_argument("--replicate", action="store_true",
+                      help="run (or continue) the study, then the same trials with fresh seeds in OUT-replicate, "
+                           "and say whether each verdict survives (OUT-replicate/replication.json)")
     p.set_defaults(func=run)
 
 
@@ -53,8 +60,22 @@ def run(args: argparse.Namespace) -> int:
     if args.workers is not None and args.workers < 1:
         raise UserError(f"--workers {args.workers} must be 1 or more")
     out = args.out or Path("studies") / args.study.stem
-    summary = run_study(args.study, out, workers=args.workers, address=args.address,
-                        progress=not args.no_progress, say=(lambda s: None) if args.json else print)
+    say = (lambda s: None) if args.json else print
+    replication = None
+    if args.confirm:
+        from hybrid_trader.study.confirm import confirm_study  # loads torch, SB3 and Ray's client as the engine
+
+        summary = confirm_study(args.study, out, args.confirm, progress=not args.no_progress, say=say)
+    elif args.replicate:
+        from hybrid_trader.study.replicate import replicate_study  # loads them too
+
+        replication = replicate_study(args.study, out, workers=args.workers, address=args.address,
+                                      progress=not args.no_progress, say=say)
+        summary = replication.pop("summary")
+        summary["replication"] = replication
+    else:
+        summary = run_study(args.study, out, workers=args.workers, address=args.address,
+                            progress=not args.no_progress, say=say)
     if args.json:
         print(json.dumps(jsonable(summary)))
         return _failures(summary, out)
@@ -73,17 +94,30 @@ def run(args: argparse.Namespace) -> int:
     dsr = summary["deflated sharpe"]
     print(f"Deflated Sharpe Ratio of the best trial ({dsr.get('best')}) over {dsr.get('trials')} trials: "
           f"{dsr.get('dsr')}")
-    print(f"table: {Path(out) / 'trials.parquet'}   report: {summary['report']}")
+    if (summary.get("fingerprints") or {}).get("warning"):
+        print(f"note: {summary['fingerprints']['warning']}")
+    for label, rows in (("confirmation", summary.get("vs study")),
+                        ("replication", (replication or {}).get("verdicts"))):
+        for r in rows or ():
+            print(f"{label}: {r['claim']}: {r['result']} ({r['why']})")
+    print(f"table: {Path(summary['report']).parent / 'trials.parquet'}   report: {summary['report']}")
     return _failures(summary, out)
 
 
 def _failures(summary: dict, out: Path) -> int:
-    """The exit code; the trials that did not finish, with their errors, on stderr."""
+    """The exit code; the trials that did not finish, with their errors, on stderr (with --replicate: the
+    replica's, and 3 too when some of the study's own did not finish)."""
     code = exit_code(summary)
+    finished, trials = (summary.get("replication") or {}).get("finished", {}).get("study", (0, 0))
+    if finished < trials:
+        print(f"error: {trials - finished} of the study's own {trials} trial(s) did not finish (its summary.json "
+              "lists them)", file=sys.stderr)
+        code = max(code, EXIT_SOME_FAILED)
     if code:
         failed = summary["trials"] - summary["finished"]
+        where = Path(summary["report"]).parent if summary.get("report") else out
         print(f"error: {failed} of {summary['trials']} trial(s) did not finish" + "".join(
             f"\n  {e['trial']}: {e['error']}" for e in summary["errors"])
-            + f"\n  fix: see each trial's traceback.txt under {Path(out) / 'trials'}; a rerun tries failed trials "
-              "again and skips finished ones", file=sys.stderr)
+            + f"\n  fix: see each trial's traceback under {where / 'trials'}; a rerun tries failed trials again and "
+              "skips finished ones", file=sys.stderr)
     return code

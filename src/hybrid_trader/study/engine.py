@@ -30,6 +30,7 @@ from hybrid_trader.run.files import atomic_write_text, check_writable
 from hybrid_trader.run.lock import FolderLock
 from hybrid_trader.run.market import check_environment
 from hybrid_trader.study.attempts import count_attempts, record_attempt
+from hybrid_trader.study.fingerprint import fingerprint_summary
 from hybrid_trader.study.spec import StudySpec, load_study
 from hybrid_trader.study.summary import summarize
 from hybrid_trader.study.trials import DAILY, TRIALS, Trial, forget_markets, market_for, read_trial, run_trial
@@ -103,10 +104,10 @@ def _ray_init(workers: int, address: str | None) -> Any:
     return ray
 
 
-def run_study(spec_path: str | Path, out: str | Path, *, workers: int | None = None, address: str | None = None,
-              progress: bool = True, say: Callable[[str], None] = print) -> dict[str, Any]:
-    """Run (or continue) the study; returns the summary (also in ``OUT/summary.json``)."""
-    spec = load_study(spec_path)
+def run_study(spec_path: str | Path | StudySpec, out: str | Path, *, workers: int | None = None,
+              address: str | None = None, progress: bool = True, say: Callable[[str], None] = print) -> dict[str, Any]:
+    """Run (or continue) the study (a file, or a loaded one); returns the summary (also in ``OUT/summary.json``)."""
+    spec = spec_path if isinstance(spec_path, StudySpec) else load_study(spec_path)
     out = Path(out).resolve()
     check_writable(out, what="study --out")
     cores = os.cpu_count() or 1
@@ -134,15 +135,22 @@ def run_study(spec_path: str | Path, out: str | Path, *, workers: int | None = N
         timing = _run_on_ray(spec, todo, out, workers, address, progress) if todo else {}
         rows = [read_trial(out / TRIALS / t.slug) or {"trial": t.slug, "variant": t.variant, "seed": t.seed,
                                                       "fold": t.fold, "status": "missing"} for t in trials]
-        table = pd.DataFrame([{k: v for k, v in r.items() if k not in DAILY} for r in rows])
+        table = trials_table(rows)
         table.to_parquet(out / TABLE, index=False)
         summary = summarize(spec, rows, attempts=count_attempts(out, rows))
+        summary["fingerprints"] = fingerprint_summary(rows)
         summary["timing"] = timing
         atomic_write_text(out / SUMMARY, json.dumps(jsonable(summary), indent=1))
         from hybrid_trader.study.report import write_study_report  # matplotlib only when a report is written
 
         summary["report"] = str(write_study_report(out, spec, summary, table))
     return summary
+
+
+def trials_table(rows: list[dict[str, Any]]) -> pd.DataFrame:
+    """One row per trial for ``trials.parquet``: no daily series, the fingerprint by its id."""
+    return pd.DataFrame([{k: (v or {}).get("id") if k == "fingerprint" else v for k, v in r.items()
+                          if k not in DAILY} for r in rows])
 
 
 def _check_folds(spec: StudySpec) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from pathlib import Path
 
 import pandas as pd
@@ -22,8 +23,9 @@ def _ci(d: dict) -> str:
     return _num(d.get("mean", d.get("mean difference"))) + ci
 
 
-def write_study_report(out: Path, spec: StudySpec, summary: dict, table: pd.DataFrame) -> Path:
-    """``OUT/report.html``: self-contained, no scripts."""
+def write_study_report(out: Path, spec: StudySpec, summary: dict, table: pd.DataFrame,
+                       extra: Sequence[str] = ()) -> Path:
+    """``OUT/report.html``: self-contained, no scripts; ``extra``: more HTML sections before the trials' table."""
     v = summary["variants"]
     head = "".join(f"<th>{_esc(f)}</th>" for f in SUMMARY_FIGURES)
     rows = "".join(
@@ -47,7 +49,7 @@ def write_study_report(out: Path, spec: StudySpec, summary: dict, table: pd.Data
         f"<h1>Study {_esc(summary['study'])}</h1>",
         f'<p class="meta">{summary["trials"]} trials: {len(spec.variants)} variants x {len(spec.seeds)} seeds x '
         f"{max(spec.folds, 1)} folds; {summary['finished']} finished, {summary['failed']} failed; evaluated on "
-        f"{_esc(spec.evaluate.split)} days"
+        f"{_esc(summary.get('evaluated on') or spec.evaluate.split)} days"
         + (f"; {t.get('workers')} Ray workers, {t.get('wall_s')} s, Ray overhead "
            f"{t.get('ray_overhead_s_per_trial')} s a trial ({t.get('ray_overhead_pct')}%)" if t else "") + "</p>",
         "<h2>Variants</h2>",
@@ -67,7 +69,10 @@ def write_study_report(out: Path, spec: StudySpec, summary: dict, table: pd.Data
         f"{_esc(dsr.get('days', '-'))} days); probability its true Sharpe beats the best of {dsr.get('trials')} "
         f"skill-less trials: <b>{_num(dsr.get('dsr'))}</b> (Bailey and Lopez de Prado, 2014; the trials are every "
         "one this folder ran, failed and re-run ones included).</p>",
+        *([f'<p class="small"><b>Note:</b> {_esc(summary["fingerprints"]["warning"])}</p>']
+          if (summary.get("fingerprints") or {}).get("warning") else []),
         *statistics_sections(summary),
+        *extra,
         "<h2>Trials</h2>",
         "<table><thead><tr>" + "".join(f'<th class="l">{_esc(c)}</th>' for c in cols)
         + f"</tr></thead><tbody>{trial_rows}</tbody></table>",

@@ -16,16 +16,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from hybrid_trader.config import from_dict, to_dict
-from hybrid_trader.evaluation.evaluate import evaluate_run, verdict_measurable
+from hybrid_trader.evaluation.evaluate import EvaluationOutput, evaluate_run, verdict_measurable
 from hybrid_trader.evaluation.metrics import daily_pnl, jsonable
 from hybrid_trader.evaluation.results import load_results
 from hybrid_trader.evaluation.runner import validation_fn
 from hybrid_trader.run.files import atomic_write_text
 from hybrid_trader.run.market import Market, load_market, make_split
 from hybrid_trader.run.rundir import MODEL
+from hybrid_trader.study.fingerprint import fingerprint, make_deterministic
 from hybrid_trader.study.spec import StudySpec
 from hybrid_trader.training.runner import train_run
 
@@ -90,11 +89,12 @@ def read_trial(folder: Path) -> dict[str, Any] | None:
 
 def run_trial(spec_data: dict, trial: Trial, out: str) -> dict[str, Any]:
     """Train and evaluate one trial in this process; its row (also written to ``trial.json``). Never raises."""
-    torch.set_num_threads(1)  # the trial's own process (a Ray worker): one thread per trial, before any work
+    make_deterministic(threads=1)  # the trial's own process (a Ray worker): one thread per trial, before any work
     spec = from_dict(StudySpec, spec_data, source="study")
     folder = Path(out) / TRIALS / trial.slug
     folder.mkdir(parents=True, exist_ok=True)
-    row: dict[str, Any] = {"variant": trial.variant, "seed": trial.seed, "fold": trial.fold, "trial": trial.slug}
+    row: dict[str, Any] = {"variant": trial.variant, "seed": trial.seed, "fold": trial.fold, "trial": trial.slug,
+                           "fingerprint": fingerprint()}
     started = time.perf_counter()
     try:
         variant = next(v for v in spec.variants if v.name == trial.variant)
@@ -116,22 +116,7 @@ def run_trial(spec_data: dict, trial: Trial, out: str) -> dict[str, Any]:
         out_eval = evaluate_run(init, split=spec.evaluate.split, seeds=spec.evaluate.seeds, quiet=True,
                                 ablation=False, market=market, verdict=verdict,
                                 verdict_config=spec.evaluate.prop)
-        agent = out_eval.metrics["agent"]
-        row.update({k: agent.get(k) for k in FIGURES})
-        row["Apex verdict"] = agent.get("Apex verdict")
-        for name in ("flat", "random", "momentum"):
-            if name in out_eval.metrics:
-                row[f"{name} Net PnL [$]"] = out_eval.metrics[name].get("Net PnL [$]")
-        prop = out_eval.extra.get("prop_verdict")
-        if prop:  # the agent's and the best baseline's pass rates (evaluation.verdict)
-            for name, figures in prop["figures"].items():
-                for key in VERDICT_KEPT:
-                    if key in figures:
-                        row[f"{key} ({name})" if name != "agent" else key] = figures[key]
-        row["daily_dates"], row["daily_returns"] = _daily_returns(out_eval.out_dir)
-        if "momentum" in out_eval.metrics:  # the benchmark of study.multiple_tests' SPA and StepM
-            row["momentum daily_returns"] = _daily_returns(out_eval.out_dir, "momentum")[1]
-        row["dates"] = list(out_eval.dates or ())
+        row.update(evaluation_row(out_eval))
         row["status"] = "finished"
     except Exception as err:  # recorded, never raised: one trial's failure does not stop the study
         row["status"] = "failed"
@@ -139,6 +124,28 @@ def run_trial(spec_data: dict, trial: Trial, out: str) -> dict[str, Any]:
         (folder / "traceback.txt").write_text(traceback.format_exc(), encoding="utf-8")
     row["seconds"] = round(time.perf_counter() - started, 2)
     atomic_write_text(folder / TRIAL_FILE, json.dumps(jsonable(row), indent=1))
+    return row
+
+
+def evaluation_row(out_eval: EvaluationOutput) -> dict[str, Any]:
+    """A trial's figures from its evaluation: the agent's metrics, the baselines' net P&L, the prop-firm verdict's
+    figures, daily returns and dates (a study's trial and its confirmation on later data alike)."""
+    agent = out_eval.metrics["agent"]
+    row: dict[str, Any] = {k: agent.get(k) for k in FIGURES}
+    row["Apex verdict"] = agent.get("Apex verdict")
+    for name in ("flat", "random", "momentum"):
+        if name in out_eval.metrics:
+            row[f"{name} Net PnL [$]"] = out_eval.metrics[name].get("Net PnL [$]")
+    prop = out_eval.extra.get("prop_verdict")
+    if prop:  # the agent's and the best baseline's pass rates (evaluation.verdict)
+        for name, figures in prop["figures"].items():
+            for key in VERDICT_KEPT:
+                if key in figures:
+                    row[f"{key} ({name})" if name != "agent" else key] = figures[key]
+    row["daily_dates"], row["daily_returns"] = _daily_returns(out_eval.out_dir)
+    if "momentum" in out_eval.metrics:  # the benchmark of study.multiple_tests' SPA and StepM
+        row["momentum daily_returns"] = _daily_returns(out_eval.out_dir, "momentum")[1]
+    row["dates"] = list(out_eval.dates or ())
     return row
 
 
