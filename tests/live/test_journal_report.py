@@ -62,9 +62,12 @@ def test_report_counts_history_and_late_bars_apart_when_some_were_not_traded(jou
 
 
 def test_report_shows_trades_account_decisions_and_refusals_when_written(journal):
-    html = write_journal_report(journal).read_text()
+    html = write_journal_report(journal, static=True).read_text()
     assert (journal.parent / "journal.report.html").is_file()
     assert html.count("data:image/png;base64,") == 2  # price with trades; account
+    assert "<script" not in html
+    interactive = write_journal_report(journal).read_text()
+    assert interactive.count('class="chart-spec"') == 1 and "data:image/png" not in interactive
     for text in ("TARGET", "STOP", "+3.50", "-1.50", "veto:DAILY_LOSS", "DUPLICATE", "bar 09:35 again",
                  "no margin", "distance to the threshold", "p99", "BUY"):
         assert text in html, text
@@ -92,3 +95,4 @@ def test_an_empty_journal_reports_without_figures_when_nothing_happened(tmp_path
     Journal(path).close()
     html = write_journal_report(path).read_text()
     assert "No decision was journaled" in html and "data:image/png" not in html
+    assert 'class="chart-spec"' not in html and "<script" not in html  # nothing to chart: no plotly.js either

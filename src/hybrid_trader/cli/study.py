@@ -41,6 +41,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--address", help="join an existing Ray cluster (e.g. 10.0.0.5:6379) instead of starting one")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--json", action="store_true", help="print the summary as JSON, last")
+    p.add_argument("--static", action="store_true",
+                   help="OUT/report.html with tables only and no scripts; default: with interactive charts (each "
+                        "variant's trials, a forest plot of the paired differences), plotly.js inlined once, offline")
     p.set_defaults(func=run)
 
 
@@ -53,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--workers {args.workers} must be 1 or more")
     out = args.out or Path("studies") / args.study.stem
     summary = run_study(args.study, out, workers=args.workers, address=args.address,
-                        progress=not args.no_progress, say=(lambda s: None) if args.json else print)
+                        progress=not args.no_progress, static=args.static, say=(lambda s: None) if args.json else print)
     if args.json:
         print(json.dumps(jsonable(summary)))
         return _failures(summary, out)

@@ -100,8 +100,11 @@ def _ray_init(workers: int, address: str | None) -> Any:
 
 
 def run_study(spec_path: str | Path, out: str | Path, *, workers: int | None = None, address: str | None = None,
-              progress: bool = True, say: Callable[[str], None] = print) -> dict[str, Any]:
-    """Run (or continue) the study; returns the summary (also in ``OUT/summary.json``)."""
+              progress: bool = True, static: bool = False, say: Callable[[str], None] = print) -> dict[str, Any]:
+    """Run (or continue) the study; returns the summary (also in ``OUT/summary.json``).
+
+    ``static``: the report without charts (``study.report.write_study_report``).
+    """
     spec = load_study(spec_path)
     out = Path(out).resolve()
     check_writable(out, what="study --out")
@@ -135,9 +138,9 @@ def run_study(spec_path: str | Path, out: str | Path, *, workers: int | None = N
         summary = summarize(spec, rows)
         summary["timing"] = timing
         atomic_write_text(out / SUMMARY, json.dumps(jsonable(summary), indent=1))
-        from hybrid_trader.study.report import write_study_report  # matplotlib only when a report is written
+        from hybrid_trader.study.report import write_study_report  # plotly only when a report is written
 
-        summary["report"] = str(write_study_report(out, spec, summary, table))
+        summary["report"] = str(write_study_report(out, spec, summary, table, static=static))
     return summary
 
 
