@@ -20,6 +20,47 @@ QUIET = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-
 """Flags that keep the browser from its own background traffic where it can."""
 
 
+CHART_PROBE = """<script>
+window.__errs = [];
+window.addEventListener('error', function (e) { window.__errs.push('error: ' + (e.message || 'resource')); }, true);
+window.addEventListener('securitypolicyviolation', function (e) { window.__errs.push('csp: ' + e.blockedURI); });
+var __ce = console.error;
+console.error = function () { window.__errs.push('console.error: ' + [].join.call(arguments, ' '));
+                              __ce.apply(console, arguments); };
+function __sleep(ms) { return new Promise(function (r) { setTimeout(r, ms); }); }
+async function __label(gd, kind) {  // hover the first point of that kind; Plotly throttles hovers (50 ms)
+  var k = gd.data.findIndex(function (t) { return t.meta && t.meta.kind === kind && t.customdata &&
+                                                  t.customdata.length; });
+  if (k < 0) return null;
+  Plotly.Fx.unhover(gd); await __sleep(120);
+  Plotly.Fx.hover(gd, [{curveNumber: k, pointNumber: 0}]); await __sleep(120);
+  var label = gd.querySelector('g.hovertext');
+  return label ? label.textContent : null;
+}
+var __t = setInterval(async function () {
+  var state = document.documentElement.dataset.charts;
+  if (!state) return;
+  clearInterval(__t);
+  var out = {state: state, errs: window.__errs, charts: {}, hover: {},
+             paint: performance.getEntriesByType('paint').map(function (e) { return [e.name, e.startTime]; }),
+             drawn: window.chartsDrawnMs || null};
+  for (const gd of document.querySelectorAll('.chart')) {
+    out.charts[gd.id] = (gd.data || []).map(function (t, i) {
+      var full = gd._fullData && gd._fullData[i];
+      return {kind: t.meta && t.meta.kind, strategy: t.meta && t.meta.strategy, type: t.type,
+              n: full && full.x ? full.x.length : null, codes: t.customdata ? [].slice.call(t.customdata) : null};
+    });
+    out.hover[gd.id] = {exit: await __label(gd, 'exit'), entry: await __label(gd, 'entry'),
+                        move: await __label(gd, 'stop-move')};
+  }
+  var p = document.createElement('pre'); p.id = 'probe'; p.textContent = JSON.stringify(out);
+  document.body.appendChild(p);
+}, 20);
+</script>"""
+"""Once the page's charts are drawn (or failed): each chart's traces (kind, strategy, points drawn, reason codes)
+and the hover label of the first exit, entry and stop move, written as JSON into ``<pre id="probe">``."""
+
+
 def chromium() -> str:
     """The Chromium executable; skips the test (with the reason) when none is installed."""
     for name in ("chromium", "chromium-browser"):

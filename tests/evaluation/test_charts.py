@@ -26,7 +26,7 @@ from hybrid_trader.evaluation.report import html_document, write_report
 from hybrid_trader.evaluation.results import load_ohlc, load_results, save_results
 from hybrid_trader.evaluation.runner import ALL_DECISIONS, evaluation_env, run_policy
 from hybrid_trader.features import compute_features
-from tests.evaluation.browser import DevTools, open_with_probe, page_requests
+from tests.evaluation.browser import CHART_PROBE, DevTools, open_with_probe, page_requests
 
 ADVICE_REASON = "trend up </script> & volume"
 
@@ -108,47 +108,8 @@ def test_a_page_with_charts_gets_the_runtime_once_and_one_without_gets_none():
     assert page.count('id="plotly-js-gz"') == 1
 
 
-PROBE = """<script>
-window.__errs = [];
-window.addEventListener('error', function (e) { window.__errs.push('error: ' + (e.message || 'resource')); }, true);
-window.addEventListener('securitypolicyviolation', function (e) { window.__errs.push('csp: ' + e.blockedURI); });
-var __ce = console.error;
-console.error = function () { window.__errs.push('console.error: ' + [].join.call(arguments, ' '));
-                              __ce.apply(console, arguments); };
-function __sleep(ms) { return new Promise(function (r) { setTimeout(r, ms); }); }
-async function __label(gd, kind) {  // hover the first point of that kind; Plotly throttles hovers (50 ms)
-  var k = gd.data.findIndex(function (t) { return t.meta && t.meta.kind === kind && t.customdata &&
-                                                  t.customdata.length; });
-  if (k < 0) return null;
-  Plotly.Fx.unhover(gd); await __sleep(120);
-  Plotly.Fx.hover(gd, [{curveNumber: k, pointNumber: 0}]); await __sleep(120);
-  var label = gd.querySelector('g.hovertext');
-  return label ? label.textContent : null;
-}
-var __t = setInterval(async function () {
-  var state = document.documentElement.dataset.charts;
-  if (!state) return;
-  clearInterval(__t);
-  var out = {state: state, errs: window.__errs, charts: {}, hover: {},
-             paint: performance.getEntriesByType('paint').map(function (e) { return [e.name, e.startTime]; }),
-             drawn: window.chartsDrawnMs || null};
-  for (const gd of document.querySelectorAll('.chart')) {
-    out.charts[gd.id] = (gd.data || []).map(function (t, i) {
-      var full = gd._fullData && gd._fullData[i];
-      return {kind: t.meta && t.meta.kind, strategy: t.meta && t.meta.strategy, type: t.type,
-              n: full && full.x ? full.x.length : null, codes: t.customdata ? [].slice.call(t.customdata) : null};
-    });
-    out.hover[gd.id] = {exit: await __label(gd, 'exit'), entry: await __label(gd, 'entry'),
-                        move: await __label(gd, 'stop-move')};
-  }
-  var p = document.createElement('pre'); p.id = 'probe'; p.textContent = JSON.stringify(out);
-  document.body.appendChild(p);
-}, 20);
-</script>"""
-
-
 def _open(page: Path, tmp_path: Path, *flags: str) -> dict:
-    probe, _ = open_with_probe(page, PROBE, tmp_path, "--virtual-time-budget=60000", *flags)
+    probe, _ = open_with_probe(page, CHART_PROBE, tmp_path, "--virtual-time-budget=60000", *flags)
     assert probe["state"] == "ready" and probe["errs"] == [], probe
     return probe
 

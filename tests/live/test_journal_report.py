@@ -96,3 +96,19 @@ def test_an_empty_journal_reports_without_figures_when_nothing_happened(tmp_path
     html = write_journal_report(path).read_text()
     assert "No decision was journaled" in html and "data:image/png" not in html
     assert 'class="chart-spec"' not in html and "<script" not in html  # nothing to chart: no plotly.js either
+
+
+def test_journal_chart_holds_each_round_trip_and_an_entry_hovers_its_decision(journal, tmp_path):
+    from tests.evaluation.browser import CHART_PROBE, open_with_probe
+
+    page = write_journal_report(journal, tmp_path / "j.html")
+    probe, _ = open_with_probe(page, CHART_PROBE, tmp_path, "--virtual-time-budget=60000")
+    assert probe["state"] == "ready" and probe["errs"] == [], probe
+    kinds = {t["kind"]: t for t in probe["charts"]["journal-chart"]}
+    trades = journal_trades(read_journal(journal))
+    assert kinds["entry"]["n"] == len(trades) == 2 and kinds["exit"]["codes"] == ["TARGET", "STOP"]
+    assert kinds["entry"]["codes"] == ["BUY", "SELL"]  # the decision journaled at the entry order's bar, else its side
+    hover = probe["hover"]["journal-chart"]
+    assert "reason: TARGET" in hover["exit"]
+    assert "reason: BUY" in hover["entry"] and "policy: HOLD 0.70, BUY 0.20, SELL 0.10" in hover["entry"]
+    assert {"equity", "balance", "threshold", "candles"} <= set(kinds)

@@ -22,7 +22,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from hybrid_trader.actions import ACTION_NAMES
+from hybrid_trader.actions import ACTION_NAMES, Action
 from hybrid_trader.calendar import EASTERN
 from hybrid_trader.evaluation.charts import (
     EXIT_COLOR,
@@ -150,8 +150,8 @@ def price_chart(tables: dict[str, pd.DataFrame], trades: pd.DataFrame, since_ns:
         texts, codes = [], []
         for r in trades.itertuples(index=False):
             d = decisions.get(int(r.entry_bar_ns))
-            code = ACTION_NAMES[d["action"]] if d and 0 <= d["action"] < len(ACTION_NAMES) else \
-                ("BUY" if r.side > 0 else "SELL")
+            code = ACTION_NAMES[d["action"]] if d and d["action"] in (Action.BUY, Action.SELL) else \
+                ("BUY" if r.side > 0 else "SELL")  # the entry decision journaled at the order's bar, else the side
             codes.append(code)
             texts.append(f"<b>{'long' if r.side > 0 else 'short'} entry</b> {r.entry_time:%Y-%m-%d %H:%M}"
                          f"<br>reason: {code}<br>fill {r.entry_price:,.2f} x {r.qty}" + decision_text(d))
