@@ -32,3 +32,21 @@ def test_agent_policy_decides_as_predict_and_records_the_masked_probabilities():
         if terminated or truncated:
             break
     assert len(seen) > 1  # some masks had illegal actions
+
+
+def test_hybrid_decision_record_holds_fused_probabilities_rule_and_advice():
+    from hybrid_trader.agent.hybrid_agent import Decision
+    from hybrid_trader.evaluation.policies import HybridAgentPolicy
+    from hybrid_trader.llm.advice import Advice
+
+    policy = HybridAgentPolicy.__new__(HybridAgentPolicy)  # the record reads the last decision only
+    policy.last_decision = None
+    assert policy.decision_record() == {}
+    probs = np.array([0.1, 0.6, 0.3, 0.0, 0.0, 0.0])
+    advice = Advice(probs=probs, action=1, confidence=0.8123, coverage=1.0, reason="breakout", age_steps=2)
+    policy.last_decision = Decision(action=1, probs=probs, rl_action=2, rl_probs=probs[::-1].copy(),
+                                    rl_confidence=0.3, fused_by="rules", reason="LLM_OVERRIDE", advice=advice,
+                                    block=np.zeros(4))
+    record = policy.decision_record()
+    assert record["probabilities"]["BUY"] == 0.6 and record["rule"] == "LLM_OVERRIDE"
+    assert record["advice"] == {"action": "BUY", "confidence": 0.812, "reason": "breakout", "age": 2}

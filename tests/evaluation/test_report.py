@@ -108,6 +108,12 @@ def test_report_command_prints_the_path(tmp_path, monkeypatch, capsys):
     rd = make_run_with_eval(tmp_path / "run")
     assert cli_main.main(["report", str(rd)]) == 0
     assert capsys.readouterr().out.strip() == f"report: {rd / 'eval' / 'test' / 'report.html'}"
+    text = (rd / "eval" / "test" / "report.html").read_text()
+    assert 'class="chart-spec"' in text and not (rd / "eval" / "test" / "report_equity.png").exists()
+    assert cli_main.main(["report", str(rd), "--static"]) == 0  # the PNGs, no scripts
+    assert "<script" not in (rd / "eval" / "test" / "report.html").read_text()
+    assert (rd / "eval" / "test" / "report_equity.png").is_file()
+    capsys.readouterr()
     assert cli_main.main(["report", str(rd), "--split", "val"]) == 2
     assert "no evaluation of the val split" in capsys.readouterr().err
 
