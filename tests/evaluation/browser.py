@@ -151,6 +151,10 @@ class DevTools:
     def close(self) -> None:
         with contextlib.suppress(AssertionError, OSError):  # the browser may be gone already
             self.call("Browser.close")
-        self.proc.wait(timeout=30)
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=20)
         os.close(self._to_chrome)
         os.close(self._from_chrome)
