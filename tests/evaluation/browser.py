@@ -102,8 +102,9 @@ class DevTools:
         self._from_chrome, from_chrome_w = os.pipe()
 
         def fds() -> None:  # the browser reads commands on fd 3 and writes answers on fd 4
-            os.dup2(to_chrome_r, 3)
-            os.dup2(from_chrome_w, 4)
+            commands, answers = os.dup(to_chrome_r), os.dup(from_chrome_w)  # copies first: either may be 3 or 4
+            os.dup2(commands, 3)
+            os.dup2(answers, 4)
 
         self.proc = subprocess.Popen(
             [chromium(), *QUIET, "--remote-debugging-pipe", f"--user-data-dir={tmp_path / 'chromium-devtools'}",
@@ -114,6 +115,13 @@ class DevTools:
         os.close(from_chrome_w)
         self._buf = b""
         self._id = 0
+        try:
+            self._open(url)
+        except BaseException:
+            self.close()
+            raise
+
+    def _open(self, url: str) -> None:
         page = next(t for t in self.call("Target.getTargets")["targetInfos"] if t["type"] == "page")
         self.session = self.call("Target.attachToTarget", {"targetId": page["targetId"], "flatten": True})["sessionId"]
         deadline = time.monotonic() + 60
