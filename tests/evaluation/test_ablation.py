@@ -70,12 +70,14 @@ def test_ablation_cli_prints_json_and_writes_the_report_when_asked(tmp_path, stu
     assert data["report"] == str(tmp_path / "a" / "report.html")
     for name in data["variants"]:
         assert name in html
-    assert html.count("data:image/png;base64,") == 2 and (tmp_path / "a" / "ablation_equity.png").stat().st_size
+    assert html.count('class="chart-spec"') == 2 and "data:image/png" not in html  # interactive by default
     assert "seed 0" in html and "rl-p3-s0" in html  # one row per run
-    # `report OUT` on an ablation folder writes the variants report again
+    # `report OUT --static` on an ablation folder writes the variants report again, with PNGs
     (tmp_path / "a" / "report.html").unlink()
-    assert main(["report", str(tmp_path / "a")]) == 0
-    assert (tmp_path / "a" / "report.html").is_file()
+    assert main(["report", str(tmp_path / "a"), "--static"]) == 0
+    html = (tmp_path / "a" / "report.html").read_text()
+    assert html.count("data:image/png;base64,") == 2 and (tmp_path / "a" / "ablation_equity.png").stat().st_size
+    assert "<script" not in html
 
 
 def test_ablation_report_is_refused_when_the_folder_has_no_ablation(tmp_path):

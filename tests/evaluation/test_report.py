@@ -1,11 +1,11 @@
-"""The HTML report (hybrid_trader.evaluation.report, `hybrid-trader report`), rendered in headless Chromium."""
+"""The HTML report (hybrid_trader.evaluation.report, `hybrid-trader report`), rendered in headless Chromium.
+
+The static report (``--static``: PNG figures, no scripts) here; the interactive one in test_charts.py.
+"""
 
 from __future__ import annotations
 
-import json
 import re
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -13,6 +13,7 @@ import pytest
 from hybrid_trader.cli import main as cli_main
 from hybrid_trader.errors import UserError
 from hybrid_trader.evaluation.report import write_report
+from tests.evaluation.browser import open_with_probe
 from tests.evaluation.fakes import make_run_with_eval, write_run
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -24,7 +25,7 @@ def report(tmp_path_factory) -> Path:
     rd = tmp_path_factory.mktemp("run")
     write_run(rd, phase=3)
     make_run_with_eval(rd)
-    return write_report(rd)
+    return write_report(rd, static=True)
 
 
 def test_report_writes_html_and_png_figures_next_to_it(report):
@@ -84,12 +85,12 @@ def test_report_shows_decisions_recorded_under_extra_decisions(tmp_path):
     # an agent without trades still gets its (empty) trades figure
     results[0] = results[1].__class__("agent", None, results[1].equity, results[1].position, 50_000.0)
     save_results(results, prices, tmp_path / "run2" / "eval" / "test")
-    assert (write_report(tmp_path / "run2").parent / "report_trades.png").is_file()
+    assert (write_report(tmp_path / "run2", static=True).parent / "report_trades.png").is_file()
 
 
 def test_report_with_out_file_puts_figures_next_to_it(tmp_path):
     rd = make_run_with_eval(tmp_path / "run", split="val")
-    out = write_report(rd, split="val", out=tmp_path / "site" / "val.html")
+    out = write_report(rd, split="val", out=tmp_path / "site" / "val.html", static=True)
     assert out == tmp_path / "site" / "val.html" and out.is_file()
     assert (tmp_path / "site" / "val_equity.png").is_file()
 
@@ -107,6 +108,12 @@ def test_report_command_prints_the_path(tmp_path, monkeypatch, capsys):
     rd = make_run_with_eval(tmp_path / "run")
     assert cli_main.main(["report", str(rd)]) == 0
     assert capsys.readouterr().out.strip() == f"report: {rd / 'eval' / 'test' / 'report.html'}"
+    text = (rd / "eval" / "test" / "report.html").read_text()
+    assert 'class="chart-spec"' in text and not (rd / "eval" / "test" / "report_equity.png").exists()
+    assert cli_main.main(["report", str(rd), "--static"]) == 0  # the PNGs, no scripts
+    assert "<script" not in (rd / "eval" / "test" / "report.html").read_text()
+    assert (rd / "eval" / "test" / "report_equity.png").is_file()
+    capsys.readouterr()
     assert cli_main.main(["report", str(rd), "--split", "val"]) == 2
     assert "no evaluation of the val split" in capsys.readouterr().err
 
@@ -137,29 +144,9 @@ window.addEventListener('load', function () {
 </script>"""
 
 
-def _chromium() -> str:
-    for name in ("chromium", "chromium-browser"):
-        path = shutil.which(name)
-        if path:
-            return path
-    pytest.skip("headless Chromium not installed (apt-get install -y chromium)")
-
-
 def _render(html_file: Path, tmp_path: Path) -> tuple[dict, str]:
     """Open ``html_file`` (with the probe) in headless Chromium: (probe results, browser console log)."""
-    probed = html_file.with_name(html_file.stem + "_probe.html")
-    probed.write_text(html_file.read_text().replace("<head>", "<head>" + PROBE, 1))
-    cmd = [_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-           "--disable-background-networking", "--disable-component-update", "--disable-sync",
-           f"--user-data-dir={tmp_path / 'chromium-profile'}", "--enable-logging=stderr", "--v=0",
-           "--window-size=1280,2000", "--dump-dom", probed.as_uri()]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    m = re.search(r'<pre id="probe">(.*?)</pre>', proc.stdout, re.S)
-    assert m, "the probe did not run: " + proc.stderr[-2000:]
-    import html as _html
-
-    return json.loads(_html.unescape(m.group(1))), proc.stderr
+    return open_with_probe(html_file, PROBE, tmp_path)
 
 
 def _console_lines(log: str) -> list[str]:

@@ -62,9 +62,12 @@ def test_report_counts_history_and_late_bars_apart_when_some_were_not_traded(jou
 
 
 def test_report_shows_trades_account_decisions_and_refusals_when_written(journal):
-    html = write_journal_report(journal).read_text()
+    html = write_journal_report(journal, static=True).read_text()
     assert (journal.parent / "journal.report.html").is_file()
     assert html.count("data:image/png;base64,") == 2  # price with trades; account
+    assert "<script" not in html
+    interactive = write_journal_report(journal).read_text()
+    assert interactive.count('class="chart-spec"') == 1 and "data:image/png" not in interactive
     for text in ("TARGET", "STOP", "+3.50", "-1.50", "veto:DAILY_LOSS", "DUPLICATE", "bar 09:35 again",
                  "no margin", "distance to the threshold", "p99", "BUY"):
         assert text in html, text
@@ -92,3 +95,20 @@ def test_an_empty_journal_reports_without_figures_when_nothing_happened(tmp_path
     Journal(path).close()
     html = write_journal_report(path).read_text()
     assert "No decision was journaled" in html and "data:image/png" not in html
+    assert 'class="chart-spec"' not in html and "<script" not in html  # nothing to chart: no plotly.js either
+
+
+def test_journal_chart_holds_each_round_trip_and_an_entry_hovers_its_decision(journal, tmp_path):
+    from tests.evaluation.browser import CHART_PROBE, open_with_probe
+
+    page = write_journal_report(journal, tmp_path / "j.html")
+    probe, _ = open_with_probe(page, CHART_PROBE, tmp_path, "--virtual-time-budget=60000")
+    assert probe["state"] == "ready" and probe["errs"] == [], probe
+    kinds = {t["kind"]: t for t in probe["charts"]["journal-chart"]}
+    trades = journal_trades(read_journal(journal))
+    assert kinds["entry"]["n"] == len(trades) == 2 and kinds["exit"]["codes"] == ["TARGET", "STOP"]
+    assert kinds["entry"]["codes"] == ["BUY", "SELL"]  # the decision journaled at the entry order's bar, else its side
+    hover = probe["hover"]["journal-chart"]
+    assert "reason: TARGET" in hover["exit"]
+    assert "reason: BUY" in hover["entry"] and "policy: HOLD 0.70, BUY 0.20, SELL 0.10" in hover["entry"]
+    assert {"equity", "balance", "threshold", "candles"} <= set(kinds)

@@ -1,4 +1,4 @@
-"""``hybrid-trader report RUN_DIR``: the self-contained HTML report of an evaluated run."""
+"""``hybrid-trader report RUN_DIR``: the self-contained HTML report of an evaluated run (interactive or static)."""
 
 from __future__ import annotations
 
@@ -11,10 +11,13 @@ from hybrid_trader.run.rundir import RESULTS
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "report",
-        help="write report.html (figures, metrics, baselines) for an evaluated run",
-        description="Write a self-contained report.html with PNG figures next to it, from what "
-        "`hybrid-trader evaluate` saved under RUN_DIR/eval/SPLIT/ (a run never evaluated, or evaluated with an "
-        "older model, is evaluated first). Prints the report's path.",
+        help="write report.html (interactive charts, metrics, baselines) for an evaluated run",
+        description="Write a self-contained report.html from what `hybrid-trader evaluate` saved under "
+        "RUN_DIR/eval/SPLIT/ (a run never evaluated, or evaluated with an older model, is evaluated first). By "
+        "default its charts are interactive (Plotly: zoom, pan, hover each trade for its reason code, the "
+        "policy's probabilities and the advice); plotly.js is inlined once, so the file opens offline and "
+        "fetches nothing. --static writes PNG figures next to it instead and a page without scripts. Prints the "
+        "report's path.",
     )
     p.add_argument("run_dir", metavar="RUN_DIR",
                    help="run directory (the --out of `hybrid-trader train`), the OUT folder of "
@@ -26,7 +29,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--eval-dir", default=None, metavar="DIR",
                    help="read the evaluation from DIR instead of RUN_DIR/eval/SPLIT")
     p.add_argument("--out", default=None, metavar="FILE",
-                   help="where to write the HTML (default: RUN_DIR/eval/SPLIT/report.html); PNGs go next to it")
+                   help="where to write the HTML (default: RUN_DIR/eval/SPLIT/report.html); with --static, the "
+                        "PNGs go next to it")
+    p.add_argument("--static", action="store_true",
+                   help="PNG figures (matplotlib, also written next to the HTML) and a page without scripts, for "
+                        "the README and papers; default: interactive charts")
     p.set_defaults(func=_report)
 
 
@@ -38,10 +45,10 @@ def _report(args: argparse.Namespace) -> int:
     from hybrid_trader.live.journal_report import is_journal, write_journal_report  # same reason
 
     if is_journal(args.run_dir):  # the journal of `hybrid-trader run`
-        print(f"report: {write_journal_report(args.run_dir, args.out)}")
+        print(f"report: {write_journal_report(args.run_dir, args.out, static=args.static)}")
         return 0
     if is_ablation_dir(args.run_dir):  # an `evaluate --ablation OUT` folder: the variants report
-        print(f"report: {write_ablation_report(args.run_dir, args.out)}")
+        print(f"report: {write_ablation_report(args.run_dir, args.out, static=args.static)}")
         return 0
     run = RunDir(args.run_dir)
     trained = run.model_path.exists() or bool(run.checkpoints())
@@ -54,6 +61,6 @@ def _report(args: argparse.Namespace) -> int:
             print(f"{run.path} {why} {args.split} split: evaluating it first "
                   f"(hybrid-trader evaluate {run.path} --split {args.split})", flush=True)
             evaluate_run(run.path, split=args.split)
-    path = write_report(args.run_dir, args.eval_dir, split=args.split, out=args.out)
+    path = write_report(args.run_dir, args.eval_dir, split=args.split, out=args.out, static=args.static)
     print(f"report: {path}")
     return 0

@@ -49,6 +49,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     what.add_argument("--replicate", action="store_true",
                       help="run (or continue) the study, then the same trials with fresh seeds in OUT-replicate, "
                            "and say whether each verdict survives (OUT-replicate/replication.json)")
+    p.add_argument("--static", action="store_true",
+                   help="OUT/report.html with tables only and no scripts; default: with interactive charts (each "
+                        "variant's trials, a forest plot of the paired differences), plotly.js inlined once, offline")
     p.set_defaults(func=run)
 
 
@@ -75,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
         summary["replication"] = replication
     else:
         summary = run_study(args.study, out, workers=args.workers, address=args.address,
-                            progress=not args.no_progress, say=say)
+                            progress=not args.no_progress, static=args.static, say=say)
     if args.json:
         print(json.dumps(jsonable(summary)))
         return _failures(summary, out)

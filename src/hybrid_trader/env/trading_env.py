@@ -212,6 +212,11 @@ class TradingEnv(CoreViews, gym.Env):
         n = len(bars)
         self.equity_history = np.full(n, np.nan)
         self.position_history = np.zeros(n, dtype=np.int8)
+        self.level_history: np.ndarray | None = None
+        """Per bar (after :meth:`keep_levels`): the stop and target in force after it [points] (NaN when flat)
+        and the account's trailing threshold [$]; None otherwise (training does not pay for it)."""
+        self.action_history: np.ndarray | None = None
+        """Per bar (after :meth:`keep_levels`): the action decided at its close (-1: none)."""
         self._episode: list[EpisodeWindow] = []
         self._day = 0
         self.advisor_info = ADVISOR_ACCOUNT
@@ -219,6 +224,12 @@ class TradingEnv(CoreViews, gym.Env):
         snapshot, default) or ``advisor_mask`` (the legal actions only: what an always-on student reads)."""
 
     # ------------------------------------------------------------------ set-up
+    def keep_levels(self) -> None:
+        """Also keep, per bar, the stop, target and threshold and the action decided (evaluation's charts read them)."""
+        n = len(self.bars)
+        self.level_history = np.full((n, 3), np.nan)
+        self.action_history = np.full(n, -1, dtype=np.int8)
+
     def _build_windows(self, sessions: Sequence[int] | None) -> list[EpisodeWindow]:
         cfg = self.config
         start, end, last_entry = window_minutes(cfg, self.account)
@@ -273,6 +284,9 @@ class TradingEnv(CoreViews, gym.Env):
         self.core.reset_counts()
         self.equity_history[:] = np.nan
         self.position_history[:] = 0
+        if self.level_history is not None and self.action_history is not None:
+            self.level_history[:] = np.nan
+            self.action_history[:] = -1
         self._begin_day()
         obs = self._observe()
         return obs, (self._advisor_info({}) if self.phase == 3 else {})
@@ -294,6 +308,8 @@ class TradingEnv(CoreViews, gym.Env):
             )
         core = self.core
         equity_before = core.equity_now  # recorded at the end of the last step (or reset): nothing moved it since
+        if self.action_history is not None:
+            self.action_history[core.t] = a
         pending = core.apply(a)  # a masked action is executed as HOLD and counted (MaskablePPO never samples one)
         t = core.t + 1
         breach = core.process_bar(t, pending, t >= self._win_last)
@@ -350,7 +366,16 @@ class TradingEnv(CoreViews, gym.Env):
         """
         equity = self.core.record()
         self.equity_history[t] = equity
-        self.position_history[t] = self.broker.side * self.broker.qty
+        broker = self.broker
+        self.position_history[t] = broker.side * broker.qty
+        levels = self.level_history
+        if levels is not None:
+            if broker.side:
+                levels[t, 0] = broker.stop
+                levels[t, 1] = broker.target
+            else:
+                levels[t, :2] = np.nan
+            levels[t, 2] = self.account.threshold
         return equity
 
     def _observe(self) -> np.ndarray:

@@ -1,6 +1,7 @@
 """The HTML report of a variants ablation (``hybrid-trader report OUT`` on an ``evaluate --ablation OUT`` folder).
 
-One self-contained ``OUT/report.html`` (figures as base64 PNGs, also saved beside it):
+One self-contained ``OUT/report.html`` (interactive charts by default; with ``static``,
+figures as base64 PNGs, also saved beside it):
 the variants table (mean ± std over seeds, the same rows as ``ABLATION.md``), what was
 compared (phase 2 run, student, teacher, split, steps, seeds), the net P&L of every seed
 by variant, the equity of every run, and one row per run with its figures and folder.
@@ -23,7 +24,7 @@ from hybrid_trader.evaluation.ablation import (
     ablation_rows,
     ablation_title,
 )
-from hybrid_trader.evaluation.figures import variants_equity_figure, variants_pnl_figure
+from hybrid_trader.evaluation.charts import chart_html, distribution_chart, variants_equity_chart
 from hybrid_trader.evaluation.report import _esc, _figure, _table, html_document
 from hybrid_trader.evaluation.results import StrategyResult, load_results, read_json, role_of
 from hybrid_trader.run import RunDir
@@ -62,8 +63,11 @@ def _agent_curves(table: dict) -> tuple[dict[str, list[StrategyResult]], Any]:
     return curves, prices
 
 
-def write_ablation_report(folder: str | Path, out: str | Path | None = None) -> Path:
-    """Write ``folder/report.html`` (or ``out``) for the ablation in ``folder``; returns its path."""
+def write_ablation_report(folder: str | Path, out: str | Path | None = None, *, static: bool = False) -> Path:
+    """Write ``folder/report.html`` (or ``out``) for the ablation in ``folder``; returns its path.
+
+    ``static``: PNG figures (also written beside it) instead of interactive charts.
+    """
     folder = Path(folder)
     path = folder / ABLATION
     if not path.is_file():
@@ -93,16 +97,27 @@ def write_ablation_report(folder: str | Path, out: str | Path | None = None) -> 
                 _table(names, rows, first="figure")]
 
     pnl = {n: [r.get("Net PnL [$]") for r in v.get("per_seed", [])] for n, v in table["variants"].items()}
-    figures = [("Net P&L by seed", variants_pnl_figure(pnl), "ablation_pnl.png",
-                "One dot per seed, the bar at their mean: the spread says how much a difference means.")]
     curves, prices = _agent_curves(table)
-    if curves and prices is not None and len(prices):
-        figures.append(("Equity of every run", variants_equity_figure(curves, prices), "ablation_equity.png",
-                        "One colour per variant, one line per seed."))
     sections.append("<h2>Figures</h2>")
-    for title, png, name, caption in figures:
-        (out_path.parent / name).write_bytes(png)
-        sections.append(_figure(title, png, name, caption))
+    pnl_caption = "One dot per seed, the box their spread and mean: the spread says how much a difference means."
+    equity_caption = "One colour per variant, one line per seed."
+    has_curves = bool(curves) and prices is not None and len(prices) > 0
+    if static:
+        from hybrid_trader.evaluation.figures import variants_equity_figure, variants_pnl_figure  # matplotlib only here
+
+        figures = [("Net P&L by seed", variants_pnl_figure(pnl), "ablation_pnl.png", pnl_caption)]
+        if has_curves:
+            figures.append(("Equity of every run", variants_equity_figure(curves, prices), "ablation_equity.png",
+                            equity_caption))
+        for title, png, name, caption in figures:
+            (out_path.parent / name).write_bytes(png)
+            sections.append(_figure(title, png, name, caption))
+    else:
+        sections.append(chart_html("ablation-pnl", "Net P&L by seed", distribution_chart({"Net PnL [$]": pnl}),
+                                   pnl_caption))
+        if has_curves:
+            sections.append(chart_html("ablation-equity", "Equity of every run", variants_equity_chart(curves, prices),
+                                       equity_caption + " Zoom and pan; hover a line for its run."))
 
     keys = [k for k in (*FIGURES, *FRESH_FIGURES, *LLM_FIGURES.values(), VERDICT)
             if any(k in r for v in table["variants"].values() for r in v.get("per_seed", []))]

@@ -32,7 +32,7 @@ from hybrid_trader.errors import UserError
 from hybrid_trader.evaluation.metrics import compute_metrics, jsonable
 from hybrid_trader.evaluation.policies import AgentPolicy, FlatPolicy, HybridAgentPolicy, MomentumPolicy, RandomPolicy
 from hybrid_trader.evaluation.results import StrategyResult, metrics_table, save_results
-from hybrid_trader.evaluation.runner import entry_rate, evaluation_env, run_fresh_days, run_policy
+from hybrid_trader.evaluation.runner import ALL_DECISIONS, entry_rate, evaluation_env, run_fresh_days, run_policy
 from hybrid_trader.evaluation.verdict import VerdictConfig, prop_verdict, small_sample_warning
 from hybrid_trader.llm.health import HEALTH_STAT_NAMES
 from hybrid_trader.markets import get_contract
@@ -249,7 +249,7 @@ def _evaluate(run: RunDir, config: RunConfig, data: dict, out_dir: Path, *, spli
             verdict=verdict, verdict_config=vcfg)
     else:
         agent_env = env()
-        agent = run_policy(AgentPolicy(model, vec), agent_env, record_decisions=50)
+        agent = run_policy(AgentPolicy(model, vec), agent_env, record_decisions=ALL_DECISIONS)
         if fresh_days:
             agent.extra["fresh_days"] = run_fresh_days(lambda: AgentPolicy(model, vec), market, config.env, sessions)
     rate = entry_rate(agent, agent_env)
@@ -278,13 +278,14 @@ def _evaluate(run: RunDir, config: RunConfig, data: dict, out_dir: Path, *, spli
                          for k, v in random_stats.items()}
 
     contract = contract_record(config.env.market or market.bars.market)  # as the environment prices trades
-    prices = market.bars.frame["close"].iloc[
+    bars = market.bars.frame.iloc[
         int(market.bars.session_bounds[sessions.start, 0]): int(market.bars.session_bounds[sessions.stop - 1, 1]) + 1]
+    prices = bars["close"]
     if ablation_metrics is not None:
         own = out_dir == run.eval_dir(split)
         ablation_path = run.ablation_path if own else out_dir.parent / run.ablation_path.name
         atomic_write_text(ablation_path, json.dumps(jsonable(ablation_metrics), indent=2))
-    save_results(results, prices, out_dir, metrics=table,
+    save_results(results, prices, out_dir, metrics=table, ohlc=bars,
                  info={"split": split, "run_dir": str(run_dir), "model": str(model_path),
                        "model_sha256": sha256_file(model_path), "data": data, "seeds": seeds, "entry_rate": rate,
                        "contract": contract, **(pricing or {}),
@@ -336,7 +337,7 @@ def _phase3_agent(model: Any, vec: Any, config: RunConfig, market: Any, sessions
     ablation_metrics = None
     try:
         hybrid = HybridAgentPolicy(model, vec, advisor, market, fusion)
-        agent = run_policy(hybrid, agent_env)
+        agent = run_policy(hybrid, agent_env, record_decisions=ALL_DECISIONS)
         hybrid.finish()  # learned fusion: the trust by trend and volatility (into the llm figures)
         if explain:
             from hybrid_trader.evaluation.explain import explain_decisions, explainer_config  # --explain only

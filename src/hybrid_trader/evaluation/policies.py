@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 import numpy as np
+import torch as th
 
 from hybrid_trader.actions import ACTION_NAMES, Action
 from hybrid_trader.agent.fusion import FusionConfig
@@ -97,6 +98,8 @@ class AgentPolicy:
         self.name = name
         self.deterministic = deterministic
         self.result_extra = {"role": "agent"}
+        self.last_probs: np.ndarray | None = None
+        """The masked distribution over the actions of the last decision."""
 
     def normalize(self, obs: np.ndarray) -> np.ndarray:
         if self.vec_normalize is None:
@@ -104,8 +107,26 @@ class AgentPolicy:
         return self.vec_normalize.normalize_obs(obs)
 
     def __call__(self, obs, mask, env) -> int:
-        action, _ = self.model.predict(self.normalize(obs), action_masks=mask, deterministic=self.deterministic)
-        return int(action)
+        # MaskablePPO.predict's own path (obs_to_tensor, masked distribution, mode or sample), keeping the distribution
+        policy = self.model.policy
+        policy.set_training_mode(False)
+        obs_t, _ = policy.obs_to_tensor(self.normalize(obs))
+        with th.no_grad():
+            dist = policy.get_distribution(obs_t, action_masks=mask)
+            action = dist.get_actions(deterministic=self.deterministic)
+        self.last_probs = dist.distribution.probs[0].cpu().numpy()
+        return int(action.reshape(-1)[0])
+
+    def decision_record(self) -> dict:
+        """What the last decision's record holds besides its action: the policy's probabilities."""
+        return {"probabilities": action_probabilities(self.last_probs)}
+
+
+def action_probabilities(probs: np.ndarray | None) -> dict[str, float]:
+    """``{action name: probability}`` of a distribution over the actions, rounded for the results (4 digits)."""
+    if probs is None:
+        return {}
+    return {ACTION_NAMES[i]: round(float(p), 4) for i, p in enumerate(probs)}
 
 
 PolicyFn = Callable[[np.ndarray, np.ndarray, Any], int]
@@ -190,6 +211,17 @@ class HybridAgentPolicy:
         self.last_decision = decision
         self.step += 1
         return decision.action
+
+    def decision_record(self) -> dict:
+        """What the last decision's record holds besides its action: fused probabilities, fusion rule, advice."""
+        d = self.last_decision
+        if d is None:
+            return {}
+        advice = d.advice
+        return {"probabilities": action_probabilities(d.probs), "rule": d.reason,
+                "advice": None if advice is None else {
+                    "action": ACTION_NAMES[advice.action], "confidence": round(float(advice.confidence), 3),
+                    "reason": advice.reason, "age": advice.age_steps}}
 
     def _record(self, d: Decision, env, obs: np.ndarray) -> None:
         self.stats.add(np.array([d.rl_action]), np.array([d.rl_confidence]), np.array([d.action]), d.block)

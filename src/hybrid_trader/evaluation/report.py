@@ -1,10 +1,14 @@
-"""The evaluation report: one self-contained ``report.html`` plus its figures as PNG files.
+"""The evaluation report: one self-contained ``report.html`` (interactive by default, or static with PNGs).
 
 :func:`write_report` reads what :func:`~hybrid_trader.evaluation.results.save_results`
-wrote under ``RUN_DIR/eval/<split>/`` and writes, next to the HTML file, the PNG figures
-``<stem>_equity.png``, ``<stem>_drawdown.png``, ``<stem>_trades.png`` (one per agent,
-numbered after the first) and ``<stem>_daily_pnl.png``. The HTML embeds the same
-figures as base64 data URIs and has no scripts and no external resources, so it can be
+wrote under ``RUN_DIR/eval/<split>/``. By default the figures are one interactive chart
+(:func:`~hybrid_trader.evaluation.charts.run_chart`: candlesticks with every entry, exit,
+stop move and target, equity with the trailing threshold, drawdown, P&L per day, on one
+zoomable x axis), drawn by plotly.js inlined once in the page: it opens offline and
+fetches nothing. With ``static=True`` (``report --static``: the README and papers path)
+the page has no scripts and the PNG figures ``<stem>_equity.png``, ``<stem>_drawdown.png``,
+``<stem>_trades.png`` (one per agent, numbered after the first) and ``<stem>_daily_pnl.png``
+are written next to it and embedded as base64 data URIs. Either way the file can be
 mailed or archived alone.
 
 Sections: header (run, split, market, dates), headline, metrics table (strategies as
@@ -28,6 +32,7 @@ from typing import Any
 from hybrid_trader import __version__
 from hybrid_trader.agent.gate import GATE_STATISTICS, TREND_BUCKETS, VOLATILITY_BUCKETS
 from hybrid_trader.errors import UserError
+from hybrid_trader.evaluation.charts import CHART_CLASS, CSP, chart_html, charts_runtime, run_chart
 from hybrid_trader.evaluation.diagnose import diagnose
 from hybrid_trader.evaluation.metrics import SPECS, format_metric, metric_rows, metrics_from_json, summary_line
 from hybrid_trader.evaluation.results import (
@@ -35,6 +40,7 @@ from hybrid_trader.evaluation.results import (
     REASONING_KEY,
     StrategyResult,
     load_index,
+    load_ohlc,
     load_results,
     metrics_table,
     read_json,
@@ -265,10 +271,11 @@ def _llm_sections(results: list) -> list[str]:
 
 
 def write_report(run_dir: str | Path, eval_dir: str | Path | None = None, *, split: str = "test",
-                 out: str | Path | None = None) -> Path:
-    """Write the HTML report (and its PNG figures) of ``run_dir``'s evaluation on ``split``; returns its path.
+                 out: str | Path | None = None, static: bool = False) -> Path:
+    """Write the HTML report of ``run_dir``'s evaluation on ``split``; returns its path.
 
     ``eval_dir`` defaults to ``RUN_DIR/eval/<split>``, ``out`` to ``<eval_dir>/report.html``.
+    ``static``: PNG figures (written next to it) instead of the interactive chart.
     Raises :class:`UserError` when the run directory or its evaluation is missing.
     """
     rd = Path(run_dir)
@@ -288,7 +295,9 @@ def write_report(run_dir: str | Path, eval_dir: str | Path | None = None, *, spl
     out_path.parent.mkdir(parents=True, exist_ok=True)
 
     agents = [r for i, r in enumerate(results) if role_of(r, i) == "agent"]
-    fig_html = _figures_html(results, prices, agents, out_path)
+    fig_html = _figures_html(results, prices, agents, out_path) if static else \
+        [chart_html("run-chart", "Price, trades, equity, drawdown and P&L per day",
+                    *run_chart(results, prices, load_ohlc(ed)))]
     agent_cols = {r.name for r in agents}
     title = f"{rd.resolve().name}: {split} split"
     status = run.read_status()
@@ -347,10 +356,20 @@ def write_report(run_dir: str | Path, eval_dir: str | Path | None = None, *, spl
 
 
 def html_document(title: str, sections: Sequence[str]) -> str:
-    """A self-contained page: the report's CSS inline, no scripts, the sections in order."""
+    """A self-contained page: the report's CSS inline, the sections in order.
+
+    No scripts, unless a section holds an interactive chart (``evaluation.charts``): then
+    plotly.js (once) and the script that draws the charts, under a Content-Security-Policy
+    that forbids every request.
+    """
+    body = "\n".join(sections)
+    head = f"<title>{_esc(title)}</title><style>{CSS}</style>"
+    tail = ""
+    if f'class="{CHART_CLASS}"' in body:
+        head = f'<meta http-equiv="Content-Security-Policy" content="{CSP}">' + head
+        tail = charts_runtime()
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            f"<title>{_esc(title)}</title><style>{CSS}</style></head><body>\n"
-            + "\n".join(sections) + "\n</body></html>\n")
+            f"{head}</head><body>\n{body}\n{tail}</body></html>\n")
 
 
 def _data_text(data: Any) -> str:

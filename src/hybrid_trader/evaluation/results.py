@@ -8,9 +8,9 @@ a baseline) and whoever judges it (:mod:`~hybrid_trader.evaluation.metrics`, the
     OUT_DIR/
       results.json              # index: strategies, their files, times, extra, metrics per result
       metrics.json              # {strategy (or seed group): metrics dict} - the table of the report
-      prices.csv                # time, price   (the bars' close)
+      prices.csv                # time, price (the bars' close) [, open, high, low]
       <slug>.trades.csv         # one row per closed trade (TRADE_COLUMNS)
-      <slug>.curve.csv          # time, equity, position   (one row per bar close)
+      <slug>.curve.csv          # time, equity, position [, stop, target, threshold, action]  (one row per bar)
       manifest.json             # sha256 and size of each file above (checked by load_results)
 
 Times are ISO 8601 with their UTC offset, US/Eastern. JSON follows
@@ -24,6 +24,9 @@ Conventions read from ``extra`` (all optional):
   several seeds (e.g. ``group="random"``). ``metrics.json`` holds one aggregated entry
   per group (mean and std over seeds, :func:`~hybrid_trader.evaluation.metrics.aggregate_seeds`)
   instead of one column per seed; each seed's own metrics stay in ``results.json``.
+- ``extra["decisions"]``: the agent's decisions other than HOLD (bar ``index``, ``time``,
+  ``action``, and when the policy gives them its ``probabilities``, the ``advice`` and the
+  fusion ``rule``): the interactive report hovers them on the entries they opened.
 - ``extra["llm"]``: dict of LLM and fusion statistics; ``extra["sample_decisions"]``: a
   list of dicts (one decision each; ``REASONING_KEY``/``EXPLAINED_BY_KEY`` hold the chain
   of thought of an explained one, ``evaluate --explain``). The report shows both when present.
@@ -62,6 +65,11 @@ EXPLAINED_BY_KEY = "llm_explained_by"
 _TIME_COLUMNS = ("entry_time", "exit_time")
 _INT_COLUMNS = ("side", "contracts", "bars_held")
 _FLOAT_COLUMNS = ("entry_price", "exit_price", "gross_pnl", "costs", "net_pnl")
+LEVEL_COLUMNS = ("stop", "target", "threshold", "action")
+""":attr:`StrategyResult.levels`: stop and target in force after each bar [points] (NaN when flat), the
+account's trailing threshold [$], the action decided at the bar's close (-1: none)."""
+OHLC_COLUMNS = ("open", "high", "low")
+"""The columns ``prices.csv`` adds to the close when the bars are given (candlesticks)."""
 
 
 def empty_trades() -> pd.DataFrame:
@@ -116,6 +124,8 @@ class StrategyResult:
     """When the profit target was first reached (None: never)."""
     extra: dict = field(default_factory=dict)
     """Anything else, JSON-serialisable: ``role``, ``group``, ``seed``, ``llm`` statistics, ``sample_decisions``."""
+    levels: pd.DataFrame | None = None
+    """Per bar (same index as ``equity``), :data:`LEVEL_COLUMNS`; None when not kept (older results)."""
 
     def __post_init__(self) -> None:
         trades = self.trades if self.trades is not None else empty_trades()
@@ -145,6 +155,12 @@ class StrategyResult:
         self.breach_time = _ts(self.breach_time)
         self.target_hit_time = _ts(self.target_hit_time)
         self.extra = dict(self.extra or {})
+        if self.levels is not None:
+            if len(self.levels) != len(self.equity) or list(self.levels.columns) != list(LEVEL_COLUMNS):
+                raise ValueError(f"StrategyResult {self.name!r}: levels need {len(self.equity)} rows of "
+                                 f"{list(LEVEL_COLUMNS)}")
+            self.levels = self.levels.set_axis(self.equity.index).astype(
+                {"stop": "float64", "target": "float64", "threshold": "float64", "action": "int64"})
 
     @property
     def group(self) -> str | None:
@@ -201,13 +217,15 @@ def save_results(
     *,
     metrics: Mapping[str, Mapping[str, Any]] | None = None,
     info: Mapping[str, Any] | None = None,
+    ohlc: pd.DataFrame | None = None,
 ) -> Path:
     """Write ``results`` and the ``prices`` they traded (close per bar) under ``out_dir``.
 
     ``metrics`` is the ``{column: metrics}`` table written to ``metrics.json``; by default
     :func:`metrics_table` of the results. ``info`` (e.g. ``{"split": "test", "market":
     "NQ", "data": "file.csv", "sessions": [first, last]}``) is stored in
-    ``results.json`` and shown in the report's header. Returns ``out_dir``.
+    ``results.json`` and shown in the report's header. ``ohlc`` (columns ``open``, ``high``,
+    ``low`` on the index of ``prices``) adds the bars' candles to ``prices.csv``. Returns ``out_dir``.
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -218,15 +236,22 @@ def save_results(
 
     files: dict[Path, bytes] = {}
     prices = pd.Series(np.asarray(prices, dtype=float), index=_to_eastern(prices.index))
-    files[out / "prices.csv"] = pd.DataFrame({"time": prices.index, "price": prices.to_numpy()}).to_csv(
-        index=False).encode("utf-8")
+    px = pd.DataFrame({"time": prices.index, "price": prices.to_numpy()})
+    if ohlc is not None:
+        if len(ohlc) != len(prices):
+            raise ValueError(f"ohlc has {len(ohlc)} rows, prices {len(prices)}")
+        for c in OHLC_COLUMNS:
+            px[c] = np.asarray(ohlc[c], dtype=float)
+    files[out / "prices.csv"] = px.to_csv(index=False).encode("utf-8")
 
     entries = []
     for i, (r, slug) in enumerate(zip(results, slugs)):
         files[out / f"{slug}.trades.csv"] = r.trades[list(TRADE_COLUMNS)].to_csv(index=False).encode("utf-8")
-        files[out / f"{slug}.curve.csv"] = pd.DataFrame({
-            "time": r.equity.index, "equity": r.equity.to_numpy(), "position": r.position.to_numpy(),
-        }).to_csv(index=False).encode("utf-8")
+        curve = pd.DataFrame({"time": r.equity.index, "equity": r.equity.to_numpy(), "position": r.position.to_numpy()})
+        if r.levels is not None:
+            for c in LEVEL_COLUMNS:
+                curve[c] = r.levels[c].to_numpy()
+        files[out / f"{slug}.curve.csv"] = curve.to_csv(index=False).encode("utf-8")
         entries.append({
             "name": r.name,
             "role": role_of(r, i),
@@ -316,6 +341,7 @@ def load_results(out_dir: str | Path) -> LoadedResults:
         c = _read_csv(out / e["curve_file"])
         idx = pd.DatetimeIndex(_read_times(c["time"]))
         extra = dict(e.get("extra") or {})
+        levels = c[list(LEVEL_COLUMNS)].set_axis(idx) if set(LEVEL_COLUMNS) <= set(c.columns) else None
         results.append(StrategyResult(
             name=e["name"],
             trades=trades,
@@ -325,10 +351,22 @@ def load_results(out_dir: str | Path) -> LoadedResults:
             breach_time=e.get("breach_time"),
             target_hit_time=e.get("target_hit_time"),
             extra=extra,
+            levels=levels,
         ))
     metrics_path = out / METRICS
     metrics = metrics_from_json(read_json(metrics_path, what="metrics")) if metrics_path.exists() else {}
     return LoadedResults(results, prices, metrics)
+
+
+def load_ohlc(out_dir: str | Path) -> pd.DataFrame | None:
+    """The bars' ``open``, ``high``, ``low``, ``close`` of an evaluation folder; None when only closes were kept."""
+    out = Path(out_dir)
+    px = _read_csv(out / load_index(out).get("prices_file", "prices.csv"))
+    if not set(OHLC_COLUMNS) <= set(px.columns):
+        return None
+    frame = px[list(OHLC_COLUMNS)].astype(float).set_axis(_to_eastern(_read_times(px["time"])))
+    frame["close"] = px["price"].to_numpy(float)
+    return frame
 
 
 def load_index(out_dir: str | Path) -> dict[str, Any]:

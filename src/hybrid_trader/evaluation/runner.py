@@ -23,26 +23,41 @@ import pandas as pd
 from hybrid_trader.env import EnvConfig, TradingEnv
 from hybrid_trader.evaluation.metrics import compute_metrics
 from hybrid_trader.evaluation.policies import AgentPolicy, HybridAgentPolicy, Policy
-from hybrid_trader.evaluation.results import StrategyResult
+from hybrid_trader.evaluation.results import LEVEL_COLUMNS, StrategyResult
 from hybrid_trader.run.market import make_veto
+
+ALL_DECISIONS = 1 << 62
+"""``run_policy(record_decisions=ALL_DECISIONS)``: keep every decision that is not HOLD."""
 
 
 def evaluation_env(market: Any, env_config: EnvConfig, sessions: Sequence[int], **kwargs: Any) -> TradingEnv:
+    """One environment over ``sessions`` that keeps each bar's stop, target, threshold and action."""
     cfg = dataclasses.replace(env_config, episode_sessions=None, terminate_on_breach=False)
-    return TradingEnv(market.bars, market.features, cfg, sessions=list(sessions), **kwargs)
+    env = TradingEnv(market.bars, market.features, cfg, sessions=list(sessions), **kwargs)
+    env.keep_levels()
+    return env
 
 
 def run_policy(policy: Policy, env: TradingEnv, *, record_decisions: int = 0) -> StrategyResult:
-    """Trade ``policy`` through ``env`` from its first to its last day."""
+    """Trade ``policy`` through ``env`` from its first to its last day.
+
+    The first ``record_decisions`` decisions other than HOLD go to ``extra["decisions"]``:
+    bar index and time, action, and what the policy says of it (``policy.decision_record()``
+    when it has one: its probabilities, the advice and the fusion rule).
+    """
     obs, _ = env.reset(seed=0, options={"start": 0})
     decisions: list[dict] = []
     actions = np.zeros(env.n_actions, dtype=np.int64)
+    explain = getattr(policy, "decision_record", None)
+    times = env.bars.frame.index
     while True:
         mask = env.action_masks()
         action = policy(obs, mask, env)
         actions[action] += 1
         if record_decisions and len(decisions) < record_decisions and action != 0:
-            decisions.append({"index": env.current_index, "action": int(action)})
+            t = env.current_index
+            decisions.append({"index": t, "time": str(times[t]), "action": int(action),
+                              **(explain() if explain is not None else {})})
         obs, _, terminated, truncated, info = env.step(action)
         if terminated or truncated:
             break
@@ -66,6 +81,10 @@ def collect_result(env: TradingEnv, name: str, extra: dict | None = None) -> Str
     account = env.account
     breach = time_index[account.breach_index] if account.breach_index >= 0 else None
     target = time_index[account.target_index] if account.target_index >= 0 else None
+    levels = None
+    if env.level_history is not None and env.action_history is not None:
+        levels = pd.DataFrame(env.level_history[visited], index=idx, columns=list(LEVEL_COLUMNS[:3]))
+        levels["action"] = env.action_history[visited].astype(np.int64)
     final_account = {
         "status": account.status.value,
         "verdict": account.verdict.value,
@@ -79,6 +98,7 @@ def collect_result(env: TradingEnv, name: str, extra: dict | None = None) -> Str
         initial_balance=float(env.rules.account_size),
         breach_time=breach,
         target_hit_time=target,
+        levels=levels,
         extra={**(extra or {}), "account": final_account},
     )
 

@@ -1,8 +1,10 @@
 """``hybrid-trader report JOURNAL.sqlite``: what a live or replayed run did, from its journal alone.
 
-A self-contained HTML page (the evaluation report's style, figures as inline PNGs) with:
-the account at the end (status, equity, distance to the threshold); the price with every
-entry and exit; equity and the trailing threshold over time; the trades (entry and exit
+A self-contained HTML page (the evaluation report's style; an interactive chart by default,
+inline PNGs with ``static``) with: the account at the end (status, equity, distance to the
+threshold); the price (candlesticks) with every entry, exit, stop and target order and stop
+move, each hovering its reason code and, for an entry, the decision's probabilities and
+advice; equity, balance and the trailing threshold over time; the trades (entry and exit
 fills paired, P&L in points: the journal does not hold the contract); the decisions by
 action and by reason code with their latency; the bars refused on arrival by reason; the
 errors. Everything is read from the journal (``live.journal_read.read_journal``, read-only, so
@@ -20,8 +22,23 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from hybrid_trader.actions import ACTION_NAMES
+from hybrid_trader.actions import ACTION_NAMES, Action
 from hybrid_trader.calendar import EASTERN
+from hybrid_trader.evaluation.charts import (
+    EXIT_COLOR,
+    LONG_COLOR,
+    SHORT_COLOR,
+    STOP_COLOR,
+    TARGET_COLOR,
+    THRESHOLD_COLOR,
+    bar_axis,
+    candle_trace,
+    chart_html,
+    compact,
+    decimate,
+    decision_text,
+    markers,
+)
 from hybrid_trader.evaluation.figures import HEIGHT, WIDTH, _png  # sets the Agg backend
 from hybrid_trader.evaluation.report import _esc, _figure, _table, html_document
 from hybrid_trader.live.bar_gate import CODE_HISTORY, CODE_LATE
@@ -47,8 +64,8 @@ def journal_trades(tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
         fills = fills[fills["source"] == "paper"]
     if fills.empty:
         return pd.DataFrame(columns=["entry_time", "exit_time", "side", "qty", "entry_price", "exit_price",
-                                     "pnl_points", "exit_reason"])
-    rows = fills.merge(orders[["order_id", "intent", "side", "note"]], on="order_id", how="left")
+                                     "pnl_points", "exit_reason", "entry_bar_ns"])
+    rows = fills.merge(orders[["order_id", "intent", "side", "note", "bar_time_ns"]], on="order_id", how="left")
     trades, open_ = [], None
     for r in rows.itertuples(index=False):
         if r.intent == "entry":
@@ -58,7 +75,7 @@ def journal_trades(tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
             trades.append({"entry_time": open_.time_ns, "exit_time": r.time_ns, "side": side, "qty": int(r.qty),
                            "entry_price": float(open_.price), "exit_price": float(r.price),
                            "pnl_points": side * (float(r.price) - float(open_.price)) * int(r.qty),
-                           "exit_reason": r.note or ""})
+                           "exit_reason": r.note or "", "entry_bar_ns": int(open_.bar_time_ns)})
             open_ = None
     out = pd.DataFrame(trades)
     for col in ("entry_time", "exit_time"):
@@ -90,6 +107,103 @@ def _price_figure(bars: pd.DataFrame, trades: pd.DataFrame, since_ns: int | None
     ax.legend(loc="best", fontsize=8)
     ax.grid(alpha=0.3)
     return _png(fig)
+
+
+def _journal_decision(row: Any) -> dict[str, Any]:
+    """A journaled decision as the charts' decision record (action, time, rule codes, probabilities, advice)."""
+    probs = json.loads(row.probabilities) if row.probabilities else {}
+    if isinstance(probs, list):
+        probs = {ACTION_NAMES[i]: p for i, p in enumerate(probs) if i < len(ACTION_NAMES)}
+    codes = json.loads(row.rule_codes) if row.rule_codes else []
+    return {"action": int(row.action), "time": f"{_times(pd.Series([row.bar_time_ns]))[0]:%Y-%m-%d %H:%M}",
+            "rule": ", ".join(codes), "probabilities": probs,
+            "advice": json.loads(row.advice) if row.advice else None}
+
+
+def price_chart(tables: dict[str, pd.DataFrame], trades: pd.DataFrame, since_ns: int | None) -> tuple[Any, str] | None:
+    """The interactive chart: candles with entries, exits, stop and target orders and stop moves; the account."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    good = tables["bars"][tables["bars"]["accepted"] == 1].dropna(subset=["time_ns", "close"])
+    if since_ns is not None:
+        good = good[good["time_ns"] >= since_ns]
+    if good.empty:
+        return None
+    good = good.sort_values("time_ns")
+    bar_ns = good["time_ns"].to_numpy(dtype=np.int64)
+    index = _times(good["time_ns"])
+
+    def pos(ns: Any) -> np.ndarray:
+        """Bar number of the bar each time falls in (its start at or before it)."""
+        return np.searchsorted(bar_ns, np.asarray(ns, dtype=np.int64), side="right") - 1
+
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.06, row_heights=[0.65, 0.35],
+                        subplot_titles=("Price", "Equity, balance and the trailing threshold [$]"))
+    ohlc = pd.DataFrame({c: good[c].to_numpy(float) for c in ("open", "high", "low", "close")}, index=index)
+    trace, k = candle_trace(go, ohlc)
+    fig.add_trace(trace, row=1, col=1)
+    decisions = {int(r.bar_time_ns): _journal_decision(r) for r in tables["decisions"].itertuples(index=False)}
+    if not trades.empty:
+        ns = lambda col: trades[col].map(lambda t: t.value).to_numpy(np.int64)  # noqa: E731
+        side = trades["side"].to_numpy()
+        texts, codes = [], []
+        for r in trades.itertuples(index=False):
+            d = decisions.get(int(r.entry_bar_ns))
+            code = ACTION_NAMES[d["action"]] if d and d["action"] in (Action.BUY, Action.SELL) else \
+                ("BUY" if r.side > 0 else "SELL")  # the entry decision journaled at the order's bar, else the side
+            codes.append(code)
+            texts.append(f"<b>{'long' if r.side > 0 else 'short'} entry</b> {r.entry_time:%Y-%m-%d %H:%M}"
+                         f"<br>reason: {code}<br>fill {r.entry_price:,.2f} x {r.qty}" + decision_text(d))
+        fig.add_trace(markers(go, pos(ns("entry_time")), trades["entry_price"].to_numpy(float), texts=texts,
+                              codes=codes, kind="entry", name="entries", strategy="journal",
+                              symbol=np.where(side > 0, "triangle-up", "triangle-down").tolist(),
+                              color=np.where(side > 0, LONG_COLOR, SHORT_COLOR).tolist(), size=10), row=1, col=1)
+        fig.add_trace(markers(go, pos(ns("exit_time")), trades["exit_price"].to_numpy(float),
+                              texts=[f"<b>exit</b> {r.exit_time:%Y-%m-%d %H:%M}<br>reason: {r.exit_reason or '?'}"
+                                     f"<br>fill {r.exit_price:,.2f}, {r.pnl_points:+,.2f} points"
+                                     for r in trades.itertuples(index=False)],
+                              codes=[str(c) for c in trades["exit_reason"]], kind="exit", name="exits",
+                              strategy="journal", symbol="x", color=EXIT_COLOR, size=8), row=1, col=1)
+    orders = tables["orders"]
+    for intent, col, color, symbol in (("stop", "stop_price", STOP_COLOR, "line-ew-open"),
+                                       ("target", "limit_price", TARGET_COLOR, "line-ew-open")):
+        mine = orders[(orders["intent"] == intent)].dropna(subset=[col]) if not orders.empty else orders
+        if not mine.empty:
+            fig.add_trace(markers(go, pos(mine["bar_time_ns"]), mine[col].to_numpy(float),
+                                  texts=[f"<b>{intent} order</b> {o}: {p:,.2f}" for o, p in zip(mine["order_id"],
+                                                                                                 mine[col])],
+                                  codes=[intent.upper()] * len(mine), kind=intent, name=f"{intent} orders",
+                                  strategy="journal", symbol=symbol, color=color, size=12), row=1, col=1)
+    changes = tables.get("order_changes")
+    if changes is not None and not changes.empty:
+        fig.add_trace(markers(go, pos(changes["bar_time_ns"]), changes["price"].to_numpy(float),
+                              texts=[f"<b>{f.replace('_price', '')} moved</b> ({o}) to {p:,.2f}" for o, f, p in
+                                     zip(changes["order_id"], changes["price_field"], changes["price"])],
+                              codes=[f"MOVE_{f.replace('_price', '').upper()}" for f in changes["price_field"]],
+                              kind="stop-move", name="stop/target moves", strategy="journal", symbol="diamond",
+                              color=STOP_COLOR, size=7), row=1, col=1)
+    account = tables["account"]
+    if not account.empty:
+        snaps = [json.loads(s) for s in account["snapshot"]]
+        x = pos(account["bar_time_ns"]).astype(float)
+        for key, color in (("equity", "#1f77b4"), ("balance", "#7f7f7f"), ("threshold", THRESHOLD_COLOR)):
+            values = np.array([float(s[key]) if s.get(key) is not None else np.nan for s in snaps])
+            if np.isfinite(values).any():
+                xs, ys = compact(*decimate(x, values))
+                fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", name=key,
+                                         line={"color": color, "width": 1.2,
+                                               "dash": "dash" if key == "threshold" else None,
+                                               "shape": "hv" if key != "equity" else "linear"},
+                                         hovertemplate=f"{key} %{{y:$,.2f}}<extra></extra>", meta={"kind": key}),
+                              row=2, col=1)
+    fig.update_xaxes(**bar_axis(index), showgrid=True, gridcolor="#eeeeee", rangeslider_visible=False)
+    fig.update_layout(height=800, margin={"l": 60, "r": 20, "t": 40, "b": 40}, template="plotly_white",
+                      legend={"orientation": "h", "y": -0.08}, dragmode="zoom")
+    caption = ("accepted bars from an hour before the first decision on an even axis (zoom on either panel, the "
+               "other follows); triangles: entries, crosses: exits, dashes: stop and target orders, diamonds: their "
+               "moves; hover a marker for its reason" + (f"; candles merge {k} bars each" if k > 1 else ""))
+    return fig, caption
 
 
 def _equity_figure(account: pd.DataFrame) -> bytes | None:
@@ -185,8 +299,11 @@ def _decisions_html(decisions: pd.DataFrame) -> list[str]:
     return out
 
 
-def write_journal_report(journal: str | Path, out: str | Path | None = None) -> Path:
-    """Write the report of ``journal`` to ``out`` (default: next to it, ``<stem>.report.html``); its path."""
+def write_journal_report(journal: str | Path, out: str | Path | None = None, *, static: bool = False) -> Path:
+    """Write the report of ``journal`` to ``out`` (default: next to it, ``<stem>.report.html``); its path.
+
+    ``static``: PNG figures inline instead of the interactive chart.
+    """
     journal = Path(journal)
     tables = read_journal(journal)
     out_path = Path(out) if out else journal.with_name(journal.stem + ".report.html")
@@ -196,12 +313,15 @@ def write_journal_report(journal: str | Path, out: str | Path | None = None) -> 
                 _table(["value"], _summary(tables, trades), first="")]
     decisions = tables["decisions"]
     since = int(decisions["bar_time_ns"].min()) - WARMUP_SHOWN_NS if not decisions.empty else None
-    price = _price_figure(tables["bars"], trades, since)
+    chart = None if static else price_chart(tables, trades, since)
+    if chart is not None:
+        sections.append(chart_html("journal-chart", "Price, trades and account", *chart))
+    price = _price_figure(tables["bars"], trades, since) if static else None
     if price is not None:
         sections.append(_figure("Price and trades", price, "(inline only)",
                                 "closes of the accepted bars from an hour before the first decision; triangles: "
                                 "entries; crosses: exits"))
-    equity = _equity_figure(tables["account"])
+    equity = _equity_figure(tables["account"]) if static else None
     if equity is not None:
         sections.append(_figure("Account", equity, "(inline only)",
                                 "equity (marked to the bar's close), balance and the trailing threshold"))

@@ -105,8 +105,12 @@ def _ray_init(workers: int, address: str | None) -> Any:
 
 
 def run_study(spec_path: str | Path | StudySpec, out: str | Path, *, workers: int | None = None,
-              address: str | None = None, progress: bool = True, say: Callable[[str], None] = print) -> dict[str, Any]:
-    """Run (or continue) the study (a file, or a loaded one); returns the summary (also in ``OUT/summary.json``)."""
+              address: str | None = None, progress: bool = True, static: bool = False,
+              say: Callable[[str], None] = print) -> dict[str, Any]:
+    """Run (or continue) the study (a file, or a loaded one); returns the summary (also in ``OUT/summary.json``).
+
+    ``static``: the report without charts (``study.report.write_study_report``).
+    """
     spec = spec_path if isinstance(spec_path, StudySpec) else load_study(spec_path)
     out = Path(out).resolve()
     check_writable(out, what="study --out")
@@ -141,9 +145,9 @@ def run_study(spec_path: str | Path | StudySpec, out: str | Path, *, workers: in
         summary["fingerprints"] = fingerprint_summary(rows)
         summary["timing"] = timing
         atomic_write_text(out / SUMMARY, json.dumps(jsonable(summary), indent=1))
-        from hybrid_trader.study.report import write_study_report  # matplotlib only when a report is written
+        from hybrid_trader.study.report import write_study_report  # plotly only when a report is written
 
-        summary["report"] = str(write_study_report(out, spec, summary, table))
+        summary["report"] = str(write_study_report(out, spec, summary, table, static=static))
     return summary
 
 

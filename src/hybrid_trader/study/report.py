@@ -1,4 +1,9 @@
-"""The study's HTML page: per variant mean and CI, paired differences, the DSR, one row per trial."""
+"""The study's HTML page: per variant mean and CI, paired differences, the DSR, one row per trial.
+
+By default with interactive charts (``evaluation.charts``): each variant's distribution of the
+summary figures over its trials, and a forest plot of the paired differences with the
+baseline and their 95% CIs. ``static``: the tables alone, no scripts.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from hybrid_trader.evaluation.charts import chart_html, distribution_chart, forest_chart
 from hybrid_trader.evaluation.report import _esc, html_document
 from hybrid_trader.study.report_stats import num as _num
 from hybrid_trader.study.report_stats import statistics_sections
@@ -23,9 +29,30 @@ def _ci(d: dict) -> str:
     return _num(d.get("mean", d.get("mean difference"))) + ci
 
 
-def write_study_report(out: Path, spec: StudySpec, summary: dict, table: pd.DataFrame,
-                       extra: Sequence[str] = ()) -> Path:
-    """``OUT/report.html``: self-contained, no scripts; ``extra``: more HTML sections before the trials' table."""
+def _charts(spec: StudySpec, summary: dict, table: pd.DataFrame) -> list[str]:
+    """The distributions of the figures per variant over its finished trials, and the forest plot."""
+    done = table[table["status"] == "finished"] if "status" in table.columns else table
+    figures = [f for f in SUMMARY_FIGURES if f in done.columns]
+    out = []
+    if figures and "variant" in done.columns and len(done):
+        values = {f: {v.name: pd.to_numeric(done.loc[done["variant"] == v.name, f], errors="coerce").tolist()
+                      for v in spec.variants} for f in figures}
+        out.append(chart_html("study-distributions", "Each variant's trials", distribution_chart(values),
+                              "One point per finished trial (seed and fold), the box their spread, the dashed line "
+                              "their mean; hover a point for its value."))
+    paired = summary.get("paired vs baseline") or {}
+    if paired:
+        out.append(chart_html("study-forest", "Paired differences with the baseline", forest_chart(
+            paired, [f for f in PAIRED_FIGURES if any(f in p for p in paired.values())], spec.baseline),
+            "Mean difference on the same seed and fold, with its 95% bootstrap CI; blue when the CI leaves out 0 "
+            "(evidence of a difference), grey when it holds 0."))
+    return out
+
+
+def write_study_report(out: Path, spec: StudySpec, summary: dict, table: pd.DataFrame, extra: Sequence[str] = (), *,
+                       static: bool = False) -> Path:
+    """``OUT/report.html``: self-contained; interactive charts unless ``static`` (tables only, no scripts);
+    ``extra``: more HTML sections before the trials' table."""
     v = summary["variants"]
     head = "".join(f"<th>{_esc(f)}</th>" for f in SUMMARY_FIGURES)
     rows = "".join(
@@ -64,6 +91,7 @@ def write_study_report(out: Path, spec: StudySpec, summary: dict, table: pd.Data
         "evidence of a difference.</p>",
         '<table><thead><tr><th class="l">variant - baseline</th><th>pairs</th>'
         + "".join(f"<th>{_esc(f)}</th>" for f in PAIRED_FIGURES) + f"</tr></thead><tbody>{paired}</tbody></table>",
+        *([] if static else ["<h2>Charts</h2>", *_charts(spec, summary, table)]),
         "<h2>Deflated Sharpe Ratio</h2>",
         f"<p>Best trial by daily Sharpe: <b>{_esc(dsr.get('best'))}</b> ({_num(dsr.get('daily sharpe'))} a day over "
         f"{_esc(dsr.get('days', '-'))} days); probability its true Sharpe beats the best of {dsr.get('trials')} "
