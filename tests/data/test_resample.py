@@ -96,3 +96,23 @@ def test_a_bar_size_the_data_or_the_session_cannot_give_is_refused(bars, minutes
 def test_the_config_refuses_a_bar_size_that_does_not_divide_the_session():
     with pytest.raises(UserError, match="data.bar_minutes: 7 minutes does not divide"):
         DataConfig(bar_minutes=7)
+
+
+def test_real_minute_bars_keep_their_sessions_and_volume_and_no_bar_crosses_the_close():
+    from hybrid_trader.data import load_bars
+    from tests.conftest import NQ_1MIN, shared_file
+
+    one = load_bars(shared_file(NQ_1MIN))
+    for minutes in (5, 15):
+        out = resample_bars(one, minutes)
+        ends = (out.minute_of_day.astype(int) - 18 * 60) % 1440 + minutes  # the bar's end, minutes after 18:00 ET
+        assert (ends <= 23 * 60).all() and out.n_sessions == one.n_sessions
+        assert out.frame["volume"].sum() == one.frame["volume"].sum()
+        assert len(one) / minutes <= len(out) < len(one)
+        # each bar is the aggregate of the minutes stamped inside it (a few checked against the 1-minute bars)
+        for t in out.frame.index[:: max(1, len(out) // 7)]:
+            inside = one.frame[(one.frame.index >= t) & (one.frame.index < t + pd.Timedelta(minutes=minutes))]
+            got = out.frame.loc[t]
+            assert (got["open"], got["high"], got["low"], got["close"], got["volume"]) == (
+                inside["open"].iloc[0], inside["high"].max(), inside["low"].min(), inside["close"].iloc[-1],
+                inside["volume"].sum())
