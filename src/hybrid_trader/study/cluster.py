@@ -67,8 +67,9 @@ def auth_refused(address: str, err: Exception, token: bool) -> UserError:
 
 
 def check_auth(address: str, token: bool) -> None:
-    """Ask the cluster's GCS once (a second): an ``AuthenticationError`` is refused as such."""
-    if address == "auto":
+    """Ask the cluster's GCS once (a second): an ``AuthenticationError`` is refused as such (not a Ray Client
+    ``ray://`` address: no GCS answers there)."""
+    if address == "auto" or "://" in address:
         return
     try:
         from ray._raylet import GcsClient  # type: ignore[attr-defined]
@@ -76,7 +77,7 @@ def check_auth(address: str, token: bool) -> None:
     except ImportError:
         return
     try:
-        GcsClient(address=address.split("://", 1)[-1])
+        GcsClient(address=address)
     except AuthenticationError as err:
         raise auth_refused(address, err, token) from None
     except Exception:  # anything else: ray.init's own error says it
