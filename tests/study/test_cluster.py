@@ -134,6 +134,7 @@ def _check_written_by_the_driver_alone(done: subprocess.CompletedProcess, cwd: P
         assert (trial / "p1" / "model.zip").exists() and (trial / "p1" / "config.yaml").exists()
         config = yaml.safe_load((trial / "p1" / "config.yaml").read_text())
         assert config["data"]["path"] == str(cwd / "data" / "NQ_bars.csv")  # resolved at the driver
+        assert not [p for p in trial.rglob("*.json") if "hybrid-trader-trial-" in p.read_text()]  # no scratch path
     m5 = yaml.safe_load((cwd / "out" / "trials" / "m5-s0-f0" / "p1" / "config.yaml").read_text())
     assert m5["data"]["bar_minutes"] == 5
     # the workers ran with the head's cwd, HOME and TMPDIR: nothing of the study there, their scratch removed
@@ -152,7 +153,7 @@ def test_a_study_joins_a_separate_ray_head_and_the_driver_alone_writes_its_folde
     print(f"cluster study without authentication: {time.perf_counter() - started:.1f} s")
 
 
-@pytest.mark.slow  # 80 to 110 s on the shared 2-core machine (the test above: 55 to 85 s)
+@pytest.mark.slow  # 50 to 110 s on the shared 2-core machine (the test above: 40 to 85 s)
 def test_a_token_authenticated_head_refuses_a_driver_without_its_token_and_accepts_one_with_it(tmp_path):
     started = time.perf_counter()
     cwd = _driver(tmp_path)

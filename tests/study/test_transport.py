@@ -10,6 +10,7 @@ import tarfile
 import pytest
 
 from hybrid_trader.run.config import DataConfig
+from hybrid_trader.run.files import Manifest
 from hybrid_trader.study.transport import (
     absolute_paths,
     carried,
@@ -99,10 +100,15 @@ def test_a_trial_task_runs_from_the_shipped_bars_in_a_scratch_folder_it_removes(
     monkeypatch.setattr(tempfile, "tempdir", None)
     forget_markets()
     try:
-        row, files = trial_task(spec, Trial("a", 0, 0), None, bars)
+        row, files = trial_task(spec, Trial("a", 0, 0), None, bars, str(tmp_path / "out" / "trials" / "a-s0-f0"))
     finally:
         forget_markets()
     assert row["status"] == "finished", row.get("error")
     assert not [n for n in os.listdir(tmp_path / "scratch") if n.startswith("hybrid-trader-trial-")]
     landed = land_trial(tmp_path / "out", "a-s0-f0", row, files)
     assert (landed / "p1" / "model.zip").exists()
+    # its records name where it landed, not the worker's scratch folder, and their checksums still hold
+    assert not [p for p in landed.rglob("*.json") if "hybrid-trader-trial-" in p.read_text()]
+    results = json.loads((landed / "p1" / "eval" / "test" / "results.json").read_text())
+    assert results["info"]["run_dir"] == str(landed / "p1")
+    assert Manifest(landed / "p1" / "eval" / "test").problem(landed / "p1" / "eval" / "test" / "results.json") is None

@@ -183,8 +183,8 @@ def _run_on_ray(spec: StudySpec, todo: list[Trial], out: Path, workers: int, add
     data = absolute_paths(to_dict(spec))
     started = time.perf_counter()
     shipped = ray.put(bars)
-    submitted = {remote.remote(data, t, carried(out / TRIALS / t.slug), shipped): (t, time.perf_counter())
-                 for t in todo}
+    submitted = {remote.remote(data, t, carried(out / TRIALS / t.slug), shipped, str(out / TRIALS / t.slug)):
+                 (t, time.perf_counter()) for t in todo}
     pending = list(submitted)
     trial_seconds = 0.0
     bar = tqdm(total=len(todo), desc="trials", unit="trial", disable=not progress)
@@ -197,8 +197,9 @@ def _run_on_ray(spec: StudySpec, todo: list[Trial], out: Path, workers: int, add
                 try:
                     row, files = ray.get(ref)
                 except Exception as err:  # the worker died (out of memory, killed): recorded like a failure
+                    lost = "trial task failed" if isinstance(err, ray.exceptions.RayTaskError) else "worker lost"
                     row = {"variant": t.variant, "seed": t.seed, "fold": t.fold, "trial": t.slug,
-                           "status": "failed", "error": f"worker lost: {type(err).__name__}: {str(err)[:300]}",
+                           "status": "failed", "error": f"{lost}: {type(err).__name__}: {str(err)[:300]}",
                            "seconds": 0.0}
                     files = None
                 land_trial(out, t.slug, row, files)

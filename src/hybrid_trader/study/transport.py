@@ -33,7 +33,7 @@ from hybrid_trader.config import to_dict
 from hybrid_trader.data.bars import Bars
 from hybrid_trader.evaluation.metrics import jsonable
 from hybrid_trader.run.config import DataConfig
-from hybrid_trader.run.files import atomic_write_text, staged_dir
+from hybrid_trader.run.files import MANIFEST, Manifest, atomic_write_bytes, atomic_write_text, staged_dir
 from hybrid_trader.run.market import load_bars_from_config, load_pool_bars, show_findings
 from hybrid_trader.run.rundir import MODEL
 
@@ -112,6 +112,37 @@ def unpack(data: bytes, folder: Path) -> None:
             if name.is_absolute() or ".." in name.parts or not (member.isfile() or member.isdir()):
                 raise ValueError(f"refusing archive member {member.name!r}")
         tar.extractall(folder, filter="data")
+
+
+def relocate(folder: Path, home: str) -> list[Path]:
+    """The trial's JSON records (a run's ``status.json`` ``init``, an evaluation's ``run_dir`` and ``model``) made
+    to name ``home``, the trial's folder at the driver, instead of ``folder``, the worker's scratch copy; a file a
+    checksum manifest lists is recorded anew in it. Returns the files changed."""
+    old, new = json.dumps(str(folder))[1:-1], json.dumps(home)[1:-1]  # as the paths appear inside JSON strings
+    changed = []
+    for path in sorted(folder.rglob("*.json")):
+        text = path.read_text(encoding="utf-8")
+        if path.name == MANIFEST or old not in text:
+            continue
+        data = text.replace(old, new).encode("utf-8")
+        owner = _manifest_listing(path, folder)
+        if owner is not None:
+            owner.write(path, data)
+        else:
+            atomic_write_bytes(path, data)
+        changed.append(path)
+    return changed
+
+
+def _manifest_listing(path: Path, top: Path) -> Manifest | None:
+    """The checksum manifest of ``path``'s folder or one above it (up to ``top``) that lists it, if any."""
+    for folder in path.parents:
+        manifest = Manifest(folder)
+        if manifest.path.exists() and manifest.expected(path) is not None:
+            return manifest
+        if folder == top:
+            return None
+    return None
 
 
 def carried(trial_folder: Path) -> bytes | None:

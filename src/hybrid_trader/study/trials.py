@@ -30,7 +30,7 @@ from hybrid_trader.run.files import atomic_write_text
 from hybrid_trader.run.market import Market, load_market, make_split
 from hybrid_trader.run.rundir import MODEL
 from hybrid_trader.study.spec import StudySpec
-from hybrid_trader.study.transport import TRIAL_FILE, TRIALS, DataBars, data_key, pack, unpack
+from hybrid_trader.study.transport import TRIAL_FILE, TRIALS, DataBars, data_key, pack, relocate, unpack
 from hybrid_trader.training.runner import train_run
 
 FIGURES = ("Net PnL [$]", "Sharpe (ann.)", "Max drawdown [$]", "Trades", "Win rate [%]", "PSR [%]",
@@ -147,8 +147,10 @@ def run_trial(spec_data: dict, trial: Trial, out: str, *, bars: Mapping[str, Dat
     return row
 
 
-def trial_task(spec_data: dict, trial: Trial, carry: bytes | None, bars: dict[str, DataBars]) -> tuple[dict, bytes]:
-    """A Ray task: run the trial in a scratch folder of this worker; its row and its folder as bytes."""
+def trial_task(spec_data: dict, trial: Trial, carry: bytes | None, bars: dict[str, DataBars], home: str = ""
+               ) -> tuple[dict, bytes]:
+    """A Ray task: run the trial in a scratch folder of this worker; its row and its folder as bytes (its records
+    naming ``home``, the trial's folder at the driver, where they will be: :func:`relocate`)."""
     scratch = Path(tempfile.mkdtemp(prefix="hybrid-trader-trial-"))
     try:
         folder = scratch / TRIALS / trial.slug
@@ -156,6 +158,8 @@ def trial_task(spec_data: dict, trial: Trial, carry: bytes | None, bars: dict[st
         if carry:
             unpack(carry, folder)
         row = run_trial(spec_data, trial, str(scratch), bars=bars)
+        if home:
+            relocate(folder, home)
         return row, pack(folder, skip=(TRIAL_FILE,))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
