@@ -38,7 +38,7 @@ def test_a_variant_a_trial_would_refuse_is_refused_before_ray_naming_the_variant
     assert not _MARKETS, "the driver keeps no market once the variants are checked"
 
 
-def _fail_every_trial(spec, todo, out, workers, address, progress):
+def _fail_every_trial(spec, todo, out, workers, address, progress, bars):
     """Ray's stand-in: every trial fails as a trial records a failure (trial.json with its error)."""
     for t in todo:
         folder = out / TRIALS / t.slug

@@ -107,6 +107,7 @@ def test_a_folder_of_another_study_is_refused_naming_what_differs(finished, tmp_
     ({"baseline": "nope"}, "'nope' is not a variant"),
     ({"colour": "red"}, "colour"),
     ({"folds": 40}, "folds do not fit the data"),
+    ({"variants": [{"name": "a", "set": {"data.bar_minutes": 7}}]}, "data.bar_minutes: 7 minutes does not divide"),
 ])
 def test_bad_study_files_are_refused_before_any_trial(tmp_path, over, message):
     with pytest.raises(UserError, match=message):

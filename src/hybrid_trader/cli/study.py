@@ -39,7 +39,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                                             "finished trials")
     p.add_argument("--workers", type=int, default=None,
                    help="Ray workers on this machine, one trial each (default: the cores; capped at them)")
-    p.add_argument("--address", help="join an existing Ray cluster (e.g. 10.0.0.5:6379) instead of starting one")
+    p.add_argument("--address", help="join an existing Ray cluster (e.g. 10.0.0.5:6379, or auto on its head) "
+                                     "instead of starting one; a token-authenticated one with the token in "
+                                     "RAY_AUTH_TOKEN or ~/.ray/auth_token (docs/STUDY.md, On a cluster)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--json", action="store_true", help="print the summary as JSON, last")
     what = p.add_mutually_exclusive_group()

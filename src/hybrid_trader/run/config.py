@@ -16,6 +16,7 @@ from typing import Literal
 from hybrid_trader.agent.fusion import FusionConfig
 from hybrid_trader.config import check
 from hybrid_trader.data.loader import named_market
+from hybrid_trader.data.resample import check_bar_minutes
 from hybrid_trader.env.config import EnvConfig
 from hybrid_trader.env.risk_veto import RiskConfig
 from hybrid_trader.errors import UserError
@@ -40,12 +41,20 @@ class DataConfig:
     """Repair fixable data errors (each reported) instead of stopping."""
     pool: list[str] = field(default_factory=list)
     """More bar files (other markets, periods) trained on too, each its own contract; days before validation only."""
+    bar_minutes: int | None = None
+    """Trade bars of this many minutes, resampled from the file's finer bars within each session (OHLCV rules,
+    clock-aligned to the 18:00 ET open, e.g. 1, 3, 5, 15; ``data.resample``); null: the file's own bars."""
     synthetic_days: int = 60
     """Trading days of the built-in synthetic market."""
     synthetic_edge: float = 0.3
     """Strength of the synthetic market's planted edge (0: none, 0.1 subtle, 0.3 strong)."""
     synthetic_seed: int = 0
     """Seed of the built-in synthetic market."""
+
+
+    def __post_init__(self) -> None:
+        if self.bar_minutes is not None:
+            check_bar_minutes(self.bar_minutes)
 
 
 @dataclass

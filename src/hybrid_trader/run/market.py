@@ -13,6 +13,7 @@ import numpy as np
 from hybrid_trader.data import load_bars
 from hybrid_trader.data.bars import Bars
 from hybrid_trader.data.findings import DataFinding
+from hybrid_trader.data.resample import resample_bars
 from hybrid_trader.data.synthetic import generate_bars
 from hybrid_trader.env import EnvConfig, TradingEnv
 from hybrid_trader.env.risk_veto import RiskConfig, RiskVeto
@@ -57,9 +58,16 @@ def training_markets(market: Market, n_envs: int) -> list[Market]:
     return [markets[i % len(markets)] for i in range(n_envs)]
 
 
-def pooled_market(path: str, data: DataConfig, before: Any) -> Market:
-    """A ``data.pool`` file as a market whose training days are its sessions before the date ``before``."""
+def load_pool_bars(path: str, data: DataConfig) -> Bars:
+    """The bars of one ``data.pool`` file (its own contract, ``data``'s clock options and bar size)."""
     bars = load_bars(path, tz=data.tz, time_shift=data.time_shift, market=None, repair=data.repair)
+    return resample_bars(bars, data.bar_minutes) if data.bar_minutes else bars
+
+
+def pooled_market(path: str, data: DataConfig, before: Any, bars: Bars | None = None) -> Market:
+    """A ``data.pool`` file as a market whose training days are its sessions before the date ``before``
+    (``bars``: that file's bars, loaded before, e.g. shipped to a study's trial)."""
+    bars = bars if bars is not None else load_pool_bars(path, data)
     dates = np.asarray(bars.session_dates)
     n_train = int(np.searchsorted(dates, np.datetime64(before, "D"), side="left")) if before is not None \
         else len(dates)
@@ -75,35 +83,40 @@ def pooled_market(path: str, data: DataConfig, before: Any) -> Market:
 def load_bars_from_config(data: DataConfig) -> Bars:
     """The run's bars: the file in ``data.path`` or the built-in synthetic market."""
     if data.path:
-        return load_bars(data.path, tz=data.tz, time_shift=data.time_shift, market=data.market, repair=data.repair)
-    return generate_bars(
-        days=data.synthetic_days, seed=data.synthetic_seed, edge=data.synthetic_edge, market=data.market or "NQ"
-    )
+        bars = load_bars(data.path, tz=data.tz, time_shift=data.time_shift, market=data.market, repair=data.repair)
+    else:
+        bars = generate_bars(days=data.synthetic_days, seed=data.synthetic_seed, edge=data.synthetic_edge,
+                             market=data.market or "NQ")
+    return resample_bars(bars, data.bar_minutes) if data.bar_minutes else bars
 
 
-SHOWN_NOTES = ("market",)
+SHOWN_NOTES = ("market", "resampled")
 """Notes of loading that training and evaluation repeat beside the warnings (a market guessed from a file name)."""
 
 
+def show_findings(bars: Bars) -> None:
+    """The warnings of loading ``bars`` and the notes of :data:`SHOWN_NOTES`, on stderr."""
+    shown = [f for f in bars.findings if isinstance(f, DataFinding) and (f.level == "warning" or f.code in SHOWN_NOTES)]
+    for finding in shown:
+        print(f"{finding.level}: {bars.source}: [{finding.code}] {finding.message}", file=sys.stderr)
+
+
 def load_market(data: DataConfig, split: SplitConfig | None, bars: Bars | None = None, *,
-                pool: bool = False) -> Market:
+                pool: bool = False, pool_bars: Sequence[Bars] | None = None) -> Market:
     """Load (or take) the bars, compute their features once and split the sessions by time.
 
     ``split`` None: no split, every session is a test day (``evaluate --split all``: the run's
     folds or shares never refuse other data).
 
     ``pool``: load ``data.pool`` too (training); evaluation and the other readers of a
-    run's days never need it.
+    run's days never need it. ``pool_bars``: those files' bars, loaded before (one per file).
 
     The warnings ``data check`` gives (a shifted clock, a guessed market, ...) are printed to
     stderr here too, so that training and evaluation never use suspicious bars without a word.
     """
     if bars is None:
         bars = load_bars_from_config(data)
-        shown = [f for f in bars.findings
-                 if isinstance(f, DataFinding) and (f.level == "warning" or f.code in SHOWN_NOTES)]
-        for finding in shown:
-            print(f"{finding.level}: {bars.source}: [{finding.code}] {finding.message}", file=sys.stderr)
+        show_findings(bars)
     features = compute_features(bars)
     n = bars.n_sessions
     market = Market(bars, features, make_split(n, split, bars.session_dates) if split is not None else
@@ -111,7 +124,9 @@ def load_market(data: DataConfig, split: SplitConfig | None, bars: Bars | None =
     if pool and data.pool:
         later = [r for r in (market.sessions("val"), market.sessions("test")) if len(r)]
         before = bars.session_dates[min(r.start for r in later)] if later else None
-        market = replace(market, pool=[pooled_market(path, data, before) for path in data.pool])
+        given = list(pool_bars) if pool_bars is not None else [None] * len(data.pool)
+        market = replace(market, pool=[pooled_market(path, data, before, b) for path, b in zip(data.pool, given,
+                                                                                                strict=True)])
     return market
 
 

@@ -6,7 +6,9 @@ written by another study (naming what differs), skips finished trials, runs the 
 (``ray.init(num_cpus=workers)`` on this machine, or ``address`` to join a cluster), shows a
 progress bar with ETA, and writes ``OUT/trials.parquet`` (one row per trial), ``OUT/summary.json``
 and ``OUT/report.html``. Ray's overhead per trial (the time a trial spends outside its own
-work: scheduling, process start, transfers) is measured and reported.
+work: scheduling, process start, transfers) is measured and reported. The bars go to the trials
+through Ray's object store and each trial's folder comes back as its task's return value: this
+process alone reads the data and writes ``OUT`` (:mod:`hybrid_trader.study.transport`).
 """
 
 from __future__ import annotations
@@ -14,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -30,10 +31,12 @@ from hybrid_trader.run.files import atomic_write_text, check_writable
 from hybrid_trader.run.lock import FolderLock
 from hybrid_trader.run.market import check_environment
 from hybrid_trader.study.attempts import count_attempts, record_attempt
+from hybrid_trader.study.cluster import ray_init
 from hybrid_trader.study.fingerprint import fingerprint_summary
 from hybrid_trader.study.spec import StudySpec, load_study
 from hybrid_trader.study.summary import summarize
-from hybrid_trader.study.trials import DAILY, TRIALS, Trial, forget_markets, market_for, read_trial, run_trial
+from hybrid_trader.study.transport import DataBars, absolute_paths, carried, land_trial, study_bars
+from hybrid_trader.study.trials import DAILY, TRIALS, Trial, forget_markets, market_for, read_trial, trial_task
 
 STUDY_FILE = "study.json"
 """The study as it was given (its identity and settings): a later run must match it."""
@@ -71,37 +74,8 @@ def _check_same_study(out: Path, spec: StudySpec) -> None:
                     "trials would be mixed with this study's", file=str(path), fix=fix)
 
 
-def _probe(address: str, timeout: float = 5.0) -> None:
-    """A quick TCP check of a cluster's address: Ray itself retries a dead one for minutes."""
-    if address == "auto":
-        return
-    hostport = address.split("://", 1)[-1]
-    host, _, port = hostport.rpartition(":")
-    try:
-        with socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout):
-            return
-    except (OSError, ValueError) as err:
-        raise UserError(f"the Ray cluster at {address} does not answer ({err})", value=address,
-                        fix="check --address (ray start --head prints it, e.g. 10.0.0.5:6379), or leave it out to "
-                            "run on this machine") from None
-
-
-def _ray_init(workers: int, address: str | None) -> Any:
-    import ray  # only when trials run: ray takes ~1 s to import and starts its own processes
-
-    if address:
-        _probe(address)
-    try:
-        if address:
-            ray.init(address=address, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
-        else:
-            ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
-    except Exception as err:  # ConnectionError, a timeout, a refused address: all say the same to the user
-        raise UserError(f"could not start or join Ray ({type(err).__name__}: {str(err)[:200]})",
-                        value=address or f"local, {workers} CPUs",
-                        fix="check --address (ray start --head prints it, e.g. 10.0.0.5:6379), or leave it out to "
-                            "run on this machine") from None
-    return ray
+_ray_init = ray_init
+"""Ray started or joined (:mod:`hybrid_trader.study.cluster`); a module name the tests replace."""
 
 
 def run_study(spec_path: str | Path | StudySpec, out: str | Path, *, workers: int | None = None,
@@ -121,8 +95,9 @@ def run_study(spec_path: str | Path | StudySpec, out: str | Path, *, workers: in
     if workers > cores and not address:
         say(f"note: --workers {workers} capped at {cores}, the number of cores (one trial per CPU)")
         workers = cores
-    _check_folds(spec)
-    check_variants(spec)
+    bars: dict[str, DataBars] = {}  # every bar file the variants name, loaded once: checked here, shipped to trials
+    _check_folds(spec, bars)
+    check_variants(spec, bars)
     out.mkdir(parents=True, exist_ok=True)
     with FolderLock(out, "study"):
         _check_same_study(out, spec)
@@ -136,7 +111,7 @@ def run_study(spec_path: str | Path | StudySpec, out: str | Path, *, workers: in
         say(f"study {spec.name}: {len(trials)} trials ({len(spec.variants)} variants x {len(spec.seeds)} seeds x "
             f"{max(spec.folds, 1)} folds), {len(trials) - len(todo)} finished before, {len(todo)} to run on "
             f"{'Ray at ' + address if address else f'{workers} local Ray workers'}")
-        timing = _run_on_ray(spec, todo, out, workers, address, progress) if todo else {}
+        timing = _run_on_ray(spec, todo, out, workers, address, progress, bars) if todo else {}
         rows = [read_trial(out / TRIALS / t.slug) or {"trial": t.slug, "variant": t.variant, "seed": t.seed,
                                                       "fold": t.fold, "status": "missing"} for t in trials]
         table = trials_table(rows)
@@ -157,13 +132,13 @@ def trials_table(rows: list[dict[str, Any]]) -> pd.DataFrame:
                           if k not in DAILY} for r in rows])
 
 
-def _check_folds(spec: StudySpec) -> None:
-    """A fold count the data cannot hold is refused before any trial starts (loads the bars once)."""
+def _check_folds(spec: StudySpec, bars: dict[str, DataBars] | None = None) -> None:
+    """A fold count the data cannot hold is refused before any trial starts (``bars``: the study's, else loaded)."""
     if not spec.folds:
         return
     config = spec.run_config(spec.variants[0], spec.seeds[0], spec.folds - 1, spec.phases[0])
     try:
-        market_for(config)  # loaded once for check_variants too
+        _market(config, bars)  # kept for check_variants too
     except UserError as err:
         raise UserError(f"folds: {spec.folds} walk-forward folds do not fit the data ({err.message})",
                         fix="use fewer folds, or more days of data") from None
@@ -173,12 +148,12 @@ CHECKED_KEYS = {"the data and split": ("data.", "split."), "the environment": ("
 """What each stage of :func:`check_variants` checks, by key prefix: the keys named when it fails."""
 
 
-def check_variants(spec: StudySpec) -> None:
+def check_variants(spec: StudySpec, bars: dict[str, DataBars] | None = None) -> None:
     """Every variant's configuration, each phase and fold, checked as a trial's training checks it, before Ray
     starts: the config's keys and values (``load_study``), the data and its split (a part that gets no day),
     and one environment (contracts above the rules' limit, the trading window, ...). A failure is refused naming
     the variant and the keys of the study that set what failed. Not checked here: an LLM back end's start-up (a
-    trial's own first step)."""
+    trial's own first step). ``bars``: the study's bars (:func:`study_bars`), else each variant's are loaded."""
     try:
         for variant in spec.variants:
             for fold in range(max(spec.folds, 1)):
@@ -186,7 +161,7 @@ def check_variants(spec: StudySpec) -> None:
                     config = spec.run_config(variant, spec.seeds[0], fold, phase)
                     stage = "the data and split"
                     try:
-                        market = market_for(config)
+                        market = _market(config, bars)
                         stage = "the environment"
                         check_environment(market, config)
                     except UserError as err:
@@ -197,7 +172,12 @@ def check_variants(spec: StudySpec) -> None:
                                         file=err.file, row=err.row, column=err.column, value=err.value,
                                         fix=err.fix) from None
     finally:
-        forget_markets()  # the trials load their own, in their workers
+        forget_markets()  # the trials build their own, in their workers, from the bars shipped with them
+
+
+def _market(config: Any, bars: dict[str, DataBars] | None) -> Any:
+    """The config's market, its bars loaded into ``bars`` first (loaded anew when ``bars`` is None)."""
+    return market_for(config, None if bars is None else study_bars([config.data], into=bars))
 
 
 def _keys_of(spec: StudySpec, variant: Any, prefixes: tuple[str, ...], message: str) -> str:
@@ -211,12 +191,16 @@ def _keys_of(spec: StudySpec, variant: Any, prefixes: tuple[str, ...], message: 
 
 
 def _run_on_ray(spec: StudySpec, todo: list[Trial], out: Path, workers: int, address: str | None,
-                progress: bool) -> dict[str, float]:
+                progress: bool, bars: dict[str, DataBars]) -> dict[str, float]:
+    """Each trial a Ray task (:func:`trial_task`): the bars go out once through the object store, each trial's
+    row and folder come back as its return value, and this process alone writes them into ``out``."""
     ray = _ray_init(workers, address)
-    remote = ray.remote(num_cpus=1, max_retries=0)(run_trial)
-    data = to_dict(spec)
+    remote = ray.remote(num_cpus=1, max_retries=0)(trial_task)
+    data = absolute_paths(to_dict(spec))
     started = time.perf_counter()
-    submitted = {remote.remote(data, t, str(out)): (t, time.perf_counter()) for t in todo}
+    shipped = ray.put(bars)
+    submitted = {remote.remote(data, t, carried(out / TRIALS / t.slug), shipped, str(out / TRIALS / t.slug)):
+                 (t, time.perf_counter()) for t in todo}
     pending = list(submitted)
     trial_seconds = 0.0
     bar = tqdm(total=len(todo), desc="trials", unit="trial", disable=not progress)
@@ -224,16 +208,17 @@ def _run_on_ray(spec: StudySpec, todo: list[Trial], out: Path, workers: int, add
         while pending:
             done, pending = ray.wait(pending, num_returns=1)
             for ref in done:
+                t = submitted[ref][0]
+                files: bytes | None
                 try:
-                    row = ray.get(ref)
+                    row, files = ray.get(ref)
                 except Exception as err:  # the worker died (out of memory, killed): recorded like a failure
-                    t = submitted[ref][0]
+                    lost = "trial task failed" if isinstance(err, ray.exceptions.RayTaskError) else "worker lost"
                     row = {"variant": t.variant, "seed": t.seed, "fold": t.fold, "trial": t.slug,
-                           "status": "failed", "error": f"worker lost: {type(err).__name__}: {str(err)[:300]}",
+                           "status": "failed", "error": f"{lost}: {type(err).__name__}: {str(err)[:300]}",
                            "seconds": 0.0}
-                    folder = out / TRIALS / t.slug
-                    folder.mkdir(parents=True, exist_ok=True)
-                    atomic_write_text(folder / "trial.json", json.dumps(row, indent=1))
+                    files = None
+                land_trial(out, t.slug, row, files)
                 record_attempt(out, row)  # every attempt counts in the DSR's number of trials
                 trial_seconds += float(row.get("seconds") or 0.0)
                 bar.update(1)

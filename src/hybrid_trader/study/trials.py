@@ -3,15 +3,18 @@
 A trial's folder ``OUT/trials/<variant>-s<seed>-f<fold>/`` holds its runs (``p1``, ``p2``, ...)
 and ``trial.json``, written atomically last: a trial is finished when that file says so, and
 a rerun of the study skips it. A failing trial records its error and traceback there instead
-and never stops the study.
+and never stops the study. On Ray the trial runs in a scratch folder of its worker, from bars
+shipped with it, and the driver writes the study's folder (:mod:`hybrid_trader.study.transport`).
 """
 
 from __future__ import annotations
 
 import json
 import shutil
+import tempfile
 import time
 import traceback
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,12 +29,9 @@ from hybrid_trader.run.market import Market, load_market, make_split
 from hybrid_trader.run.rundir import MODEL
 from hybrid_trader.study.fingerprint import fingerprint, make_deterministic
 from hybrid_trader.study.spec import StudySpec
+from hybrid_trader.study.transport import TRIAL_FILE, TRIALS, DataBars, data_key, pack, relocate, unpack
 from hybrid_trader.training.runner import train_run
 
-TRIAL_FILE = "trial.json"
-"""A trial's record (status, metrics, error), written last."""
-TRIALS = "trials"
-"""Sub-folder of the study holding one folder per trial."""
 FIGURES = ("Net PnL [$]", "Sharpe (ann.)", "Max drawdown [$]", "Trades", "Win rate [%]", "PSR [%]",
            "Return [%]", "Days")
 """The agent's metrics kept in the study table (labels of evaluation.metrics, units in them)."""
@@ -45,19 +45,27 @@ _MARKETS: dict[str, Market] = {}
 """This worker's markets by data config: the bars and features of a file are loaded once per worker."""
 
 
-def market_for(config: Any) -> Market:
-    """The trial's market: the bars and features this worker loaded before, with the trial's split."""
-    key = json.dumps(to_dict(config.data), sort_keys=True)
+def market_for(config: Any, bars: Mapping[str, DataBars] | None = None) -> Market:
+    """The trial's market: the bars and features this worker loaded before, with the trial's split.
+
+    ``bars``: the study's bars by data configuration (:func:`hybrid_trader.study.transport.study_bars`, shipped
+    with the trial): the market is built from them, never from the files the configuration names."""
+    key = data_key(config.data)
     if config.data.pool:  # the pooled days end where this split's validation starts: one market per split
         key += json.dumps(to_dict(config.split), sort_keys=True)
     known = _MARKETS.get(key)
     if known is None:
-        known = _MARKETS[key] = load_market(config.data, config.split, pool=True)
+        given = bars.get(data_key(config.data)) if bars is not None else None
+        if bars is not None and given is None:
+            raise KeyError(f"no bars shipped for the trial's data configuration {data_key(config.data)}")
+        known = _MARKETS[key] = load_market(config.data, config.split, pool=True,
+                                            bars=given.bars if given else None,
+                                            pool_bars=given.pool if given else None)
         return known
     if config.data.pool:  # the key holds the split: the very market, pool included
         return known
-    bars = known.bars
-    return Market(bars, known.features, make_split(bars.n_sessions, config.split, bars.session_dates))
+    own = known.bars
+    return Market(own, known.features, make_split(own.n_sessions, config.split, own.session_dates))
 
 
 def forget_markets() -> None:
@@ -87,8 +95,10 @@ def read_trial(folder: Path) -> dict[str, Any] | None:
         return None
 
 
-def run_trial(spec_data: dict, trial: Trial, out: str) -> dict[str, Any]:
-    """Train and evaluate one trial in this process; its row (also written to ``trial.json``). Never raises."""
+def run_trial(spec_data: dict, trial: Trial, out: str, *, bars: Mapping[str, DataBars] | None = None
+              ) -> dict[str, Any]:
+    """Train and evaluate one trial in this process, in ``out``'s trial folder; its row (also written to
+    ``trial.json``). ``bars``: the study's bars (see :func:`market_for`). Never raises."""
     make_deterministic(threads=1)  # the trial's own process (a Ray worker): one thread per trial, before any work
     spec = from_dict(StudySpec, spec_data, source="study")
     folder = Path(out) / TRIALS / trial.slug
@@ -102,7 +112,7 @@ def run_trial(spec_data: dict, trial: Trial, out: str) -> dict[str, Any]:
         for phase in spec.phases:
             run = folder / f"p{phase}"
             config = spec.run_config(variant, trial.seed, trial.fold, phase)
-            market = market_for(config)
+            market = market_for(config, bars)
             if (run / MODEL).exists():  # trained before the trial was interrupted: continue from it
                 init = run
                 continue
@@ -147,6 +157,24 @@ def evaluation_row(out_eval: EvaluationOutput) -> dict[str, Any]:
         row["momentum daily_returns"] = _daily_returns(out_eval.out_dir, "momentum")[1]
     row["dates"] = list(out_eval.dates or ())
     return row
+
+
+def trial_task(spec_data: dict, trial: Trial, carry: bytes | None, bars: dict[str, DataBars], home: str = ""
+               ) -> tuple[dict, bytes]:
+    """A Ray task: run the trial in a scratch folder of this worker; its row and its folder as bytes (its records
+    naming ``home``, the trial's folder at the driver, where they will be: :func:`relocate`)."""
+    scratch = Path(tempfile.mkdtemp(prefix="hybrid-trader-trial-"))
+    try:
+        folder = scratch / TRIALS / trial.slug
+        folder.mkdir(parents=True)
+        if carry:
+            unpack(carry, folder)
+        row = run_trial(spec_data, trial, str(scratch), bars=bars)
+        if home:
+            relocate(folder, home)
+        return row, pack(folder, skip=(TRIAL_FILE,))
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def _daily_returns(eval_dir: Path, name: str = "agent") -> tuple[list[str], list[float]]:
