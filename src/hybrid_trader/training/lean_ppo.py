@@ -254,6 +254,8 @@ class LeanForward:
                  ) -> None:
         self.policy = policy
         self.pi, self.vf, self.act = pi, vf, act
+        # the update's activation: fast_math's numpy tanh (on 4 rows torch's is as fast, so the torch rollout keeps it)
+        self.update_act = fast_tanh if fast_math and act is th.tanh else act
         value_net, action_net = policy.value_net, policy.action_net
         assert isinstance(value_net, nn.Linear) and isinstance(action_net, nn.Linear)  # checked in of()
         self.value_w, self.value_b = value_net.weight, value_net.bias
@@ -266,7 +268,7 @@ class LeanForward:
         # (Adam updates them in place)
         weights = [w for pair in (*pi, *vf) for w in pair] + [self.value_w, self.value_b, self.action_w, self.action_b]
         self.numpy = None
-        if fast_math and self.plain and act is fast_tanh \
+        if fast_math and self.plain and act is th.tanh \
                 and all(w is not None and w.device.type == "cpu" and w.dtype == th.float32 for w in weights):
             def arrays(w: th.Tensor, b: th.Tensor) -> tuple[np.ndarray, np.ndarray]:
                 return w.detach().numpy().T, b.detach().numpy()
@@ -275,8 +277,8 @@ class LeanForward:
 
     @classmethod
     def of(cls, policy: Any, fast_math: bool = False) -> LeanForward | None:
-        """The lean forward of ``policy`` (None: a structure it does not cover); ``fast_math``: tanh by
-        :func:`fast_tanh` (float tolerance)."""
+        """The lean forward of ``policy`` (None: a structure it does not cover). ``fast_math`` (float tolerance):
+        the update's tanh by :func:`fast_tanh`, and a plain tanh policy's rollout decisions in numpy."""
         # a policy's own forward must declare itself SB3's between its two hooks (``lean_rollout``)
         sb3_forward = type(policy).forward is MaskableActorCriticPolicy.forward \
             or getattr(policy, "lean_rollout", False)
@@ -290,12 +292,11 @@ class LeanForward:
         if pi is None or vf is None:
             return None
         mods = [m for m in (*ext.policy_net.children(), *ext.value_net.children()) if not isinstance(m, nn.Linear)]
-        act = (fast_tanh if fast_math else th.tanh) if not mods or isinstance(mods[0], nn.Tanh) else F.relu
+        act = th.tanh if not mods or isinstance(mods[0], nn.Tanh) else F.relu
         return cls(policy, pi, vf, act, fast_math)
 
-    def _latent(self, obs: th.Tensor) -> tuple[th.Tensor, Any]:
+    def _latent(self, obs: th.Tensor, act: Any) -> tuple[th.Tensor, Any]:
         """The values and the action distribution of ``obs`` (the policy's hook before a decision run first)."""
-        act = self.act
         # preprocess_obs of a Box, then FlattenExtractor; else the policy's own features
         x: Any = obs.float().flatten(1) if self.plain else self.policy.extract_features(obs)  # shared: one tensor
         h = x
@@ -314,7 +315,7 @@ class LeanForward:
         """``policy.evaluate_actions``: ``(values, log_prob, entropy)`` by the same operations as direct calls."""
         if self.before is not None:  # phase 3: the advice read for the prior, as evaluate_actions does
             self.before(obs, action_masks)
-        values, dist = self._latent(obs)
+        values, dist = self._latent(obs, self.update_act)
         if action_masks is not None:
             dist.apply_masking(action_masks)
         return values, dist.log_prob(actions), dist.entropy()
@@ -351,7 +352,7 @@ class LeanForward:
             return self._numpy_decide(obs, action_masks)
         if self.before is not None:
             self.before(obs, action_masks)
-        values, dist = self._latent(obs)
+        values, dist = self._latent(obs, self.act)
         if action_masks is not None:
             dist.apply_masking(action_masks)
         actions = dist.sample()
