@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import zipfile
+from typing import Any
 
 import numpy as np
 import pytest
@@ -144,3 +145,28 @@ def test_phase3_with_the_student_trains_with_fast_math(tmp_path, student_market,
     lean = LeanForward.of(model.policy, fast_math=True)
     assert lean is not None and lean.numpy is None  # not a plain policy: the torch forward, numpy's tanh
     assert all(th.isfinite(p).all() for p in model.policy.parameters())
+
+
+def test_resume_takes_fast_math_from_the_resuming_config(tmp_path, market):
+    """``fast_math`` is not saved with the model: ``--resume`` trains on with the setting it is given."""
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    seen: list[tuple[bool, object]] = []
+
+    class Seen(BaseCallback):
+        def _on_step(self) -> bool:
+            return True
+
+        def _on_rollout_end(self) -> None:
+            model: Any = self.model
+            seen.append((model.fast_math, model.policy.optimizer.param_groups[0].get("fused")))
+
+    def config(fast_math: bool, steps: int) -> RunConfig:
+        return merge_overrides(RunConfig(), {**TINY, "env.phase": 1, "ppo.fast_math": fast_math,
+                                             "ppo.total_timesteps": steps, "train.progress_bar": False})
+
+    run = tmp_path / "run"
+    runner.train_run(config(False, 256), run, market=market, quiet=True, extra_callbacks=[Seen()])
+    runner.train_run(config(True, 512), run, resume=True, market=market, quiet=True, extra_callbacks=[Seen()])
+    assert seen[0] == (False, None) and seen[-1][0] is True
+    assert LeanMaskablePPO.load(run / "model.zip").policy.optimizer.param_groups[0]["fused"] is None

@@ -19,11 +19,13 @@ trains both on fixed seeds and compares every parameter and rollout array exactl
   minibatch's tensors without a second copy, and computes GAE with the non-recursive terms
   vectorised over the rollout.
 
-``fast_math`` (``ppo.fast_math``) adds cuts that are exact only to float tolerance: the
-MLP's tanh computed by numpy (:func:`fast_tanh`: within 6e-8 of torch's, about nine times
-faster on this CPU for 512-row minibatches), Adam's fused CPU kernel, the update's forward
-as direct calls (:meth:`LeanForward.evaluate`) and its statistics kept as tensors, read
-once an update. ``tests/training/test_lean_ppo.py`` compares one update on fixed data with
+``fast_math`` (``ppo.fast_math``) adds cuts that are exact only to float tolerance: in the
+update, the MLP's tanh computed by numpy (:func:`fast_tanh`: within 6e-8 of torch's, about
+nine times faster on this CPU for 512-row minibatches), Adam's fused CPU kernel, the
+forward as direct calls (:meth:`LeanForward.evaluate`) and the statistics kept as tensors,
+read once an update; in the rollout, a plain tanh policy's decisions in numpy
+(:meth:`LeanForward._numpy_decide`, sampled by ``torch.multinomial``: the same draws).
+``tests/training/test_fast_math.py`` compares one update on fixed data with
 ``MaskablePPO``'s (losses, gradients, parameters, Adam's moments to float tolerance).
 
 Saved models are unchanged (``MaskablePPO.save``'s format; the algorithm class is not
