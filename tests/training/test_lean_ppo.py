@@ -20,7 +20,7 @@ from tests.training.conftest import student_cfg
 
 TINY = {"data.synthetic_days": 12, "ppo.n_steps": 64, "ppo.batch_size": 64, "ppo.n_envs": 4, "ppo.n_epochs": 2,
         "ppo.total_timesteps": 512, "train.validate_every": 0,
-        "ppo.normalizer_warmup_steps": 256}
+        "ppo.normalizer_warmup_steps": 256, "ppo.fast_math": False}
 
 
 @pytest.fixture(scope="module")
@@ -111,7 +111,7 @@ def test_lean_model_saves_in_maskable_ppo_format_and_loads_back(tmp_path, market
 
 def test_phase3_with_the_student_trains_bit_for_bit_as_maskable_ppo(tmp_path, monkeypatch, student_market, student_p2):
     """The phase 3 policy (its own forward, the prior) on LeanMaskablePPO's distribution and buffer: same bits."""
-    config = student_cfg(3, 256)
+    config = student_cfg(3, 256, **{"ppo.fast_math": False})
     lean = runner.train_run(config, tmp_path / "lean", init=student_p2, market=student_market, quiet=True)
     monkeypatch.setattr(runner, "LeanMaskablePPO", MaskablePPO)
     plain = runner.train_run(config, tmp_path / "plain", init=student_p2, market=student_market, quiet=True)

@@ -95,6 +95,9 @@ class TrainBenchArgs(DataArgs):
     advice_input: Literal["true", "false"] | None = None
     """Phase 3: fusion.advice_input (false: the network reads no advice, the prior alone carries it); None: the
     config's default."""
+    fast_math: Literal["true", "false"] | None = None
+    """ppo.fast_math (false: the same bits as sb3-contrib's MaskablePPO; true: float tolerance, faster); None: the
+    config's default."""
     breakdown: bool = False
     """Time each segment of training (policy, prior, advice, each VecEnv layer, update) per vector step;
     phase 3: in both phases, with phase 3's extra for each."""

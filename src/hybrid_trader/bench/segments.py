@@ -30,7 +30,8 @@ segment                     time spent in
 ``rollout loop``            the rest of the rollout: the loop's own Python
 ``update``                  PPO's update (``train``: the rows down to ``update loop``)
 ``minibatches``             sampling the minibatches from the buffer (as tensors)
-``update forward``          the policy on each minibatch (``evaluate_actions``)
+``update forward``          the policy on each minibatch (``evaluate_actions``, or
+                            ``update_forward`` with ``ppo.fast_math``)
 ``backward``                the gradients (``Tensor.backward``)
 ``gradient clipping``       ``clip_grad_norm_``
 ``optimizer``               Adam's ``zero_grad`` and ``step``
@@ -113,6 +114,8 @@ class SegmentTimer(TimingCallback):
         self._wrap(buffer, "_get_samples", MINIBATCHES)
         self._wrap(buffer, "swap_and_flatten", MINIBATCHES)
         self._wrap(policy, "evaluate_actions", UPDATE_FORWARD)
+        if hasattr(model, "update_forward"):  # LeanMaskablePPO's fast_math update (the lean forward, no policy call)
+            self._wrap(model, "update_forward", UPDATE_FORWARD)
         self._wrap(policy.optimizer, "zero_grad", OPTIMIZER)
         self._wrap(policy.optimizer, "step", OPTIMIZER)
         self._wrap(model.logger, "dump", LOGGING)

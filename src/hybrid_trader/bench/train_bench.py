@@ -83,6 +83,8 @@ def bench_config(args: TrainBenchArgs) -> RunConfig:
     overrides: dict[str, Any] = {"env.phase": phase, "ppo.n_envs": args.n_envs, "ppo.vec_env": args.vec_env,
                  "ppo.total_timesteps": args.steps, "ppo.seed": args.seed, "train.validate_every": 0,
                  "train.checkpoint_every": 10 ** 9, "train.progress_bar": False}
+    if args.fast_math is not None:
+        overrides["ppo.fast_math"] = args.fast_math == "true"
     if phase == 3:
         overrides["llm.backend"] = args.llm
         overrides["fusion.mode"] = args.fusion
@@ -175,6 +177,7 @@ def run(args: TrainBenchArgs) -> int:
         "n_steps": config.ppo.n_steps,
         "n_epochs": config.ppo.n_epochs,
         "batch_size": config.ppo.batch_size,
+        "fast_math": config.ppo.fast_math,
         "data": args.data or "synthetic",
         **extra,
     }

@@ -112,6 +112,10 @@ class PPOConfig:
     or subproc (one process each, SubprocVecEnv)."""
     torch_threads: int = 1
     """Torch CPU threads (1 is fastest for these small networks on a busy machine)."""
+    fast_math: bool = True
+    """Faster training arithmetic, equal to sb3-contrib's MaskablePPO to float tolerance: the rollout's decisions
+    in numpy (phases 1-2), numpy's tanh and fused Adam in the update (docs/TRAINING.md, "fast_math"); false: the
+    same bits as MaskablePPO."""
     validate_distributions: bool = False
     """torch.distributions argument checks, process-wide (a third of each policy step; true for debugging)."""
     learning_rate: float = 3e-4

@@ -72,7 +72,8 @@ from hybrid_trader.training.vec_env import LeanDummyVecEnv
 ValidationFactory = Callable[[Market, RunConfig], Callable[[Any], dict]]
 """Builds the periodic validation of a run: ``(market, config) -> (model -> {name: figure})``."""
 
-RESUMABLE = ("ppo.total_timesteps", "train.progress_bar", "ppo.device", "ppo.torch_threads", "ppo.vec_env")
+RESUMABLE = ("ppo.total_timesteps", "train.progress_bar", "ppo.device", "ppo.torch_threads", "ppo.vec_env",
+             "ppo.fast_math")
 """Settings ``--resume`` may change; any other difference from the run's config.yaml is refused."""
 
 
@@ -156,8 +157,10 @@ def make_model(config: RunConfig, venv, init: Path | None = None, market: Market
         policy_kwargs.update(llm_weight=config.fusion.llm_weight, fusion_mode=config.fusion.mode,
                              w_max=config.fusion.w_max, gate_hidden=config.fusion.gate_hidden,
                              advice_input=config.fusion.advice_input)
-    model = (algo or LeanMaskablePPO)(policy, venv, seed=ppo.seed, device=ppo.device, verbose=0,
-                                      policy_kwargs=policy_kwargs, **hyper)
+    cls = algo or LeanMaskablePPO
+    if hasattr(cls, "fast_math"):  # LeanMaskablePPO (the tests pass sb3-contrib's MaskablePPO)
+        hyper["fast_math"] = ppo.fast_math
+    model = cls(policy, venv, seed=ppo.seed, device=ppo.device, verbose=0, policy_kwargs=policy_kwargs, **hyper)
     notes: list[str] = []
     src_norm = None
     if init is not None:
@@ -346,6 +349,7 @@ def _resume(run: RunDir, config: RunConfig, *, market, extra_callbacks, say, qui
         try:
             _set_torch(config)
             model = load_model(run, ckpt.model, env=venv, device=config.ppo.device, algo=LeanMaskablePPO)
+            model.fast_math = config.ppo.fast_math  # the run's setting, not saved with the model
             if config.ppo.normalize_observations and isinstance(venv, LeanVecNormalize) and venv.frozen:
                 freeze_statistics(venv, load_normalizer(run, ckpt.vecnormalize), None)  # the checkpoint's, frozen
             elif config.ppo.normalize_observations and isinstance(venv, VecNormalize):
