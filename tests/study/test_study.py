@@ -77,7 +77,7 @@ def test_a_rerun_skips_finished_trials_and_a_failing_trial_is_recorded_without_s
         raise AssertionError("no trial may run again")
 
     monkeypatch.setattr("hybrid_trader.study.engine._run_on_ray", boom)
-    again = run_study(study_file(root), out, workers=2, progress=False, say=lambda s: None)
+    again = run_study(str(root / "study.yaml"), out, workers=2, progress=False, say=lambda s: None)
     assert again["finished"] == 4
 
 
@@ -139,7 +139,7 @@ def test_statistics_match_hand_computed_values():
 
 def test_study_json_prints_the_summary_last(finished, capsys):
     root, out, _ = finished
-    assert main(["study", study_file(root), "--out", str(out), "--json", "--no-progress"]) == 0
+    assert main(["study", str(root / "study.yaml"), "--out", str(out), "--json", "--no-progress"]) == 0
     last = capsys.readouterr().out.strip().splitlines()[-1]
     assert json.loads(last)["finished"] == 4
 

@@ -89,7 +89,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"{name:<24} {v['finished']}/{v['trials']} trials  net P&L mean {f['mean']:,.0f} "
               f"[{f['ci_low']:,.0f}, {f['ci_high']:,.0f}]")
     for name, p in summary["paired vs baseline"].items():
-        d = p["Net PnL [$]"]
+        d = p.get("Net PnL [$]")
+        if d is None:  # no finished pair (every trial of one side failed)
+            print(f"{name} - {summary['baseline']}: {p['pairs']} pairs, no paired difference")
+            continue
         print(f"{name} - {summary['baseline']}: {p['pairs']} pairs, net P&L {d['mean difference']:,.0f} "
               f"[{d['ci_low']:,.0f}, {d['ci_high']:,.0f}]")
     for h in summary.get("hypotheses") or []:
