@@ -12,6 +12,7 @@ from starlette.testclient import TestClient
 
 from hybrid_trader.cli.main import main
 from hybrid_trader.live.journal import Journal
+from hybrid_trader.live.journal_read import JournalView
 from hybrid_trader.watch.app import Watcher, create_app
 
 from .journals import add_bar, resume, write_journal
@@ -53,7 +54,7 @@ def test_state_shows_position_orders_account_and_decisions_when_the_journal_hold
 
 def test_state_shows_ninjatraders_halt_until_a_restart_resumes(tmp_path):
     path = write_journal(tmp_path / "j.sqlite", ninjatrader=True)
-    watcher = Watcher(path)
+    watcher = Watcher(path, min_read_s=0)
     assert watcher.poll()
     nt = watcher.state["ninjatrader"]
     assert nt["halted"].startswith("broker:rejected") and nt["position"] == 1
@@ -102,20 +103,21 @@ def test_watching_never_writes_the_journal_nor_takes_its_lock(tmp_path):
     path = write_journal(tmp_path / "j.sqlite")
     lock = tmp_path / "j.sqlite.lock"  # the writer's lock file, left by the writer
     before, mtime, lock_stat = path.read_bytes(), path.stat().st_mtime_ns, lock.stat()
-    watcher = Watcher(path)
+    watcher = Watcher(path, min_read_s=0)
     with TestClient(create_app(watcher, poll_s=0.01)) as client:
         for _ in range(3):
             assert client.get("/api/state").json()["ok"]
             time.sleep(0.02)
         assert (lock.stat().st_mtime_ns, lock.stat().st_size) == (lock_stat.st_mtime_ns, lock_stat.st_size), \
             "the writer's lock file is the executor's alone"
-        with pytest.raises(sqlite3.OperationalError, match="readonly"):
-            watcher._view._db.execute("INSERT INTO errors (time_ns, location, message) VALUES (0, 'x', 'y')")
         assert path.read_bytes() == before and path.stat().st_mtime_ns == mtime
-        with watcher._view.reading(), Journal(path) as j:  # mid-read: the writer takes its lock, never waits
-            started = time.monotonic()
-            add_bar(j, 5)
-            assert time.monotonic() - started < 0.5
+        with JournalView(path) as view:  # the watcher's kind of connection (its own is its poller thread's)
+            with pytest.raises(sqlite3.OperationalError, match="readonly"):
+                view._db.execute("INSERT INTO errors (time_ns, location, message) VALUES (0, 'x', 'y')")
+            with view.reading(), Journal(path) as j:  # mid-read: the writer takes its lock, never waits
+                started = time.monotonic()
+                add_bar(j, 5)
+                assert time.monotonic() - started < 5.0, "the writer waited for the reader"
         deadline = time.monotonic() + 2
         while client.get("/api/state").json()["last_bar"]["close"] != 105.5:
             assert time.monotonic() < deadline, "the new bar never showed"
@@ -154,3 +156,15 @@ def test_cli_warns_when_listening_beyond_this_machine_and_says_its_address(tmp_p
     out = capsys.readouterr()
     assert "warning" not in out.err and out.out.startswith("watch: http://127.0.0.1:")
     served[1][0].close()
+
+
+def test_a_journal_that_keeps_changing_is_read_at_most_every_min_read_s(tmp_path):
+    path = write_journal(tmp_path / "j.sqlite")
+    watcher = Watcher(path, min_read_s=60)
+    assert watcher.poll()
+    with Journal(path) as j:
+        add_bar(j, 5)
+    assert not watcher.poll() and watcher.state["last_bar"]["close"] == 104.5, "read moments ago: not again yet"
+    watcher.min_read_s = 0
+    assert watcher.poll() and watcher.state["last_bar"]["close"] == 105.5, "the change is read at the next poll"
+    watcher.close()

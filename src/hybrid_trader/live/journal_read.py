@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -275,11 +275,21 @@ class JournalReads:
         return [FillRow(int(t), oid, intent, side, int(q), float(p), note, src)
                 for t, oid, intent, side, q, p, note, src in rows]
 
-    def recent_account(self, n: int) -> list[AccountRow]:
-        """The latest ``n`` account rows (one a bar), oldest first."""
-        rows = self._db.execute("SELECT bar_time_ns, status, snapshot FROM account ORDER BY id DESC LIMIT ?",
+    def recent_account_levels(self, n: int, keys: Sequence[str]) -> list[tuple[int, ...]]:
+        """The latest ``n`` account rows, oldest first, as ``(bar_time_ns, *the snapshot's keys)`` (None where a
+        snapshot lacks one; read by SQLite's ``json_extract``, no row parsed in Python)."""
+        if not all(k.isidentifier() for k in keys):
+            raise ValueError(f"account snapshot keys must be names: {keys}")
+        cols = "".join(f", json_extract(snapshot, '$.{k}')" for k in keys)
+        rows = self._db.execute(f"SELECT bar_time_ns{cols} FROM account ORDER BY id DESC LIMIT ?",
                                 (int(n),)).fetchall()
-        return [AccountRow(int(t), s, json.loads(snap)) for t, s, snap in reversed(rows)]
+        return [tuple(r) for r in reversed(rows)]
+
+    def recent_latencies(self, n: int) -> list[float]:
+        """The latencies (ms, arrival to decision journaled) of the latest ``n`` decisions that have one."""
+        rows = self._db.execute("SELECT latency_ms FROM decisions WHERE latency_ms IS NOT NULL ORDER BY id DESC "
+                                "LIMIT ?", (int(n),)).fetchall()
+        return [float(r[0]) for r in rows]
 
     def recent_errors(self, n: int) -> list[tuple[int, str, str | None, str]]:
         """The latest ``n`` ``errors`` rows, oldest first: ``(time_ns, location, code, message)``."""

@@ -21,6 +21,7 @@ import importlib.util
 import json
 import sqlite3
 import threading
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,9 @@ from hybrid_trader.watch.state import problem, state
 PAGE = Path(__file__).with_name("page")
 """The page's files (package data): index.html, watch.js, watch.css."""
 STATIC = {"watch.js": "text/javascript", "watch.css": "text/css"}
+MIN_REBUILD_S = 0.25
+"""Seconds between two readings of the page's state while the journal keeps changing (a fast replay): what watching
+costs the executor's machine stays a few readings a second; a bar is on the page within this and a poll."""
 KEEPALIVE_S = 15.0
 """Seconds between the event stream's comments while the journal does not change (proxies and browsers keep it)."""
 
@@ -55,8 +59,10 @@ def plotly_js() -> Path | None:
 class Watcher:
     """The journal's latest state for the page, rebuilt when the executor commits (:meth:`poll`)."""
 
-    def __init__(self, journal: str | Path, *, last: int = 20, bars: int = 390) -> None:
+    def __init__(self, journal: str | Path, *, last: int = 20, bars: int = 390,
+                 min_read_s: float = MIN_REBUILD_S) -> None:
         self.path = Path(journal).expanduser()
+        self.min_read_s = float(min_read_s)
         self.last = int(last)
         self.bars = int(bars)
         self.seq = 0
@@ -65,6 +71,7 @@ class Watcher:
         self._view: JournalView | None = None
         self._inode: int | None = None
         self._version: int | None = None
+        self._read_at = -float("inf")
         self._lock = threading.Lock()
 
     def poll(self) -> bool:
@@ -76,8 +83,9 @@ class Watcher:
                     self._view = JournalView(self.path)
                     self._inode, fresh = self.path.stat().st_ino, True
                 version = self._view.data_version()
-                if not fresh and version == self._version:
-                    return False
+                if not fresh and (version == self._version or time.monotonic() - self._read_at < self.min_read_s):
+                    return False  # unchanged, or read moments ago: the next poll reads it
+                self._read_at = time.monotonic()
                 new = state(self._view, last=self.last, bars=self.bars)
                 self._version = version
             except UserError as err:

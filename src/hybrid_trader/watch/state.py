@@ -17,10 +17,12 @@ import numpy as np
 
 from hybrid_trader.actions import ACTION_NAMES
 from hybrid_trader.errors import UserError
-from hybrid_trader.live.broker_link import CODE_RESUMED, HALT
+from hybrid_trader.live.broker_link import HALT, halt_in_force
 from hybrid_trader.live.journal_read import SCHEMA_VERSION, DecisionRow, JournalView, OrderRow
 
 NS_PER_MS = 1_000_000
+LATENCIES = 200
+"""Decisions whose latencies the page's median and p99 are of (the latest)."""
 ACCOUNT_KEYS = ("equity", "balance", "threshold", "day_limit")
 """The account snapshot's levels drawn over time (``day_limit``: the equity that locks the day, journaled since
 the dashboard; absent in older journals)."""
@@ -64,9 +66,8 @@ def _ninjatrader(view: JournalView, last_snapshot: dict) -> dict[str, Any] | Non
     broker_fills = view.position_from_fills("broker")
     if not halts and not broker_errors and "broker_position" not in last_snapshot:
         return None
-    halted = ""
-    for _, code, message in halts:
-        halted = "" if code == CODE_RESUMED else f"{code or 'broker:halted'}: {message}"
+    code, message = halt_in_force(halts)
+    halted = f"{code}: {message}" if code else ""
     last_error = broker_errors[-1] if broker_errors else None
     return {"halted": halted, "position": last_snapshot.get("broker_position"), "fills_position": broker_fills.qty,
             "last_error": None if last_error is None else {"t": _ms(last_error[0]), "code": last_error[1],
@@ -79,12 +80,12 @@ def state(view: JournalView, *, last: int = 20, bars: int = 390) -> dict[str, An
     with view.reading():
         shown = view.recent_bars(bars)
         since = shown[0][0] if shown else -(2 ** 62)
-        account = view.recent_account(bars)
+        levels = view.recent_account_levels(bars, ACCOUNT_KEYS)
+        account = view.last_account()
         decisions = view.recent_decisions(last)
         position = view.position_from_fills()
-        snap = account[-1].snapshot if account else {}
-        lat = np.array([d.latency_ms for d in view.recent_decisions(max(last, 200)) if _num(d.latency_ms) is not None],
-                       dtype=float)
+        snap = account.snapshot if account is not None else {}
+        lat = np.array(view.recent_latencies(LATENCIES), dtype=float)
         out: dict[str, Any] = {
             "ok": True, "journal": str(view.path), "schema_version": view.version, "identity": view.identity(),
             "read_ms": time.time_ns() / NS_PER_MS,
@@ -98,12 +99,12 @@ def state(view: JournalView, *, last: int = 20, bars: int = 390) -> dict[str, An
                        "note": f.note, "source": f.source, "order_id": f.order_id} for f in view.fills_since(since)],
             "position": {"qty": position.qty, "avg_price": position.avg_price},
             "open_orders": [_order(o) for o in view.open_orders()],
-            "account": None if not account else {
-                "t": _ms(account[-1].bar_time_ns), "status": account[-1].status,
+            "account": None if account is None else {
+                "t": _ms(account.bar_time_ns), "status": account.status,
                 **{k: _num(snap.get(k)) for k in (*ACCOUNT_KEYS, "peak", "day_pnl")},
                 "verdict": snap.get("verdict")},
-            "account_series": {"t": [_ms(a.bar_time_ns) for a in account],
-                               **{k: [_num(a.snapshot.get(k)) for a in account] for k in ACCOUNT_KEYS}},
+            "account_series": {"t": [_ms(row[0]) for row in levels],
+                               **{k: [_num(row[i]) for row in levels] for i, k in enumerate(ACCOUNT_KEYS, 1)}},
             "decisions": [_decision(d) for d in decisions],
             "latency": None if not len(lat) else {"median_ms": float(np.median(lat)),
                                                   "p99_ms": float(np.percentile(lat, 99)),
