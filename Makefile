@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
-EXTRAS ?= llm,llama,dev,study
+EXTRAS ?= llm,llama,dev,study,watch
 
 .PHONY: install lock demo test test-slow test-all lint bench clean help chromium
 

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from hybrid_trader.run import RunDir
-from hybrid_trader.training.config import RunConfig
+from hybrid_trader.run.config import RunConfig
 
 POLL_S = 0.02
 

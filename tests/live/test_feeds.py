@@ -146,6 +146,28 @@ def test_follow_iteration_ends_when_stopped_or_idle(tmp_path: Path) -> None:
     assert [b.time for b in got] == [pd.Timestamp("2024-01-02 09:30", tz=ET), pd.Timestamp("2024-01-02 09:31", tz=ET)]
 
 
+def _append(path: Path, text: str) -> None:
+    with open(path, "a") as fh:
+        fh.write(text)
+
+
+def test_follow_counts_idle_time_from_the_last_bar_done_when_the_consumer_is_slow(tmp_path: Path) -> None:
+    path = tmp_path / "export.csv"
+    path.write_text(HEADER + _line("2024-01-02 09:30") + _line("2024-01-02 09:31"))
+    got, idle = [], []
+    feed = FollowFeed(path, 0.02, timeout_s=0.5)
+    feed.on_idle = lambda: idle.append(len(got))
+    for bar in feed:
+        got.append(bar.time)
+        if len(got) == 2:  # a slow bar (the executor catching up): longer than the idle timeout
+            time.sleep(0.6)
+            later = threading.Timer(0.15, _append, (path, _line("2024-01-02 09:32")))
+            later.start()
+    later.join()
+    assert got[-1] == pd.Timestamp("2024-01-02 09:32", tz=ET), "the line written after the slow bar is read"
+    assert idle and idle[0] == 2, "on_idle is called when the file holds no new line, after the bars came out"
+
+
 def test_follow_rejects_line_when_it_would_flip_date_format(tmp_path: Path) -> None:
     path = tmp_path / "export.csv"
     path.write_text(HEADER + "01/02/2024,09:30,100,101,99,100.25,10\n")

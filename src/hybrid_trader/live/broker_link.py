@@ -33,7 +33,7 @@ from __future__ import annotations
 import math
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,6 +66,17 @@ _HALTING = {"UNKNOWN": CODE_UNKNOWN_STATE, "WITHDRAWN": CODE_WITHDRAWN, "UNPROTE
 """Bridge events that halt new entries, by their reason code."""
 CODE_FLAT_FAILED = "broker:flat_failed"
 CODE_FLAT_RETRY = "broker:flat_retry"
+
+
+def halt_in_force(halts: Iterable[tuple[int, str | None, str]], until_ns: int | None = None) -> tuple[str, str]:
+    """``(reason code, message)`` of the halt of new entries in force after the journal's ``halt`` rows
+    (``Journal.errors_at(HALT)``) up to ``until_ns`` (all when None); ``("", "")`` when entries are allowed (none, or
+    a restart resumed them). A halt journaled without its code reads ``broker:halted``."""
+    out = ("", "")
+    for t, code, message in halts:
+        if until_ns is None or t <= until_ns:
+            out = ("", "") if code == CODE_RESUMED else (code or "broker:halted", message)
+    return out
 
 
 @dataclass
@@ -384,10 +395,7 @@ class BrokerLink:
 
     def replayed_to(self, tns: int) -> None:
         """The halt in force once the journal's bars up to ``tns`` are replayed (or restored from a snapshot)."""
-        self.halted = ""
-        for t, code, _ in self._halts:
-            if t <= tns:
-                self.halted = "" if code == CODE_RESUMED else (code or "broker:halted")
+        self.halted = halt_in_force(self._halts, tns)[0]
 
     @property
     def mirrored(self) -> _Mirrored | None:

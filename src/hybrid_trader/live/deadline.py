@@ -196,6 +196,7 @@ class FlatGuard:
                     raise self.error
                 yield bar
                 self.bar_arrived()
+        self.executor.commit_when_idle(feed)  # the wrapper below hides the feed from the executor
         try:
             summary = self.executor.run_feed(bars(), on_bar)
         except Exception as err:

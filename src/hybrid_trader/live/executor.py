@@ -72,7 +72,7 @@ from hybrid_trader.live.clock import EasternClock
 from hybrid_trader.live.executor_journal import ExecutorJournal
 from hybrid_trader.live.executor_parts import ExecutorSummary, LiveArrays, run_bar_minutes, split_dates
 from hybrid_trader.live.features import IncrementalFeatures
-from hybrid_trader.live.feeds import Bar
+from hybrid_trader.live.feeds import Bar, FollowFeed
 from hybrid_trader.live.journal import Journal
 from hybrid_trader.live.ninjatrader import NinjaTraderBridge, order_tag
 from hybrid_trader.live.policy_cache import executor_policy
@@ -236,6 +236,7 @@ class Executor(CoreViews, ExecutorJournal):
     def run_feed(self, feed: Iterable[Bar], on_bar: Callable[[Executor], None] | None = None) -> ExecutorSummary:
         """Process every bar of ``feed``, calling ``on_bar(self)`` after each (the status line);
         KeyboardInterrupt propagates (see :meth:`stop`)."""
+        self.commit_when_idle(feed)
         for bar in feed:
             self.on_bar(bar)
             if on_bar is not None:
@@ -305,6 +306,20 @@ class Executor(CoreViews, ExecutorJournal):
             link.flush(live=not replayed)
         if self._decided:  # arrival -> decision and its orders committed to the journal
             self.latencies_ms.append((time.perf_counter() - arrived) * 1000.0)
+
+    def commit_when_idle(self, feed: Iterable[Bar]) -> None:
+        """A followed feed commits the journal's batch (:meth:`commit_batch`) each time it waits for its next bar."""
+        if isinstance(feed, FollowFeed):
+            feed.on_idle = self.commit_batch
+
+    def commit_batch(self) -> None:
+        """Commit the journal's batch of untraded bars now (the feed waits for its next bar: the commit costs no bar
+        any time, and a watcher of the journal sees every bar that came, not all but the latest)."""
+        with self.lock:
+            if self._batched:
+                self.journal.commit()
+                self._batched = 0
+                self._batch_started = None
 
     def _saw(self, tns: int | None) -> None:
         """Keep the latest bar time the feed gave (for :meth:`_check_feed_end`)."""

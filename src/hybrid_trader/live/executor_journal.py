@@ -187,6 +187,8 @@ class ExecutorJournal:
             "balance": acc.balance, "threshold": acc.threshold, "peak": acc.peak, "equity": self.core.equity_now,
             "position": self.broker.side * (self.broker.qty if self.broker.side else 0),
             "day_pnl": acc.balance - acc.day_start_balance, "verdict": acc.verdict.value,
+            "day_limit": None if acc.rules.daily_loss_limit is None else  # the equity that locks the day
+            acc.day_start_balance - acc.rules.daily_loss_limit,
             **({} if self.link is None else {"broker_position": self.link.broker_position})})
 
     def _check_recovery(self) -> None:

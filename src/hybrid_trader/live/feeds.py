@@ -18,7 +18,7 @@ import math
 import os
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -190,6 +190,8 @@ class FollowFeed:
         self.drained = 0
         """Lines read from a file after it was renamed away or replaced, before the new one."""
         self.last_time_ns: int | None = None
+        self.on_idle: Callable[[], None] | None = None
+        """Called each time the file holds no new line, before the wait (the executor commits its journal's batch)."""
         self._yielded: set[int] = set()
         self._fh: BinaryIO | None = None
         self._inode: int | None = None
@@ -383,11 +385,13 @@ class FollowFeed:
             while not self.stop.is_set():
                 bars = self.poll()
                 if bars:
-                    idle_since = time.monotonic()
                     yield from bars
+                    idle_since = time.monotonic()  # from the last bar done, not read: a slow consumer is not idle
                     continue
                 if self.timeout_s is not None and time.monotonic() - idle_since >= self.timeout_s:
                     return
+                if self.on_idle is not None:
+                    self.on_idle()
                 self.stop.wait(self.poll_s)
         finally:
             self.close()

@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import quote
 
 import numpy as np
 import pandas as pd
@@ -118,6 +121,33 @@ class AccountRow:
     snapshot: dict
 
 
+@dataclass(frozen=True)
+class DecisionRow:
+    """One row of ``decisions``, its JSON columns read."""
+
+    bar_time_ns: int
+    action: int
+    probabilities: dict | list
+    advice: dict | None
+    veto: str | None
+    rule_codes: list[str]
+    latency_ms: float | None
+
+
+@dataclass(frozen=True)
+class FillRow:
+    """One fill with its order's intent and side (``note``: an exit's reason)."""
+
+    time_ns: int
+    order_id: str
+    intent: str
+    side: str
+    qty: int
+    price: float
+    note: str | None
+    source: str
+
+
 ORDER_COLUMNS = ("order_id, bar_time_ns, intent, side, qty, order_type, limit_price, stop_price, state, note, "
                   "created_ns, updated_ns")
 
@@ -221,6 +251,56 @@ class JournalReads:
             raise ValueError(f"no table {table!r} in the journal")
         return int(self._db.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0])
 
+    # ---- what a watcher shows (live.journal_read.JournalView, hybrid-trader watch) ---------------------------
+    def recent_bars(self, n: int) -> list[tuple[int, float, float, float, float, int]]:
+        """The latest ``n`` accepted bars, oldest first: ``(time_ns, open, high, low, close, recorded_ns)``."""
+        rows = self._db.execute("SELECT time_ns, open, high, low, close, recorded_ns FROM bars WHERE accepted = 1 "
+                                "ORDER BY time_ns DESC LIMIT ?", (int(n),)).fetchall()
+        return [(int(t), o, h, lo, c, int(r)) for t, o, h, lo, c, r in reversed(rows)]
+
+    def recent_decisions(self, n: int) -> list[DecisionRow]:
+        """The latest ``n`` decisions, oldest first."""
+        rows = self._db.execute("SELECT bar_time_ns, action, probabilities, advice, veto, rule_codes, latency_ms "
+                                "FROM decisions ORDER BY id DESC LIMIT ?", (int(n),)).fetchall()
+        return [DecisionRow(int(t), int(a), json.loads(p) if p else {}, json.loads(adv) if adv else None, veto,
+                            json.loads(codes) if codes else [], lat)
+                for t, a, p, adv, veto, codes, lat in reversed(rows)]
+
+    def fills_since(self, since_ns: int) -> list[FillRow]:
+        """The fills (both sources) at or after ``since_ns``, in journal order, with their orders' intent and
+        side."""
+        rows = self._db.execute("SELECT f.time_ns, f.order_id, o.intent, o.side, f.qty, f.price, o.note, f.source "
+                                "FROM fills f JOIN orders o USING (order_id) WHERE f.time_ns >= ? ORDER BY f.id",
+                                (int(since_ns),)).fetchall()
+        return [FillRow(int(t), oid, intent, side, int(q), float(p), note, src)
+                for t, oid, intent, side, q, p, note, src in rows]
+
+    def recent_account_levels(self, n: int, keys: Sequence[str]) -> list[tuple[int, ...]]:
+        """The latest ``n`` account rows, oldest first, as ``(bar_time_ns, *the snapshot's keys)`` (None where a
+        snapshot lacks one; read by SQLite's ``json_extract``, no row parsed in Python)."""
+        if not all(k.isidentifier() for k in keys):
+            raise ValueError(f"account snapshot keys must be names: {keys}")
+        cols = "".join(f", json_extract(snapshot, '$.{k}')" for k in keys)
+        rows = self._db.execute(f"SELECT bar_time_ns{cols} FROM account ORDER BY id DESC LIMIT ?",
+                                (int(n),)).fetchall()
+        return [tuple(r) for r in reversed(rows)]
+
+    def recent_latencies(self, n: int) -> list[float]:
+        """The latencies (ms, arrival to decision journaled) of the latest ``n`` decisions that have one."""
+        rows = self._db.execute("SELECT latency_ms FROM decisions WHERE latency_ms IS NOT NULL ORDER BY id DESC "
+                                "LIMIT ?", (int(n),)).fetchall()
+        return [float(r[0]) for r in rows]
+
+    def recent_errors(self, n: int) -> list[tuple[int, str, str | None, str]]:
+        """The latest ``n`` ``errors`` rows, oldest first: ``(time_ns, location, code, message)``."""
+        rows = self._db.execute("SELECT time_ns, location, code, message FROM errors ORDER BY id DESC LIMIT ?",
+                                (int(n),)).fetchall()
+        return [(int(t), loc, code, msg) for t, loc, code, msg in reversed(rows)]
+
+    def refused_bars(self) -> int:
+        """Bars refused on arrival (``accepted = 0``)."""
+        return int(self._db.execute("SELECT COUNT(*) FROM bars WHERE accepted = 0").fetchone()[0])
+
     def integrity_check(self) -> str:
         """``ok`` or SQLite's description of the damage."""
         return str(self._db.execute("PRAGMA integrity_check").fetchone()[0])
@@ -256,12 +336,16 @@ def journal_error(err: sqlite3.Error, path: Path, doing: str = "read") -> UserEr
                      fix="check the file and its folder, or give a new --journal file")
 
 
-def read_journal(path: str | Path) -> dict[str, pd.DataFrame]:
-    """Every table of a journal as a DataFrame, read-only (a running executor may be writing it).
+def read_only_uri(path: Path) -> str:
+    """The SQLite URI that opens ``path`` read-only (``mode=ro``): never a write, and no writer's lock; in WAL mode
+    it reads the last committed transaction while a writer goes on."""
+    return f"file:{quote(str(path.resolve()))}?mode=ro"
 
-    JSON columns stay text; times stay int64 nanoseconds (UTC). A missing file, a file that
-    is not a journal, or a journal of another schema version is a UserError naming it.
-    """
+
+def open_read_only(path: str | Path, timeout_s: float = 30.0) -> tuple[sqlite3.Connection, int]:
+    """A read-only connection to the journal ``path`` and its schema version (one this program reads: the current or
+    an older one, read as it is). A missing or empty file, a file that is not a journal, a damaged one or one of
+    another schema version is a UserError naming it, with the fix."""
     path = Path(path).expanduser()
     if not path.is_file():
         raise UserError("journal not found", file=str(path), fix="give the --journal FILE of `hybrid-trader run`")
@@ -269,21 +353,87 @@ def read_journal(path: str | Path) -> dict[str, pd.DataFrame]:
         raise UserError("an empty file (0 bytes), not a journal", file=str(path),
                         fix="give the --journal FILE of `hybrid-trader run` (a journal holds at least its tables)")
     try:
-        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30.0)
+        db = sqlite3.connect(read_only_uri(path), uri=True, timeout=timeout_s, isolation_level=None,
+                             check_same_thread=False)  # a server's worker thread reads it
+    except sqlite3.Error as err:
+        raise journal_error(err, path) from None
+    try:
+        version = db.execute("SELECT version FROM schema_version").fetchone()
+    except sqlite3.Error as err:
+        db.close()
+        if "no such table" in str(err):
+            raise UserError(f"not a journal: {err}", file=str(path),
+                            fix="give the --journal FILE of `hybrid-trader run`") from None
+        raise journal_error(err, path) from None
+    if version is None or version[0] not in (*MIGRATIONS, SCHEMA_VERSION):
+        db.close()
+        raise UserError(f"journal schema version {None if version is None else version[0]} is not this "
+                        f"program's version {SCHEMA_VERSION}", file=str(path), column="schema_version",
+                        value=None if version is None else version[0],
+                        fix="use the hybrid-trader version that wrote this journal")
+    return db, int(version[0])
+
+
+class JournalView(JournalReads):
+    """A journal opened read-only (:func:`open_read_only`) while a running executor may be writing it: the reads of
+    :class:`JournalReads`, never a write, nor the writer's lock file. A journal of an older schema version is read as
+    it is (version 1's missing columns read as their defaults). Use as a context manager."""
+
+    def __init__(self, path: str | Path, timeout_s: float = 1.0) -> None:
+        self.path = Path(path).expanduser()
+        self._db, self.version = open_read_only(self.path, timeout_s)
+        if self.version == 1:  # temporary views (this connection's, in memory) with version 2's columns
+            self._db.execute("CREATE TEMP VIEW fills AS SELECT *, 'paper' AS source FROM main.fills")
+            self._db.execute("CREATE TEMP VIEW errors AS SELECT *, NULL AS code FROM main.errors")
+
+    def data_version(self) -> int:
+        """SQLite's ``PRAGMA data_version``: changes when another connection (the executor) commits."""
+        return int(self._db.execute("PRAGMA data_version").fetchone()[0])
+
+    def identity(self) -> dict[str, str]:
+        """The run the journal belongs to (``{}`` before its first claim or in a journal older than identities)."""
         try:
-            version = db.execute("SELECT version FROM schema_version").fetchone()
-            if version is None or version[0] not in (*MIGRATIONS, SCHEMA_VERSION):
-                raise UserError(f"journal schema version {None if version is None else version[0]} is not this "
-                                f"program's version {SCHEMA_VERSION}", file=str(path),
-                                fix="use the hybrid-trader version that wrote this journal")
+            return dict(self._db.execute("SELECT key, value FROM identity").fetchall())
+        except sqlite3.OperationalError:  # version 3 and older: no identity table
+            return {}
+
+    @contextmanager
+    def reading(self) -> Iterator[JournalView]:
+        """One read transaction: the reads inside it see the same committed state (the writer goes on)."""
+        self._db.execute("BEGIN")
+        try:
+            yield self
+        finally:
+            self._db.execute("COMMIT")
+
+    def close(self) -> None:
+        self._db.close()
+
+    def __enter__(self) -> JournalView:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def read_journal(path: str | Path) -> dict[str, pd.DataFrame]:
+    """Every table of a journal as a DataFrame, read-only (a running executor may be writing it).
+
+    JSON columns stay text; times stay int64 nanoseconds (UTC). A missing file, a file that
+    is not a journal, or a journal of another schema version is a UserError naming it.
+    """
+    path = Path(path).expanduser()
+    db, _ = open_read_only(path)
+    try:
+        try:
             tables = {t: pd.read_sql_query(f"SELECT * FROM {t} ORDER BY id", db) for t in TABLES}
-            if "source" not in tables["fills"]:  # a version 1 journal, read as it is
-                tables["fills"]["source"] = "paper"
-            if "code" not in tables["errors"]:
-                tables["errors"]["code"] = None
-            return tables
         finally:
             db.close()
+        if "source" not in tables["fills"]:  # a version 1 journal, read as it is
+            tables["fills"]["source"] = "paper"
+        if "code" not in tables["errors"]:
+            tables["errors"]["code"] = None
+        return tables
     except sqlite3.OperationalError as err:
         if "no such table" in str(err):
             raise UserError(f"not a journal: {err}", file=str(path),
