@@ -112,3 +112,19 @@ def test_journal_chart_holds_each_round_trip_and_an_entry_hovers_its_decision(jo
     assert "reason: TARGET" in hover["exit"]
     assert "reason: BUY" in hover["entry"] and "policy: HOLD 0.70, BUY 0.20, SELL 0.10" in hover["entry"]
     assert {"equity", "balance", "threshold", "candles"} <= set(kinds)
+
+
+def test_stop_moves_are_read_and_drawn_when_the_journal_has_them(tmp_path):
+    path = tmp_path / "moves.sqlite"
+    with Journal(path) as j:
+        for k in range(6):
+            j.record_bar(minute(k), 100 + k, 101 + k, 99 + k, 100.5 + k, 10)
+        j.record_order("e1", minute(1), "entry", "BUY", 1, state="filled")
+        j.record_fill("e1", 1, 101.25, minute(1), fill_id="e1")
+        j.record_order("s1", minute(1), "stop", "SELL", 1, order_type="STOPMARKET", stop_price=98.0, state="accepted")
+        j.record_change("s1", minute(3), "stop_price", 101.25)  # moved to break-even
+    tables = read_journal(path)
+    moves = tables["order_changes"]
+    assert list(moves["order_id"]) == ["s1"] and list(moves["price"]) == [101.25]
+    html = write_journal_report(path).read_text()
+    assert "MOVE_STOP" in html and "stop/target moves" in html

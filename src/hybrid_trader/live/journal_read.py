@@ -419,7 +419,8 @@ class JournalView(JournalReads):
 def read_journal(path: str | Path) -> dict[str, pd.DataFrame]:
     """Every table of a journal as a DataFrame, read-only (a running executor may be writing it).
 
-    JSON columns stay text; times stay int64 nanoseconds (UTC). A missing file, a file that
+    ``order_changes`` too where the journal has it (stop and target moves; version 2 on). JSON columns stay
+    text; times stay int64 nanoseconds (UTC). A missing file, a file that
     is not a journal, or a journal of another schema version is a UserError naming it.
     """
     path = Path(path).expanduser()
@@ -427,6 +428,8 @@ def read_journal(path: str | Path) -> dict[str, pd.DataFrame]:
     try:
         try:
             tables = {t: pd.read_sql_query(f"SELECT * FROM {t} ORDER BY id", db) for t in TABLES}
+            if db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'order_changes'").fetchone():
+                tables["order_changes"] = pd.read_sql_query("SELECT * FROM order_changes ORDER BY id", db)
         finally:
             db.close()
         if "source" not in tables["fills"]:  # a version 1 journal, read as it is
