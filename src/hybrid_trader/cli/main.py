@@ -34,6 +34,7 @@ COMMAND_MODULES = [
     "hybrid_trader.cli.advise",
     "hybrid_trader.cli.study",
     "hybrid_trader.cli.run",
+    "hybrid_trader.cli.nt_sim",
 ]
 
 
