@@ -1,6 +1,6 @@
 """Faults against the simulated NinjaTrader on its own thread (``live.nt_sim``), the OIF sequence asserted: a close
-it refuses, a restart that empties outgoing/, a disconnect. (Here, not in tests/faults/, to share the session's tiny
-run: training another costs a minute.)"""
+it refuses, a restart that empties outgoing/, a disconnect, reports that lag the bars. (Here, not in tests/faults/, to
+share the session's tiny run: training another costs a minute.)"""
 
 from __future__ import annotations
 
@@ -8,12 +8,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 from hybrid_trader.live import deadline
+from hybrid_trader.live.broker_link import NT_EXITS
 from hybrid_trader.live.deadline import FlatGuard
 from hybrid_trader.live.executor import Executor
 from hybrid_trader.live.feeds import Bar, ReplayFeed
 from hybrid_trader.live.nt_sim import NinjaTraderSim
 
-from .nt_async import ACCOUNT, CLOSE_LINE, INSTRUMENT, SimFeed, placed, sim_executor, start_sim
+from .nt_async import ACCOUNT, CLOSE_LINE, INSTRUMENT, SimFeed, move_market, placed, sim_executor, start_sim
+from .test_executor import assert_same_trades, replay
 from .test_executor_ninjatrader import rows
 
 
@@ -137,3 +139,38 @@ def test_a_disconnect_halts_entries_and_what_waited_in_incoming_is_carried_out_o
     assert [line.split(";")[0] for line in sim.received[before:]] == [line.split(";")[0]
                                                                       for line in waiting.splitlines()]
     assert sim.position() == ex.broker.side * ex.broker.qty, "on reconnect NinjaTrader agrees with the paper side"
+
+
+def test_ninjatrader_reporting_its_own_stop_after_the_bar_is_a_mismatch_within_the_grace_not_a_halt(tiny, tmp_path):
+    """NinjaTrader fills its own stop or target while the bar forms but writes its files only after the executor has
+    read the bar's line: the paper side has left the position by the same stop while NinjaTrader's position file
+    still shows it. Neither a halt nor a CLOSEPOSITION (before: ``broker:unexpected_position`` and a flatten)."""
+    run, csv, _ = tiny
+    sim = start_sim(tmp_path / "NinjaTrader 8")
+    paper = replay(run, csv, tmp_path / "paper.sqlite")
+    ex = sim_executor(run, tmp_path / "j.sqlite", sim)
+    lagged = []
+
+    def lagging():
+        for bar in ReplayFeed(csv):
+            held, closes = sim.position(), sim.received.count(CLOSE_LINE)
+            sim.hold_reports()
+            move_market(sim, bar)
+            if not (held and sim.position() == 0 and sim.received.count(CLOSE_LINE) == closes):
+                sim.hold_reports(False)
+                yield bar
+                continue
+            lagged.append(bar.time_ns)  # its own stop or target filled on this bar: reported after it
+            yield bar
+            sim.hold_reports(False)
+    ex.run_feed(lagging())
+    ex.close()
+    sim.settle()
+    sim.stop()
+    assert_same_trades(ex.trade_log(), paper.trade_log())
+    reasons = list(ex.trade_log()["exit_reason"])
+    assert 0 < len(lagged) <= len([r for r in reasons if r in NT_EXITS]), \
+        "NinjaTrader's own exits lagged (not those on a bar where it also entered again)"
+    assert ex.summary.halted == "" and halts(tmp_path) == []
+    assert sim.received.count(CLOSE_LINE) == len([r for r in reasons if r not in NT_EXITS])
+    assert sim.position() == 0

@@ -29,7 +29,7 @@ slippage too). OCO siblings are cancelled when one fills or is cancelled. CLOSEP
 cancels the account's working orders in the instrument and flattens it at the last price;
 CANCELALLORDERS and FLATTENEVERYTHING act on every account and instrument it holds.
 
-Faults: :meth:`reject_next`, :meth:`refuse_close`, :meth:`partial_fill_next`,
+Faults: :meth:`reject_next`, :meth:`refuse_close`, :meth:`partial_fill_next`, :meth:`hold_reports`,
 :meth:`disconnect`/:meth:`reconnect` (stops reading incoming/ and writing outgoing/, writes
 the connection file), :meth:`restart` (empties ``outgoing/`` as NinjaTrader does when it
 restarts; positions and working orders stay at the broker, their files come back with the
@@ -223,6 +223,7 @@ class NinjaTraderSim:
         self._reject: list[str] = []
         self._refuse_close = 0
         self._partial: int | None = None
+        self._held_reports = False
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
@@ -317,6 +318,14 @@ class NinjaTraderSim:
         """The next MARKET order fills ``qty`` contracts, the rest one latency step later at the price then."""
         with self._lock:
             self._partial = qty
+
+    def hold_reports(self, held: bool = True) -> None:
+        """Hold back (True) or write now (False) the order state and position files: NinjaTrader's reports lagging
+        what it did (it fills, cancels and reads incoming/ meanwhile)."""
+        with self._lock:
+            self._held_reports = held
+            if not held and self.connected:
+                self._flush()
 
     def disconnect(self) -> None:
         """The connection drops: ``<connection>.txt`` reads DISCONNECTED; incoming/ is not read (OIFs pile up) and
@@ -632,6 +641,8 @@ class NinjaTraderSim:
         return self.outgoing / f"{self.instrument} {self.exchange}_{account or self.accounts[0]}_Position.txt"
 
     def _flush(self) -> None:
+        if self._held_reports:
+            return
         for oid in sorted(self._dirty):
             o = self.orders[oid]
             self._write(self.state_file(oid).name, f"{o.state};{o.filled};{_num(o.avg)}")
