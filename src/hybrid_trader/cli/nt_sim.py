@@ -51,6 +51,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # imported only when it runs: `hybrid-trader --help` does not load the live package
     from hybrid_trader.live.nt_sim import FileMarket, Market, NinjaTraderSim
 
     if args.duration is not None and not (math.isfinite(args.duration) and args.duration > 0):
