@@ -267,3 +267,19 @@ def test_nt_sim_command_runs_for_its_duration_and_prints_what_it_read(tmp_path, 
     assert read(folder / "outgoing" / "cli.txt") == "FILLED;1;21000"
     assert main(["nt-sim", str(folder), "--instrument", INSTRUMENT, "--price", "-1"]) == 2
     assert "--price -1" in capsys.readouterr().err
+
+
+def test_an_order_read_with_a_new_bar_fills_after_that_bar_and_never_meets_its_range(tmp_path):
+    """The bar and the order decided at its close arrive in the same poll: the order is NinjaTrader's only after the
+    bar (it fills at the bar's close and its stop is not reached by the bar's low, a low that came before it)."""
+    sim = NinjaTraderSim(tmp_path / "NT", [ACCOUNT], INSTRUMENT, Market(21000.0))  # stepped by hand: no thread
+    sim.step()
+    bridge = bridge_of(sim)
+    bridge.enter("e1", "BUY", 1, 20990.0, 21050.0)
+    sim.market.push(21005.0, 21006.0, 20980.0, 21004.0)
+    sim.step()
+    assert read(sim.state_file("e1")) == "FILLED;1;21004"
+    assert read(sim.state_file("e1-SL")) == "WORKING;0;0"
+    sim.market.push(21003.0, 21004.0, 20985.0, 20986.0)
+    sim.step()
+    assert read(sim.state_file("e1-SL")) == "FILLED;1;20990" and sim.position() == 0

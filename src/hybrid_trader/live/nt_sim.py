@@ -271,14 +271,17 @@ class NinjaTraderSim:
             raise
 
     def step(self) -> None:
-        """One poll: read incoming/ (when connected), carry out what is due, move the market, write outgoing/."""
+        """One poll: move the market to its latest bar, then read incoming/ (when connected) and carry out what is
+        due, then write outgoing/. The market first: an order read now fills at the newest price and never meets a
+        bar that came before it (a bar appended with the decision's order, read in the same poll, would be)."""
         with self._lock:
-            if self.connected:
-                self._read_incoming()
             self._run_due()
             for quote in self.market.take():
                 self._on_quote(quote)
                 self._run_due()
+            if self.connected:
+                self._read_incoming()
+            self._run_due()
             if self.connected:
                 self._flush()
             self._cycles += 1
