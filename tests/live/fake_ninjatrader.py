@@ -1,9 +1,12 @@
-"""A fake NinjaTrader 8 for tests: it reads OIFs from incoming/ and writes outgoing/ files as NinjaTrader does.
+"""A lockstep fake NinjaTrader 8 for tests that need one bar at a time: it reads OIFs from incoming/ when a test calls
+:meth:`FakeNinjaTrader.process` and writes outgoing/ files as NinjaTrader does. Most tests use the simulated
+NinjaTrader on its own thread instead (``hybrid_trader.live.nt_sim``, ``tests/live/nt_async.py``), whose order,
+stop/limit levels and position arithmetic this fake shares.
 
 It follows the ATI file interface of the NinjaTrader 8 help guide (order_instruction_files_oif,
-commands_and_valid_parameters, information_update_files), written here independently of
-``hybrid_trader.live.ati`` so that the bridge is tested against the protocol, not against
-itself. NinjaTrader's behaviour it copies from published field tests: a line with the wrong
+commands_and_valid_parameters, information_update_files), its parsing written here
+independently of ``hybrid_trader.live.ati`` so that the bridge is tested against the protocol,
+not against itself. NinjaTrader's behaviour it copies from published field tests: a line with the wrong
 number of fields or an unknown order type (``STOP``) is refused with a log line and no
 outgoing file; states are written upper case (``WORKING;0;0``).
 
@@ -19,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from hybrid_trader.live.nt_sim import SimOrder, apply_fill, touched
+
 COMMAND_FIELDS = 13
 
 
@@ -31,24 +36,11 @@ class FakeBar:
 
 
 @dataclass
-class FakeOrder:
-    order_id: str
-    action: str
-    qty: int
-    order_type: str
-    limit: float
-    stop: float
-    oco: str
-    state: str = "SUBMITTED"
-    filled: int = 0
-    avg: float = 0.0
-    sequence: int = 0
+class FakeOrder(SimOrder):
+    """The simulator's order (``live.nt_sim``), carried out bar by bar."""
+
     live: bool = False
     """Carried out at the broker (a delayed order is acknowledged first, live later)."""
-
-    @property
-    def active(self) -> bool:
-        return self.state not in ("FILLED", "CANCELLED", "REJECTED")
 
 
 @dataclass
@@ -184,8 +176,8 @@ class FakeNinjaTrader:
 
     def _new_order(self, fields: list[str]) -> FakeOrder:
         self._sequence += 1
-        order = FakeOrder(fields[10], fields[3].upper(), int(fields[4]), fields[5].upper(), float(fields[6] or 0),
-                          float(fields[7] or 0), fields[9], sequence=self._sequence)
+        order = FakeOrder(fields[10], fields[1], fields[2], fields[3].upper(), int(fields[4]), fields[5].upper(),
+                          float(fields[6] or 0), float(fields[7] or 0), fields[9], sequence=self._sequence)
         if order.order_id:
             self.orders[order.order_id] = order
         return order
@@ -265,25 +257,11 @@ class FakeNinjaTrader:
         for order in stops + limits:
             if order.state != "WORKING":
                 continue  # cancelled by its OCO sibling earlier in this bar
-            price = self._touched(order, bar)
+            price = touched(order.order_type, order.action == "BUY", order.stop, order.limit, bar)
             if price is None:
                 continue
             self._fill(order, order.qty - order.filled, price)
             self._cancel_oco_siblings(order)
-
-    @staticmethod
-    def _touched(order: FakeOrder, bar: FakeBar) -> float | None:
-        if order.order_type == "STOPMARKET":
-            if order.action == "SELL" and bar.low <= order.stop:
-                return min(order.stop, bar.open)
-            if order.action == "BUY" and bar.high >= order.stop:
-                return max(order.stop, bar.open)
-        if order.order_type == "LIMIT":
-            if order.action == "SELL" and bar.high >= order.limit:
-                return max(order.limit, bar.open)
-            if order.action == "BUY" and bar.low <= order.limit:
-                return min(order.limit, bar.open)
-        return None
 
     def _fill(self, order: FakeOrder, qty: int, price: float) -> None:
         if qty <= 0:
@@ -295,14 +273,7 @@ class FakeNinjaTrader:
         self._apply_fill(qty if order.action == "BUY" else -qty, price)
 
     def _apply_fill(self, signed: int, price: float) -> None:
-        new = self.position + signed
-        if self.position == 0 or (self.position > 0) == (signed > 0):
-            self.avg_price = (self.avg_price * abs(self.position) + price * abs(signed)) / abs(new)
-        elif new == 0:
-            self.avg_price = 0.0
-        elif (new > 0) != (self.position > 0):
-            self.avg_price = price
-        self.position = new
+        self.position, self.avg_price = apply_fill(self.position, self.avg_price, signed, price)
         self._position_dirty = True
 
     # --- outgoing/ -----------------------------------------------------------------------------------------

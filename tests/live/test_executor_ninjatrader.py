@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import os
 import shutil
 import sqlite3
@@ -20,10 +19,10 @@ from hybrid_trader.live.ninjatrader import NinjaTraderBridge
 from hybrid_trader.live.status import format_status, snapshot
 
 from .fake_ninjatrader import FakeBar, FakeNinjaTrader
+from .nt_async import ACCOUNT, CLOSE_LINE, INSTRUMENT, SimFeed, move_market, placed, sim_executor, start_sim
 from .test_executor import assert_same_trades, replay
 
 REPO = Path(__file__).resolve().parents[2]
-ACCOUNT, INSTRUMENT = "Sim101", "NQ 12-26"
 
 
 class NTFeed:
@@ -51,12 +50,6 @@ def executor(run: Path, journal: Path, nt: FakeNinjaTrader, **kw) -> Executor:
     return Executor(run, journal, trade_dates=split_dates(run, "test"), market="NQ", bar_minutes=1, bridge=bridge, **kw)
 
 
-def placed(nt: FakeNinjaTrader, order_type: str | None = None) -> list[str]:
-    """The order ids of the PLACE lines the fake NinjaTrader read, in order."""
-    rows = [line.split(";") for line in nt.received if line.startswith("PLACE")]
-    return [r[10] for r in rows if order_type is None or r[5] == order_type]
-
-
 def untagged(journal: Path, values: list) -> list:
     """``values`` (ids, or rows holding them) with the journal's run id taken out: another journal's run draws
     another one (``Journal.run_id``), so its ids are compared with it taken out."""
@@ -79,15 +72,18 @@ def rows(journal: Path, sql: str) -> list[tuple]:
 
 @pytest.fixture(scope="module")
 def mirrored(tiny, tmp_path_factory):
-    """The tiny run's test days replayed with the paper broker alone, and mirrored to a fake NinjaTrader."""
+    """The tiny run's test days replayed with the paper broker alone, and mirrored to the simulated NinjaTrader
+    (its own thread, its own prices with a tick of slippage)."""
     run, csv, _ = tiny
     root = tmp_path_factory.mktemp("mirrored")
     paper = replay(run, csv, root / "paper.sqlite")
-    nt = FakeNinjaTrader(root / "NinjaTrader 8", ACCOUNT, INSTRUMENT)
-    ex = executor(run, root / "nt.sqlite", nt)
-    ex.run_feed(NTFeed(csv, nt))
+    sim = start_sim(root / "NinjaTrader 8")
+    ex = sim_executor(run, root / "nt.sqlite", sim)
+    ex.run_feed(SimFeed(ReplayFeed(csv), sim))
     ex.close()
-    return paper, ex, nt, root / "nt.sqlite"
+    sim.settle()
+    sim.stop()
+    return paper, ex, sim, root / "nt.sqlite"
 
 
 def test_ninjatrader_gets_the_paper_trades_when_a_run_is_replayed_against_it(mirrored):
@@ -106,6 +102,11 @@ def test_ninjatrader_gets_the_paper_trades_when_a_run_is_replayed_against_it(mir
                                 "JOIN orders o USING (order_id) WHERE f.source = 'paper' ORDER BY f.id")
     assert [f for f in broker if f[1] == "entry"] == [f for f in paper_fills if f[1] == "entry"], \
         "NinjaTrader fills each entry on the paper fill's bar, same side and quantity"
+    prices = ("SELECT f.price FROM fills f JOIN orders o USING (order_id) WHERE o.intent = 'entry' "
+              "AND f.source = '{}' ORDER BY f.id")
+    own = [p for (p,) in rows(journal, prices.format("broker"))]
+    assert own != [p for (p,) in rows(journal, prices.format("paper"))], "NinjaTrader fills at its own prices"
+    assert all(round(p * 4) == p * 4 for p in own), "on the tick grid"
     nt_exits = {EXIT_STOP, EXIT_TARGET, EXIT_TRAIL, EXIT_BREAKEVEN}
     paper_exits = list(zip(trades["exit_reason"], paper_fills[1::2], strict=True))
     by_nt = [(f[2], f[3], f[4]) for r, f in paper_exits if r in nt_exits]
@@ -114,7 +115,7 @@ def test_ninjatrader_gets_the_paper_trades_when_a_run_is_replayed_against_it(mir
     closes = [r for r, _ in paper_exits if r not in nt_exits]
     assert closes, "the tiny run closes positions at the session end or the breach"
     assert Counter(line.split(";")[0] for line in nt.received)["CLOSEPOSITION"] == len(closes)
-    assert nt.position == 0
+    assert nt.position() == 0 and nt.log == [], "nothing refused, nothing left"
     status = rows(journal, "SELECT snapshot FROM account ORDER BY id DESC LIMIT 1")[0][0]
     assert '"broker_position": 0' in status
 
@@ -134,11 +135,12 @@ def test_each_change_ninjatrader_reads_is_journaled_with_its_price_when_stops_mo
 
 def test_entries_halt_with_broker_rejected_when_ninjatrader_rejects_an_entry(tiny, tmp_path):
     run, csv, _ = tiny
-    nt = FakeNinjaTrader(tmp_path / "NinjaTrader 8", ACCOUNT, INSTRUMENT)
+    nt = start_sim(tmp_path / "NinjaTrader 8")
     nt.reject_next("no market data")
-    ex = executor(run, tmp_path / "j.sqlite", nt)
-    ex.run_feed(NTFeed(csv, nt))
+    ex = sim_executor(run, tmp_path / "j.sqlite", nt)
+    ex.run_feed(SimFeed(ReplayFeed(csv), nt))
     ex.close()
+    nt.stop()
     assert ex.summary.halted == "broker:rejected"
     assert "entries halted (broker:rejected)" in format_status(snapshot(ex)), "the status line says why"
     assert len(placed(nt, "MARKET")) == 1, "no entry is sent after the rejection"
@@ -183,11 +185,13 @@ def test_a_ninjatrader_folder_removed_mid_run_is_named_missing_and_halts_entries
 
 def test_entries_halt_with_position_mismatch_when_ninjatrader_stops_reading(tiny, tmp_path):
     run, csv, _ = tiny
-    nt = FakeNinjaTrader(tmp_path / "NinjaTrader 8", ACCOUNT, INSTRUMENT)
+    nt = start_sim(tmp_path / "NinjaTrader 8")
     nt.disconnect()  # the OIFs pile up in incoming/: NinjaTrader stays flat while the paper side trades
-    ex = executor(run, tmp_path / "j.sqlite", nt, mismatch_bars=2)
-    ex.run_feed(NTFeed(csv, nt))
+    ex = sim_executor(run, tmp_path / "j.sqlite", nt, mismatch_bars=2)
+    ex.run_feed(SimFeed(ReplayFeed(csv), nt))
     ex.close()
+    nt.stop()
+    assert nt.received == [] and list(nt.incoming.glob("oif*.txt")), "nothing read: the order files pile up"
     assert ex.summary.halted == "broker:position_mismatch"
     halt = rows(tmp_path / "j.sqlite", "SELECT time_ns, code, message FROM errors WHERE location = 'halt'")
     assert len(halt) == 1 and halt[0][1] == "broker:position_mismatch" and "for 3 bars" in halt[0][2]
@@ -203,36 +207,37 @@ def test_entries_halt_with_position_mismatch_when_ninjatrader_stops_reading(tiny
 @pytest.mark.parametrize("on_exit", ["flatten", "protect"])
 def test_ctrl_c_closes_the_ninjatrader_position_when_on_exit_is_flatten(tiny, tmp_path, on_exit):
     run, csv, _ = tiny
-    nt = FakeNinjaTrader(tmp_path / "NinjaTrader 8", ACCOUNT, INSTRUMENT)
-    ex = executor(run, tmp_path / "j.sqlite", nt)
+    nt = start_sim(tmp_path / "NinjaTrader 8")
+    ex = sim_executor(run, tmp_path / "j.sqlite", nt)
     in_position = []
 
     def interrupt() -> bool:
         in_position.append(bool(ex.broker.side))
         return len(in_position) > 2 and all(in_position[-2:])  # two bars into a position
     with pytest.raises(KeyboardInterrupt):
-        ex.run_feed(NTFeed(csv, nt, interrupt))
-    assert nt.position != 0
-    ex.link.flat_retry_s = 0.0
-    ex.link.sleep = lambda s: nt.process(FakeBar(*[ex.arrays.close[-1]] * 4))  # NinjaTrader reads what it wrote
+        ex.run_feed(SimFeed(ReplayFeed(csv), nt, interrupt=interrupt))
+    assert nt.position() != 0
+    ex.link.flat_retry_s = 1.0  # NinjaTrader reads the CLOSEPOSITION on its own thread meanwhile
     ex.stop(on_exit)
     ex.close()
+    nt.settle()
+    nt.stop()
     closes = [line for line in nt.received if line.startswith("CLOSEPOSITION")]
     if on_exit == "flatten":
-        assert closes == [f"CLOSEPOSITION;{ACCOUNT};{INSTRUMENT};;;;;;;;;;"] and nt.position == 0
+        assert closes == [CLOSE_LINE] and nt.position() == 0
         assert rows(tmp_path / "j.sqlite", "SELECT COUNT(*) FROM orders WHERE intent = 'close'")[0][0] == 1
     else:
-        assert closes == [] and nt.position != 0
+        assert closes == [] and nt.position() != 0
         assert {o.state for oid, o in nt.orders.items() if oid.endswith(("-SL", "-TP"))} >= {"WORKING"}
 
 
 def test_restart_sends_each_order_once_when_killed_mid_replay_against_ninjatrader(tiny, mirrored, tmp_path):
     run, csv, _ = tiny
-    nt = FakeNinjaTrader(tmp_path / "NinjaTrader 8", ACCOUNT, INSTRUMENT)
-    bars = [fake_bar(b) for b in ReplayFeed(csv)]
+    nt = start_sim(tmp_path / "NinjaTrader 8")  # outlives the killed process, as NinjaTrader does
+    bars = list(ReplayFeed(csv))
     journal = tmp_path / "j.sqlite"
     cmd = [sys.executable, "-m", "tests.live.nt_lockstep", "run", str(run), "--feed", f"replay:{csv}",
-           "--split", "test", "--journal", str(journal), "--broker", "ninjatrader", "--nt-dir", str(nt.nt_dir),
+           "--split", "test", "--journal", str(journal), "--broker", "ninjatrader", "--nt-dir", str(nt.folder),
            "--nt-account", ACCOUNT, "--nt-instrument", INSTRUMENT,
            "--live-from", "2024-01-01 00:00"]  # before the file's first bar: every replayed bar is live
     processed = [-1]
@@ -252,7 +257,7 @@ def test_restart_sends_each_order_once_when_killed_mid_replay_against_ninjatrade
                 i = int(line)
                 while processed[0] < i:
                     processed[0] += 1
-                    nt.process(bars[processed[0]])
+                    move_market(nt, bars[processed[0]])
                 if kill_after_entries is not None and len(placed(nt, "MARKET")) >= kill_after_entries:
                     proc.kill()  # SIGKILL while the child waits for bar i, which NinjaTrader has seen
                     proc.wait()
@@ -274,7 +279,9 @@ def test_restart_sends_each_order_once_when_killed_mid_replay_against_ninjatrade
     paper = "SELECT order_id, qty, price, time_ns FROM fills WHERE source = 'paper' ORDER BY id"
     assert untagged(journal, rows(journal, paper)) == untagged(mirrored[3], rows(mirrored[3], paper))
     assert rows(journal, "SELECT code FROM errors WHERE location = 'halt'") == []
-    assert nt.position == 0
+    nt.settle()
+    nt.stop()
+    assert nt.position() == 0
 
 
 @pytest.mark.parametrize("what", ["account", "instrument", "nt dir", "incoming", "paper"])
@@ -306,18 +313,24 @@ def test_run_names_the_option_and_fix_when_ninjatrader_options_are_wrong(tiny, t
 def test_restart_from_snapshot_sends_what_an_uninterrupted_run_sends_when_stopped_against_ninjatrader(
         tiny, mirrored, tmp_path):
     run, csv, _ = tiny
-    nt = FakeNinjaTrader(tmp_path / "NinjaTrader 8", ACCOUNT, INSTRUMENT)
+    nt = start_sim(tmp_path / "NinjaTrader 8")
     journal = tmp_path / "j.sqlite"
-    first = executor(run, journal, nt)
-    first.run_feed(itertools.islice(NTFeed(csv, nt), int(len(ReplayFeed(csv).bars) * 0.8)))
+    bars = list(ReplayFeed(csv))
+    cut = int(len(bars) * 0.8)
+    first = sim_executor(run, journal, nt)
+    first.run_feed(SimFeed(bars[:cut], nt))
     first.close()  # the process stops here (as after a kill): no flatten, nothing more sent
     sent_before = placed(nt)
-    ex = executor(run, journal, nt)
+    ex = sim_executor(run, journal, nt)
     assert ex.snapshots.restored_ns is not None, ex.notes  # taken while the mirror was flat
-    feed = NTFeed(csv, nt)
-    feed.feed = ReplayFeed(csv)
-    ex.run_feed(feed)
+
+    def restarted():  # the journal's bars again (NinjaTrader's market saw them already), then the rest live
+        yield from bars[:cut]
+        yield from SimFeed(bars[cut:], nt)
+    ex.run_feed(restarted())
     ex.close()
+    nt.settle()
+    nt.stop()
     ids = placed(nt)
     assert [i for i, n in Counter(ids).items() if n > 1] == [], "no order id is placed twice"
     assert ids[:len(sent_before)] == sent_before

@@ -107,3 +107,40 @@ class TrainBenchArgs(DataArgs):
               fix=f"use one of: {', '.join(BACKEND_NAMES)}")
         for name in ("repeats", "n_envs", "steps"):
             check(getattr(self, name) >= 1, name, f"{getattr(self, name)} must be >= 1", fix="use 1 or more")
+
+
+@dataclass
+class LiveLatencyArgs:
+    """``bench live-latency``: bar appended to a followed file -> NinjaTrader order file visible (ms percentiles)."""
+
+    run_dir: str | None = None
+    """The trained run the executor trades (a phase 2 or 3 run directory); required."""
+    bars: str | None = None
+    """Bars file (CSV/Parquet) whose bars are appended to the followed file, history first; required."""
+    market: str | None = None
+    """Contract root symbol; None: the run's."""
+    warmup: int | None = None
+    """Bars appended at once before the timed ones: history, which warms the features and is never traded; None:
+    those before the first 09:30 ET bar that has a day of bars before it (the timed bars then are the session's)."""
+    n_bars: int = 300
+    """Live bars appended one at a time and timed."""
+    interval_s: float = 0.3
+    """Seconds between two appended live bars."""
+    follow_poll_s: float | None = None
+    """The follow feed's polling interval [s]; None: the default of 'run --feed follow:'."""
+    nt_poll_s: float = 0.05
+    """How often the simulated NinjaTrader reads incoming/ [s] (it does not delay the file's appearance)."""
+    account: str = "Sim101"
+    """The NinjaTrader account."""
+    instrument: str = "NQ 12-26"
+    """The NinjaTrader instrument."""
+    out: str | None = None
+    """Folder for the followed file, the journal and the NinjaTrader folder; None: a new temporary folder."""
+
+    def __post_init__(self) -> None:
+        check(bool(self.run_dir), "run_dir", "a run directory is needed", fix="pass --run-dir RUN")
+        check(bool(self.bars), "bars", "a bars file is needed", fix="pass --bars FILE (e.g. the run's data)")
+        check((self.warmup is None or self.warmup >= 1) and self.n_bars >= 1, "n_bars",
+              f"warmup {self.warmup} and n_bars {self.n_bars} must be >= 1", fix="e.g. --warmup 1500 --n-bars 300")
+        check(self.interval_s > 0 and self.nt_poll_s > 0 and (self.follow_poll_s is None or self.follow_poll_s > 0),
+              "interval_s", "intervals must be positive", fix="e.g. --interval-s 0.3")

@@ -12,7 +12,7 @@ import types
 import typing
 from typing import Any, Literal, Union
 
-from hybrid_trader.bench.args import EnvBenchArgs, LLMBenchArgs, TrainBenchArgs
+from hybrid_trader.bench.args import EnvBenchArgs, LiveLatencyArgs, LLMBenchArgs, TrainBenchArgs
 from hybrid_trader.cli.llm import add_llm_config_options, llm_overrides
 from hybrid_trader.config import field_docs
 from hybrid_trader.llm.backends import BACKEND_NAMES
@@ -62,6 +62,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     e.set_defaults(func=_bench_env)
     register_llm(bsub)
     register_train(bsub)
+    lat = bsub.add_parser("live-latency", help="bar appended to a followed file -> NinjaTrader order file visible, "
+                          "p50/p90/p99 ms, with the follow feed and the bridge at their default polling")
+    add_dataclass_flags(lat, LiveLatencyArgs)
+    lat.set_defaults(func=_bench_live_latency)
 
 
 # The benchmark modules import numpy, the environment and the LLM package (torch when they
@@ -71,6 +75,13 @@ def _bench_env(args: argparse.Namespace) -> int:
     from hybrid_trader.bench.env_bench import run
 
     return run(args_of(EnvBenchArgs, args))
+
+
+def _bench_live_latency(args: argparse.Namespace) -> int:
+    # the executor loads torch and the environment: only when it runs
+    from hybrid_trader.bench.live_latency import run
+
+    return run(args_of(LiveLatencyArgs, args))
 
 
 def register_llm(bsub: argparse._SubParsersAction) -> None:

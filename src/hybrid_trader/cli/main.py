@@ -35,6 +35,7 @@ COMMAND_MODULES = [
     "hybrid_trader.cli.study",
     "hybrid_trader.cli.run",
     "hybrid_trader.cli.watch",
+    "hybrid_trader.cli.nt_sim",
 ]
 
 

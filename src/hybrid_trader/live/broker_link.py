@@ -121,6 +121,10 @@ class BrokerLink:
         self._outbox: list[tuple[str, _Mirrored, int]] = []
         self._live = False
         self._mismatch = 0
+        self._exit_grace = 0
+        """Live checks left in which NinjaTrader may still report the position that the paper side has just left by
+        a stop or target NinjaTrader takes itself (its fill's file lags the bar's line): a mismatch, not a position
+        of its own."""
         self._closing: str | None = None
         self._flattened = False
         """Whether a CLOSEPOSITION was sent for a position that is unknown or not the paper broker's (once a run)."""
@@ -143,6 +147,8 @@ class BrokerLink:
         """The paper position closed (``reason``: the trade's exit reason)."""
         if self._open is not None and reason not in NT_EXITS:
             self._outbox.append(("close", self._open, tns))
+        elif self._open is not None:
+            self._exit_grace = self.mismatch_bars
         self._open = None
 
     def drop(self, tns: int) -> None:
@@ -328,12 +334,14 @@ class BrokerLink:
             self._unreadable(err, paper_qty, tns)
             return
         self.broker_position = position.signed_qty
+        graced = self._exit_grace > 0 and not first and self.broker_position != 0
+        self._exit_grace = self._exit_grace - 1 if graced else 0
         if self.bridge.connection and connection != "CONNECTED":
             state = (f"reads {connection}" if connection else "has not been written")
             self._halt(CODE_DISCONNECTED, f"NinjaTrader's connection state file {self.bridge.connection}.txt "
                        f"{state}: no new entries until it reconnects and this program restarts", tns)
         closing = any(kind == "close" for kind, _, _ in self._outbox)  # this bar's paper exit, sent after it
-        if self.broker_position != 0 and not closing \
+        if self.broker_position != 0 and not closing and not graced \
                 and (paper_qty == 0 or (paper_qty > 0) != (self.broker_position > 0)):
             # before an entry: the rules' contract limit against what NinjaTrader actually holds
             if paper_qty == 0 and self.max_contracts is not None \
