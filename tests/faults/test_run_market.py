@@ -135,3 +135,22 @@ def test_the_run_market_of_an_older_run_is_what_training_read_from_its_data_path
     assert market(**{"data.path": str(tmp_path / "x.csv"), "data.market": "NQ", "env.market": "ES"}) == "ES"
     gone, why = run_market(merge_overrides(RunConfig(), {"data.path": str(tmp_path / "none" / "*.csv")}))
     assert gone is None and "no bars file matches" in why
+
+
+def test_run_refuses_a_feed_of_another_market_and_trades_it_as_market_says(nq_run, tmp_path, capsys):
+    """`run` reads the feed's market by evaluate's rule: ES bars on an NQ run are refused naming both, and traded
+    as ES only when --market says so (the journal's identity records the contract)."""
+    run, _, es = nq_run
+    journal = tmp_path / "es.sqlite"
+    args = ["run", str(run), "--feed", f"replay:{es}", "--journal", str(journal), "--split", "all", "--json",
+            "--no-status"]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "--feed holds ES bars" in err and "trained on NQ" in err and "--market ES" in err
+    assert not journal.exists() or not journal.stat().st_size, "nothing journaled"
+    assert main([*args, "--market", "ES"]) == 0
+    capsys.readouterr()
+    from hybrid_trader.live.journal import Journal
+
+    with Journal(journal) as j:
+        assert j.identity()["market"] == "ES"

@@ -76,6 +76,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="which end of the bar the feed's timestamps mark: start (default for a CSV with a header) or "
                         "end (default for NinjaTrader's header-less 'yyyyMMdd HHmmss;open;high;low;close;volume' "
                         "lines, read as UTC); end stamps are moved back one bar, so no bar is traded one bar late")
+    p.add_argument("--market", metavar="SYMBOL", default=None,
+                   help="the contract the feed's bars are traded and priced as (e.g. MNQ for an NQ-trained run on a "
+                        "micro account); default: the run's market. A feed whose file name says another market than "
+                        "the run trained on is refused unless --market says which")
     p.add_argument("--bar-minutes", type=int, default=None, metavar="N",
                    help="the bar size of a follow: feed in minutes (default: the run's training data's; a replay "
                         "reads it from its file)")
@@ -151,7 +155,7 @@ def run(args: argparse.Namespace) -> int:
     live_from, max_bar_age = live_point(args, spec.scheme, bridge is not None)
     feed = open_feed(spec, **_feed_options(args, spec.scheme, run_dir))
     standing, roll_note = _live_account(args, run_dir, feed, bridge is not None)
-    market = feed.bars.market if isinstance(feed, ReplayFeed) else None
+    market, contract_note = _feed_market(args, run_dir, spec.path)
     if isinstance(feed, ReplayFeed):
         bar_minutes = feed.bars.bar_minutes
         if args.bar_minutes is not None and args.bar_minutes != bar_minutes:
@@ -172,6 +176,8 @@ def run(args: argparse.Namespace) -> int:
                         max_bar_age_s=max_bar_age, calibrate=args.calibrate, standing=standing)
     if roll_note:
         executor.notes.append(roll_note)
+    if contract_note:
+        executor.notes.append(contract_note)
     if not isinstance(feed, ReplayFeed):
         _say_if_waiting(Path(spec.path).expanduser(), args.idle_exit)
     status = None if args.no_status else StatusPrinter(sys.stderr)
@@ -261,6 +267,16 @@ def _feed_options(args: argparse.Namespace, scheme: str, run_dir: Path) -> dict[
     if scheme == "follow":  # end-of-bar stamps move back by the bar size
         extra["bar_minutes"] = args.bar_minutes or run_bar_minutes(run_dir)
     return extra
+
+
+def _feed_market(args: argparse.Namespace, run_dir: Path, path: Path) -> tuple[str | None, str | None]:
+    """The contract the feed is traded as, by evaluate's rule (``run.market.priced_market``), and its note."""
+    from hybrid_trader.run import RunDir  # same reason as above
+    from hybrid_trader.run.config import RunConfig
+    from hybrid_trader.run.market import priced_market
+
+    config = RunDir(run_dir).load_config(RunConfig)
+    return priced_market(run_dir, config, path, args.market, flag="--feed")
 
 
 def _live_account(args: argparse.Namespace, run_dir: Path, feed: Any, ninjatrader: bool) -> tuple[Any, str | None]:

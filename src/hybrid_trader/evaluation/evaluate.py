@@ -27,7 +27,6 @@ from typing import Any, Literal
 import numpy as np
 
 from hybrid_trader.config import merge_overrides
-from hybrid_trader.data.loader import named_market
 from hybrid_trader.errors import UserError
 from hybrid_trader.evaluation.metrics import compute_metrics, jsonable
 from hybrid_trader.evaluation.policies import AgentPolicy, FlatPolicy, HybridAgentPolicy, MomentumPolicy, RandomPolicy
@@ -41,7 +40,7 @@ from hybrid_trader.run.advice_identity import RAW
 from hybrid_trader.run.calibration import attach_calibration, needs_calibration
 from hybrid_trader.run.config import RunConfig, run_market, with_absolute_data
 from hybrid_trader.run.files import atomic_write_text, check_writable
-from hybrid_trader.run.market import load_market, make_veto
+from hybrid_trader.run.market import load_market, make_veto, priced_market
 from hybrid_trader.run.models import final_model, load_model, load_normalizer
 from hybrid_trader.run.pins import check_pins
 
@@ -116,7 +115,8 @@ def evaluate_run(
     fresh account (``runner.run_fresh_days``; ``extra["fresh_days"]``). ``verdict``: the prop-firm
     verdict of the agent and the baselines, attempts started every day (``rolling``) or one after
     another (``sequential``) (``evaluation.verdict``; ``extra["prop_verdict"]``). ``symbol`` (``--market``):
-    the contract the bars are priced with, see :func:`evaluation_market`; results.json records the one used."""
+    the contract the bars are priced with, see :func:`~hybrid_trader.run.market.priced_market`; results.json
+    records the one used."""
     run_dir = Path(run_dir)
     run = RunDir(run_dir).require()
     if seeds < 1:
@@ -136,7 +136,7 @@ def evaluate_run(
     if config.env.phase == 3 and not llm_overrides:  # the run's own advisor: the student or adapter it pinned
         check_pins(run_dir, doing="evaluate")
     own_data = data_identity(config.data)
-    priced_as, contract_note = evaluation_market(run_dir, config, (data_overrides or {}).get("path"), symbol)
+    priced_as, contract_note = priced_market(run_dir, config, (data_overrides or {}).get("path"), symbol)
     pricing = {"run_market": run_market(config)[0], **({"contract_note": contract_note} if contract_note else {})}
     if priced_as is not None:  # env.market too where the run set it: it wins over the bars' market
         data_overrides = {**(data_overrides or {}), "market": priced_as}
@@ -167,48 +167,6 @@ def evaluate_run(
                          llm_overrides=llm_overrides, strategy=strategy, ablation=ablation, explain=explain,
                          explain_llm=explain_llm, fresh_days=fresh_days, verdict=verdict,
                          verdict_config=verdict_config, pricing=pricing)
-
-
-def evaluation_market(run_dir: Path, config: RunConfig, data_path: str | None,
-                      symbol: str | None) -> tuple[str | None, str | None]:
-    """The contract root an evaluation prices the bars with (None: the run's own bars, loaded as it trained),
-    and a note when that is not the market the run trained on.
-
-    ``symbol`` (``--market``) is checked as train checks it and always wins: another market than the run's is an
-    explicit override, noted. Without it, ``--data`` whose file name says another market than the run's is
-    refused naming both; a name that says none is priced as the run's market, noted.
-    """
-    trained, where = run_market(config)
-    if symbol is not None:
-        symbol = get_contract(symbol).symbol
-        if trained is not None and symbol == trained:
-            return (symbol if data_path else None), None
-        return symbol, (f"--market {symbol}: the bars are priced as {symbol} ({_contract_text(symbol)}), but the "
-                        f"agent of {run_dir} trained on {trained or 'an unknown market'} ({where}); results.json "
-                        "records the contract used")
-    if not data_path:
-        return None, None
-    named, how = named_market(data_path)
-    if how == "name" and named is not None and named != trained:
-        if trained is None:
-            return named, f"--data is priced as {named} (its file name); the run's own market is unknown ({where})"
-        raise UserError(
-            f"--data holds {named} bars (its file name says so), but the run {run_dir} trained on {trained} "
-            f"({where}): its trades would be priced with the wrong contract ({_contract_text(named)} against "
-            f"{_contract_text(trained)})", file=str(data_path),
-            fix=f"evaluate on {trained} bars; or pass --market {named} to price these bars as {named} (an explicit "
-                f"override, recorded in results.json); or --market {trained} when the file's name misleads")
-    if how == "name":
-        return named, None
-    if trained is None:
-        raise UserError(f"neither --data's name nor the run {run_dir} says the market ({how}; {where})",
-                        file=str(data_path), fix="pass --market SYMBOL (e.g. --market NQ)")
-    return trained, (f"--data's file name names no market: its bars are priced as the run's market {trained} "
-                     f"({_contract_text(trained)}); pass --market to say otherwise")
-
-
-def _contract_text(symbol: str) -> str:
-    return f"${get_contract(symbol).point_value:g} a point"
 
 
 def contract_record(symbol: str) -> dict[str, Any]:

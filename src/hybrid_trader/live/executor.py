@@ -127,7 +127,7 @@ class Executor(CoreViews, ExecutorJournal):
         self.trade_dates = None if trade_dates is None else {np.datetime64(pd.Timestamp(d).date(), "D")
                                                               for d in trade_dates}
         trained, where = run_market(self.config)
-        market = cfg.market or market or trained
+        market = market or cfg.market or trained  # the feed's, by run.market.priced_market's rule, wins
         if not market:
             raise UserError(f"neither the run {self.run.path} nor the feed names the market ({where})",
                             fix="restore the run's data folder (its files' names say the market), or replay a "

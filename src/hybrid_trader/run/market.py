@@ -6,6 +6,7 @@ import signal
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -13,13 +14,15 @@ import numpy as np
 from hybrid_trader.data import load_bars
 from hybrid_trader.data.bars import Bars
 from hybrid_trader.data.findings import DataFinding
+from hybrid_trader.data.loader import named_market
 from hybrid_trader.data.resample import resample_bars
 from hybrid_trader.data.synthetic import generate_bars
 from hybrid_trader.env import EnvConfig, TradingEnv
 from hybrid_trader.env.risk_veto import RiskConfig, RiskVeto
 from hybrid_trader.errors import UserError
 from hybrid_trader.features import compute_features
-from hybrid_trader.run.config import DataConfig, SplitConfig
+from hybrid_trader.markets import get_contract
+from hybrid_trader.run.config import DataConfig, RunConfig, SplitConfig, run_market
 from hybrid_trader.run.splits import Split, month_folds, time_split, walk_forward
 
 
@@ -199,3 +202,47 @@ def make_veto(risk: RiskConfig | None) -> RiskVeto | None:
     if risk is None or not risk.enable_risk_veto:
         return None
     return RiskVeto(risk)
+
+
+def priced_market(run_dir: Path, config: RunConfig, data_path: str | Path | None, symbol: str | None, *,
+                  flag: str = "--data") -> tuple[str | None, str | None]:
+    """The contract root the bars of ``data_path`` are priced with (None: the run's own bars, loaded as it
+    trained), and a note when that is not the market the run trained on: ``evaluate --data`` and
+    ``run --feed`` alike (``flag`` names the option in messages).
+
+    ``symbol`` (``--market``) is checked as train checks it and always wins: another market than the run's is an
+    explicit override, noted. Without it, ``flag``'s file whose name says another market than the run's is
+    refused naming both; a name that says none is priced as the run's market, noted.
+    """
+    trained, where = run_market(config)
+    if symbol is not None:
+        symbol = get_contract(symbol).symbol
+        if trained is not None and symbol == trained:
+            return (symbol if data_path else None), None
+        return symbol, (f"--market {symbol}: the bars are priced as {symbol} ({_contract_text(symbol)}), but the "
+                        f"agent of {run_dir} trained on {trained or 'an unknown market'} ({where}); results.json "
+                        "records the contract used")
+    if not data_path:
+        return None, None
+    named, how = named_market(str(data_path))
+    if how == "name" and named is not None and named != trained:
+        if trained is None:
+            return named, f"{flag} is priced as {named} (its file name); the run's own market is unknown ({where})"
+        raise UserError(
+            f"{flag} holds {named} bars (its file name says so), but the run {run_dir} trained on {trained} "
+            f"({where}): its trades would be priced with the wrong contract ({_contract_text(named)} against "
+            f"{_contract_text(trained)})", file=str(data_path),
+            fix=f"use {trained} bars; or pass --market {named} to price these bars as {named} (an explicit "
+                f"override, recorded in results.json and the journal); or --market {trained} when the file's name "
+                "misleads")
+    if how == "name":
+        return named, None
+    if trained is None:
+        raise UserError(f"neither {flag}'s name nor the run {run_dir} says the market ({how}; {where})",
+                        file=str(data_path), fix="pass --market SYMBOL (e.g. --market NQ)")
+    return trained, (f"{flag}'s file name names no market: its bars are priced as the run's market {trained} "
+                     f"({_contract_text(trained)}); pass --market to say otherwise")
+
+
+def _contract_text(symbol: str) -> str:
+    return f"${get_contract(symbol).point_value:g} a point"
