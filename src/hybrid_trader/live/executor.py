@@ -7,7 +7,8 @@ environment drives (the decided action, the broker's fills, the account's rules,
 mask with the risk veto, the observation) and the same policy objects evaluation uses
 (``evaluation.policies.AgentPolicy``, its forward in numpy: ``live.fast_policy``; phase 3:
 ``HybridAgentPolicy`` with the run's student, or RL-only, in torch). So a replay of the run's
-test days makes the trades ``evaluate`` reports (``tests/live/test_executor_parity.py``).
+test days makes the trades ``evaluate`` reports (``tests/live/test_executor.py``,
+``test_replay_makes_evaluations_trades_when_fed_the_runs_test_days``).
 
 **Days and windows** (as ``TradingEnv`` builds them): a day's window starts on its first
 bar inside ``env.trade_start``..``trade_end`` (ended by the rules' flat-by time) at or
