@@ -108,6 +108,7 @@ def test_a_folder_of_another_study_is_refused_naming_what_differs(finished, tmp_
     ({"colour": "red"}, "colour"),
     ({"folds": 40}, "folds do not fit the data"),
     ({"variants": [{"name": "a", "set": {"data.bar_minutes": 7}}]}, "data.bar_minutes: 7 minutes does not divide"),
+    ({"variants": [{"name": "a", "set": {"env.reward": "sortino"}}]}, "env.reward: 'sortino' is not a reward"),
 ])
 def test_bad_study_files_are_refused_before_any_trial(tmp_path, over, message):
     with pytest.raises(UserError, match=message):
@@ -119,6 +120,13 @@ def test_a_cluster_address_that_does_not_answer_is_a_clear_error(tmp_path, capsy
     code = main(["study", study_file(tmp_path), "--out", str(tmp_path / "o"), "--address", "127.0.0.1:1",
                  "--no-progress"])
     assert code == 2 and "does not answer" in capsys.readouterr().err
+
+
+def test_the_reward_is_a_study_dimension(tmp_path):
+    spec = load_study(study_file(tmp_path, variants=[{"name": r, "set": {"env.reward": r}}
+                                                     for r in ("pnl", "prop", "sharpe")]))
+    rewards = {v.name: spec.run_config(v, 0, 0, 1).env.reward for v in spec.variants}
+    assert rewards == {"pnl": "pnl", "prop": "prop", "sharpe": "sharpe"}
 
 
 def test_random_search_draws_the_samples_asked_from_the_grid(tmp_path):

@@ -65,6 +65,14 @@ def test_run_directory_holds_everything_when_training_finishes(tmp_path, market)
     assert split["train"][1] <= split["val"][0] and split["val"][1] <= split["test"][0]
 
 
+@pytest.mark.parametrize("reward", ["prop", "sharpe"])
+def test_a_tiny_run_trains_with_each_reward(tmp_path, market, reward):
+    over = {"env.reward": reward, "train.validate_every": 0, "train.checkpoint_every": 1_000_000}
+    status = train_run(cfg(steps=256, **over), tmp_path / "run", market=market, quiet=True)
+    assert status["state"] == "finished" and status["total_timesteps"] >= 256
+    assert load_yaml_config(tmp_path / "run" / "config.yaml", RunConfig).env.reward == reward
+
+
 @pytest.mark.parametrize("validate", [False, True])
 def test_distribution_checks_follow_the_config_when_training(tmp_path, market, validate):
     import torch

@@ -38,6 +38,8 @@ class EnvBenchArgs(DataArgs):
     """Environment steps to time."""
     phase: Literal[1, 2, 3] = 2
     """Environment phase."""
+    reward: Literal["pnl", "prop", "sharpe"] = "pnl"
+    """The environment's reward (``env.reward``)."""
 
     def __post_init__(self) -> None:
         check(self.steps >= 1, "steps", f"{self.steps} must be >= 1", fix="use 1 or more")

@@ -29,7 +29,7 @@ def run(args: EnvBenchArgs) -> int:
     t1 = time.perf_counter()
     features = compute_features(bars)
     t2 = time.perf_counter()
-    env = TradingEnv(bars, features, EnvConfig(phase=args.phase, episode_sessions=5))
+    env = TradingEnv(bars, features, EnvConfig(phase=args.phase, episode_sessions=5, reward=args.reward))
     rng = np.random.default_rng(args.seed)
     # Pre-draw random numbers so that the loop times the environment, not the generator.
     draws = rng.integers(0, 1 << 30, size=args.steps)
@@ -48,6 +48,7 @@ def run(args: EnvBenchArgs) -> int:
         "steps": args.steps,
         "episodes": episodes,
         "phase": args.phase,
+        "reward": args.reward,
         "bars": len(bars),
         "load_s": round(t1 - t0, 3),
         "features_s": round(t2 - t1, 3),

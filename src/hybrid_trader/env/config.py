@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from hybrid_trader.calendar import parse_hhmm
+from hybrid_trader.env.reward import REWARDS
 from hybrid_trader.errors import UserError
 
 
@@ -49,6 +50,19 @@ class EnvConfig:
     """Reward subtracted on a breach [reward units]."""
     reward_scale: float | None = None
     """Dollars per unit of reward; None: point value x contracts x median ATR of the bars."""
+    reward: str = "pnl"
+    """pnl: equity change per step; prop: pnl + a target bonus + a threshold-distance penalty; sharpe:
+    the differential Sharpe ratio of the pnl rewards (docs/ENVIRONMENT.md). The breach penalty applies to all."""
+    prop_target_bonus: float = 10.0
+    """reward prop: bonus on the step the profit target is reached, once an episode [reward units]."""
+    prop_threshold_penalty: float = 0.01
+    """reward prop: penalty per step at (or below) the trailing threshold [reward units]; 0 at the zone's edge."""
+    prop_threshold_zone: float = 0.5
+    """reward prop: share of the trailing allowance left above the threshold below which the penalty starts."""
+    sharpe_eta: float = 0.01
+    """reward sharpe: rate of the moving estimates of the returns' mean and second moment (about 1/eta steps)."""
+    sharpe_scale: float = 0.1
+    """reward sharpe: reward units per unit of the differential Sharpe ratio (clipped to +-10 before scaling)."""
 
     def __post_init__(self) -> None:
         if self.phase not in (1, 2, 3):
@@ -64,5 +78,17 @@ class EnvConfig:
             raise UserError(f"env.slippage_ticks: {self.slippage_ticks!r} must be >= 0")
         if self.episode_sessions is not None and self.episode_sessions < 1:
             raise UserError(f"env.episode_sessions: {self.episode_sessions!r} must be >= 1 or null")
+        if self.reward not in REWARDS:
+            raise UserError(f"env.reward: {self.reward!r} is not a reward", fix=f"use one of: {', '.join(REWARDS)}")
+        for name in ("prop_target_bonus", "prop_threshold_penalty"):
+            if getattr(self, name) < 0:
+                raise UserError(f"env.{name}: {getattr(self, name)!r} must be >= 0")
+        if not 0 < self.prop_threshold_zone <= 1:
+            raise UserError(f"env.prop_threshold_zone: {self.prop_threshold_zone!r} must be in (0, 1]",
+                            fix="e.g. 0.5: the penalty starts when half of the trailing allowance is left")
+        if not 0 < self.sharpe_eta < 1:
+            raise UserError(f"env.sharpe_eta: {self.sharpe_eta!r} must be in (0, 1)", fix="e.g. 0.01 (about 100 steps)")
+        if self.sharpe_scale <= 0:
+            raise UserError(f"env.sharpe_scale: {self.sharpe_scale!r} must be > 0")
         for name in ("trade_start", "trade_end", "last_entry"):
             parse_hhmm(getattr(self, name), name)

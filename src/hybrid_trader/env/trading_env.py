@@ -34,6 +34,7 @@ from hybrid_trader.env.broker import (
 from hybrid_trader.env.config import EnvConfig
 from hybrid_trader.env.core import CoreViews, TradingCore, make_broker, window_minutes
 from hybrid_trader.env.observation import BASE_DIM, LLM_DIM, WINDOW_DIM, ObservationBuilder
+from hybrid_trader.env.reward import make_reward
 from hybrid_trader.env.risk_veto import RiskVeto
 from hybrid_trader.env.rules import PropFirmRules, get_rules
 from hybrid_trader.errors import UserError
@@ -125,9 +126,25 @@ class TradingEnv(CoreViews, gym.Env):
     target. Entries set the stop ``stop_atr`` x ATR and the target ``target_atr`` x
     ATR from the fill (ATR of the decision bar).
 
-    **Reward**: the change of account equity (balance plus open profit, net of
-    commissions and slippage) over the step, in units of ``reward_scale`` dollars,
-    minus ``breach_penalty`` on a breach.
+    **Reward** (``env.reward``). ``r_t``, the P&L reward, is the change of account
+    equity (balance plus open profit, net of commissions and slippage) over the step,
+    in units of ``reward_scale`` dollars. Every reward then subtracts
+    ``breach_penalty`` on a breach (``env/reward.py`` holds the formulas):
+
+    ========  ==============================================================================
+    reward    the step's reward before the breach penalty
+    ========  ==============================================================================
+    pnl       ``r_t`` (the default): an episode's rewards add up to its net PnL
+    prop      ``r_t`` + ``prop_target_bonus`` on the step the profit target is reached (once
+              an episode) - ``prop_threshold_penalty`` x ``min(1, max(0, 1 - g_t /
+              prop_threshold_zone))``, ``g_t`` = (equity - threshold) / trailing drawdown at
+              the step's close: 0 while more than the zone's share of the allowance is
+              left, the full penalty at the threshold
+    sharpe    ``sharpe_scale`` x ``D_t``, the differential Sharpe ratio (Moody and Saffell)
+              of the ``r_t``: ``D_t = (B dA - A dB / 2) / (B - A^2)^1.5`` with ``A``, ``B``
+              the moving mean and second moment (rate ``sharpe_eta``, 0 at each reset)
+              before the step, ``dA = r_t - A``, ``dB = r_t^2 - B``; clipped to +-10
+    ========  ==============================================================================
 
     **Termination**: ``terminated`` when the prop-firm threshold is breached (and
     ``terminate_on_breach``); ``truncated`` at the end of the episode's last
@@ -185,6 +202,8 @@ class TradingEnv(CoreViews, gym.Env):
             self.reward_scale = max(median_atr, self.contract.tick_size) * self.broker.dollars_per_point
         else:
             self.reward_scale = float(cfg.reward_scale)
+        self._reward = make_reward(cfg, self.account)
+        """The step's reward from the P&L reward (``env.reward``; None: ``pnl``, the P&L reward itself)."""
 
         # Hot-loop data as Python lists (fast scalar indexing).
         self._open = bars.open.tolist()
@@ -282,6 +301,8 @@ class TradingEnv(CoreViews, gym.Env):
         self.account.reset()
         self.broker.reset()
         self.core.reset_counts()
+        if self._reward is not None:
+            self._reward.reset()
         self.equity_history[:] = np.nan
         self.position_history[:] = 0
         if self.level_history is not None and self.action_history is not None:
@@ -316,6 +337,8 @@ class TradingEnv(CoreViews, gym.Env):
         terminated = breach and self.config.terminate_on_breach
         day_over = t >= self._win_last
         reward = (self._record(t) - equity_before) / self.reward_scale
+        if self._reward is not None:
+            reward = self._reward(reward, core.equity_now)
         if breach:
             reward -= self.config.breach_penalty
 
