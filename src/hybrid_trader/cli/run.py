@@ -271,7 +271,8 @@ def _feed_options(args: argparse.Namespace, scheme: str, run_dir: Path) -> dict[
 
 def _feed_market(args: argparse.Namespace, run_dir: Path, path: Path) -> tuple[str | None, str | None]:
     """The contract the feed is traded as, by evaluate's rule (``run.market.priced_market``), and its note."""
-    from hybrid_trader.run import RunDir  # same reason as above
+    # run.market loads the environment, torch and pandas: `hybrid-trader --help` must not pay it
+    from hybrid_trader.run import RunDir
     from hybrid_trader.run.config import RunConfig
     from hybrid_trader.run.market import priced_market
 
