@@ -111,8 +111,9 @@ def test_ninjatrader_gets_the_paper_trades_when_a_run_is_replayed_against_it(mir
     by_nt = [(f[2], f[3], f[4]) for r, f in paper_exits if r in nt_exits]
     assert [(f[2], f[3], f[4]) for f in broker if f[1] in ("stop", "target")] == by_nt, \
         "NinjaTrader's own stop or target exits on the paper exit's bar"
+    # any other paper exit (session end, breach) is one CLOSEPOSITION; the tiny run may have none (every
+    # position out by its stop or target): test_ctrl_c_closes_... sends one for --on-exit flatten
     closes = [r for r, _ in paper_exits if r not in nt_exits]
-    assert closes, "the tiny run closes positions at the session end or the breach"
     assert Counter(line.split(";")[0] for line in nt.received)["CLOSEPOSITION"] == len(closes)
     assert nt.position == 0
     status = rows(journal, "SELECT snapshot FROM account ORDER BY id DESC LIMIT 1")[0][0]
