@@ -101,12 +101,18 @@ def level_on_grid(level: float, away: int, tick: float) -> float:
     """``level`` on the grid of ``tick``: rounded up (``away`` > 0) or down (``away`` <= 0) to a multiple of ``tick``.
 
     A level within :data:`GRID_EPS` ticks of a multiple is that multiple (16880.249999999 is 16880.25
-    either way); the result is rounded to 10 decimals (the price NinjaTrader's order files receive).
-    A stop of a position on ``side`` rounds ``away=-side``, a target ``away=side``: both further from the
-    entry, the conservative side (a stop triggers no earlier, a target fills no earlier than its level).
+    either way); the result is the float nearest the decimal grid price (71.24 for a tick of 0.01, no
+    float tail: the price NinjaTrader's order files receive). A stop of a position on ``side`` rounds
+    ``away=-side``, a target ``away=side``: both further from the entry, the conservative side (a stop
+    triggers no earlier, a target fills no earlier than its level).
     """
     n = level / tick
-    return round((math.ceil(n - GRID_EPS) if away > 0 else math.floor(n + GRID_EPS)) * tick, 10)
+    k = math.ceil(n - GRID_EPS) if away > 0 else math.floor(n + GRID_EPS)
+    per = 1.0 / tick
+    whole = round(per)
+    if abs(per - whole) < 1e-9 * per:  # ticks per point a whole number (every listed contract): k / whole is exact
+        return k / whole
+    return round(k * tick, 10)
 
 
 def liquidation_price(limit_equity: float, balance: float, entry: float, side: int, dollars_per_point: float,
