@@ -31,7 +31,7 @@ from hybrid_trader.markets import get_contract
 
 
 def flat_broker() -> Broker:
-    return Broker(contracts=1, point_value=20.0, commission_per_side=0.0, slippage_points=0.0,
+    return Broker(contracts=1, point_value=20.0, commission_per_side=0.0, slippage_points=0.0, tick_size=0.25,
                   stop_atr=2.0, target_atr=0.0, trail_atr=1.0)
 
 
@@ -70,7 +70,7 @@ def test_breach_liquidates_through_the_broker_at_the_threshold_when_in_a_positio
     b.open(3, 1, 100.0, 10.0)  # long 1 NQ at 100: $20 a point, threshold 47,500 = 125 points down
     b.on_bar(4, 0, 99.0, 99.5, -40.0, 10.0)  # the stop (80) is hit first: out at the stop, no breach
     assert b.bar_closed is not None and b.bar_closed.exit_reason == "STOP"
-    b2 = Broker(contracts=1, point_value=20.0, commission_per_side=0.0, slippage_points=0.0,
+    b2 = Broker(contracts=1, point_value=20.0, commission_per_side=0.0, slippage_points=0.0, tick_size=0.25,
                 stop_atr=100.0, target_atr=0.0, trail_atr=1.0)
     b2.open(3, 1, 100.0, 10.0)  # stop 1,000 points away: the threshold comes first
     b2.on_bar(4, 0, 99.0, 99.5, -40.0, 10.0)

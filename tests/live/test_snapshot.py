@@ -19,6 +19,7 @@ from hybrid_trader.live.executor import Executor, split_dates
 from hybrid_trader.live.features import RAW_KEYS, IncrementalFeatures
 from hybrid_trader.live.feeds import ReplayFeed
 from hybrid_trader.live.journal import Journal
+from hybrid_trader.live.snapshot import SNAPSHOT_FORMAT
 from tests.conftest import shared_file as real_file
 
 ROWS = {
@@ -117,7 +118,7 @@ def test_restart_by_full_replay_decides_as_from_snapshot_when_the_snapshot_is_re
 
 
 @pytest.mark.parametrize(("change", "note"), [
-    ("UPDATE snapshots SET key = replace(key, '\"format\": 1', '\"format\": 0')",
+    (f"UPDATE snapshots SET key = replace(key, '\"format\": {SNAPSHOT_FORMAT}', '\"format\": 0')",
      "another run, model, configuration or program version (format)"),
     ("UPDATE snapshots SET state = x'00ff00'", "could not be read"),
     ("UPDATE snapshots SET state = zeroblob(64)", "could not be read"),

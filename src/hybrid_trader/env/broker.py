@@ -3,7 +3,10 @@
 Orders decided at the close of bar t fill at the open of bar t+1 plus slippage; stops,
 targets and the trailing stop are then checked against bar t+1's high and low (the stop
 wins when a bar touches both; a bar that opens beyond a level fills at its open).
-Stops and forced exits pay slippage, targets fill at their price. Each closed position
+Stops and forced exits pay slippage, targets fill at their price. Every stop and target the
+broker sets or moves (the ATR levels, break-even, the trailing stop) is on the contract's tick
+grid, rounded away from the entry (:func:`level_on_grid`), as the exchange and the NinjaTrader
+mirror (``hybrid_trader.live.broker_link``) hold them. Each closed position
 becomes one :class:`Trade`, the one trade record used by the environment's log, the
 episode info, evaluation results and reports.
 
@@ -89,6 +92,29 @@ def trades_frame(trades: Sequence[Trade], index: pd.DatetimeIndex, bar_minutes: 
     return df
 
 
+GRID_EPS = 1e-6
+"""Float noise tolerated by :func:`level_on_grid` [ticks]: a level within it of a grid price is that price
+(1e-6 of a 0.25 tick is 2.5e-7 points: far above float64's rounding at index prices, far below a real move)."""
+
+
+def level_on_grid(level: float, away: int, tick: float) -> float:
+    """``level`` on the grid of ``tick``: rounded up (``away`` > 0) or down (``away`` <= 0) to a multiple of ``tick``.
+
+    A level within :data:`GRID_EPS` ticks of a multiple is that multiple (16880.249999999 is 16880.25
+    either way); the result is the float nearest the decimal grid price (71.24 for a tick of 0.01, no
+    float tail: the price NinjaTrader's order files receive). A stop of a position on ``side`` rounds
+    ``away=-side``, a target ``away=side``: both further from the entry, the conservative side (a stop
+    triggers no earlier, a target fills no earlier than its level).
+    """
+    n = level / tick
+    k = math.ceil(n - GRID_EPS) if away > 0 else math.floor(n + GRID_EPS)
+    per = 1.0 / tick
+    whole = round(per)
+    if abs(per - whole) < 1e-9 * per:  # ticks per point a whole number (every listed contract): k / whole is exact
+        return k / whole
+    return round(k * tick, 10)
+
+
 def liquidation_price(limit_equity: float, balance: float, entry: float, side: int, dollars_per_point: float,
                       bar_open: float) -> float:
     """Price (before slippage) at which the position's equity meets ``limit_equity``.
@@ -109,6 +135,7 @@ class Broker:
         point_value: float,
         commission_per_side: float,
         slippage_points: float,
+        tick_size: float,
         stop_atr: float,
         target_atr: float,
         trail_atr: float,
@@ -118,6 +145,8 @@ class Broker:
         self.commission = float(commission_per_side) * contracts
         """Commission per side for the whole position [$]."""
         self.slip = float(slippage_points)
+        self.tick = float(tick_size)
+        """The contract's tick: every stop and target is on its grid (:func:`level_on_grid`) [points]."""
         self.stop_atr = stop_atr
         self.target_atr = target_atr
         self.trail_atr = trail_atr
@@ -131,7 +160,11 @@ class Broker:
         self.raw_entry = 0.0
         """Entry bar's open, before slippage [points]."""
         self.stop = 0.0
+        """The stop, on the tick grid [points]."""
+        self.breakeven = 0.0
+        """The break-even stop: the entry on the tick grid, rounded away from the market [points]."""
         self.target = math.nan
+        """The target, on the tick grid (NaN: none) [points]."""
         self.trail_on = False
         self.trail_dist = 0.0
         self.best = 0.0
@@ -166,19 +199,23 @@ class Broker:
         self.entry = bar_open + side * self.slip
         self.side = side
         self.stop, self.target = self.levels(side, bar_open, atr)
+        self.breakeven = level_on_grid(self.entry, -side, self.tick)
         self.trail_on = False
         self.entry_index = t
         self.mae = 0.0
         self.mfe = 0.0
 
     def levels(self, side: int, bar_open: float, atr: float) -> tuple[float, float]:
-        """The stop and target of an entry filled at ``bar_open`` (+ slippage); NaN target when disabled."""
+        """The stop and target of an entry filled at ``bar_open`` (+ slippage), on the tick grid and each
+        rounded away from the entry (:func:`level_on_grid`); NaN target when disabled."""
         entry = bar_open + side * self.slip
-        target = entry + side * self.target_atr * atr if self.target_atr > 0 else math.nan
-        return entry - side * self.stop_atr * atr, target
+        tick = self.tick
+        target = level_on_grid(entry + side * self.target_atr * atr, side, tick) if self.target_atr > 0 else math.nan
+        return level_on_grid(entry - side * self.stop_atr * atr, -side, tick), target
 
     def move_stop_to_breakeven(self) -> None:
-        self.stop = self.entry
+        """The stop to the entry (:attr:`breakeven`: the entry itself when it is on the grid)."""
+        self.stop = self.breakeven
 
     def enable_trail(self, close: float, atr: float) -> None:
         """Trail ``trail_atr`` x ATR behind the best price, starting from ``close``."""
@@ -191,12 +228,15 @@ class Broker:
         self.trail_on = False
 
     def tighten_stop(self, level: float) -> None:
-        """Move the stop to ``level`` if that is in the position's favour."""
-        if self.side > 0:
+        """Move the stop to ``level`` on the tick grid (rounded away from the market) if that is in the
+        position's favour."""
+        # the stop is on the grid: the rounded level passes it only when the raw one does (no rounding otherwise)
+        side = self.side
+        if side > 0:
             if level > self.stop:
-                self.stop = level
+                self.stop = level_on_grid(level, -1, self.tick)
         elif level < self.stop:
-            self.stop = level
+            self.stop = level_on_grid(level, 1, self.tick)
 
     # ------------------------------------------------------------------ one bar
     def on_bar(self, t: int, pending: int, o: float, h: float, lo: float, atr: float) -> None:
@@ -265,7 +305,7 @@ class Broker:
     def stop_reason(self) -> str:
         if self.trail_on:
             return EXIT_TRAIL
-        if self.stop == self.entry:
+        if self.stop == self.breakeven:
             return EXIT_BREAKEVEN
         return EXIT_STOP
 

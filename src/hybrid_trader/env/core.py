@@ -33,6 +33,7 @@ def make_broker(cfg: EnvConfig, contract: ContractSpec) -> Broker:
     return Broker(
         contracts=cfg.contracts, point_value=contract.point_value, commission_per_side=float(commission),
         slippage_points=float(cfg.slippage_ticks) * contract.tick_size,
+        tick_size=contract.tick_size,
         stop_atr=cfg.stop_atr, target_atr=cfg.target_atr, trail_atr=cfg.trail_atr,
     )
 
@@ -150,7 +151,7 @@ class TradingCore:
                 m[1] = m[2] = allowed
         elif self.n_actions > 3:
             c = self._close[self.t]
-            m[3] = side * (b.stop - b.entry) < 0 and side * (c - b.entry) > 0
+            m[3] = side * (b.stop - b.breakeven) < 0 and side * (c - b.entry) > 0
             if b.trail_on:
                 m[5] = True
             elif veto is None:

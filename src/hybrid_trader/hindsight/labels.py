@@ -82,7 +82,8 @@ def label_broker(env: TradingEnv) -> Broker:
     """A broker with the environment's contract, costs, stop and target (a fresh copy of ``env.broker``)."""
     b = env.broker
     return Broker(contracts=b.qty, point_value=b.dollars_per_point / b.qty, commission_per_side=b.commission / b.qty,
-                  slippage_points=b.slip, stop_atr=b.stop_atr, target_atr=b.target_atr, trail_atr=b.trail_atr)
+                  slippage_points=b.slip, tick_size=b.tick,
+                  stop_atr=b.stop_atr, target_atr=b.target_atr, trail_atr=b.trail_atr)
 
 
 def trade_outcome(broker: Broker, o: np.ndarray, h: np.ndarray, lo: np.ndarray, c: np.ndarray, atr: np.ndarray,

@@ -6,8 +6,10 @@ rules. :class:`BrokerLink` copies what that path does to NinjaTrader through the
 
 * an entry decided at a bar's close -> :meth:`NinjaTraderBridge.enter` with the entry's
   journal id, a MARKET order with an OCO stop and target at the levels the paper broker
-  will give it (:meth:`Broker.levels` from the decision bar's close, on the tick grid,
-  rounded away from the market so that they trigger on the bars the paper levels do);
+  will give it (:meth:`Broker.levels` from the decision bar's close: the paper broker's
+  levels are on the tick grid, rounded away from the entry by
+  :func:`~hybrid_trader.env.broker.level_on_grid`, so NinjaTrader's orders trigger on the
+  bars the paper levels do and the backtest's fills are the exchange's);
   once the paper entry has filled, and whenever its stop moves (break-even, trailing),
   a CHANGE brings NinjaTrader's stop and target to the paper broker's;
 * an exit the paper broker takes by stop, target, trailing or break-even stop needs
@@ -30,7 +32,6 @@ at the same bar so that it rebuilds the same decisions; the restart itself resum
 
 from __future__ import annotations
 
-import math
 import sys
 import time
 from collections.abc import Callable, Iterable
@@ -93,7 +94,7 @@ class _Mirrored:
 class BrokerLink:
     """Mirror the paper broker's orders to NinjaTrader and watch NinjaTrader's fills and position."""
 
-    def __init__(self, bridge: NinjaTraderBridge, journal: Journal, broker: Broker, tick_size: float, *,
+    def __init__(self, bridge: NinjaTraderBridge, journal: Journal, broker: Broker, *,
                  mismatch_bars: int = 2, max_contracts: int | None = None,
                  say: Callable[..., Any] | None = None) -> None:
         if broker.target_atr <= 0:
@@ -106,7 +107,6 @@ class BrokerLink:
         self.bridge = bridge
         self.journal = journal
         self.broker = broker
-        self.tick = float(tick_size)
         self.mismatch_bars = int(mismatch_bars)
         self.max_contracts = max_contracts
         """The rules' contract limit in this contract's units: an entry is refused when NinjaTrader's position and
@@ -138,9 +138,9 @@ class BrokerLink:
 
     # ------------------------------------------------------------------ what the paper side did (replay and live)
     def entry(self, order_id: str, side: int, qty: int, ref_price: float, atr: float, tns: int) -> None:
-        """An entry decided at bar ``tns``; its bracket levels as the paper broker will set them from ``ref_price``."""
-        stop, target = self.broker.levels(side, ref_price, atr)
-        self._open = _Mirrored(order_id, "BUY" if side > 0 else "SELL", qty, *self._ticks(side, stop, target))
+        """An entry decided at bar ``tns``; its bracket levels as the paper broker will set them from ``ref_price``
+        (on the tick grid)."""
+        self._open = _Mirrored(order_id, "BUY" if side > 0 else "SELL", qty, *self.broker.levels(side, ref_price, atr))
         self._outbox.append(("enter", self._open, tns))
 
     def exit(self, reason: str, tns: int) -> None:
@@ -160,17 +160,9 @@ class BrokerLink:
         """Whether orders wait for :meth:`flush` (the bar's journal rows must be committed first)."""
         return bool(self._outbox) or self._levels_moved()
 
-    def _ticks(self, side: int, stop: float, target: float) -> tuple[float, float]:
-        """Stop and target on the tick grid, each rounded away from the market: on bars whose prices are on
-        the grid, NinjaTrader's orders then trigger on exactly the bars the paper broker's levels do."""
-        def grid(price: float, up: bool) -> float:
-            n = price / self.tick
-            return round((math.ceil(n - 1e-9) if up else math.floor(n + 1e-9)) * self.tick, 10)
-        return grid(stop, side < 0), grid(target, side > 0)
-
     def _levels_moved(self) -> bool:
         m, b = self._open, self.broker
-        return m is not None and b.side != 0 and self._ticks(b.side, b.stop, b.target) != (m.stop, m.target)
+        return m is not None and b.side != 0 and (b.stop, b.target) != (m.stop, m.target)
 
     # ------------------------------------------------------------------ sending (after the journal's commit)
     def flush(self, live: bool) -> None:
@@ -180,7 +172,7 @@ class BrokerLink:
         m, b = self._open, self.broker
         moves: list[tuple[str, float]] = []
         if m is not None and b.side != 0:  # the paper entry filled: NinjaTrader's bracket follows its levels
-            stop, target = self._ticks(b.side, b.stop, b.target)
+            stop, target = b.stop, b.target  # on the tick grid (Broker.levels, tighten_stop)
             moves = [(k, v) for k, v, old in (("stop", stop, m.stop), ("target", target, m.target)) if v != old]
             m.stop, m.target = stop, target
         if not live:

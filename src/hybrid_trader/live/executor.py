@@ -157,10 +157,9 @@ class Executor(CoreViews, ExecutorJournal):
                                 a.close, a.atr, veto)
         self.window = window_minutes(cfg, self.account)
         self.policy = self._policy(llm, llm_budget_ms, llm_overrides, calibrate)
-        self.link = None if bridge is None else BrokerLink(bridge, self.journal, self.broker, self.contract.tick_size,
-                                                           mismatch_bars=mismatch_bars, say=self.say,
-                                                           max_contracts=self.rules.max_contracts
-                                                           * (10 if self.contract.is_micro else 1))
+        self.link = None if bridge is None else BrokerLink(
+            bridge, self.journal, self.broker, mismatch_bars=mismatch_bars, say=self.say,
+            max_contracts=self.rules.max_contracts * (10 if self.contract.is_micro else 1))
         self.features: IncrementalFeatures | None = None
         self.gate: BarGate | None = None
         self.summary = ExecutorSummary()

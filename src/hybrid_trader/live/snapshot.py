@@ -58,8 +58,9 @@ from hybrid_trader.run.model_files import final_model
 if TYPE_CHECKING:
     from hybrid_trader.live.executor import Executor
 
-SNAPSHOT_FORMAT = 1
-"""Bump when the pickled state changes: a snapshot of another format is not used (the whole history is replayed)."""
+SNAPSHOT_FORMAT = 2
+"""Bump when the pickled state changes: a snapshot of another format is not used (the whole history is replayed).
+2: the broker's levels on the tick grid (``Broker.tick``, ``Broker.breakeven``)."""
 SNAPSHOT_BARS = 2000
 """Bars (outside trading windows) after which a snapshot is taken even without a new trading date."""
 _EXECUTOR_FIELDS = ("_date", "_day_open", "_day_done", "_pending", "_entry_id", "_trades_seen", "last_decision")
