@@ -20,7 +20,7 @@ from hybrid_trader.live.ninjatrader import NinjaTraderBridge
 from hybrid_trader.live.status import format_status, snapshot
 
 from .fake_ninjatrader import FakeBar, FakeNinjaTrader
-from .test_executor import assert_same_trades, replay
+from .test_executor import assert_same_trades
 
 REPO = Path(__file__).resolve().parents[2]
 ACCOUNT, INSTRUMENT = "Sim101", "NQ 12-26"
@@ -78,11 +78,12 @@ def rows(journal: Path, sql: str) -> list[tuple]:
 
 
 @pytest.fixture(scope="module")
-def mirrored(tiny, tmp_path_factory):
-    """The tiny run's test days replayed with the paper broker alone, and mirrored to a fake NinjaTrader."""
+def mirrored(tiny, tiny_replayed, tmp_path_factory):
+    """The tiny run's test days replayed with the paper broker alone (the session's replay), and mirrored to a fake
+    NinjaTrader."""
     run, csv, _ = tiny
     root = tmp_path_factory.mktemp("mirrored")
-    paper = replay(run, csv, root / "paper.sqlite")
+    paper = tiny_replayed[1]
     nt = FakeNinjaTrader(root / "NinjaTrader 8", ACCOUNT, INSTRUMENT)
     ex = executor(run, root / "nt.sqlite", nt)
     ex.run_feed(NTFeed(csv, nt))
