@@ -18,7 +18,6 @@ import pytest
 
 from hybrid_trader.live.executor import Executor, split_dates
 from hybrid_trader.live.feeds import ReplayFeed
-from tests.live.executor_run import tiny_run
 from tests.live.fake_ninjatrader import FakeBar, FakeNinjaTrader
 from tests.live.test_executor_ninjatrader import ACCOUNT, INSTRUMENT
 
@@ -27,8 +26,9 @@ CLOSE_LINE = f"CLOSEPOSITION;{ACCOUNT};{INSTRUMENT};;;;;;;;;;"
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    return tiny_run(tmp_path_factory.mktemp("executor"))
+def tiny(tiny_trained):
+    """The session's tiny trained run (tests/conftest.py)."""
+    return tiny_trained
 
 
 def holding_cut(run: Path, csv: Path, journal: Path) -> tuple[int, float]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -13,7 +14,6 @@ from hybrid_trader.live.bar_gate import BarGate
 from hybrid_trader.live.executor import Executor, split_dates
 from hybrid_trader.live.feeds import Bar, FollowFeed, ReplayFeed
 from hybrid_trader.live.journal_read import read_journal
-from tests.live.executor_run import tiny_run
 
 ET = "America/New_York"
 HEADER = "Date,Time,Open,High,Low,Close,Volume\n"
@@ -74,8 +74,9 @@ def test_an_unseen_bar_not_later_than_the_last_after_a_reopen_comes_out_for_the_
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    return tiny_run(tmp_path_factory.mktemp("rotation"))
+def tiny(tiny_trained):
+    """The session's tiny trained run (tests/conftest.py)."""
+    return tiny_trained
 
 
 def _stepped(feed: FollowFeed, steps: list[Callable[[], None]]) -> Iterator[Bar]:
@@ -113,11 +114,15 @@ def _follow(run: Path, csv: Path, journal: Path, folder: Path, rotate: bool, ear
     return ex
 
 
-def test_a_rotated_followed_file_gives_the_unrotated_runs_bars_trades_and_outcome(tiny, tmp_path: Path) -> None:
+def test_a_rotated_followed_file_gives_the_unrotated_runs_bars_trades_and_outcome(tiny, tiny_replayed,
+                                                                                  tmp_path: Path) -> None:
     run, csv, _ = tiny
-    for name in "abc":
+    for name in "bc":
         (tmp_path / name).mkdir()
-    plain = _follow(run, csv, tmp_path / "plain.sqlite", tmp_path / "a", rotate=False)
+    # the unrotated run: the session's replay of the same bars (a followed file unrotated gives the replay's trades:
+    # tests/live/test_executor_follow.py)
+    shutil.copyfile(tiny_replayed[0], tmp_path / "plain.sqlite")
+    plain = tiny_replayed[1]
     rotated = _follow(run, csv, tmp_path / "rotated.sqlite", tmp_path / "b", rotate=True)
     earlier = _follow(run, csv, tmp_path / "earlier.sqlite", tmp_path / "c", rotate=True, earlier=True)
     assert plain.summary.bars > 0 and plain.summary.rejected == 0

@@ -25,16 +25,15 @@ from hybrid_trader.live.executor_journal import EXIT_MANUAL
 from hybrid_trader.live.feeds import ReplayFeed
 from hybrid_trader.live.journal import Journal
 from hybrid_trader.live.journal_read import TABLES, read_journal
-from tests.live.executor_run import tiny_run
 
 REPO = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "PYTHONPATH": str(REPO / "src") + os.pathsep + str(REPO)}
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    """``(phase 2 run, its bars as a CSV, a phase 1 run: another run)``."""
-    run, csv, _ = tiny_run(tmp_path_factory.mktemp("ownership"))
+def tiny(tiny_trained):
+    """``(phase 2 run, its bars as a CSV, a phase 1 run: another run)``: the session's tiny run (tests/conftest.py)."""
+    run, csv, _ = tiny_trained
     return run, csv, run.parent / "p1"
 
 
@@ -55,14 +54,9 @@ def executor(run: Path, csv: Path, journal: Path) -> tuple[Executor, ReplayFeed]
 
 
 @pytest.fixture(scope="module")
-def whole(tiny, tmp_path_factory) -> Path:
-    """A journal of the whole replay of the phase 2 run (copied by each test that changes it)."""
-    run, csv, _ = tiny
-    journal = tmp_path_factory.mktemp("whole") / "whole.sqlite"
-    ex, feed = executor(run, csv, journal)
-    ex.run_feed(feed)
-    ex.close()
-    return journal
+def whole(tiny_replayed) -> Path:
+    """A journal of the whole replay of the phase 2 run, the session's (copied by each test that changes it)."""
+    return tiny_replayed[0]
 
 
 def copy(journal: Path, to: Path) -> Path:

@@ -8,10 +8,12 @@ from hybrid_trader.run.market import load_market
 from tests.training.conftest import student_cfg, train_phase2
 
 
-def tiny_run(root: Path) -> tuple[Path, Path, object]:
-    """``(phase 2 run dir, its bars as an ET CSV, its market)``."""
+def tiny_run(root: Path, market=None) -> tuple[Path, Path, object]:
+    """``(phase 2 run dir, its bars as an ET CSV, its market)`` (``market``: the tiny config's, loaded when None).
+    The session's one is the ``tiny_trained`` fixture (tests/conftest.py)."""
     cfg = student_cfg(1)
-    market = load_market(cfg.data, cfg.split)
+    if market is None:
+        market = load_market(cfg.data, cfg.split)
     run = train_phase2(root, student_cfg, market)
     csv = root / "bars.csv"
     frame = market.bars.frame

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -67,9 +68,9 @@ def bars_in(journal: Path) -> int:
         db.close()
 
 
-def test_replay_makes_evaluations_trades_when_fed_the_runs_test_days(tiny, tmp_path):
+def test_replay_makes_evaluations_trades_when_fed_the_runs_test_days(tiny, tiny_replayed):
     run, csv, market = tiny
-    ex = replay(run, csv, tmp_path / "journal.sqlite")
+    journal, ex = tiny_replayed  # replay(run, csv, journal), once per session
     out = evaluate_run(run, split="test", seeds=1, market=market, quiet=True, ablation=False)
     expected = pd.read_csv(out.out_dir / "agent.trades.csv")
     got = ex.trade_log()
@@ -77,15 +78,14 @@ def test_replay_makes_evaluations_trades_when_fed_the_runs_test_days(tiny, tmp_p
     assert_same_trades(got, expected)
     assert ex.summary.net_pnl == pytest.approx(out.metrics["agent"]["Net PnL [$]"], abs=1e-6)
     # every trade is in the journal: one entry and one exit fill each, at the trades' prices
-    rows = fills(tmp_path / "journal.sqlite")
+    rows = fills(journal)
     assert len(rows) == 2 * len(expected)
     np.testing.assert_allclose([r[3] for r in rows[1::2]], expected["exit_price"].to_numpy(float), atol=1e-9)
 
 
-def test_decisions_carry_probabilities_and_reason_codes_when_journaled(tiny, tmp_path):
-    run, csv, _ = tiny
-    ex = replay(run, csv, tmp_path / "journal.sqlite")
-    db = sqlite3.connect(tmp_path / "journal.sqlite")
+def test_decisions_carry_probabilities_and_reason_codes_when_journaled(tiny_replayed):
+    journal, ex = tiny_replayed  # replay(run, csv, journal), once per session
+    db = sqlite3.connect(f"file:{journal}?mode=ro", uri=True)
     rows = db.execute("SELECT action, probabilities, rule_codes, latency_ms FROM decisions").fetchall()
     assert len(rows) == ex.summary.decisions > 0
     codes = set()
@@ -101,10 +101,9 @@ def test_decisions_carry_probabilities_and_reason_codes_when_journaled(tiny, tmp
     assert statuses[-1] == ex.summary.account_status
 
 
-def test_restart_continues_without_duplicates_when_killed_mid_replay(tiny, tmp_path):
+def test_restart_continues_without_duplicates_when_killed_mid_replay(tiny, tiny_replayed, tmp_path):
     run, csv, _ = tiny
-    whole = tmp_path / "whole.sqlite"
-    replay(run, csv, whole)
+    whole = Path(shutil.copyfile(tiny_replayed[0], tmp_path / "whole.sqlite"))  # replay(run, csv, whole)
     journal = tmp_path / "killed.sqlite"
     cmd = [sys.executable, "-m", "hybrid_trader.cli.main", "run", str(run), "--feed", f"replay:{csv}",
            "--split", "test", "--broker", "paper", "--journal", str(journal), "--no-status"]
@@ -130,10 +129,9 @@ def test_restart_continues_without_duplicates_when_killed_mid_replay(tiny, tmp_p
         assert j.count("bars") == w.count("bars")
 
 
-def test_executor_refuses_journal_when_it_belongs_to_another_run(tiny, tmp_path):
+def test_executor_refuses_journal_when_it_belongs_to_another_run(tiny, tiny_replayed, tmp_path):
     run, csv, _ = tiny
-    journal = tmp_path / "j.sqlite"
-    replay(run, csv, journal)
+    journal = Path(shutil.copyfile(tiny_replayed[0], tmp_path / "j.sqlite"))  # replay(run, csv, journal)
     with Journal(journal) as j:  # a fill the replay never makes
         j.record_order("other-1", 0, "entry", "BUY", 1, state="sent")
         j.record_fill("other-1", 1, 100.0, 0, fill_id="other-1")

@@ -20,7 +20,7 @@ from hybrid_trader.live.status import format_status, snapshot
 
 from .fake_ninjatrader import FakeBar, FakeNinjaTrader
 from .nt_async import ACCOUNT, CLOSE_LINE, INSTRUMENT, SimFeed, move_market, placed, sim_executor, start_sim
-from .test_executor import assert_same_trades, replay
+from .test_executor import assert_same_trades
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -71,12 +71,12 @@ def rows(journal: Path, sql: str) -> list[tuple]:
 
 
 @pytest.fixture(scope="module")
-def mirrored(tiny, tmp_path_factory):
-    """The tiny run's test days replayed with the paper broker alone, and mirrored to the simulated NinjaTrader
-    (its own thread, its own prices with a tick of slippage)."""
+def mirrored(tiny, tiny_replayed, tmp_path_factory):
+    """The tiny run's test days replayed with the paper broker alone (the session's replay), and mirrored to the
+    simulated NinjaTrader (its own thread, its own prices with a tick of slippage)."""
     run, csv, _ = tiny
     root = tmp_path_factory.mktemp("mirrored")
-    paper = replay(run, csv, root / "paper.sqlite")
+    paper = tiny_replayed[1]
     sim = start_sim(root / "NinjaTrader 8")
     ex = sim_executor(run, root / "nt.sqlite", sim)
     ex.run_feed(SimFeed(ReplayFeed(csv), sim))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 import pickle
+import shutil
 import sqlite3
 from pathlib import Path
 
@@ -62,26 +63,34 @@ def snapshot_time(journal: Path) -> int:
 
 
 @pytest.fixture(scope="module")
-def whole(tiny, tmp_path_factory):
-    """An uninterrupted replay of the tiny run's bars: (its journal's rows, its trade log, its summary)."""
-    run, csv, _ = tiny
-    journal = tmp_path_factory.mktemp("whole") / "whole.sqlite"
-    ex = replay(run, csv, journal)
+def whole(tiny_replayed):
+    """An uninterrupted replay of the tiny run's bars (the session's): (its journal's rows, its trade log, its
+    summary)."""
+    journal, ex = tiny_replayed
     return rows(journal), ex.trade_log(), ex.summary
 
 
-def stopped(tiny, tmp_path: Path, share: float = 0.8) -> tuple[Path, int]:
-    """A journal whose process stopped after ``share`` of the bars (with a snapshot before), and the bars fed."""
+@pytest.fixture(scope="module")
+def stopped_once(tiny, tmp_path_factory) -> tuple[Path, int]:
+    """A journal whose process stopped after 80% of the bars (with a snapshot before), and the bars fed; each test
+    restarts or changes its own copy (``stopped``)."""
     run, csv, _ = tiny
-    n = int(len(ReplayFeed(csv).bars) * share)
-    journal = tmp_path / "stopped.sqlite"
+    n = int(len(ReplayFeed(csv).bars) * 0.8)
+    journal = tmp_path_factory.mktemp("stopped") / "stopped.sqlite"
     replay(run, csv, journal, bars=n)
     return journal, n
 
 
-def test_restart_from_snapshot_decides_as_uninterrupted_replay_when_stopped_mid_replay(tiny, whole, tmp_path):
+def stopped(once: tuple[Path, int], tmp_path: Path) -> tuple[Path, int]:
+    """The test's own copy of ``stopped_once``'s journal, and the bars fed."""
+    journal, n = once
+    return Path(shutil.copyfile(journal, tmp_path / "stopped.sqlite")), n
+
+
+def test_restart_from_snapshot_decides_as_uninterrupted_replay_when_stopped_mid_replay(stopped_once, tiny, whole,
+                                                                                       tmp_path):
     run, csv, _ = tiny
-    journal, n = stopped(tiny, tmp_path)
+    journal, n = stopped(stopped_once, tmp_path)
     taken = snapshot_time(journal)
     ex, feed = executor(run, csv, journal)
     assert ex.snapshots.restored_ns == taken
@@ -107,9 +116,10 @@ def tampered(journal: Path, sql: str) -> Path:
     return journal
 
 
-def test_restart_by_full_replay_decides_as_from_snapshot_when_the_snapshot_is_removed(tiny, whole, tmp_path):
+def test_restart_by_full_replay_decides_as_from_snapshot_when_the_snapshot_is_removed(stopped_once, tiny, whole,
+                                                                                      tmp_path):
     run, csv, _ = tiny
-    journal = tampered(stopped(tiny, tmp_path)[0], "DELETE FROM snapshots")
+    journal = tampered(stopped(stopped_once, tmp_path)[0], "DELETE FROM snapshots")
     ex, feed = executor(run, csv, journal)
     assert ex.snapshots.restored_ns is None
     ex.run_feed(feed)
@@ -123,9 +133,10 @@ def test_restart_by_full_replay_decides_as_from_snapshot_when_the_snapshot_is_re
     ("UPDATE snapshots SET state = x'00ff00'", "could not be read"),
     ("UPDATE snapshots SET state = zeroblob(64)", "could not be read"),
 ])
-def test_snapshot_is_replaced_by_full_replay_when_foreign_or_corrupt(tiny, whole, tmp_path, change, note):
+def test_snapshot_is_replaced_by_full_replay_when_foreign_or_corrupt(stopped_once, tiny, whole, tmp_path, change,
+                                                                    note):
     run, csv, _ = tiny
-    journal, _ = stopped(tiny, tmp_path)
+    journal, _ = stopped(stopped_once, tmp_path)
     db = sqlite3.connect(journal)
     db.execute(change)
     db.commit()
@@ -138,9 +149,9 @@ def test_snapshot_is_replaced_by_full_replay_when_foreign_or_corrupt(tiny, whole
     assert rows(journal) == whole[0]
 
 
-def test_restart_refuses_feed_when_it_lacks_the_snapshots_bar(tiny, tmp_path):
+def test_restart_refuses_feed_when_it_lacks_the_snapshots_bar(stopped_once, tiny, tmp_path):
     run, csv, _ = tiny
-    journal, _ = stopped(tiny, tmp_path)
+    journal, _ = stopped(stopped_once, tmp_path)
     taken = pd.Timestamp(snapshot_time(journal), tz="UTC").tz_convert("America/New_York").tz_localize(None)
     frame = pd.read_csv(csv)
     other = tmp_path / "other.csv"
@@ -151,9 +162,9 @@ def test_restart_refuses_feed_when_it_lacks_the_snapshots_bar(tiny, tmp_path):
     ex.close()
 
 
-def test_snapshot_not_taken_when_the_bars_are_replayed_from_the_journal(tiny, tmp_path):
+def test_snapshot_not_taken_when_the_bars_are_replayed_from_the_journal(stopped_once, tiny, tmp_path):
     run, csv, _ = tiny
-    journal, _ = stopped(tiny, tmp_path)
+    journal, _ = stopped(stopped_once, tmp_path)
     first = snapshot_time(journal)
     ex, feed = executor(run, csv, journal)
     journaled = ex.journal.last_time("bars")
@@ -203,9 +214,10 @@ def test_features_restored_from_a_snapshot_equal_batch_when_pickled_mid_history(
     assert restored.warmup == fs.warmup
 
 
-def test_snapshot_is_replaced_by_full_replay_when_the_journal_lacks_its_bars(tiny, whole, tmp_path):
+def test_snapshot_is_replaced_by_full_replay_when_the_journal_lacks_its_bars(stopped_once, tiny, whole,
+                                                                             tmp_path):
     run, csv, _ = tiny
-    journal = tampered(stopped(tiny, tmp_path)[0], "DELETE FROM bars WHERE id = (SELECT MIN(id) FROM bars "
+    journal = tampered(stopped(stopped_once, tmp_path)[0], "DELETE FROM bars WHERE id = (SELECT MIN(id) FROM bars "
                                                    "WHERE accepted = 1)")
     ex, feed = executor(run, csv, journal)
     assert ex.snapshots.restored_ns is None
@@ -216,8 +228,8 @@ def test_snapshot_is_replaced_by_full_replay_when_the_journal_lacks_its_bars(tin
     assert {k: v for k, v in got.items() if k != "bars"} == {k: v for k, v in expected.items() if k != "bars"}
 
 
-def test_snapshot_size_when_taken_holds_no_price_history(tiny, tmp_path):
-    journal, n = stopped(tiny, tmp_path)
+def test_snapshot_size_when_taken_holds_no_price_history(stopped_once, tmp_path):
+    journal, n = stopped(stopped_once, tmp_path)
     db = sqlite3.connect(journal)
     size = db.execute("SELECT length(state) FROM snapshots").fetchone()[0]
     db.close()
