@@ -1,19 +1,16 @@
-"""Headless Chromium for the report tests: open a page with a probe script, read what the probe wrote."""
+"""Headless Chromium for the report tests: open a page with a probe script, read what the probe wrote (the DevTools
+driver is ``tests.browser``)."""
 
 from __future__ import annotations
 
-import contextlib
 import html
 import json
-import os
 import re
-import shutil
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
-import pytest
+from tests.browser import chromium
 
 QUIET = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync"]
@@ -61,15 +58,6 @@ var __t = setInterval(async function () {
 and the hover label of the first exit, entry and stop move, written as JSON into ``<pre id="probe">``."""
 
 
-def chromium() -> str:
-    """The Chromium executable; skips the test (with the reason) when none is installed."""
-    for name in ("chromium", "chromium-browser"):
-        path = shutil.which(name)
-        if path:
-            return path
-    pytest.skip("headless Chromium not installed (apt-get install -y chromium)")
-
-
 def open_with_probe(page: Path, probe: str, tmp_path: Path, *flags: str, timeout: float = 180) -> tuple[Any, str]:
     """Open a copy of ``page`` with ``probe`` (a ``<script>``) first in ``<head>``; (the JSON the probe put in
     ``<pre id="probe">``, the browser's stderr)."""
@@ -91,78 +79,3 @@ def page_requests(net_log: Path) -> list[str]:
     start = log["constants"]["logEventTypes"]["URL_REQUEST_START_JOB"]
     starts = [e.get("params", {}) for e in log["events"] if e["type"] == start]
     return [p["url"] for p in starts if "url" in p and p.get("initiator") != "not an origin"]
-
-
-class DevTools:
-    """Chromium driven over ``--remote-debugging-pipe`` (the DevTools protocol, no client library): a page opened in
-    real time, whose state a test reads with :meth:`evaluate` once it is ready."""
-
-    def __init__(self, url: str, tmp_path: Path, *flags: str) -> None:
-        to_chrome_r, self._to_chrome = os.pipe()
-        self._from_chrome, from_chrome_w = os.pipe()
-
-        def fds() -> None:  # the browser reads commands on fd 3 and writes answers on fd 4
-            commands, answers = os.dup(to_chrome_r), os.dup(from_chrome_w)  # copies first: either may be 3 or 4
-            os.dup2(commands, 3)
-            os.dup2(answers, 4)
-
-        self.proc = subprocess.Popen(
-            [chromium(), *QUIET, "--remote-debugging-pipe", f"--user-data-dir={tmp_path / 'chromium-devtools'}",
-             "--window-size=1280,2000", *flags, url],
-            preexec_fn=fds, pass_fds=(3, 4), stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL)
-        os.close(to_chrome_r)
-        os.close(from_chrome_w)
-        self._buf = b""
-        self._id = 0
-        try:
-            self._open(url)
-        except BaseException:
-            self.close()
-            raise
-
-    def _open(self, url: str) -> None:
-        page = next(t for t in self.call("Target.getTargets")["targetInfos"] if t["type"] == "page")
-        self.session = self.call("Target.attachToTarget", {"targetId": page["targetId"], "flatten": True})["sessionId"]
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:  # the page target starts blank, then loads ``url``
-            try:
-                if self.evaluate("location.href") == url:
-                    return
-            except AssertionError:  # its context went away while navigating
-                pass
-            time.sleep(0.05)
-        raise AssertionError(f"the browser did not open {url}")
-
-    def call(self, method: str, params: dict | None = None, session: str | None = None) -> dict:
-        self._id += 1
-        msg = {"id": self._id, "method": method, "params": params or {}, **({"sessionId": session} if session else {})}
-        os.write(self._to_chrome, json.dumps(msg).encode() + b"\0")
-        while True:
-            while b"\0" not in self._buf:
-                chunk = os.read(self._from_chrome, 1 << 16)
-                assert chunk, "the browser closed its DevTools pipe"
-                self._buf += chunk
-            raw, self._buf = self._buf.split(b"\0", 1)
-            answer = json.loads(raw)
-            if answer.get("id") == self._id:
-                assert "error" not in answer, answer
-                return answer["result"]
-
-    def evaluate(self, expression: str) -> Any:
-        """The value of a JavaScript expression in the page (a promise is awaited)."""
-        result = self.call("Runtime.evaluate", {"expression": expression, "awaitPromise": True,
-                                                "returnByValue": True}, session=self.session)
-        assert "exceptionDetails" not in result, result
-        return result["result"].get("value")
-
-    def close(self) -> None:
-        with contextlib.suppress(AssertionError, OSError):  # the browser may be gone already
-            self.call("Browser.close")
-        try:
-            self.proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(timeout=20)
-        os.close(self._to_chrome)
-        os.close(self._from_chrome)

@@ -26,7 +26,8 @@ from hybrid_trader.evaluation.report import html_document, write_report
 from hybrid_trader.evaluation.results import load_ohlc, load_results, save_results
 from hybrid_trader.evaluation.runner import ALL_DECISIONS, evaluation_env, run_policy
 from hybrid_trader.features import compute_features
-from tests.evaluation.browser import CHART_PROBE, DevTools, open_with_probe, page_requests
+from tests.browser import Browser
+from tests.evaluation.browser import CHART_PROBE, open_with_probe, page_requests
 
 ADVICE_REASON = "trend up </script> & volume"
 
@@ -164,11 +165,10 @@ PAINTED = """new Promise(function (resolve) { var t = setInterval(function () {
 
 def first_paint(page: Path, tmp_path: Path) -> dict:
     """The browser's own timing of ``page`` opened in real time (no virtual time): first contentful paint, charts."""
-    browser = DevTools(page.resolve().as_uri(), tmp_path)
-    try:
-        return browser.evaluate(PAINTED)
-    finally:
-        browser.close()
+    with Browser(tmp_path / "chromium-devtools", "--window-size=1280,2000") as browser:
+        browser.goto(page.resolve().as_uri())
+        browser.wait_for("document.readyState !== 'loading' && location.protocol === 'file:'", timeout_s=60)
+        return browser.js(PAINTED, timeout_s=120)
 
 
 def test_the_report_paints_and_draws_its_charts_in_real_time(report, tmp_path):

@@ -19,8 +19,7 @@ import pytest
 
 from hybrid_trader.live.executor import split_dates
 from hybrid_trader.live.journal_read import JournalView
-
-from .cdp import Browser, chromium
+from tests.browser import Browser, chromium
 
 ROOT = Path(__file__).resolve().parents[2]
 POSITION = "document.getElementById('position').textContent"

@@ -1,4 +1,5 @@
-"""Headless Chromium driven over the DevTools protocol on a pipe (``--remote-debugging-pipe``: no port, no library).
+"""Headless Chromium driven over the DevTools protocol on a pipe (``--remote-debugging-pipe``: no port, no library):
+the one driver of the report and dashboard tests (``tests/evaluation``, ``tests/watch``).
 
 Chromium reads commands on its fd 3 and writes answers and events on its fd 4, each a JSON message ended by a NUL
 byte. :class:`Browser` opens one page, records every request it sends (``Network.requestWillBeSent``) and evaluates
@@ -25,6 +26,7 @@ FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-
 
 
 def chromium() -> str:
+    """The Chromium executable; skips the test (with the reason) when none is installed."""
     for name in ("chromium", "chromium-browser"):
         path = shutil.which(name)
         if path:
@@ -35,14 +37,14 @@ def chromium() -> str:
 class Browser:
     """One headless Chromium with one page. Use as a context manager."""
 
-    def __init__(self, profile: Path) -> None:
+    def __init__(self, profile: Path, *flags: str) -> None:
         to_chrome_r, self._out = os.pipe()
         self._in, from_chrome_w = os.pipe()
         # the protocol's fds 3 and 4, from the pipes' (bash: dash refuses an fd above 9 in a redirection)
         script = f'exec "$0" "$@" 3<&{to_chrome_r} 4>&{from_chrome_w}'
         self.log = profile.parent / f"{profile.name}.chromium.log"
         with open(self.log, "w") as log:
-            self.proc = subprocess.Popen(["bash", "-c", script, chromium(), *FLAGS, "--remote-debugging-pipe",
+            self.proc = subprocess.Popen(["bash", "-c", script, chromium(), *FLAGS, *flags, "--remote-debugging-pipe",
                                           f"--user-data-dir={profile}", "about:blank"],
                                          pass_fds=(to_chrome_r, from_chrome_w), stdout=subprocess.DEVNULL, stderr=log)
         os.close(to_chrome_r)
@@ -97,8 +99,10 @@ class Browser:
     def goto(self, url: str) -> None:
         self.call("Page.navigate", session=True, url=url)
 
-    def js(self, expression: str) -> Any:
-        result = self.call("Runtime.evaluate", session=True, expression=expression, returnByValue=True)
+    def js(self, expression: str, timeout_s: float = 30.0) -> Any:
+        """The value of a JavaScript expression in the page (a promise is awaited)."""
+        result = self.call("Runtime.evaluate", session=True, timeout_s=timeout_s, expression=expression,
+                           returnByValue=True, awaitPromise=True)
         if "exceptionDetails" in result:
             raise RuntimeError(f"{expression}: {result['exceptionDetails']}")
         return result["result"].get("value")
