@@ -407,7 +407,7 @@ class Executor(CoreViews, ExecutorJournal):
             core.record()
             self._journal_fills(t, tns, n_before)
             self._pending = 0
-            if breach:
+            if breach and not self._replayed:  # journaled once: not again on a restart's replay of the bar
                 self.journal.record_error("account", f"{self.rules.name}: trailing threshold breached at "
                                           f"{time_et}; trading halted (account {self.account.status.value})", tns)
             if last:
