@@ -15,7 +15,8 @@ def to_nt_export(csv: Path, dst: Path, bar_minutes: int = 1) -> Path:
     frame = pd.read_csv(csv, parse_dates=["timestamp"])
     ends = (frame["timestamp"].dt.tz_localize("America/New_York").dt.tz_convert("UTC")
             + pd.Timedelta(minutes=bar_minutes))
-    lines = [f"{t:%Y%m%d %H%M%S};{o:g};{h:g};{lo:g};{c:g};{int(v)}\r\n" for t, o, h, lo, c, v in
+    # full precision: 6 significant digits (":g") would move NQ prices by up to 0.05, and stops across the tick grid
+    lines = [f"{t:%Y%m%d %H%M%S};{o:.10g};{h:.10g};{lo:.10g};{c:.10g};{int(v)}\r\n" for t, o, h, lo, c, v in
              zip(ends, frame["open"], frame["high"], frame["low"], frame["close"], frame["volume"])]
     dst.write_text("".join(lines), newline="")
     return dst
