@@ -9,7 +9,7 @@ EXTRAS ?= llm,llama,dev,study,watch
 
 help:
 	@echo "make demo       create .venv, install, train phase 1+2 on the built-in market, evaluate, report"
-	@echo "make test       create .venv if missing, install (+ headless Chromium), run the default test suite (~19 min)"
+	@echo "make test       create .venv if missing, install (+ headless Chromium), run the default test suite (~20 min)"
 	@echo "make lint       ruff (style, import order, complexity) and mypy on src/"
 	@echo "make test-slow  the slow tests (training proofs on real data, real-model checks)"
 	@echo "make bench      environment, training and LLM throughput benchmarks"
