@@ -17,10 +17,9 @@ from hybrid_trader.evaluation.charts import (
     candles,
     chart_html,
     decimate,
-    distribution_chart,
-    forest_chart,
     steps,
 )
+from hybrid_trader.evaluation.compare_charts import distribution_chart, forest_chart
 from hybrid_trader.evaluation.policies import FlatPolicy, RandomPolicy
 from hybrid_trader.evaluation.report import html_document, write_report
 from hybrid_trader.evaluation.results import load_ohlc, load_results, save_results

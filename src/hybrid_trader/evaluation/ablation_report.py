@@ -24,7 +24,8 @@ from hybrid_trader.evaluation.ablation import (
     ablation_rows,
     ablation_title,
 )
-from hybrid_trader.evaluation.charts import chart_html, distribution_chart, variants_equity_chart
+from hybrid_trader.evaluation.charts import chart_html
+from hybrid_trader.evaluation.compare_charts import distribution_chart, variants_equity_chart
 from hybrid_trader.evaluation.report import _esc, _figure, _table, html_document
 from hybrid_trader.evaluation.results import StrategyResult, load_results, read_json, role_of
 from hybrid_trader.run import RunDir

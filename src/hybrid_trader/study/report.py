@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from hybrid_trader.evaluation.charts import chart_html, distribution_chart, forest_chart
+from hybrid_trader.evaluation.charts import chart_html
+from hybrid_trader.evaluation.compare_charts import distribution_chart, forest_chart
 from hybrid_trader.evaluation.report import _esc, html_document
 from hybrid_trader.study.report_stats import num as _num
 from hybrid_trader.study.report_stats import statistics_sections
