@@ -24,7 +24,8 @@ from hybrid_trader.config import merge_overrides
 from hybrid_trader.run.config import RunConfig
 from hybrid_trader.run.market import load_market
 from hybrid_trader.training import runner
-from hybrid_trader.training.lean_ppo import LeanForward, LeanMaskablePPO, fast_tanh
+from hybrid_trader.training.lean_forward import LeanForward, fast_tanh
+from hybrid_trader.training.lean_ppo import LeanMaskablePPO
 from hybrid_trader.training.runner import build_vec_env, make_model
 from tests.training.conftest import student_cfg
 
