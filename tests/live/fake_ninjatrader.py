@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from hybrid_trader.live.nt_sim import SimOrder, apply_fill, touched
+from hybrid_trader.live.nt_sim import SimOrder
+from hybrid_trader.live.nt_sim_market import apply_fill, touched
 
 COMMAND_FIELDS = 13
 

@@ -15,7 +15,8 @@ from pathlib import Path
 from hybrid_trader.live.executor import Executor, split_dates
 from hybrid_trader.live.feeds import Bar
 from hybrid_trader.live.ninjatrader import NinjaTraderBridge
-from hybrid_trader.live.nt_sim import Market, NinjaTraderSim
+from hybrid_trader.live.nt_sim import NinjaTraderSim
+from hybrid_trader.live.nt_sim_market import Market
 
 ACCOUNT, INSTRUMENT = "Sim101", "NQ 12-26"
 CLOSE_LINE = f"CLOSEPOSITION;{ACCOUNT};{INSTRUMENT};;;;;;;;;;"

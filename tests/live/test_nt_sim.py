@@ -11,7 +11,8 @@ from hybrid_trader.cli.main import main
 from hybrid_trader.live.ati import cancel_line, place_line, write_atomic
 from hybrid_trader.live.ninjatrader import NinjaTraderBridge
 from hybrid_trader.live.nt_outgoing import PositionLost
-from hybrid_trader.live.nt_sim import FileMarket, Market, NinjaTraderSim
+from hybrid_trader.live.nt_sim import NinjaTraderSim
+from hybrid_trader.live.nt_sim_market import FileMarket, Market
 
 ACCOUNT, INSTRUMENT = "Sim101", "NQ 12-26"
 

@@ -33,7 +33,8 @@ from hybrid_trader.errors import UserError
 from hybrid_trader.live.executor import Executor, run_bar_minutes
 from hybrid_trader.live.feeds import FOLLOW_POLL_S, Bar, FollowFeed, ReplayFeed
 from hybrid_trader.live.ninjatrader import NinjaTraderBridge
-from hybrid_trader.live.nt_sim import Market, NinjaTraderSim
+from hybrid_trader.live.nt_sim import NinjaTraderSim
+from hybrid_trader.live.nt_sim_market import Market
 
 TARGET_P99_MS = 250.0
 """The target: an order file visible within 250 ms of its bar's line (99th percentile)."""

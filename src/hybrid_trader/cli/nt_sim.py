@@ -52,7 +52,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     # imported only when it runs: `hybrid-trader --help` does not load the live package
-    from hybrid_trader.live.nt_sim import FileMarket, Market, NinjaTraderSim
+    from hybrid_trader.live.nt_sim import NinjaTraderSim
+    from hybrid_trader.live.nt_sim_market import FileMarket, Market
 
     if args.duration is not None and not (math.isfinite(args.duration) and args.duration > 0):
         raise UserError(f"--duration {args.duration}: a positive number of seconds", fix="e.g. --duration 3600")
