@@ -157,3 +157,52 @@ def test_the_does_the_llm_help_study_declares_its_hypotheses_before_it_runs():
     assert spec.baseline == "rl-only" and len(spec.seeds) == 10 and spec.folds == 3 and spec.phases == [2, 3]
     assert {(h.variant, h.against) for h in spec.hypotheses} == {("gemma", "shuffled"), ("trend-rule", "shuffled"),
                                                                  ("shuffled", "rl-only")}
+
+
+def _fake_trials(record: list[str]):
+    """A stand-in for Ray: each trial it is given finishes at once with a net P&L of 100 x its seed (fast: + 50)."""
+    def run(spec, todo, out, *args, **kwargs):
+        for t in todo:
+            record.append(t.slug)
+            folder = out / "trials" / t.slug
+            folder.mkdir(parents=True, exist_ok=True)
+            pnl = 100.0 * t.seed + (50.0 if t.variant == "fast" else 0.0)
+            (folder / "trial.json").write_text(json.dumps(
+                {"trial": t.slug, "variant": t.variant, "seed": t.seed, "fold": t.fold, "status": "finished",
+                 "Net PnL [$]": pnl, "Trades": 3}))
+        return {}
+    return run
+
+
+def test_a_study_runs_in_parts_with_only_and_judges_a_hypothesis_once_both_variants_ran(tmp_path, monkeypatch,
+                                                                                         capsys):
+    """``study --only``: the study is declared whole; the other variants' trials are 'not run' (not failures, exit
+    0) and a hypothesis on them is pending; a later run without --only runs just those and judges it."""
+    ran: list[str] = []
+    monkeypatch.setattr("hybrid_trader.study.engine._run_on_ray", _fake_trials(ran))
+    path = study_file(tmp_path, seeds=[0, 1, 2], hypotheses=[{**GOOD, "alpha": 0.2}])
+    out = tmp_path / "out"
+    code = main(["study", path, "--out", str(out), "--only", "fast", "--no-progress", "--json"])
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert code == 0 and ran == ["fast-s0-f0", "fast-s1-f0", "fast-s2-f0"]
+    assert summary["not run"] == 3 and summary["variants not run"] == ["slow"] and summary["finished"] == 3
+    assert summary["variants"]["slow"]["not run"] == 3 and summary["variants"]["fast"]["finished"] == 3
+    h = summary["hypotheses"][0]
+    assert h["verdict"] == "pending" and h["reason"].startswith("not_run_yet: 3 trial(s) of slow")
+    assert "not run yet" in summary["many comparisons"]["reason"]  # the baseline (slow) has not run
+    assert "pending" in (report := (out / "report.html").read_text()) and "3 not run yet (slow" in report
+    # the same study file later, whole: only the trials not run yet run, and the hypothesis is judged by its rule
+    ran.clear()
+    code = main(["study", path, "--out", str(out), "--no-progress", "--json"])
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert code == 0 and ran == ["slow-s0-f0", "slow-s1-f0", "slow-s2-f0"] and summary["not run"] == 0
+    h = summary["hypotheses"][0]
+    assert h["pairs"] == 3 and h["mean difference"] == pytest.approx(50.0)
+    assert h["p-value"] == pytest.approx(0.125) and h["verdict"] == "supported"  # 1/8 < 0.2; every pair +50
+
+
+def test_only_refuses_a_name_that_is_not_a_variant_of_the_study(tmp_path, capsys):
+    code = main(["study", study_file(tmp_path), "--out", str(tmp_path / "out"), "--only", "fats"])
+    err = capsys.readouterr().err
+    assert code == 2 and "--only fats: not a variant of study" in err and "slow, fast" in err
+    assert not (tmp_path / "out").exists()  # refused before anything is written

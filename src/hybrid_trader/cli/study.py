@@ -19,8 +19,9 @@ EXIT_ALL_FAILED = 4
 
 
 def exit_code(summary: dict) -> int:
-    """0 when every trial finished, else :data:`EXIT_SOME_FAILED` or :data:`EXIT_ALL_FAILED`."""
-    if summary["finished"] == summary["trials"]:
+    """0 when every trial this run ran finished (trials left for later by ``--only`` are not failures), else
+    :data:`EXIT_SOME_FAILED` or :data:`EXIT_ALL_FAILED`."""
+    if summary["finished"] + summary.get("not run", 0) == summary["trials"]:
         return 0
     return EXIT_ALL_FAILED if summary["finished"] == 0 else EXIT_SOME_FAILED
 
@@ -42,6 +43,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--address", help="join an existing Ray cluster (e.g. 10.0.0.5:6379, or auto on its head) "
                                      "instead of starting one; a token-authenticated one with the token in "
                                      "RAY_AUTH_TOKEN or ~/.ray/auth_token (docs/STUDY.md, On a cluster)")
+    p.add_argument("--only", nargs="+", metavar="VARIANT",
+                   help="run these variants' trials alone (e.g. while another variant's advisor is still being "
+                        "built): the study is declared whole, its identity and hypotheses unchanged; the other "
+                        "variants' trials are reported 'not run' and hypotheses on them 'pending' until a later "
+                        "run without --only")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--json", action="store_true", help="print the summary as JSON, last")
     what = p.add_mutually_exclusive_group()
@@ -80,11 +86,14 @@ def run(args: argparse.Namespace) -> int:
         summary["replication"] = replication
     else:
         summary = run_study(args.study, out, workers=args.workers, address=args.address,
-                            progress=not args.no_progress, static=args.static, say=say)
+                            progress=not args.no_progress, static=args.static, only=args.only, say=say)
     if args.json:
         print(json.dumps(jsonable(summary)))
         return _failures(summary, out)
     for name, v in summary["variants"].items():
+        if v["finished"] == 0 and v.get("not run"):
+            print(f"{name:<24} not run yet ({v['not run']} trials; run the study without --only)")
+            continue
         f = v["figures"]["Net PnL [$]"]
         print(f"{name:<24} {v['finished']}/{v['trials']} trials  net P&L mean {f['mean']:,.0f} "
               f"[{f['ci_low']:,.0f}, {f['ci_high']:,.0f}]")

@@ -17,7 +17,7 @@ import json
 import os
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +34,7 @@ from hybrid_trader.study.attempts import count_attempts, record_attempt
 from hybrid_trader.study.cluster import ray_init
 from hybrid_trader.study.fingerprint import fingerprint_summary
 from hybrid_trader.study.spec import StudySpec, load_study
-from hybrid_trader.study.summary import summarize
+from hybrid_trader.study.summary import NOT_RUN, summarize
 from hybrid_trader.study.transport import DataBars, absolute_paths, carried, land_trial, study_bars
 from hybrid_trader.study.trials import DAILY, TRIALS, Trial, forget_markets, market_for, read_trial, trial_task
 
@@ -80,12 +80,15 @@ _ray_init = ray_init
 
 def run_study(spec_path: str | Path | StudySpec, out: str | Path, *, workers: int | None = None,
               address: str | None = None, progress: bool = True, static: bool = False,
-              say: Callable[[str], None] = print) -> dict[str, Any]:
+              only: Sequence[str] | None = None, say: Callable[[str], None] = print) -> dict[str, Any]:
     """Run (or continue) the study (a file, or a loaded one); returns the summary (also in ``OUT/summary.json``).
 
-    ``static``: the report without charts (``study.report.write_study_report``).
+    ``static``: the report without charts (``study.report.write_study_report``). ``only``: run the trials of these
+    variants alone (the study is declared whole, hypotheses included; the others' trials are "not run", their
+    hypotheses pending, until a later run without ``only`` or with them).
     """
     spec = spec_path if isinstance(spec_path, StudySpec) else load_study(spec_path)
+    chosen = _chosen_variants(spec, only)
     out = Path(out).resolve()
     check_writable(out, what="study --out")
     cores = os.cpu_count() or 1
@@ -97,7 +100,7 @@ def run_study(spec_path: str | Path | StudySpec, out: str | Path, *, workers: in
         workers = cores
     bars: dict[str, DataBars] = {}  # every bar file the variants name, loaded once: checked here, shipped to trials
     _check_folds(spec, bars)
-    check_variants(spec, bars)
+    check_variants(spec, bars, only=chosen)
     out.mkdir(parents=True, exist_ok=True)
     with FolderLock(out, "study"):
         _check_same_study(out, spec)
@@ -105,15 +108,22 @@ def run_study(spec_path: str | Path | StudySpec, out: str | Path, *, workers: in
         atomic_write_text(out / STUDY_FILE, json.dumps({"identity": spec.identity(), "spec": to_dict(spec)},
                                                        indent=1, default=str))
         trials = trials_of(spec)
-        todo = [t for t in trials if (read_trial(out / TRIALS / t.slug) or {}).get("status") != "finished"]
+        done = {t.slug for t in trials if (read_trial(out / TRIALS / t.slug) or {}).get("status") == "finished"}
+        todo = [t for t in trials if t.slug not in done and t.variant in chosen]
+        left = [t for t in trials if t.slug not in done and t.variant not in chosen]
         for t in todo:  # a failed trial is tried again; its old record goes
             (out / TRIALS / t.slug / "trial.json").unlink(missing_ok=True)
         say(f"study {spec.name}: {len(trials)} trials ({len(spec.variants)} variants x {len(spec.seeds)} seeds x "
             f"{max(spec.folds, 1)} folds), {len(trials) - len(todo)} finished before, {len(todo)} to run on "
-            f"{'Ray at ' + address if address else f'{workers} local Ray workers'}")
+            f"{'Ray at ' + address if address else f'{workers} local Ray workers'}"
+            + (f"; {len(left)} of {', '.join(sorted({t.variant for t in left}))} left for a later run (--only)"
+               if left else ""))
+        left_slugs = {t.slug for t in left}
         timing = _run_on_ray(spec, todo, out, workers, address, progress, bars) if todo else {}
-        rows = [read_trial(out / TRIALS / t.slug) or {"trial": t.slug, "variant": t.variant, "seed": t.seed,
-                                                      "fold": t.fold, "status": "missing"} for t in trials]
+        rows = [{"trial": t.slug, "variant": t.variant, "seed": t.seed, "fold": t.fold, "status": NOT_RUN}
+                if t.slug in left_slugs else read_trial(out / TRIALS / t.slug)
+                or {"trial": t.slug, "variant": t.variant, "seed": t.seed, "fold": t.fold, "status": "missing"}
+                for t in trials]
         table = trials_table(rows)
         table.to_parquet(out / TABLE, index=False)
         summary = summarize(spec, rows, attempts=count_attempts(out, rows))
@@ -124,6 +134,18 @@ def run_study(spec_path: str | Path | StudySpec, out: str | Path, *, workers: in
 
         summary["report"] = str(write_study_report(out, spec, summary, table, static=static))
     return summary
+
+
+def _chosen_variants(spec: StudySpec, only: Sequence[str] | None) -> set[str]:
+    """The variants whose trials this run runs: ``only``'s (each a variant of the study), else all."""
+    names = [v.name for v in spec.variants]
+    if not only:
+        return set(names)
+    unknown = [o for o in only if o not in names]
+    if unknown:
+        raise UserError(f"--only {', '.join(unknown)}: not a variant of study {spec.name or '(unnamed)'}",
+                        value=", ".join(unknown), fix=f"name variants of the study file: {', '.join(names)}")
+    return set(only)
 
 
 def trials_table(rows: list[dict[str, Any]]) -> pd.DataFrame:
@@ -148,14 +170,16 @@ CHECKED_KEYS = {"the data and split": ("data.", "split."), "the environment": ("
 """What each stage of :func:`check_variants` checks, by key prefix: the keys named when it fails."""
 
 
-def check_variants(spec: StudySpec, bars: dict[str, DataBars] | None = None) -> None:
+def check_variants(spec: StudySpec, bars: dict[str, DataBars] | None = None,
+                   only: set[str] | None = None) -> None:
     """Every variant's configuration, each phase and fold, checked as a trial's training checks it, before Ray
     starts: the config's keys and values (``load_study``), the data and its split (a part that gets no day),
     and one environment (contracts above the rules' limit, the trading window, ...). A failure is refused naming
     the variant and the keys of the study that set what failed. Not checked here: an LLM back end's start-up (a
-    trial's own first step). ``bars``: the study's bars (:func:`study_bars`), else each variant's are loaded."""
+    trial's own first step). ``bars``: the study's bars (:func:`study_bars`), else each variant's are loaded.
+    ``only``: these variants alone (``study --only``)."""
     try:
-        for variant in spec.variants:
+        for variant in [v for v in spec.variants if only is None or v.name in only]:
             for fold in range(max(spec.folds, 1)):
                 for phase in spec.phases:
                     config = spec.run_config(variant, spec.seeds[0], fold, phase)

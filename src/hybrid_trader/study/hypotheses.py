@@ -14,6 +14,9 @@ The rule (:func:`judge`), on the per-pair differences ``d = variant - against``:
   (:func:`~hybrid_trader.study.stats.paired_difference`);
 - **supported** iff ``p < alpha`` **and** the CI lies wholly on the declared side of 0;
   otherwise **not supported**, with the reason. Fewer than 2 pairs: not supported.
+
+A study run in parts (``study --only VARIANT``, an advisor still being built) leaves a hypothesis
+on a variant with trials not run yet **pending**: no verdict until all of them have run.
 """
 
 from __future__ import annotations
@@ -35,6 +38,9 @@ HYPOTHESIS_METRICS = ("Net PnL [$]", "Sharpe (ann.)", "Max drawdown [$]", "Trade
 
 MIN_PAIRS = 2
 """Fewer pairs than this: the hypothesis is not supported (no interval)."""
+
+PENDING = "pending"
+"""The verdict of a hypothesis whose variants have trials not run yet (``study --only``): none yet."""
 
 TEST = ("one-sided Wilcoxon signed-rank test on the per-pair differences (same seed and fold), and the 1 - alpha "
         "bootstrap CI of their mean; supported iff p < alpha and the CI excludes 0 on the declared side")
@@ -100,13 +106,20 @@ def paired_values(rows: Sequence[dict[str, Any]], variant: str, against: str, fi
     return a, b
 
 
-def judge(h: HypothesisSpec, rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """The hypothesis's verdict by the declared rule (module docstring), with its figures and the reason."""
+def judge(h: HypothesisSpec, rows: Sequence[dict[str, Any]], not_run: dict[str, int] | None = None
+          ) -> dict[str, Any]:
+    """The hypothesis's verdict by the declared rule (module docstring), with its figures and the reason.
+    ``not_run``: trials not run yet per variant (``study --only``): a hypothesis on such a variant is **pending**,
+    judged only once every trial of both of its variants has run."""
     a, b = paired_values(rows, h.variant, h.against, h.metric)
     d = [x - y for x, y in zip(a, b)]
     mean, lo, hi = paired_difference(a, b, level=1.0 - h.alpha)
     p = wilcoxon_p(d, h.direction)
-    if len(d) < MIN_PAIRS:
+    waiting = {v: n for v in (h.variant, h.against) if (n := (not_run or {}).get(v, 0))}
+    if waiting:
+        verdict, reason = None, "not_run_yet: " + ", ".join(f"{n} trial(s) of {v}" for v, n in waiting.items()) + \
+            " not run (the study ran with --only); judged when every trial of both variants has run"
+    elif len(d) < MIN_PAIRS:
         verdict, reason = False, f"too_few_pairs: {len(d)} pair(s), {MIN_PAIRS} needed"
     elif not p < h.alpha:
         verdict, reason = False, f"p_not_below_alpha: p {p:.4g} >= alpha {h.alpha}"
@@ -121,10 +134,12 @@ def judge(h: HypothesisSpec, rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
             "mean difference": mean, "median difference": float(np.median(d)) if d else math.nan,
             "ci_low": lo, "ci_high": hi,
             "CI level [%]": round(100.0 * (1.0 - h.alpha), 6),
-            "verdict": "supported" if verdict else "not supported", "reason": reason}
+            "verdict": PENDING if verdict is None else "supported" if verdict else "not supported", "reason": reason}
 
 
-def judge_hypotheses(hypotheses: Sequence[HypothesisSpec], rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Every hypothesis judged on the trials in ``rows`` (the study's, or a confirmation's)."""
-    return [judge(h, rows) for h in hypotheses]
+def judge_hypotheses(hypotheses: Sequence[HypothesisSpec], rows: Sequence[dict[str, Any]],
+                     not_run: dict[str, int] | None = None) -> list[dict[str, Any]]:
+    """Every hypothesis judged on the trials in ``rows`` (the study's, or a confirmation's); ``not_run``: see
+    :func:`judge`."""
+    return [judge(h, rows, not_run) for h in hypotheses]
 

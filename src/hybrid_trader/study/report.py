@@ -76,7 +76,9 @@ def write_study_report(out: Path, spec: StudySpec, summary: dict, table: pd.Data
     sections = [
         f"<h1>Study {_esc(summary['study'])}</h1>",
         f'<p class="meta">{summary["trials"]} trials: {len(spec.variants)} variants x {len(spec.seeds)} seeds x '
-        f"{max(spec.folds, 1)} folds; {summary['finished']} finished, {summary['failed']} failed; evaluated on "
+        f"{max(spec.folds, 1)} folds; {summary['finished']} finished, {summary['failed']} failed"
+        + (f", {summary['not run']} not run yet ({_esc(', '.join(summary['variants not run']))}: the study ran "
+           "with --only; their hypotheses are pending)" if summary.get("not run") else "") + "; evaluated on "
         f"{_esc(summary.get('evaluated on') or spec.evaluate.split)} days"
         + (f"; {t.get('workers')} Ray workers, {t.get('wall_s')} s, Ray overhead "
            f"{t.get('ray_overhead_s_per_trial')} s a trial ({t.get('ray_overhead_pct')}%)" if t else "") + "</p>",

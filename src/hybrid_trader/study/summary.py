@@ -23,6 +23,8 @@ SUMMARY_FIGURES = ("Net PnL [$]", "Sharpe (ann.)", "Max drawdown [$]", "Trades",
 """The agent's figures summarised per variant (mean and 95% bootstrap CI over seeds and folds)."""
 PAIRED_FIGURES = ("Net PnL [$]", "Sharpe (ann.)", "Pass rate [%]")
 """Figures compared with the baseline variant pair by pair (same seed, same fold)."""
+NOT_RUN = "not run"
+"""A trial's status when the study ran without it (``study --only`` other variants): not a failure."""
 
 
 def summarize(spec: StudySpec, rows: Sequence[dict[str, Any]], attempts: dict[str, int] | None = None,
@@ -31,6 +33,9 @@ def summarize(spec: StudySpec, rows: Sequence[dict[str, Any]], attempts: dict[st
     differences (with the Wilcoxon test); the hypotheses; SPA, StepM, PBO; the DSR over ``attempts["attempts"]``
     trials (every trial the folder ran: ``study.attempts``; default: the rows)."""
     ok = [r for r in rows if r.get("status") == "finished"]
+    not_run = {v.name: n for v in spec.variants
+               if (n := sum(1 for r in rows if r["variant"] == v.name and r.get("status") == NOT_RUN))}
+    ran = [v.name for v in spec.variants if v.name not in not_run]
     variants: dict[str, Any] = {}
     for v in spec.variants:
         mine = [r for r in ok if r["variant"] == v.name]
@@ -43,6 +48,7 @@ def summarize(spec: StudySpec, rows: Sequence[dict[str, Any]], attempts: dict[st
             "trials": sum(1 for r in rows if r["variant"] == v.name),
             "finished": len(mine),
             "failed": sum(1 for r in rows if r["variant"] == v.name and r.get("status") == "failed"),
+            "not run": not_run.get(v.name, 0),
             "passed (Apex verdict)": sum(1 for r in mine if r.get("Apex verdict") == "passed"),
             "figures": figures,
         }
@@ -60,11 +66,17 @@ def summarize(spec: StudySpec, rows: Sequence[dict[str, Any]], attempts: dict[st
             paired[v.name][f] = {"mean difference": mean, "ci_low": lo, "ci_high": hi,
                                  **robust_figures([x - y for x, y in zip(a, b)], paired=True)}
     tried = (attempts or {}).get("attempts", len(rows))
+    many = many_comparisons(ran, spec.baseline, ok) if spec.baseline in ran else {
+        "reason": f"the baseline {spec.baseline} has trials not run yet"}
+    if not_run:
+        many["provisional"] = (f"over {len(ran)} of the {len(spec.variants)} variants: "
+                               f"{', '.join(not_run)} not run yet (study --only); final when every variant has run")
     return {"study": spec.name, "baseline": spec.baseline, "trials": len(rows), "finished": len(ok),
-            "failed": sum(1 for r in rows if r.get("status") == "failed"), "variants": variants,
+            "failed": sum(1 for r in rows if r.get("status") == "failed"),
+            "not run": sum(not_run.values()), "variants not run": sorted(not_run), "variants": variants,
             "paired vs baseline": paired,
-            "hypotheses": judge_hypotheses(spec.hypotheses, ok),
-            "many comparisons": many_comparisons([v.name for v in spec.variants], spec.baseline, ok),
+            "hypotheses": judge_hypotheses(spec.hypotheses, ok, not_run),
+            "many comparisons": many,
             "trials run by the folder": attempts or {"attempts": len(rows)},
             "deflated sharpe": deflated_best(ok, tried),
             "errors": [{"trial": r["trial"], "error": r.get("error")} for r in rows if r.get("status") == "failed"]}
