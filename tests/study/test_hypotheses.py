@@ -153,10 +153,12 @@ def test_the_does_the_llm_help_study_declares_its_hypotheses_before_it_runs():
     from pathlib import Path
 
     spec = load_study(Path(__file__).resolve().parents[2] / "examples" / "studies" / "nq_does_llm_help.yaml")
-    assert [v.name for v in spec.variants] == ["rl-only", "shuffled", "trend-rule", "gemma"]
+    assert [v.name for v in spec.variants] == ["rl-only", "shuffled", "trend-rule", "gemma", "gemma-lora"]
     assert spec.baseline == "rl-only" and len(spec.seeds) == 10 and spec.folds == 3 and spec.phases == [2, 3]
-    assert {(h.variant, h.against) for h in spec.hypotheses} == {("gemma", "shuffled"), ("trend-rule", "shuffled"),
-                                                                 ("shuffled", "rl-only")}
+    assert {(h.variant, h.against) for h in spec.hypotheses} == {
+        ("gemma", "shuffled"), ("trend-rule", "shuffled"), ("shuffled", "rl-only"), ("gemma-lora", "shuffled"),
+        ("gemma-lora", "gemma")}
+    assert spec.evaluate.prop.pass_value > 0  # the expected outcome per attempt ranks variants by more than fees
 
 
 def _fake_trials(record: list[str]):
@@ -199,6 +201,9 @@ def test_a_study_runs_in_parts_with_only_and_judges_a_hypothesis_once_both_varia
     h = summary["hypotheses"][0]
     assert h["pairs"] == 3 and h["mean difference"] == pytest.approx(50.0)
     assert h["p-value"] == pytest.approx(0.125) and h["verdict"] == "supported"  # 1/8 < 0.2; every pair +50
+    said: list[str] = []
+    run_study(path, out, workers=1, progress=False, only=["slow"], say=said.append)
+    assert "6 finished before, 0 to run" in said[0]
 
 
 def test_only_refuses_a_name_that_is_not_a_variant_of_the_study(tmp_path, capsys):

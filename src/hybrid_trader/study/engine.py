@@ -114,7 +114,7 @@ def run_study(spec_path: str | Path | StudySpec, out: str | Path, *, workers: in
         for t in todo:  # a failed trial is tried again; its old record goes
             (out / TRIALS / t.slug / "trial.json").unlink(missing_ok=True)
         say(f"study {spec.name}: {len(trials)} trials ({len(spec.variants)} variants x {len(spec.seeds)} seeds x "
-            f"{max(spec.folds, 1)} folds), {len(trials) - len(todo)} finished before, {len(todo)} to run on "
+            f"{max(spec.folds, 1)} folds), {len(done)} finished before, {len(todo)} to run on "
             f"{'Ray at ' + address if address else f'{workers} local Ray workers'}"
             + (f"; {len(left)} of {', '.join(sorted({t.variant for t in left}))} left for a later run (--only)"
                if left else ""))
