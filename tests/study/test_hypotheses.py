@@ -211,3 +211,22 @@ def test_only_refuses_a_name_that_is_not_a_variant_of_the_study(tmp_path, capsys
     err = capsys.readouterr().err
     assert code == 2 and "--only fats: not a variant of study" in err and "slow, fast" in err
     assert not (tmp_path / "out").exists()  # refused before anything is written
+
+
+@pytest.mark.parametrize("student, message", [
+    ({}, "llm.backend student without llm.student.path"),
+    ({"llm.student.path": "nowhere/student.pt"}, "the student file is not there"),
+])
+def test_a_phase_3_variant_without_its_student_is_refused_before_any_trial_trains(tmp_path, student, message):
+    """A trial's own phase 2 run has no distilled student: without a student file every trial would train phase 2
+    and then fail. Refused before Ray starts, naming the variant."""
+    tiny = {k: v for k, v in STUDENT_TINY.items() if k != "llm"}
+    spec = {"base": {**tiny, "ppo.total_timesteps": 256, "llm.backend": "student"}, "seeds": [0], "phases": [2, 3],
+            "variants": [{"name": "rl-only", "set": {"fusion.llm_weight": 0.0, "fusion.advice_input": False,
+                                                     **student}},
+                         {"name": "other", "set": {"fusion.llm_weight": 0.0, "fusion.advice_input": False}}]}
+    path = tmp_path / "study.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    with pytest.raises(UserError, match=f"study variant rl-only \\(phase 3\\): {message}") as err:
+        run_study(path, tmp_path / "out", workers=1, progress=False, say=lambda s: None)
+    assert "advise distill" in err.value.fix and not (tmp_path / "out").exists()

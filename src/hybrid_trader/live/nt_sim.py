@@ -29,67 +29,29 @@ slippage too). OCO siblings are cancelled when one fills or is cancelled. CLOSEP
 cancels the account's working orders in the instrument and flattens it at the last price;
 CANCELALLORDERS and FLATTENEVERYTHING act on every account and instrument it holds.
 
-Faults: :meth:`reject_next`, :meth:`refuse_close`, :meth:`partial_fill_next`, :meth:`hold_reports`,
-:meth:`disconnect`/:meth:`reconnect` (stops reading incoming/ and writing outgoing/, writes
-the connection file), :meth:`restart` (empties ``outgoing/`` as NinjaTrader does when it
-restarts; positions and working orders stay at the broker, their files come back with the
-next change). :meth:`settle` waits until everything read has been carried out (tests).
+Faults (:mod:`~hybrid_trader.live.nt_sim_faults`): a rejected order, a refused close, a partial fill,
+held reports, a dropped connection, a restart that empties ``outgoing/``; the books and the ``outgoing/``
+files: :mod:`~hybrid_trader.live.nt_sim_outgoing`. :meth:`settle` waits until everything read has been
+carried out (tests).
 """
 
 from __future__ import annotations
 
 import heapq
 import itertools
-import os
 import random
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from hybrid_trader.errors import UserError
-from hybrid_trader.live.ati import FIELDS, ORDER_TYPES, TEMP_PREFIX, TEMP_SUFFIX, is_oif_name
+from hybrid_trader.live.ati import FIELDS, ORDER_TYPES, is_oif_name
+from hybrid_trader.live.nt_sim_faults import FaultControls
 from hybrid_trader.live.nt_sim_market import Market, Quote, apply_fill, touched
-
-ACTIVE = frozenset({"SUBMITTED", "ACCEPTED", "WORKING", "CHANGESUBMITTED", "CANCELPENDING", "PARTFILLED"})
-"""Order states that can still fill, change or be cancelled."""
-
-
-@dataclass
-class SimOrder:
-    """One order at the simulated broker."""
-
-    order_id: str
-    account: str
-    instrument: str
-    action: str
-    qty: int
-    order_type: str
-    limit: float
-    stop: float
-    oco: str
-    state: str = "SUBMITTED"
-    filled: int = 0
-    avg: float = 0.0
-    sequence: int = 0
-
-    @property
-    def active(self) -> bool:
-        return self.state in ACTIVE
-
-    @property
-    def working(self) -> bool:
-        """At the exchange: it may fill."""
-        return self.state in ("WORKING", "PARTFILLED", "CHANGESUBMITTED")
-
-
-@dataclass
-class SimPosition:
-    qty: int = 0
-    avg: float = 0.0
+from hybrid_trader.live.nt_sim_outgoing import OutgoingFiles, SimOrder, SimPosition
 
 
 @dataclass(order=True)
@@ -99,12 +61,11 @@ class _Due:
     action: Callable[[], None] = field(compare=False)
 
 
-class NinjaTraderSim:
+class NinjaTraderSim(FaultControls):
     """NinjaTrader 8's ATI file interface, simulated on its own thread (see the module's docstring).
 
-    ``accounts`` and ``instruments``: what it holds (an OIF naming another is refused); the
-    first instrument trades at ``market``'s prices, the others are refused orders.
-    ``latency_s``: the time between two states of an order (0: all at once). Thread-safe:
+    ``accounts`` and ``instrument``: what it holds (an OIF naming another is refused), the instrument trading at
+    ``market``'s prices. ``latency_s``: the time between two states of an order (0: all at once). Thread-safe:
     the fault methods and :meth:`settle` may be called from any thread while it runs.
     """
 
@@ -156,12 +117,10 @@ class NinjaTraderSim:
         self._due: list[_Due] = []
         self._seq = itertools.count()
         self._order_seq = itertools.count(1)
-        self._dirty: set[str] = set()
-        self._dirty_positions: set[tuple[str, str]] = set()
+        self._out = OutgoingFiles(self.outgoing, exchange, state_file_style)
         self._reject: list[str] = []
         self._refuse_close = 0
         self._partial: int | None = None
-        self._held_reports = False
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
@@ -243,66 +202,12 @@ class NinjaTraderSim:
                 if not self._due and self.market.idle and not (self.connected and self._pending_oifs()):
                     return
 
-    # --- faults ----------------------------------------------------------------------------------------------
-
-    def reject_next(self, reason: str = "rejected by the simulated broker") -> None:
-        """The next PLACE is rejected (``REJECTED;0;0``); the reason goes to :attr:`log` only."""
-        with self._lock:
-            self._reject.append(reason)
-
-    def refuse_close(self, n: int) -> None:
-        """The next ``n`` CLOSEPOSITION commands are refused (a Log line, the position kept)."""
-        with self._lock:
-            self._refuse_close = n
-
-    def partial_fill_next(self, qty: int) -> None:
-        """The next MARKET order fills ``qty`` contracts, the rest one latency step later at the price then."""
-        with self._lock:
-            self._partial = qty
-
-    def hold_reports(self, held: bool = True) -> None:
-        """Hold back (True) or write now (False) the order state and position files: NinjaTrader's reports lagging
-        what it did (it fills, cancels and reads incoming/ meanwhile)."""
-        with self._lock:
-            self._held_reports = held
-            if not held and self.connected:
-                self._flush()
-
-    def disconnect(self) -> None:
-        """The connection drops: ``<connection>.txt`` reads DISCONNECTED; incoming/ is not read (OIFs pile up) and
-        outgoing/ not written until :meth:`reconnect`; working orders stay at the broker."""
-        with self._lock:
-            if self.connection:
-                self._write(f"{self.connection}.txt", "DISCONNECTED")
-            self.connected = False
-
-    def reconnect(self) -> None:
-        """CONNECTED again: what changed meanwhile is written, the piled-up OIFs are read at the next poll."""
-        with self._lock:
-            self.connected = True
-            if self.connection:
-                self._write(f"{self.connection}.txt", "CONNECTED")
-            self._flush()
-
-    def restart(self) -> None:
-        """NinjaTrader restarts: ``outgoing/`` is emptied; positions and working orders stay at the broker and
-        their files come back with their next change (the connection file at once)."""
-        with self._lock:
-            self.restarts += 1
-            for path in self.outgoing.iterdir():
-                if path.is_file():
-                    path.unlink(missing_ok=True)
-            self._dirty.clear()
-            self._dirty_positions.clear()
-            if self.connection:
-                self._write(f"{self.connection}.txt", "CONNECTED" if self.connected else "DISCONNECTED")
-
     def set_position(self, account: str, qty: int, avg: float) -> None:
         """A position the account holds from elsewhere (a trade by hand, another program)."""
         with self._lock:
             key = (account, self.instrument)
             self.positions[key] = SimPosition(qty, avg if qty else 0.0)
-            self._dirty_positions.add(key)
+            self._out.mark_position(key)
             if self.connected:
                 self._flush()
 
@@ -372,7 +277,7 @@ class NinjaTraderSim:
         order = SimOrder(oid or f"noid{next(self._order_seq)}", f[1], f[2], f[3].upper(), qty, order_type, limit,
                          stop, f[9], sequence=next(self._order_seq))
         self.orders[order.order_id] = order
-        self._mark(order)
+        self._out.mark(order)
         reason = reason or self._refusal(order)
         if reason is None and self._reject:
             reason = self._reject.pop(0)
@@ -558,48 +463,30 @@ class NinjaTraderSim:
     def _apply(self, key: tuple[str, str], signed: int, price: float) -> None:
         pos = self.positions.setdefault(key, SimPosition())
         pos.qty, pos.avg = apply_fill(pos.qty, pos.avg, signed, price)
-        self._dirty_positions.add(key)
+        self._out.mark_position(key)
 
     # --- outgoing/ -------------------------------------------------------------------------------------------
 
     def _set(self, order: SimOrder, state: str) -> None:
         order.state = state
-        self._mark(order)
+        self._out.mark(order)
         if self.connected and self.latency_s > 0:
             self._flush()  # each state is visible for a latency step
 
-    def _mark(self, order: SimOrder) -> None:
-        if not order.order_id.startswith("noid"):
-            self._dirty.add(order.order_id)
-
     def state_file(self, order_id: str) -> Path:
+        """``outgoing/``'s state file of the order (the account's name first in the account_prefixed style)."""
         order = self.orders.get(order_id)
-        account = order.account if order is not None else self.accounts[0]
-        name = order_id if self.state_file_style == "documented" else f"{account}_{order_id}"
-        return self.outgoing / f"{name}.txt"
+        return self._out.state_file(order_id, order.account if order is not None else self.accounts[0])
 
     def position_file(self, account: str | None = None) -> Path:
-        return self.outgoing / f"{self.instrument} {self.exchange}_{account or self.accounts[0]}_Position.txt"
+        """``outgoing/``'s position file of the account (default: the first) in the traded instrument."""
+        return self._out.position_file(account or self.accounts[0], self.instrument)
 
     def _flush(self) -> None:
-        if self._held_reports:
-            return
-        for oid in sorted(self._dirty):
-            o = self.orders[oid]
-            self._write(self.state_file(oid).name, f"{o.state};{o.filled};{_num(o.avg)}")
-        self._dirty.clear()
-        for key in sorted(self._dirty_positions):
-            pos = self.positions[key]
-            side = "LONG" if pos.qty > 0 else "SHORT" if pos.qty < 0 else "FLAT"
-            self._write(f"{key[1]} {self.exchange}_{key[0]}_Position.txt", f"{side};{abs(pos.qty)};{_num(pos.avg)}")
-        self._dirty_positions.clear()
+        self._out.flush(self.orders, self.positions)
 
     def _write(self, name: str, line: str) -> None:
-        """Replace ``outgoing/name`` whole (a reader never sees half a line)."""
-        temp = self.outgoing / f"{TEMP_PREFIX}{uuid.uuid4().hex}{TEMP_SUFFIX}"
-        temp.write_text(line + "\n", encoding="ascii")
-        os.replace(temp, self.outgoing / name)
-
+        self._out.write(name, line)
 
 def _buys(order: SimOrder) -> bool:
     return order.action in ("BUY", "BUYTOCOVER")
@@ -611,6 +498,3 @@ def _mtime(path: Path) -> int:
     except FileNotFoundError:
         return 0
 
-
-def _num(value: float) -> str:
-    return f"{value:.8f}".rstrip("0").rstrip(".") if value else "0"

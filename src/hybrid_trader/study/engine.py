@@ -183,6 +183,8 @@ def check_variants(spec: StudySpec, bars: dict[str, DataBars] | None = None,
             for fold in range(max(spec.folds, 1)):
                 for phase in spec.phases:
                     config = spec.run_config(variant, spec.seeds[0], fold, phase)
+                    if fold == 0:
+                        _check_student(spec, variant, phase, config)
                     stage = "the data and split"
                     try:
                         market = _market(config, bars)
@@ -197,6 +199,25 @@ def check_variants(spec: StudySpec, bars: dict[str, DataBars] | None = None,
                                         fix=err.fix) from None
     finally:
         forget_markets()  # the trials build their own, in their workers, from the bars shipped with them
+
+
+def _check_student(spec: StudySpec, variant: Any, phase: int, config: Any) -> None:
+    """A variant advised by a distilled student names a student file that exists: a trial's own phase 2 run has
+    none, so without ``llm.student.path`` every trial would train phase 2 and then fail."""
+    if phase != 3 or config.llm.backend != "student":
+        return
+    path = config.llm.student.path
+    where = f"study variant {variant.name} (phase 3)"
+    if not path:
+        raise UserError(f"{where}: llm.backend student without llm.student.path: the trial's own phase 2 run has no "
+                        "distilled student, so every trial would fail after training phase 2",
+                        fix="set llm.student.path (the base or the variant) to a student.pt written by 'hybrid-trader "
+                            "advise distill RUN_DIR'; for RL alone with fusion.llm_weight 0 and no advice input, any "
+                            "student will do (it is not used)")
+    if not Path(path).is_file():
+        raise UserError(f"{where}: the student file is not there", file=str(path), value=path,
+                        fix="write it with 'hybrid-trader advise distill RUN_DIR', or fix llm.student.path (relative "
+                            "paths are read from the folder the study runs in)")
 
 
 def _market(config: Any, bars: dict[str, DataBars] | None) -> Any:
