@@ -230,3 +230,14 @@ def test_a_phase_3_variant_without_its_student_is_refused_before_any_trial_train
     with pytest.raises(UserError, match=f"study variant rl-only \\(phase 3\\): {message}") as err:
         run_study(path, tmp_path / "out", workers=1, progress=False, say=lambda s: None)
     assert "advise distill" in err.value.fix and not (tmp_path / "out").exists()
+
+
+def test_trials_run_pair_by_pair_so_an_interrupted_study_holds_whole_pairs(tmp_path, monkeypatch):
+    """Every variant of a seed and fold is given to Ray before the next seed's: a study stopped halfway has whole
+    pairs for its hypotheses, not one variant's every trial and nothing of the others."""
+    ran: list[str] = []
+    monkeypatch.setattr("hybrid_trader.study.engine._run_on_ray", _fake_trials(ran))
+    run_study(study_file(tmp_path, seeds=[0, 1], folds=2), tmp_path / "out", workers=1, progress=False,
+              say=lambda s: None)
+    assert ran == ["slow-s0-f0", "fast-s0-f0", "slow-s0-f1", "fast-s0-f1",
+                   "slow-s1-f0", "fast-s1-f0", "slow-s1-f1", "fast-s1-f1"]

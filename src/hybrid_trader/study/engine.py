@@ -109,7 +109,9 @@ def run_study(spec_path: str | Path | StudySpec, out: str | Path, *, workers: in
                                                        indent=1, default=str))
         trials = trials_of(spec)
         done = {t.slug for t in trials if (read_trial(out / TRIALS / t.slug) or {}).get("status") == "finished"}
-        todo = [t for t in trials if t.slug not in done and t.variant in chosen]
+        order = {v.name: i for i, v in enumerate(spec.variants)}  # whole pairs first: an interrupted study
+        todo = sorted((t for t in trials if t.slug not in done and t.variant in chosen),  # has every variant of
+                      key=lambda t: (t.seed, t.fold, order[t.variant]))  # the seeds and folds it reached
         left = [t for t in trials if t.slug not in done and t.variant not in chosen]
         for t in todo:  # a failed trial is tried again; its old record goes
             (out / TRIALS / t.slug / "trial.json").unlink(missing_ok=True)
