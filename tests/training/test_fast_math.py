@@ -24,6 +24,7 @@ from hybrid_trader.config import merge_overrides
 from hybrid_trader.run.config import RunConfig
 from hybrid_trader.run.market import load_market
 from hybrid_trader.training import runner
+from hybrid_trader.training.lean_backward import supports
 from hybrid_trader.training.lean_forward import LeanForward, fast_tanh
 from hybrid_trader.training.lean_ppo import LeanMaskablePPO
 from hybrid_trader.training.runner import build_vec_env, make_model
@@ -61,7 +62,7 @@ def test_one_fast_update_matches_maskable_ppo_to_float_tolerance(market, phase):
     ref = _model(market, phase, MaskablePPO)
     _one_rollout(ref)
     fast = _model(market, phase, LeanMaskablePPO, fast_math=True)
-    assert fast.fast_math
+    assert fast.fast_math and supports(LeanForward.of(fast.policy, fast_math=True))  # the gradients by hand
     before = copy.deepcopy(ref.policy.state_dict())
     fast.policy.load_state_dict(before)
     for key in BUFFER:  # the same fixed data
@@ -109,6 +110,28 @@ def test_fast_rollout_decisions_match_the_torch_forward(market):
         assert th.allclose(v, ev, rtol=RTOL, atol=ATOL) and th.allclose(lp, elp, rtol=RTOL, atol=ATOL)
         if m is not None:
             assert m[np.arange(64), a.numpy()].all()
+
+
+def test_fast_rollout_draws_follow_torch_multinomial_step_after_step(market):
+    """The numpy rollout's sampling (argmax(p / q), q exponential draws) consumes torch's generator as
+    ``torch.multinomial`` does: a run of decisions gives the same actions as multinomial on the same probabilities."""
+    model = _model(market, 2, LeanMaskablePPO, fast_math=True)
+    fast = LeanForward.of(model.policy, fast_math=True)
+    assert fast is not None and fast.numpy is not None
+    gen = np.random.default_rng(2)
+    obs = [th.as_tensor(gen.standard_normal((4, 228)).astype(np.float32)) for _ in range(200)]
+    th.manual_seed(11)
+    with th.no_grad():
+        ours = [fast(o, None)[0] for o in obs]
+    th.manual_seed(11)
+    with th.no_grad():
+        theirs = []
+        for o, a in zip(obs, ours, strict=True):
+            _, dist = fast._latent(o, th.tanh)
+            theirs.append(th.multinomial(dist.probs, 1, True).flatten())
+            assert a.dtype == th.int64
+    assert all(th.equal(a, b) for a, b in zip(ours, theirs, strict=True))
+    assert len({tuple(a.tolist()) for a in ours}) > 20  # the draws vary
 
 
 def test_fast_tanh_values_and_gradients_match_torch():

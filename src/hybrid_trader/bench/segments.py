@@ -33,6 +33,9 @@ segment                     time spent in
 ``update forward``          the policy on each minibatch (``evaluate_actions``, or
                             ``update_forward`` with ``ppo.fast_math``)
 ``backward``                the gradients (``Tensor.backward``)
+``loss and gradients``      ``ppo.fast_math``'s plain tanh MLP: the minibatch's forward, loss
+                            and gradients by hand (``lean_backward.loss_and_grads``: the rows
+                            update forward and backward have no time then)
 ``gradient clipping``       ``clip_grad_norm_``
 ``optimizer``               Adam's ``zero_grad`` and ``step``
 ``update loop``             the rest of the update: losses, clipping, ``.item()`` of the
@@ -74,13 +77,14 @@ ROLLOUT_LOOP = "rollout loop"
 MINIBATCHES = "minibatches"
 UPDATE_FORWARD = "update forward"
 BACKWARD = "backward"
+LOSS_GRADS = "loss and gradients"
 CLIPPING = "gradient clipping"
 OPTIMIZER = "optimizer"
 UPDATE_LOOP = "update loop"
 LOGGING = "logging"
 ROLLOUT_PARTS = (POLICY_FORWARD, OBS_TENSOR, MASKS, CALLBACKS, EPISODES, BUFFER, GAE)
 """Disjoint parts of the rollout besides the VecEnv layers (the student is inside its wrapper's step)."""
-UPDATE_PARTS = (MINIBATCHES, UPDATE_FORWARD, BACKWARD, CLIPPING, OPTIMIZER)
+UPDATE_PARTS = (MINIBATCHES, UPDATE_FORWARD, BACKWARD, LOSS_GRADS, CLIPPING, OPTIMIZER)
 """Disjoint parts of the update."""
 
 
@@ -123,6 +127,8 @@ class SegmentTimer(TimingCallback):
         self._patch(rollouts, "obs_as_tensor", OBS_TENSOR)
         self._patch(rollouts, "get_action_masks", MASKS)
         self._patch(torch.Tensor, "backward", BACKWARD)
+        if hasattr(rollouts, "loss_and_grads"):  # LeanMaskablePPO's fast_math update by hand
+            self._patch(rollouts, "loss_and_grads", LOSS_GRADS)
         self._patch(torch.nn.utils, "clip_grad_norm_", CLIPPING)
         for attr in ("on_step", "update_locals", "on_rollout_start", "on_rollout_end"):
             self._patch(CallbackList, attr, CALLBACKS)
@@ -161,8 +167,8 @@ class SegmentTimer(TimingCallback):
         own[UPDATE_LOOP] = own.get(UPDATE, 0.0) - sum(own.get(k, 0.0) for k in UPDATE_PARTS)
         own["other"] = self.learn_seconds - own.get(ROLLOUT, 0.0) - own.get(UPDATE, 0.0)
         order = [ROLLOUT, POLICY_FORWARD, DISTRIBUTION, OBS_TENSOR, MASKS, *self._layers, STUDENT, CALLBACKS,
-                 EPISODES, BUFFER, GAE, ROLLOUT_LOOP, UPDATE, MINIBATCHES, UPDATE_FORWARD, BACKWARD, CLIPPING,
-                 OPTIMIZER, UPDATE_LOOP, LOGGING, "other"]
+                 EPISODES, BUFFER, GAE, ROLLOUT_LOOP, UPDATE, MINIBATCHES, UPDATE_FORWARD, BACKWARD, LOSS_GRADS,
+                 CLIPPING, OPTIMIZER, UPDATE_LOOP, LOGGING, "other"]
         steps = max(self.vector_steps, 1)
         return {name: {"seconds": round(own[name], 4), "us_per_step": round(1e6 * own[name] / steps, 1)}
                 for name in dict.fromkeys([*order, *own]) if name in own}

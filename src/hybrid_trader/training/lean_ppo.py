@@ -23,8 +23,10 @@ trains both on fixed seeds and compares every parameter and rollout array exactl
 update, the MLP's tanh computed by numpy (:func:`fast_tanh`: within 6e-8 of torch's, about
 nine times faster on this CPU for 512-row minibatches), Adam's fused CPU kernel, the
 forward as direct calls (:meth:`LeanForward.evaluate`) and the statistics kept as tensors,
-read once an update; in the rollout, a plain tanh policy's decisions in numpy
-(:meth:`LeanForward._numpy_decide`, sampled by ``torch.multinomial``: the same draws).
+read once an update; for a plain tanh MLP, the loss and its gradients written out by hand
+(:func:`~hybrid_trader.training.lean_backward.loss_and_grads`, no autograd graph); in the
+rollout, a plain tanh policy's decisions in numpy (:meth:`LeanForward._numpy_decide`,
+sampled as ``torch.multinomial`` samples: the same draws).
 ``tests/training/test_fast_math.py`` compares one update on fixed data with
 ``MaskablePPO``'s (losses, gradients, parameters, Adam's moments to float tolerance).
 
@@ -49,6 +51,7 @@ from stable_baselines3.common.utils import explained_variance, obs_as_tensor
 from stable_baselines3.common.vec_env import VecEnv
 from torch.nn import functional as F
 
+from hybrid_trader.training.lean_backward import LossTerms, loss_and_grads, supports
 from hybrid_trader.training.lean_forward import LeanForward, LeanMaskableCategoricalDistribution
 
 
@@ -178,8 +181,8 @@ class LeanMaskablePPO(MaskablePPO):
         if self.clip_range_vf is not None:
             clip_range_vf = self.clip_range_vf(self._current_progress_remaining)  # type: ignore[operator]
         self._lean_forward = LeanForward.of(policy, fast_math=True)
-        forward = self.update_forward
         discrete = isinstance(self.action_space, spaces.Discrete)
+        manual = self._lean_forward if discrete and supports(self._lean_forward) else None
         params = list(policy.parameters())
         stats: list[th.Tensor] = []  # per minibatch: policy loss, clip fraction, value loss, entropy loss
         kls: list[th.Tensor] = []  # the last epoch's approximate KL divergences
@@ -189,32 +192,29 @@ class LeanMaskablePPO(MaskablePPO):
             kls = []
             for data in self.rollout_buffer.get(self.batch_size):
                 actions = data.actions.long().flatten() if discrete else data.actions
-                values, log_prob, entropy = forward(data.observations, actions, data.action_masks)
-                values = values.flatten()
-                advantages = data.advantages
-                if self.normalize_advantage:
-                    advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
-                ratio = th.exp(log_prob - data.old_log_prob)
-                policy_loss_1 = advantages * ratio
-                policy_loss_2 = advantages * th.clamp(ratio, 1 - clip_range, 1 + clip_range)
-                policy_loss = -th.min(policy_loss_1, policy_loss_2).mean()
-                clip_fraction = th.mean((th.abs(ratio - 1) > clip_range).float())
-                values_pred = values if clip_range_vf is None else \
-                    data.old_values + th.clamp(values - data.old_values, -clip_range_vf, clip_range_vf)
-                value_loss = F.mse_loss(data.returns, values_pred)
-                entropy_loss = -th.mean(-log_prob) if entropy is None else -th.mean(entropy)
-                loss = policy_loss + self.ent_coef * entropy_loss + self.vf_coef * value_loss
-                with th.no_grad():
-                    stats.append(th.stack((policy_loss, clip_fraction, value_loss, entropy_loss)))
-                    log_ratio = log_prob - data.old_log_prob
-                    kls.append(th.mean((th.exp(log_ratio) - 1) - log_ratio))
+                grads = None
+                if manual is not None:  # the loss and its gradients by hand (lean_backward), no autograd graph
+                    terms, grads = loss_and_grads(
+                        manual, data.observations, actions, data.action_masks, data.old_log_prob, data.advantages,
+                        data.returns, data.old_values, clip_range=clip_range, clip_range_vf=clip_range_vf,
+                        ent_coef=self.ent_coef, vf_coef=self.vf_coef, normalize_advantage=self.normalize_advantage)
+                else:
+                    terms = self._autograd_loss(data, actions, clip_range, clip_range_vf)
+                loss = terms.loss
+                stats.append(th.stack((terms.policy_loss, terms.clip_fraction, terms.value_loss,
+                                       terms.entropy_loss)).detach())
+                kls.append(terms.approx_kl)
                 if self.target_kl is not None and kls[-1].item() > 1.5 * self.target_kl:
                     continue_training = False
                     if self.verbose >= 1:
                         print(f"Early stopping at step {epoch} due to reaching max kl: {kls[-1].item():.2f}")
                     break
-                policy.optimizer.zero_grad()
-                loss.backward()
+                if grads is None:
+                    policy.optimizer.zero_grad()
+                    loss.backward()
+                else:
+                    for p in params:
+                        p.grad = grads[p]
                 th.nn.utils.clip_grad_norm_(params, self.max_grad_norm)
                 policy.optimizer.step()
             self._n_updates += 1
@@ -236,6 +236,30 @@ class LeanMaskablePPO(MaskablePPO):
         record("train/clip_range", clip_range)
         if clip_range_vf is not None:
             record("train/clip_range_vf", clip_range_vf)
+
+    def _autograd_loss(self, data: Any, actions: th.Tensor, clip_range: float, clip_range_vf: float | None
+                       ) -> LossTerms:
+        """sb3-contrib's minibatch loss on :meth:`update_forward`, for autograd (policies ``lean_backward`` does
+        not cover)."""
+        values, log_prob, entropy = self.update_forward(data.observations, actions, data.action_masks)
+        values = values.flatten()
+        advantages = data.advantages
+        if self.normalize_advantage:
+            advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+        ratio = th.exp(log_prob - data.old_log_prob)
+        policy_loss_1 = advantages * ratio
+        policy_loss_2 = advantages * th.clamp(ratio, 1 - clip_range, 1 + clip_range)
+        policy_loss = -th.min(policy_loss_1, policy_loss_2).mean()
+        clip_fraction = th.mean((th.abs(ratio - 1) > clip_range).float())
+        values_pred = values if clip_range_vf is None else \
+            data.old_values + th.clamp(values - data.old_values, -clip_range_vf, clip_range_vf)
+        value_loss = F.mse_loss(data.returns, values_pred)
+        entropy_loss = -th.mean(-log_prob) if entropy is None else -th.mean(entropy)
+        loss = policy_loss + self.ent_coef * entropy_loss + self.vf_coef * value_loss
+        with th.no_grad():
+            log_ratio = log_prob - data.old_log_prob
+            approx_kl = th.mean((th.exp(log_ratio) - 1) - log_ratio)
+        return LossTerms(loss, policy_loss, clip_fraction, value_loss, entropy_loss, approx_kl)
 
     def collect_rollouts(self, env: VecEnv, callback: BaseCallback, rollout_buffer: Any, n_rollout_steps: int,
                          use_masking: bool = True) -> bool:

@@ -1,0 +1,137 @@
+"""The PPO update's loss and gradients of a plain tanh MLP policy, written out by hand (``ppo.fast_math``).
+
+``LeanMaskablePPO``'s fast update computes MaskablePPO's loss (clipped surrogate, value
+loss, entropy bonus, masked categorical log-probabilities) for a 512-row minibatch and its
+gradient with respect to every parameter with torch's matrix products, no autograd graph:
+the same formulas autograd differentiates, each layer's backward as torch's own
+(``tanh_backward``, ``grad.t() @ input``, ``grad @ weight``), equal to the autograd path to
+float tolerance (``tests/training/test_fast_math.py`` against sb3-contrib's MaskablePPO).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch as th
+
+from hybrid_trader.training.lean_forward import HUGE_NEG, LeanForward
+
+
+@dataclass
+class LossTerms:
+    """A minibatch's scalars as 0-d tensors (read once an update): the loss and the four logged statistics."""
+
+    loss: th.Tensor
+    policy_loss: th.Tensor
+    clip_fraction: th.Tensor
+    value_loss: th.Tensor
+    entropy_loss: th.Tensor
+    approx_kl: th.Tensor
+
+
+def _tanh(x: th.Tensor) -> th.Tensor:
+    """tanh in place by numpy's float32 kernel (``fast_tanh``'s), on a fresh float32 CPU tensor."""
+    np.tanh(x.numpy(), out=x.numpy())
+    return x
+
+
+def _mlp(x: th.Tensor, layers: list[tuple[th.Tensor, th.Tensor]]) -> list[th.Tensor]:
+    """The inputs of each layer and the last output: ``[x, h1, ..., hn]``."""
+    out = [x]
+    for w, b in layers:
+        out.append(_tanh(th.addmm(b, out[-1], w.t())))
+    return out
+
+
+def _mlp_backward(grad: th.Tensor, acts: list[th.Tensor], layers: list[tuple[th.Tensor, th.Tensor]],
+                  grads: dict[th.Tensor, th.Tensor]) -> None:
+    """Gradients of ``layers`` (into ``grads``) from ``grad``, the gradient of the last output ``acts[-1]``."""
+    for i in range(len(layers) - 1, -1, -1):
+        w, b = layers[i]
+        grad = th.ops.aten.tanh_backward(grad, acts[i + 1])
+        grads[w] = grad.t().mm(acts[i])
+        grads[b] = grad.sum(0)
+        if i:
+            grad = grad.mm(w)
+
+
+def supports(lean: LeanForward | None) -> bool:
+    """True when :func:`loss_and_grads` covers ``lean``'s policy: a plain tanh MLP (the rollout's numpy path)."""
+    return lean is not None and lean.numpy is not None and all(b is not None for _, b in (*lean.pi, *lean.vf))
+
+
+def loss_and_grads(lean: LeanForward, obs: th.Tensor, actions: th.Tensor, masks: th.Tensor | None,
+                   old_log_prob: th.Tensor, advantages: th.Tensor, returns: th.Tensor, old_values: th.Tensor, *,
+                   clip_range: float, clip_range_vf: float | None, ent_coef: float, vf_coef: float,
+                   normalize_advantage: bool) -> tuple[LossTerms, dict[th.Tensor, th.Tensor]]:
+    """MaskablePPO's minibatch loss and its gradient for each parameter of ``lean``'s policy (:func:`supports`).
+
+    Forward as ``LeanForward.evaluate`` (``x - logsumexp(x)`` twice, masked logits at -1e8);
+    the backward by hand: policy loss ``-mean(min(A r, A clamp(r)))`` (torch splits a tie's
+    gradient in halves that add up to the same), entropy ``-sum(m p l)``, value loss
+    ``mean((R - v)^2)``, then the two log-softmaxes, the heads and the tanh layers.
+    """
+    with th.no_grad():
+        n = len(obs)
+        pi = [(w, b) for w, b in lean.pi if b is not None]
+        vf = [(w, b) for w, b in lean.vf if b is not None]
+        x = obs.float().flatten(1)
+        hp, hv = _mlp(x, pi), _mlp(x, vf)
+        values = th.addmm(lean.value_b, hv[-1], lean.value_w.t()).flatten()
+        z = th.addmm(lean.action_b, hp[-1], lean.action_w.t())
+        n1 = z - z.logsumexp(dim=-1, keepdim=True)
+        m = None if masks is None else masks.to(th.bool).reshape(n1.shape)
+        w = n1 if m is None else th.where(m, n1, th.tensor(HUGE_NEG, dtype=n1.dtype))
+        logits = w - w.logsumexp(dim=-1, keepdim=True)
+        probs = th.softmax(logits, dim=-1)
+        idx = actions.long().reshape(-1, 1)
+        log_prob = logits.gather(1, idx).flatten()
+        lp = logits * probs if m is None else th.where(m, logits * probs, th.zeros((), dtype=logits.dtype))
+        entropy = -lp.sum(-1)
+
+        adv = advantages
+        if normalize_advantage:
+            adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+        log_ratio = log_prob - old_log_prob
+        ratio = th.exp(log_ratio)
+        clipped = th.clamp(ratio, 1 - clip_range, 1 + clip_range)
+        loss1, loss2 = adv * ratio, adv * clipped
+        policy_loss = -th.min(loss1, loss2).mean()
+        clip_fraction = th.mean((th.abs(ratio - 1) > clip_range).float())
+        if clip_range_vf is None:
+            pred, vf_pass = values, None
+        else:
+            diff = values - old_values
+            pred = old_values + th.clamp(diff, -clip_range_vf, clip_range_vf)
+            vf_pass = (diff >= -clip_range_vf) & (diff <= clip_range_vf)
+        value_loss = th.mean((returns - pred) ** 2)
+        entropy_loss = -th.mean(entropy)
+        loss = policy_loss + ent_coef * entropy_loss + vf_coef * value_loss
+        terms = LossTerms(loss, policy_loss, clip_fraction, value_loss, entropy_loss,
+                          th.mean((ratio - 1) - log_ratio))
+
+        # d loss / d log_prob: the surrogate's branch that min() took (a tie: both halves, the same sum)
+        takes_ratio = (loss1 <= loss2) | ((ratio >= 1 - clip_range) & (ratio <= 1 + clip_range))
+        g_logp = th.where(takes_ratio, adv * ratio, th.zeros((), dtype=ratio.dtype)) * (-1.0 / n)
+        # d loss / d entropy, then through entropy = -sum(m p l), p = softmax(l): -p (m (1 + l) + entropy); the
+        # -p entropy term is p times a row's constant, which the log-softmax's backward below removes exactly
+        g_ent = -ent_coef / n
+        inner = 1 + logits if m is None else th.where(m, 1 + logits, th.zeros((), dtype=logits.dtype))
+        g_l = probs * inner * -g_ent
+        g_l.scatter_add_(1, idx, g_logp.unsqueeze(1))
+        # through l = log_softmax(w), w = where(m, n1, -1e8), n1 = log_softmax(z)
+        g_w = g_l - probs * g_l.sum(-1, keepdim=True)
+        g_n1 = g_w if m is None else th.where(m, g_w, th.zeros((), dtype=g_w.dtype))
+        g_z = g_n1 - th.exp(n1) * g_n1.sum(-1, keepdim=True)
+        g_v = (pred - returns) * (2 * vf_coef / n)
+        if vf_pass is not None:
+            g_v = th.where(vf_pass, g_v, th.zeros((), dtype=g_v.dtype))
+        g_v = g_v.unsqueeze(1)
+
+        grads: dict[th.Tensor, th.Tensor] = {
+            lean.action_w: g_z.t().mm(hp[-1]), lean.action_b: g_z.sum(0),
+            lean.value_w: g_v.t().mm(hv[-1]), lean.value_b: g_v.sum(0)}
+        _mlp_backward(g_z.mm(lean.action_w), hp, pi, grads)
+        _mlp_backward(g_v.mm(lean.value_w), hv, vf, grads)
+    return terms, grads
