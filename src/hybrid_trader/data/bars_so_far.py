@@ -89,10 +89,12 @@ class BarsSoFar:
         """Append the next bar (the caller's gate has checked it is later than the last)."""
         clock = self._clock
         wall = clock.wall_ns(time_ns)
-        date = clock.trading_date(wall)
-        if self.trading_date and date == self.trading_date[-1]:
-            self.session_high.append(max(self.session_high[-1], high))
-            self.session_low.append(min(self.session_low[-1], low))
+        date = clock.trading_date(wall)  # the same object all day long: `is` first, `==` once a day
+        dates = self.trading_date
+        if dates and (date is dates[-1] or date == dates[-1]):
+            last_high, last_low = self.session_high[-1], self.session_low[-1]
+            self.session_high.append(high if high > last_high else last_high)
+            self.session_low.append(low if low < last_low else last_low)
         else:
             self.session_high.append(high)
             self.session_low.append(low)
