@@ -1,4 +1,4 @@
-"""Per-bar cost of ``live.features.IncrementalFeatures`` (the executor's feature step).
+"""Per-bar cost of ``features.incremental.IncrementalFeatures`` (the executor's feature step).
 
     python bench/live_features.py                       # a year of real NQ 1-min bars if present, else synthetic
     python bench/live_features.py --data FILE --tz CT --check
@@ -20,7 +20,7 @@ import numpy as np
 
 from hybrid_trader.data import Bars, generate_bars, load_bars
 from hybrid_trader.features import compute_features
-from hybrid_trader.live.features import IncrementalFeatures
+from hybrid_trader.features.incremental import IncrementalFeatures
 
 ROOT = Path(__file__).resolve().parents[1]
 YEAR = Path("shared") / "data" / "NQ_1min_2024_central"

@@ -125,3 +125,17 @@ def test_trading_window_error_when_start_is_not_before_end():
 
 def test_fmt_minute_pads_hours_and_keeps_none():
     assert cal.fmt_minute(570) == "09:30" and cal.fmt_minute(0) == "00:00" and cal.fmt_minute(None) is None
+
+
+def test_wall_clock_equals_pandas_when_crossing_dst_changes() -> None:
+    clock = cal.EasternClock()
+    # every 7 minutes (and a second off) through 2024's two changes, and odd nanoseconds
+    start, stop = pd.Timestamp("2024-03-09", tz="UTC").value, pd.Timestamp("2024-11-05", tz="UTC").value
+    times = list(range(start, stop, 7 * 60 * 10**9 + 10**9)) + [pd.Timestamp("2024-03-10 07:00", tz="UTC").value - 1,
+                                                                 pd.Timestamp("2024-11-03 06:00", tz="UTC").value - 1]
+    for ns in times:
+        et = pd.Timestamp(ns, tz="UTC").tz_convert(cal.EASTERN)
+        wall = clock.wall_ns(ns)
+        assert wall == et.tz_localize(None).value
+        assert cal.EasternClock.minute_of_day(wall) == et.hour * 60 + et.minute
+        assert clock.trading_date(wall) == np.datetime64((et.tz_localize(None) + cal.SESSION_ROLL).date(), "D")

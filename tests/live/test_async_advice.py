@@ -12,10 +12,12 @@ import pandas as pd
 import pytest
 
 from hybrid_trader.account_state import AccountState
+from hybrid_trader.data.bars_so_far import BarsSoFar
 from hybrid_trader.evaluation.evaluate import evaluate_run
-from hybrid_trader.live.async_advice import AsyncAdvisedPolicy, LiveMarket
+from hybrid_trader.features.features_so_far import FeaturesSoFar
+from hybrid_trader.features.incremental import IncrementalFeatures
+from hybrid_trader.live.async_advice import CONTEXT_RAW_KEYS, AsyncAdvisedPolicy
 from hybrid_trader.live.executor import Executor, split_dates
-from hybrid_trader.live.features import IncrementalFeatures
 from hybrid_trader.live.feeds import ReplayFeed
 from hybrid_trader.live.journal_report import write_journal_report
 from hybrid_trader.llm.context import context_from_market
@@ -60,17 +62,17 @@ def replay(run, csv, journal, pace_s: float = 0.0, **kw) -> Executor:
 def test_live_contexts_equal_the_batch_contexts_when_built_bar_by_bar(student_market):
     bars, features = student_market.bars, student_market.features
     inc = IncrementalFeatures(bars.market, bars.bar_minutes)
-    live = LiveMarket(bars.market)
+    live_bars, live_rows = BarsSoFar(bars.market, bars.bar_minutes), FeaturesSoFar(raw_keys=CONTEXT_RAW_KEYS)
     account = AccountState(position=1, contracts=1, entry_price=float(bars.close[0]), unrealized_pnl=12.5)
     mask = np.ones(6, dtype=bool)
     times = bars.frame.index
     n = min(len(bars.close), 3000)
     for t in range(n):
         row = inc.append(int(times[t].value), bars.open[t], bars.high[t], bars.low[t], bars.close[t], bars.volume[t])
-        et = times[t].tz_convert("America/New_York").to_pydatetime()
-        live.push(bars.high[t], bars.low[t], bars.close[t], et, row.raw)
+        live_bars.push(int(times[t].value), bars.open[t], bars.high[t], bars.low[t], bars.close[t], bars.volume[t])
+        live_rows.push(row)
     for t in range(0, n, 97):
-        assert context_from_market(live.bars, live.features, t, account, mask) == \
+        assert context_from_market(live_bars, live_rows, t, account, mask) == \
             context_from_market(bars, features, t, account, mask), t
 
 

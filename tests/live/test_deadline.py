@@ -67,7 +67,7 @@ def holding(tiny, tmp_path, error=None, **kw):
     feed = Holding(csv, nt, error)
     feed.ex = ex
     ex.link.flat_retries, ex.link.flat_retry_s = 2, 0.0
-    ex.link.sleep = lambda s: nt.process(FakeBar(*[ex.arrays.close[-1]] * 4))  # NinjaTrader reads meanwhile
+    ex.link.sleep = lambda s: nt.process(FakeBar(*[ex.bars.close[-1]] * 4))  # NinjaTrader reads meanwhile
     return ex, nt, feed
 
 
@@ -95,10 +95,10 @@ def test_the_wall_clock_guard_flattens_at_the_flat_by_time_when_no_bar_comes(tin
     ex, nt, feed = holding(tiny, tmp_path)
     ex.run_feed(feed)
     assert ex.broker.side != 0 and nt.position != 0
-    last = pd.Timestamp(ex.arrays.time_ns[-1], tz="UTC")
+    last = pd.Timestamp(ex.bars.time_ns[-1], tz="UTC")
     now = [last.timestamp() + 60.0]
     guard = FlatGuard(ex, clock=lambda: now[0], poll_s=0.01)
-    due = guard.deadline_of(ex.arrays.time_ns[-1])
+    due = guard.deadline_of(ex.bars.time_ns[-1])
     end = (ex.window[1] + 18 * 60) % 1440  # the window's end (the run's trade_end, before Apex's 16:59)
     assert due.tz_convert("America/New_York").strftime("%H:%M") == f"{end // 60:02d}:{end % 60:02d}"
     assert guard.check() is None and ex.broker.side != 0, "before the flat-by time: nothing"
@@ -119,7 +119,7 @@ def test_the_wall_clock_guard_flattens_at_the_flat_by_time_when_no_bar_comes(tin
 def test_the_wall_clock_judges_a_position_of_old_bars_only_when_they_are_recent(tiny, tmp_path):
     ex, nt, feed = holding(tiny, tmp_path)
     ex.run_feed(feed)
-    due = FlatGuard(ex).deadline_of(ex.arrays.time_ns[-1]).timestamp()
+    due = FlatGuard(ex).deadline_of(ex.bars.time_ns[-1]).timestamp()
     next_evening = due + 2 * 3600.0  # 18:00 ET: the clock's trading date is the next one, the position still late
     old_file = due + 30 * 86_400.0  # a month-old file followed as if live (a simulation): not the clock's business
     assert FlatGuard(ex, clock=lambda: old_file).check() is None and ex.broker.side != 0
@@ -192,7 +192,7 @@ def test_a_close_journaled_but_never_written_is_written_once_by_the_restart(tiny
     run, csv, _ = tiny
     ex, nt, feed = holding(tiny, tmp_path)
     ex.run_feed(feed)
-    held, killed_at, received = nt.position, ex.arrays.time_ns[-1], len(nt.received)
+    held, killed_at, received = nt.position, ex.bars.time_ns[-1], len(nt.received)
 
     def killed(order_id):
         raise Killed
@@ -202,7 +202,7 @@ def test_a_close_journaled_but_never_written_is_written_once_by_the_restart(tiny
     ex.close()
     j = tmp_path / "j.sqlite"
     assert rows(j, "SELECT state FROM orders WHERE intent = 'close'") == [("sent",)], "journaled"
-    nt.process(FakeBar(*[ex.arrays.close[-1]] * 4))
+    nt.process(FakeBar(*[ex.bars.close[-1]] * 4))
     assert nt.position == held and len(nt.received) == received, "no file reached NinjaTrader"
 
     class AfterKill:  # the restart replays the journal's bars (NinjaTrader saw them), then goes on live
@@ -214,7 +214,7 @@ def test_a_close_journaled_but_never_written_is_written_once_by_the_restart(tiny
                 if bar.time_ns > killed_at + 30 * 60 * 10**9:
                     return
     again = executor(run, j, nt)
-    again.link.sleep = lambda s: nt.process(FakeBar(*[again.arrays.close[-1]] * 4))
+    again.link.sleep = lambda s: nt.process(FakeBar(*[again.bars.close[-1]] * 4))
     again.run_feed(AfterKill())
     after = nt.received[received:]
     upto = next((i for i, line in enumerate(after) if line.startswith("PLACE")), len(after))

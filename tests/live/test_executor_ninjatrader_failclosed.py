@@ -51,7 +51,7 @@ def run_until_halted(tiny, tmp_path: Path, *, after: Callable[[Executor, FakeNin
 
 def bar_of(ex: Executor):
     class Last:
-        open = high = low = close = float(ex.arrays.close[-1])
+        open = high = low = close = float(ex.bars.close[-1])
     return Last
 
 

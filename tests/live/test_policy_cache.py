@@ -37,9 +37,9 @@ def policies(run: Path):
     rd = RunDir(run)
     config = rd.load_config(RunConfig)
     cached_file(run).unlink(missing_ok=True)
-    built, torch_model = executor_policy(rd, config, "NQ")
+    built, torch_model = executor_policy(rd, config)
     assert torch_model.loaded and cached_file(run).is_file()
-    cached, lazy = executor_policy(rd, config, "NQ")
+    cached, lazy = executor_policy(rd, config)
     return built, cached, lazy
 
 
@@ -81,14 +81,14 @@ def test_cache_is_rebuilt_with_a_note_when_made_from_another_model_or_damaged(ti
     good = cached_file(run).read_bytes()
     for damaged in (b"not a zip file", good[: len(good) // 2]):
         cached_file(run).write_bytes(damaged)
-        live, torch_model = executor_policy(rd, config, "NQ")
+        live, torch_model = executor_policy(rd, config)
         assert torch_model.loaded and any("could not be read" in n for n in live.notes), live.notes
         assert cached_file(run).read_bytes() == good, "written again"
     with np.load(cached_file(run)) as z:
         other = {k: z[k] for k in z.files}
     other["key"] = np.array(str(other["key"]).replace("model.zip ", "model.zip 00"))
     np.savez(cached_file(run), **other)
-    live, torch_model = executor_policy(rd, config, "NQ")
+    live, torch_model = executor_policy(rd, config)
     assert torch_model.loaded and any("made from another model" in n for n in live.notes), live.notes
 
 

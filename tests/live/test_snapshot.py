@@ -16,8 +16,9 @@ import pytest
 from hybrid_trader.data import generate_bars, load_bars
 from hybrid_trader.errors import UserError
 from hybrid_trader.features import compute_features
+from hybrid_trader.features.incremental import IncrementalFeatures
+from hybrid_trader.features.names import RAW_NAMES
 from hybrid_trader.live.executor import Executor, split_dates
-from hybrid_trader.live.features import RAW_KEYS, IncrementalFeatures
 from hybrid_trader.live.feeds import ReplayFeed
 from hybrid_trader.live.journal import Journal
 from hybrid_trader.live.snapshot import SNAPSHOT_FORMAT
@@ -209,7 +210,7 @@ def test_features_restored_from_a_snapshot_equal_batch_when_pickled_mid_history(
     np.testing.assert_array_equal(np.stack([r.bar for r in got]), fs.bar)
     np.testing.assert_array_equal(np.stack([r.llm_market for r in got]), fs.llm_market)
     np.testing.assert_array_equal(np.array([r.atr for r in got]), fs.atr)
-    for k in RAW_KEYS:
+    for k in RAW_NAMES:
         np.testing.assert_array_equal(np.array([r.raw[k] for r in got]), fs.raw[k], err_msg=k)
     assert restored.warmup == fs.warmup
 

@@ -1,6 +1,9 @@
-"""Features: the 261 observation names and ``compute_features(bars) -> FeatureSet``.
+"""Features: the column table (``names``), both paths that compute it, and their containers.
 
-See ``docs/FEATURES.md`` for the table of every entry of the observation.
+Batch: ``compute_features(bars) -> FeatureSet`` (every bar at once: training, evaluation).
+Incremental: ``incremental.IncrementalFeatures.append(...) -> FeatureRow`` (one bar at a time: the
+executor), equal bit for bit; ``features_so_far.FeaturesSoFar`` holds its rows. See
+``docs/FEATURES.md`` for the table of every entry of the observation.
 """
 
 from hybrid_trader.features.feature_set import FeatureSet, compute_features

@@ -15,6 +15,7 @@ import talib
 
 from hybrid_trader.calendar import MINUTES_PER_DAY, SESSION_MINUTES, session_minute
 from hybrid_trader.data.bars import Bars
+from hybrid_trader.features.names import RAW_INDICATORS, RAW_NAMES
 from hybrid_trader.markets import CONTRACTS
 
 ATR_PERIOD = 14
@@ -143,43 +144,33 @@ def compute_indicators(bars: Bars) -> dict[str, np.ndarray]:
     }
 
 
-def fill_raw(bars: Bars, ind: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Finite copies of the indicators: NaN warm-up rows get causal fallbacks.
-
-    ATR and the SMAs fall back to the expanding mean of true range / price / volume so far,
-    RSI to 50, ADX and MACD to 0, momentum and returns to the change since the first bar,
-    support / resistance to the lowest low / highest high so far.
-    """
+def raw_fallbacks(bars: Bars, tr: np.ndarray) -> dict[str, np.ndarray]:
+    """Every bar's value of each causal fall-back of ``RAW_FALLBACKS`` (by name); ``tr``: the true range."""
     o, h, lo, c, v = ohlcv(bars)
     first = c[0] if len(c) else 1.0
     with np.errstate(divide="ignore", invalid="ignore"):
         since_first_log = np.log(c / first)
-    tr = np.nan_to_num(ind["tr"], nan=0.0)
-    fallbacks = {
-        "tr": tr,
-        "atr14": np.maximum(expanding_mean(tr), atr_floor(bars)),
-        "rsi14": 50.0,
-        "adx14": 0.0,
-        "sma20": expanding_mean(c),
-        "sma50": expanding_mean(c),
-        "sma200": expanding_mean(c),
-        "macd": 0.0,
-        "macd_signal": 0.0,
-        "macd_hist": 0.0,
-        "vwap": c,
-        "mom10": c - first,
-        "volume_sma20": expanding_mean(v),
-        "ret_20": since_first_log,
-        "ret_60": since_first_log,
-        "rsi_15m": 50.0,
-        "rsi_60m": 50.0,
-        "support_60m": np.minimum.accumulate(lo) if len(lo) else lo,
-        "resistance_60m": np.maximum.accumulate(h) if len(h) else h,
-        "session_open": c,
+    return {
+        "mean_tr": np.maximum(expanding_mean(np.nan_to_num(tr, nan=0.0)), atr_floor(bars)),
+        "mean_close": expanding_mean(c),
+        "mean_volume": expanding_mean(v),
+        "close": c,
+        "change_since_first": c - first,
+        "log_change_since_first": since_first_log,
+        "lowest_low": np.minimum.accumulate(lo) if len(lo) else lo,
+        "highest_high": np.maximum.accumulate(h) if len(h) else h,
     }
+
+
+def fill_raw(bars: Bars, ind: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Finite copies of the indicators, the columns ``RAW_NAMES`` in order: NaN warm-up rows get their
+    ``RAW_INDICATORS`` fall-back (a constant, or a causal series of :func:`raw_fallbacks`)."""
+    rules = raw_fallbacks(bars, ind["tr"])
     out = {}
-    for key, x in ind.items():
-        fb = np.broadcast_to(np.asarray(fallbacks.get(key, 0.0), dtype=np.float64), x.shape)
+    for key in RAW_NAMES:
+        x = ind[key]
+        rule = RAW_INDICATORS[key][1]
+        fb = np.broadcast_to(np.asarray(rules[rule] if isinstance(rule, str) else rule, dtype=np.float64), x.shape)
         filled = np.where(np.isfinite(x), x, fb)
         out[key] = np.ascontiguousarray(np.nan_to_num(filled, nan=0.0, posinf=0.0, neginf=0.0))
     return out

@@ -1,4 +1,5 @@
-"""The 261 observation feature names, their groups, descriptions and who fills them.
+"""The feature columns, defined once for both feature paths: the 261 observation names, their groups,
+descriptions and who fills them, and the raw indicators (``RAW_INDICATORS``).
 
 The observation the environment builds at bar t is laid out exactly as ``FEATURE_NAMES``::
 
@@ -7,7 +8,8 @@ The observation the environment builds at bar t is laid out exactly as ``FEATURE
 
 The window holds the 11 per-bar features of bars t-19 .. t (oldest first, bar-major:
 all 11 features of bar t-19, then of bar t-18, ...). ``compute_features`` fills the
-window and the 28 market features; the environment fills the 5 position, 3 flag and
+window and the 28 market features (batch; ``IncrementalFeatures`` the same columns one bar at a
+time); the environment fills the 5 position, 3 flag and
 5 risk features (``filled_by == "env"``).
 
 ``python -m hybrid_trader.features.names`` prints the Markdown table of
@@ -148,6 +150,45 @@ MARKET_FEATURE_NAMES: list[str] = MARKET_CONTEXT_NAMES + MULTI_TIMEFRAME_NAMES +
 
 LLM_FEATURE_NAMES: list[str] = MARKET_FEATURE_NAMES + RISK_FEATURE_NAMES
 FEATURE_NAMES: list[str] = BASE_FEATURE_NAMES + LLM_FEATURE_NAMES
+
+# ---- raw indicators in natural units (``FeatureSet.raw``; not in the observation) --------------
+RAW_FALLBACKS: dict[str, str] = {
+    "mean_tr": "mean true range of the bars so far, floored at one tick",
+    "mean_close": "mean close of the bars so far",
+    "mean_volume": "mean volume of the bars so far",
+    "close": "the bar's close",
+    "change_since_first": "close - the first bar's close",
+    "log_change_since_first": "log(close / the first bar's close)",
+    "lowest_low": "lowest low of the bars so far",
+    "highest_high": "highest high of the bars so far",
+}
+"""The causal fall-backs of ``RAW_INDICATORS`` while an indicator's look-back is not full (name: what it is)."""
+
+RAW_INDICATORS: dict[str, tuple[str, float | str]] = {
+    "tr": ("true range [points] (high - low on the first bar)", 0.0),
+    "atr14": ("ATR(14) [points], floored at one tick: stops and targets are set from it", "mean_tr"),
+    "rsi14": ("RSI(14), 50 while the price has not moved", 50.0),
+    "adx14": ("ADX(14)", 0.0),
+    "sma20": ("SMA(20) of the close [price]", "mean_close"),
+    "sma50": ("SMA(50) of the close [price]", "mean_close"),
+    "sma200": ("SMA(200) of the close [price]", "mean_close"),
+    "macd": ("MACD(12, 26) [points]", 0.0),
+    "macd_signal": ("MACD signal line (9) [points]", 0.0),
+    "macd_hist": ("MACD histogram [points]", 0.0),
+    "vwap": ("session VWAP of typical price since 18:00 ET [price]", "close"),
+    "mom10": ("close - close 10 bars ago [points]", "change_since_first"),
+    "volume_sma20": ("SMA(20) of volume [contracts]", "mean_volume"),
+    "ret_20": ("log(close / close 20 bars ago)", "log_change_since_first"),
+    "ret_60": ("log(close / close 60 bars ago)", "log_change_since_first"),
+    "rsi_15m": ("RSI(14) of 15-minute closes ending at t", 50.0),
+    "rsi_60m": ("RSI(14) of 60-minute closes ending at t", 50.0),
+    "support_60m": ("lowest low of the previous 60 min [price]", "lowest_low"),
+    "resistance_60m": ("highest high of the previous 60 min [price]", "highest_high"),
+    "session_open": ("open of the session's first bar [price]", "close"),
+}
+"""The ``raw`` columns both feature paths give (batch ``FeatureSet.raw``, incremental ``FeatureRow.raw``), in
+order: name -> (description, fall-back during warm-up: a constant or a ``RAW_FALLBACKS`` name)."""
+RAW_NAMES: list[str] = list(RAW_INDICATORS)
 
 
 def _build_table() -> list[dict]:

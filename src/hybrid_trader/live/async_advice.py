@@ -12,10 +12,11 @@ Per decision bar, :class:`AsyncAdvisedPolicy`:
 
 So with ``budget_ms=0`` the advice a decision uses was asked one or more bars earlier,
 and the decision's latency is the policy's alone; the model runs on its own thread.
-The context is built by ``llm.context.context_from_market`` from :class:`LiveMarket`, the
-executor's bars and raw indicators so far (equal to the batch ones: the incremental
-features are). A failing back end opens the advisor's circuit: decisions go on RL-only,
-and the status line and the summary say so.
+The context is built by ``llm.context.context_from_market`` from the executor's bars so far
+(``data.bars_so_far.BarsSoFar``) and their raw indicators (``features.features_so_far.FeaturesSoFar``,
+which keeps :data:`CONTEXT_RAW_KEYS` when an LLM advises), as evaluation builds it from ``Bars`` and
+``FeatureSet`` (equal values: the incremental features are the batch ones). A failing back end opens
+the advisor's circuit: decisions go on RL-only, and the status line and the summary say so.
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from hybrid_trader.calendar import SESSION_ROLL
 from hybrid_trader.live.fast_policy import numpy_policy
 from hybrid_trader.llm.context import context_from_market
 from hybrid_trader.run.advice_identity import RAW
@@ -39,58 +39,11 @@ CONTEXT_RAW_KEYS = ("atr14", "rsi14", "adx14", "sma20", "sma50", "macd_hist", "v
 WAIT_POLL_S = 0.0005
 
 
-@dataclass
-class _LiveBars:
-    market: str
-    close: list[float] = field(default_factory=list)
-    py_times: list[Any] = field(default_factory=list)
-    minute_of_day: list[int] = field(default_factory=list)
-    session_high: list[float] = field(default_factory=list)
-    """Highest high of the bar's session so far, as ``Bars.session_high``."""
-    session_low: list[float] = field(default_factory=list)
-
-
-@dataclass
-class _LiveRaw:
-    raw: dict[str, list[float]] = field(default_factory=lambda: {k: [] for k in CONTEXT_RAW_KEYS})
-
-
-class LiveMarket:
-    """The ``bars`` and ``features`` ``context_from_market`` reads, grown one bar at a time."""
-
-    def __init__(self, market: str) -> None:
-        self.bars = _LiveBars(market)
-        self.features = _LiveRaw()
-        self._session: Any = None
-
-    def push(self, high: float, low: float, close: float, time_et: Any, raw: dict[str, float]) -> None:
-        """Append bar ``len(self)``: its high, low and close, its ET time (a ``datetime``) and its raw indicators."""
-        b = self.bars
-        b.close.append(float(close))
-        b.py_times.append(time_et)
-        b.minute_of_day.append(time_et.hour * 60 + time_et.minute)
-        session = (time_et.replace(tzinfo=None) + SESSION_ROLL).date()  # the Globex trading date
-        if session != self._session or not b.session_high:
-            self._session = session
-            b.session_high.append(float(high))
-            b.session_low.append(float(low))
-        else:
-            b.session_high.append(max(b.session_high[-1], float(high)))
-            b.session_low.append(min(b.session_low[-1], float(low)))
-        for key, values in self.features.raw.items():
-            values.append(float(raw.get(key, np.nan)))
-
-    def __len__(self) -> int:
-        return len(self.bars.close)
-
-
 class AsyncAdvisedPolicy:
     """The hybrid agent with an asynchronous advisor (see the module's docstring); ``policy(obs, mask, executor)``."""
 
-    def __init__(self, model: Any, vec_normalize: Any, advisor: Any, market: LiveMarket, fusion: Any, *,
-                 budget_ms: float = 0.0) -> None:
+    def __init__(self, model: Any, vec_normalize: Any, advisor: Any, fusion: Any, *, budget_ms: float = 0.0) -> None:
         self.advisor = advisor
-        self.market = market
         self.budget_s = max(float(budget_ms), 0.0) / 1000.0
         # pulls in torch: only a phase 3 run with an asynchronous LLM gets here
         from hybrid_trader.agent.hybrid_agent import HybridAgent
@@ -109,7 +62,7 @@ class AsyncAdvisedPolicy:
     def __call__(self, obs: np.ndarray, mask: np.ndarray, executor: Any) -> int:
         step = self.step
         decision = self.agent.decide(obs, mask, self.advisor.poll(0, step))
-        context = context_from_market(self.market.bars, self.market.features, executor.current_index,
+        context = context_from_market(executor.bars, executor.feature_rows, executor.current_index,
                                       executor.account_snapshot(), mask)
         if self.advisor.submit(0, step, context, rl_confidence=decision.rl_confidence):
             self.asked += 1
@@ -150,15 +103,15 @@ class LivePolicy:
     policy: Any
     label: str
     """'none (phase 2)', 'student', '<backend> async', or 'off (...)'."""
-    market: LiveMarket | None = None
-    """The bars the asynchronous advisor's contexts read (None: no LLM asked)."""
+    raw_keys: tuple[str, ...] = ()
+    """The raw indicators the asynchronous advisor's contexts read, kept per bar (none: no LLM asked)."""
     notes: list[str] = field(default_factory=list)
     calibration: str = ""
     """What divides the asynchronous LLM's answers, journaled with each decision's advice: ``batch``, ``raw``
     (a leaning model's undivided answers, ``--no-calibrate``) or '' (no LLM, or one without a lean)."""
 
 
-def live_policy(config: Any, model: Any, vec: Any, run_dir: Any, symbol: str, *, llm: str = "async",
+def live_policy(config: Any, model: Any, vec: Any, run_dir: Any, *, llm: str = "async",
                 budget_ms: float = 0.0, llm_overrides: dict | None = None, calibrate: bool = True,
                 say: Any = None) -> LivePolicy:
     """Evaluation's deterministic policy of a run for the executor.
@@ -201,8 +154,8 @@ def live_policy(config: Any, model: Any, vec: Any, run_dir: Any, symbol: str, *,
     choice = advice_calibration(run_dir, llm_config, calibrate=calibrate, say=say or (lambda *a: None))
     advisor = build_advisor(llm_config)
     advisor.answerer.batch_calibration = choice.calibration
-    market = LiveMarket(symbol)
     notes = [f"the {llm_config.backend} advice was {choice.label}"] if choice.raw else []
-    policy = AsyncAdvisedPolicy(model, vec, advisor, market, config.fusion, budget_ms=budget_ms)
-    return LivePolicy(policy, f"{llm_config.backend} async" + (f", {RAW} advice" if choice.raw else ""), market,
+    policy = AsyncAdvisedPolicy(model, vec, advisor, config.fusion, budget_ms=budget_ms)
+    label = f"{llm_config.backend} async" + (f", {RAW} advice" if choice.raw else "")
+    return LivePolicy(policy, label, CONTEXT_RAW_KEYS,
                       notes, calibration=RAW if choice.raw else "batch" if choice.calibration is not None else "")

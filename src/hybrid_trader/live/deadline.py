@@ -146,7 +146,7 @@ class FlatGuard:
                 return None
             now = self.clock()
             code = why = None
-            last = ex.arrays.time_ns[-1] if ex.arrays.time_ns else None
+            last = ex.bars.time_ns[-1] if ex.bars.time_ns else None
             due = None if not self.deadline or last is None else self.deadline_of(last)
             if due is not None and now >= due.timestamp() and now - (last or 0) / 1e9 <= IN_SYNC_S:
                 code = CODE_DEADLINE

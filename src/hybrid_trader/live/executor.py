@@ -58,21 +58,22 @@ import numpy as np
 import pandas as pd
 
 from hybrid_trader.calendar import EASTERN, session_minute
+from hybrid_trader.data.bars_so_far import BarsSoFar
 from hybrid_trader.env.account import AccountStanding, PropFirmAccount
 from hybrid_trader.env.broker import TRADE_LOG_COLUMNS, trades_frame
 from hybrid_trader.env.core import CoreViews, TradingCore, make_broker, window_minutes
 from hybrid_trader.env.observation import ObservationBuilder
 from hybrid_trader.env.rules import get_rules
 from hybrid_trader.errors import UserError
+from hybrid_trader.features.features_so_far import FeaturesSoFar
+from hybrid_trader.features.incremental import IncrementalFeatures
 from hybrid_trader.features.names import WINDOW
 from hybrid_trader.live.account_sync import note_consistency
-from hybrid_trader.live.async_advice import AsyncAdvisedPolicy
+from hybrid_trader.live.async_advice import AsyncAdvisedPolicy, LivePolicy
 from hybrid_trader.live.bar_gate import CODE_FUTURE, CODE_HISTORY, CODE_LATE, BarGate, Rejection
 from hybrid_trader.live.broker_link import BrokerLink
-from hybrid_trader.live.clock import EasternClock
 from hybrid_trader.live.executor_journal import ExecutorJournal
-from hybrid_trader.live.executor_parts import ExecutorSummary, LiveArrays, run_bar_minutes, split_dates
-from hybrid_trader.live.features import IncrementalFeatures
+from hybrid_trader.live.executor_parts import ExecutorSummary, run_bar_minutes, split_dates
 from hybrid_trader.live.feeds import Bar, FollowFeed
 from hybrid_trader.live.journal import Journal
 from hybrid_trader.live.ninjatrader import NinjaTraderBridge, order_tag
@@ -148,15 +149,19 @@ class Executor(CoreViews, ExecutorJournal):
         self.account.check_contracts(cfg.contracts, self.contract)
         self.broker = make_broker(cfg, self.contract)
         self.phase = cfg.phase
-        self.arrays = a = LiveArrays()
+        live = self._policy(llm, llm_budget_ms, llm_overrides, calibrate)
+        self.policy = live.policy
+        self.bars = b = BarsSoFar(self.contract.symbol, self.bar_minutes)
+        """The accepted bars so far (``Bars``' attributes)."""
+        self.feature_rows = r = FeaturesSoFar(raw_keys=live.raw_keys)
+        """Their features (``FeatureSet``'s attributes; ``raw``: what an asynchronous advisor's contexts read)."""
         n_actions = 3 if cfg.phase == 1 else 6
-        self.observer = ObservationBuilder(cfg.phase, a.windows, a.market, a.atr, a.close,
+        self.observer = ObservationBuilder(cfg.phase, r.windows, r.llm_market, r.atr, b.close,
                                            self.rules.trailing_drawdown)
         veto = make_veto(self.config.risk) if cfg.phase == 3 else None  # as evaluation: the veto is phase 3's
-        self.core = TradingCore(self.broker, self.account, self.observer, n_actions, a.open, a.high, a.low,
-                                a.close, a.atr, veto)
+        self.core = TradingCore(self.broker, self.account, self.observer, n_actions, b.open, b.high, b.low,
+                                b.close, r.atr, veto)
         self.window = window_minutes(cfg, self.account)
-        self.policy = self._policy(llm, llm_budget_ms, llm_overrides, calibrate)
         self.link = None if bridge is None else BrokerLink(
             bridge, self.journal, self.broker, mismatch_bars=mismatch_bars, say=self.say,
             max_contracts=self.rules.max_contracts * (10 if self.contract.is_micro else 1))
@@ -192,7 +197,6 @@ class Executor(CoreViews, ExecutorJournal):
         self._checked = False
         self._batched = 0
         self._batch_started: float | None = None
-        self._clock = EasternClock()
         self._last_seen_ns: int | None = None
         """The latest bar time the feed gave (the snapshot's skipped bars included)."""
         self.lock = threading.RLock()
@@ -213,16 +217,16 @@ class Executor(CoreViews, ExecutorJournal):
             self._apply_stop(self._stops[self.snapshots.restored_ns])
 
     # ------------------------------------------------------------------ set-up
-    def _policy(self, llm: str, budget_ms: float, llm_overrides: dict | None, calibrate: bool = True) -> Any:
+    def _policy(self, llm: str, budget_ms: float, llm_overrides: dict | None, calibrate: bool = True) -> LivePolicy:
         """The evaluation's deterministic policy of the run (``live.async_advice.live_policy``; phases 1-2 from
-        the numpy cache without torch where it holds this model: ``live.policy_cache``)."""
-        live, self.torch_model = executor_policy(self.run, self.config, self.contract.symbol, llm=llm,
+        the numpy cache without torch where it holds this model: ``live.policy_cache``), with its notes."""
+        live, self.torch_model = executor_policy(self.run, self.config, llm=llm,
                                                  budget_ms=budget_ms, llm_overrides=llm_overrides,
                                                  calibrate=calibrate, say=self.say)
         self.notes.extend(live.notes)
         self.advice_calibration = live.calibration
-        self._advisor_label, self.live_market = live.label, live.market
-        return live.policy
+        self._advisor_label = live.label
+        return live
 
     @property
     def advisor_label(self) -> str:
@@ -282,11 +286,10 @@ class Executor(CoreViews, ExecutorJournal):
         assert tns is not None and bar.time is not None
         held = self._accept(bar, tns, replayed, now)
         row = self.features.append(tns, bar.open, bar.high, bar.low, bar.close, bar.volume)
-        if self.live_market is not None:  # an asynchronous LLM's contexts read the bars and raw indicators
-            self.live_market.push(bar.high, bar.low, bar.close, bar.time.tz_convert(EASTERN).to_pydatetime(),
-                                  row.raw)
-        if self.arrays.push(bar, row.bar, row.llm_market, row.atr):
-            self.observer.rebind(self.arrays.windows, self.arrays.market)
+        self.bars.push(tns, bar.open, bar.high, bar.low, bar.close, bar.volume)
+        rows = self.feature_rows
+        if rows.push(row):
+            self.observer.rebind(rows.windows, rows.llm_market)
         if not replayed and not self._recovery_checked:
             self._check_recovery()
         self._decided = False
@@ -379,7 +382,7 @@ class Executor(CoreViews, ExecutorJournal):
         """Bar t inside a traded window: the day's bookkeeping and the decision; False outside any. ``held``: a
         history bar only keeps the day's bookkeeping (a window it is in is not traded); a late one is processed
         (fills, stops, rules) without a decision."""
-        minute, traded = self._day_of(t, tns)
+        minute, traded = self._day_of(t)
         start, end, last_entry = self.window
         if held is not None and held[0] == CODE_HISTORY:
             if traded and start <= minute < end:
@@ -439,15 +442,14 @@ class Executor(CoreViews, ExecutorJournal):
         self._journal_account(tns)
         return True
 
-    def _day_of(self, t: int, tns: int) -> tuple[int, bool]:
+    def _day_of(self, t: int) -> tuple[int, bool]:
         """Bar t's session minute and whether its trading date is traded; a new date ends the last one's day."""
-        wall = self._clock.wall_ns(tns)
-        date = self._clock.trading_date(wall)
+        date = self.bars.trading_date[t]
         if date != self._date:
             if self._day_open:  # the previous window's last bar never came: close at this bar
                 self._close_missed_window(t)
             self._date, self._day_open, self._day_done = date, False, False
-        return session_minute(EasternClock.minute_of_day(wall)), self.trade_dates is None or date in self.trade_dates
+        return session_minute(self.bars.minute_of_day[t]), self.trade_dates is None or date in self.trade_dates
 
     def _close_missed_window(self, t: int) -> None:
         """A window whose last bar never arrived (a gap, an early close): the day ends at the previous bar's
@@ -455,15 +457,15 @@ class Executor(CoreViews, ExecutorJournal):
         its pending entry are dropped), noted in the journal."""
         prev = t - 1
         n_before = len(self.broker.trades)
-        self.account.close_session(prev, self.broker, self.arrays.close[prev])
-        self._journal_fills(prev, self.arrays.time_ns[prev], n_before)
+        self.account.close_session(prev, self.broker, self.bars.close[prev])
+        self._journal_fills(prev, self.bars.time_ns[prev], n_before)
         self._drop_pending("the trading window ended before its fill")
         self.journal.record_error("window", "the trading window's last bar did not arrive; the day was ended at "
-                                  f"bar {pd.Timestamp(self.arrays.time_ns[prev], tz='UTC').tz_convert(EASTERN)}",
-                                  self.arrays.time_ns[prev])
+                                  f"bar {pd.Timestamp(self.bars.time_ns[prev], tz='UTC').tz_convert(EASTERN)}",
+                                  self.bars.time_ns[prev])
         self._pending = 0
         self._day_open, self._day_done = False, True
-        self._note_consistency(self.arrays.time_ns[prev])
+        self._note_consistency(self.bars.time_ns[prev])
 
     def _note_consistency(self, tns: int) -> None:
         """A day's end: the consistency rule's note in the journal (once: not again on a restart's replay)."""
@@ -481,9 +483,9 @@ class Executor(CoreViews, ExecutorJournal):
 
     def trade_log(self) -> pd.DataFrame:
         """The trades so far (columns ``TRADE_LOG_COLUMNS``, ET times), as evaluation writes them."""
-        if not self.arrays.time_ns:
+        if not self.bars.time_ns:
             return pd.DataFrame(columns=list(TRADE_LOG_COLUMNS))
-        index = pd.DatetimeIndex(pd.to_datetime(self.arrays.time_ns, utc=True)).tz_convert(EASTERN)
+        index = pd.DatetimeIndex(pd.to_datetime(self.bars.time_ns, utc=True)).tz_convert(EASTERN)
         return trades_frame(self.broker.trades, index, self.bar_minutes)
 
     def close(self) -> None:

@@ -21,14 +21,16 @@ import numpy as np
 
 from hybrid_trader.actions import ACTION_NAMES
 from hybrid_trader.calendar import EASTERN
+from hybrid_trader.data.bars_so_far import BarsSoFar
 from hybrid_trader.env.account import AccountStatus, PropFirmAccount
 from hybrid_trader.env.broker import Trade
 from hybrid_trader.env.core import TradingCore
 from hybrid_trader.errors import UserError
+from hybrid_trader.features.features_so_far import FeaturesSoFar
 from hybrid_trader.live.account_sync import consistency_note
 from hybrid_trader.live.async_advice import AsyncAdvisedPolicy
 from hybrid_trader.live.broker_link import BrokerLink
-from hybrid_trader.live.executor_parts import ExecutorSummary, LiveArrays, utc
+from hybrid_trader.live.executor_parts import ExecutorSummary, utc
 from hybrid_trader.live.journal import MANUAL_EXIT, Journal
 from hybrid_trader.live.ninjatrader import order_id
 from hybrid_trader.live.snapshot import Snapshots
@@ -51,7 +53,8 @@ class ExecutorJournal:
     account: PropFirmAccount
     broker: Any
     core: TradingCore
-    arrays: LiveArrays
+    bars: BarsSoFar
+    feature_rows: FeaturesSoFar
     link: BrokerLink | None
     policy: Any
     torch_model: Any
@@ -109,7 +112,7 @@ class ExecutorJournal:
         """An entry decided but never filled: cancelled in the journal (and closed at NinjaTrader)."""
         if self._entry_id is not None:
             if self.link is not None:
-                self.link.drop(self.arrays.time_ns[-1])
+                self.link.drop(self.bars.time_ns[-1])
             self.journal.update_order_state(self._entry_id, "cancelled", note=why)
             self._entry_id = None
         self._pending = 0
@@ -125,7 +128,8 @@ class ExecutorJournal:
                                       self.broker.qty, state="sent")
             self._entry_id = oid
             if self.link is not None:
-                self.link.entry(oid, self._pending, self.broker.qty, self.arrays.close[-1], self.arrays.atr[-1], tns)
+                self.link.entry(oid, self._pending, self.broker.qty, self.bars.close[-1], self.feature_rows.atr[-1],
+                                tns)
         latency = (time.perf_counter() - arrived) * 1000.0  # rows written, not yet committed
         self._decided = True
         self.last_decision = (tns, action, codes)
@@ -237,9 +241,9 @@ class ExecutorJournal:
         reason code, and with NinjaTrader CLOSEPOSITION until FLAT. False when nothing was open (or the journal
         is still being replayed)."""
         with self.lock:
-            if not self._recovery_checked or not self.arrays.time_ns or not self.holds_position():
+            if not self._recovery_checked or not self.bars.time_ns or not self.holds_position():
                 return False
-            last = self.arrays.time_ns[-1]
+            last = self.bars.time_ns[-1]
             self.journal.record_error("flat", f"flattened: {why}", last, code=code)
             self.say(f"FLATTEN [{code}]: {why}")
             self._journal_stop("flatten", f"flattened ({code})")
@@ -251,8 +255,8 @@ class ExecutorJournal:
         """The stop applied and journaled after the last bar, committed, then its orders written (the journal
         first, then NinjaTrader: CLOSEPOSITION for flatten)."""
         self._apply_stop(on_exit)
-        if self.arrays.time_ns:
-            last = self.arrays.time_ns[-1]
+        if self.bars.time_ns:
+            last = self.bars.time_ns[-1]
             self.journal.record_error("stop", f"{what} after the bar at {utc(last).tz_convert(EASTERN)}", last,
                                       code=f"stop:{on_exit}")
         self.journal.commit()
@@ -261,8 +265,8 @@ class ExecutorJournal:
 
     def _make_flat(self) -> None:
         """With NinjaTrader: its position made FLAT (CLOSEPOSITION re-sent until it is), else a loud halt."""
-        if self.link is not None and self.arrays.time_ns:
-            self.link.make_flat(self.arrays.time_ns[-1])
+        if self.link is not None and self.bars.time_ns:
+            self.link.make_flat(self.bars.time_ns[-1])
             self.journal.commit()
 
     def _apply_stop(self, on_exit: str) -> None:
@@ -272,10 +276,10 @@ class ExecutorJournal:
         t = self.core.t
         if on_exit == "flatten" and self.broker.side and t >= 0:
             n_before = len(self.broker.trades)
-            trade, cash = self.broker.close_at_bar_close(t, self.arrays.close[t], EXIT_MANUAL)
+            trade, cash = self.broker.close_at_bar_close(t, self.bars.close[t], EXIT_MANUAL)
             self.account.book(t, cash, trade.net_pnl)
-            self._journal_fills(t, self.arrays.time_ns[t], n_before)
-            self._journal_account(self.arrays.time_ns[t])
+            self._journal_fills(t, self.bars.time_ns[t], n_before)
+            self._journal_account(self.bars.time_ns[t])
         elif self.broker.side and not self._replayed:
             self.notes.append("stopped with an open position, left protected by its stop and target "
                               "(--on-exit protect)")

@@ -165,7 +165,7 @@ def read_cache(path: Path, key: str, agent_for: Callable[[Normalizer | None], An
     return NumpyAgentPolicy(agent_for(norm), spec), ""
 
 
-def executor_policy(run: RunDir, config: Any, symbol: str, *, llm: str = "async", budget_ms: float = 0.0,
+def executor_policy(run: RunDir, config: Any, *, llm: str = "async", budget_ms: float = 0.0,
                     llm_overrides: dict | None = None, calibrate: bool = True,
                     say: Any = None) -> tuple[LivePolicy, TorchModel]:
     """The executor's policy (``live_policy``'s) and the run's torch model, loaded only if needed (see the module
@@ -184,7 +184,7 @@ def executor_policy(run: RunDir, config: Any, symbol: str, *, llm: str = "async"
         if why:
             notes.append(f"{why}: ignored, and written again")
     model, vec = torch_model.get()
-    live = live_policy(config, model, vec, run.path, symbol, llm=llm, budget_ms=budget_ms, llm_overrides=llm_overrides,
+    live = live_policy(config, model, vec, run.path, llm=llm, budget_ms=budget_ms, llm_overrides=llm_overrides,
                        calibrate=calibrate, say=say)
     if phase != 3 and isinstance(live.policy, NumpyAgentPolicy):
         failed = write_cache(path, key, live.policy, vec)

@@ -1,12 +1,12 @@
 """Executor snapshots: a restart replays the bars after the latest snapshot, not the whole history.
 
 The features carry state from the first bar of the feed (TA-Lib's recursions, pandas'
-running sums: ``live.features``), so a restart used to replay every bar of the history
+running sums: ``features.incremental``), so a restart used to replay every bar of the history
 through the features, the broker and the account (~4 s for three months of 1-minute bars).
 Now the executor journals its state (:class:`Snapshots`), in the transaction of the bar it
 follows, on the first bar of each trading date and every :data:`SNAPSHOT_BARS` bars
 (only on bars outside a trading window, so that a decision never waits for one; the
-journal keeps the latest): the incremental features, the bar gate, the bar arrays, the
+journal keeps the latest): the incremental features, the bar gate, the bars so far and their feature rows, the
 paper broker, the prop-firm account, the core's counters and the day's bookkeeping,
 pickled. Its size does not grow with the history: the prices and times of the bars stay
 in the journal's ``bars`` table (read back at the restore: :meth:`Journal.bar_history`),
@@ -58,15 +58,18 @@ from hybrid_trader.run.model_files import final_model
 if TYPE_CHECKING:
     from hybrid_trader.live.executor import Executor
 
-SNAPSHOT_FORMAT = 2
+SNAPSHOT_FORMAT = 3
 """Bump when the pickled state changes: a snapshot of another format is not used (the whole history is replayed).
-2: the broker's levels on the tick grid (``Broker.tick``, ``Broker.breakeven``)."""
+2: the broker's levels on the tick grid (``Broker.tick``, ``Broker.breakeven``); 3: the bars so far
+(``data.bars_so_far.BarsSoFar``) and their feature rows (``features.features_so_far.FeaturesSoFar``) in place of
+the executor's arrays."""
 SNAPSHOT_BARS = 2000
 """Bars (outside trading windows) after which a snapshot is taken even without a new trading date."""
 _EXECUTOR_FIELDS = ("_date", "_day_open", "_day_done", "_pending", "_entry_id", "_trades_seen", "last_decision")
 _SUMMARY_FIELDS = ("bars", "rejected", "decisions", "history_bars", "late_bars")
 _CORE_SHARED = ("broker", "account", "observer", "_open", "_high", "_low", "_close", "_atr", "risk_veto")
 """The core's references to objects the snapshot holds on their own (the core is rebuilt on them)."""
+_STATE = ("features", "gate", "bars", "feature_rows", "broker", "account", "core", "executor", "summary")
 _READ_ERRORS = (pickle.UnpicklingError, EOFError, AttributeError, ImportError, KeyError, TypeError,
                 ValueError, IndexError)
 
@@ -105,8 +108,9 @@ def take(ex: Executor) -> bytes:
     bytes it saved, 0.17 s against 0.05 s for three months of 1-minute bars)."""
     assert ex.features is not None
     ex.features.keep_for_snapshot()  # the prices stay in the journal's bars
-    state = {"features": ex.features, "gate": ex.gate, "arrays": ex.arrays, "broker": ex.broker,
-             "account": ex.account, "core": {k: v for k, v in ex.core.__dict__.items() if k not in _CORE_SHARED},
+    state = {"features": ex.features, "gate": ex.gate, "bars": ex.bars, "feature_rows": ex.feature_rows,
+             "broker": ex.broker, "account": ex.account,
+             "core": {k: v for k, v in ex.core.__dict__.items() if k not in _CORE_SHARED},
              "executor": {k: getattr(ex, k) for k in _EXECUTOR_FIELDS},
              "summary": {k: getattr(ex.summary, k) for k in _SUMMARY_FIELDS}}
     return pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
@@ -116,23 +120,22 @@ def load(blob: bytes, prices: Callable[[], dict[str, np.ndarray]]) -> dict[str, 
     """The state :func:`take` wrote, with the prices it left out (``prices()``: the journal's bars up to it) and its
     TA-Lib handles opened again; an error of :data:`_READ_ERRORS` if damaged or not the journal's bars."""
     state = pickle.loads(blob)
-    if not isinstance(state, dict) or set(state) != {"features", "gate", "arrays", "broker", "account", "core",
-                                                     "executor", "summary"}:
+    if not isinstance(state, dict) or set(state) != set(_STATE):
         raise ValueError("not an executor snapshot")
     history = prices()
     state["features"].reopen(history)
-    state["arrays"].fill(history)
+    state["bars"].fill(history)
     return state
 
 
 def restore(ex: Executor, state: dict[str, Any]) -> None:
-    """Put a loaded state into the executor: the observer and the core rebuilt on its arrays, broker and account,
-    as ``Executor.__init__`` builds them."""
-    ex.features, ex.gate, ex.arrays = state["features"], state["gate"], state["arrays"]
+    """Put a loaded state into the executor: the observer and the core rebuilt on its bars, feature rows, broker
+    and account, as ``Executor.__init__`` builds them."""
+    ex.features, ex.gate = state["features"], state["gate"]
+    ex.bars, ex.feature_rows = b, r = state["bars"], state["feature_rows"]
     ex.broker, ex.account = state["broker"], state["account"]
-    a = ex.arrays
-    ex.observer = ObservationBuilder(ex.phase, a.windows, a.market, a.atr, a.close, ex.rules.trailing_drawdown)
-    core = TradingCore(ex.broker, ex.account, ex.observer, ex.core.n_actions, a.open, a.high, a.low, a.close, a.atr,
+    ex.observer = ObservationBuilder(ex.phase, r.windows, r.llm_market, r.atr, b.close, ex.rules.trailing_drawdown)
+    core = TradingCore(ex.broker, ex.account, ex.observer, ex.core.n_actions, b.open, b.high, b.low, b.close, r.atr,
                        ex.core.risk_veto)  # phase 3's veto (stateless), as Executor.__init__ built it
     core.__dict__.update(state["core"])
     ex.core = core
@@ -210,7 +213,7 @@ class Snapshots:
         if resume is None:
             return
         self.resume_ns = None
-        a, seen = self.ex.arrays, self._seen
+        a, seen = self.ex.bars, self._seen
         if seen is None or (seen.open, seen.high, seen.low, seen.close) != (a.open[-1], a.high[-1], a.low[-1],
                                                                               a.close[-1]):
             when = pd.Timestamp(resume, tz="UTC").tz_convert(EASTERN)

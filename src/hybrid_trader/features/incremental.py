@@ -15,13 +15,14 @@ trained and evaluated on. Which look-backs are bounded and which carry memory:
 
 So an :class:`IncrementalFeatures` must see the same bars from the same first bar as
 the batch (``compute_features`` on the run's data), and carries each recursion's state
-(:mod:`hybrid_trader.live.kernels`): TA-Lib's own streaming handles (``talib.stream``:
+(:mod:`hybrid_trader.features.kernels`): TA-Lib's own streaming handles (``talib.stream``:
 bit-identical to its function API by contract) and replicas of pandas' fixed-window
 kernels (Kahan sums, the consecutive-equal-values rule, the sign clamp, Welford's
 variance with its recompute on cancellation). The per-bar arithmetic repeats the batch formulas of
 ``features.base`` and ``features.llm_features`` with the same operations in the same
 order (numpy ufuncs for log / sqrt / sin / cos), so every value is equal, not close;
-``tests/live/test_features.py`` checks every bar of synthetic and real files.
+``tests/features/test_incremental.py`` checks every column (``features.names``) at every bar of
+synthetic and real files.
 
 Cost: O(1) per bar for the recursions, O(240 bars) for the longest window; see
 ``bench/live_features.py``.
@@ -31,12 +32,19 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from hybrid_trader.calendar import EASTERN, MINUTES_PER_DAY, SESSION_MINUTES, SESSION_ROLL, session_minute
+from hybrid_trader.calendar import (
+    DAY_NS,
+    EASTERN,
+    MINUTES_PER_DAY,
+    ROLL_NS,
+    SESSION_MINUTES,
+    EasternClock,
+    session_minute,
+)
 from hybrid_trader.data.bars import Bars
 from hybrid_trader.features.base import (
     ADX_PERIOD,
@@ -48,6 +56,23 @@ from hybrid_trader.features.base import (
     bars_for,
 )
 from hybrid_trader.features.feature_set import N_BAR, N_MARKET
+from hybrid_trader.features.kernels import (
+    Buffer,
+    PhasedRSI,
+    RollingMoments,
+    RollingVar,
+    TalibStream,
+    clip,
+    div,
+    double_top_bottom_last,
+    finite,
+    flag,
+    log,
+    log_ratio,
+    opt,
+    safe_div,
+    zero_nonfinite,
+)
 from hybrid_trader.features.llm_features import (
     ADX_SLOPE_BARS,
     EFFICIENCY_BARS,
@@ -58,23 +83,13 @@ from hybrid_trader.features.llm_features import (
     SMA_SLOPE_BARS,
     SWING_MINUTES,
 )
-from hybrid_trader.features.names import BAR_FEATURE_NAMES, MARKET_FEATURE_NAMES, WINDOW
-from hybrid_trader.live.clock import EasternClock
-from hybrid_trader.live.kernels import Buffer as _Buffer
-from hybrid_trader.live.kernels import PhasedRSI, RollingMoments, RollingVar, TalibStream, double_top_bottom_last
+from hybrid_trader.features.names import BAR_FEATURE_NAMES, MARKET_FEATURE_NAMES, RAW_INDICATORS, WINDOW
 from hybrid_trader.markets import CONTRACTS
 
 NAN = math.nan
-_np_log = np.log
-_DAY_NS = 86_400 * 10**9
-_ROLL_NS = int(SESSION_ROLL.value)
-
-RAW_KEYS = ("tr", "atr14", "rsi14", "adx14", "sma20", "sma50", "sma200", "macd", "macd_signal", "macd_hist",
-            "vwap", "mom10", "volume_sma20", "ret_20", "ret_60",
-            "rsi_15m", "rsi_60m", "support_60m", "resistance_60m", "session_open")
-"""Keys of ``FeatureRow.raw``, as ``FeatureSet.raw`` has them."""
 PRICE_SERIES = ("o", "h", "lo", "c", "v")
 """The price histories (open, high, low, close, volume): a snapshot leaves them to the journal."""
+_RAW_FALLBACK = [(k, fallback) for k, (_, fallback) in RAW_INDICATORS.items()]
 
 
 # ---- the per-bar computation ---------------------------------------------------------------------
@@ -94,53 +109,7 @@ class FeatureRow:
     atr: float
     """ATR(14) in points, > 0 (the ``raw`` fall-back during warm-up), as ``FeatureSet.atr``."""
     raw: dict[str, float]
-    """Finite indicators in natural units, as ``FeatureSet.raw`` (keys ``RAW_KEYS``)."""
-
-
-def _clip(x: float, lo: float, hi: float) -> float:
-    if x != x:
-        return x
-    return lo if x < lo else hi if x > hi else x
-
-
-def _log(x: float) -> float:
-    if x > 0:  # no floating-point warning to silence: skip the errstate context (same np.log)
-        return float(_np_log(x))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return float(_np_log(np.float64(x)))
-
-
-def _log_ratio(a: float, b: float) -> float:
-    return _clip(_log((a + 1.0) / (b + 1.0)), -5, 5)
-
-
-def _div(num: float, den: float) -> float:
-    """IEEE division as numpy does it: x/0 is +-inf (or NaN), never an exception."""
-    if den == 0 or den != den or num != num:
-        with np.errstate(divide="ignore", invalid="ignore"):
-            return float(np.float64(num) / np.float64(den))
-    return num / den
-
-
-def _safe_div(num: float, den: float, fill: float = 0.0) -> float:
-    if num != num or den != den:
-        return NAN
-    return fill if den == 0 else num / den
-
-
-def _flag(cond: bool, a: float, b: float = 0.0) -> float:
-    """1.0 / 0.0, NaN while an input is (warm-up)."""
-    return NAN if a != a or b != b else float(cond)
-
-
-def _zero_nonfinite(x: float) -> float:
-    """``np.nan_to_num(x, nan=0, posinf=0, neginf=0)`` of one float."""
-    return x if x - x == 0.0 else 0.0
-
-
-def _finite(x: float, fallback: float) -> float:
-    v = x if math.isfinite(x) else fallback
-    return v if math.isfinite(v) else 0.0
+    """Finite indicators in natural units, as ``FeatureSet.raw`` (keys ``RAW_NAMES``)."""
 
 
 class IncrementalFeatures:
@@ -163,9 +132,9 @@ class IncrementalFeatures:
         self.m_double = max(self.k60, MIN_DOUBLE_BARS)
         self.n = 0
         self.last_time_ns: int | None = None
-        self.o, self.h, self.lo, self.c, self.v = (_Buffer() for _ in range(5))
-        self.atr_hist, self.adx_hist, self.sma50_hist, self.sma200_hist = (_Buffer() for _ in range(4))
-        self.hmax_hist, self.lmin_hist = _Buffer(), _Buffer()
+        self.o, self.h, self.lo, self.c, self.v = (Buffer() for _ in range(5))
+        self.atr_hist, self.adx_hist, self.sma50_hist, self.sma200_hist = (Buffer() for _ in range(4))
+        self.hmax_hist, self.lmin_hist = Buffer(), Buffer()
         self._atr = TalibStream("ATR", timeperiod=ATR_PERIOD)
         self._adx = TalibStream("ADX", timeperiod=ADX_PERIOD)
         self._sma = {n: TalibStream("SMA", timeperiod=n) for n in (20, 50, 200)}
@@ -236,7 +205,7 @@ class IncrementalFeatures:
         return ts.tz_convert(EASTERN)
 
     def _session(self, wall_ns: int) -> None:
-        day = (wall_ns + _ROLL_NS) // _DAY_NS
+        day = (wall_ns + ROLL_NS) // DAY_NS
         if day != self._session_day:
             self._session_day = day
             self._session_start = self.n
@@ -276,8 +245,8 @@ class IncrementalFeatures:
         market, extras = self._market_features(t, h, lo, c, ind)
         raw = self._raw(t, h, lo, c, v, {**ind, **extras})
         self._track_warmup(t, bar, market)
-        bar_arr = np.array([_zero_nonfinite(x) for x in bar], dtype=np.float32)
-        mkt_arr = np.array([_zero_nonfinite(x) for x in market], dtype=np.float32)
+        bar_arr = np.array([zero_nonfinite(x) for x in bar], dtype=np.float32)
+        mkt_arr = np.array([zero_nonfinite(x) for x in market], dtype=np.float32)
         return FeatureRow(t, time_ns, bar_arr, mkt_arr, raw["atr14"], raw)
 
     # ---- indicators (features.base.compute_indicators) -----------------------------------------
@@ -302,17 +271,17 @@ class IncrementalFeatures:
             "atr14": atr,
             "rsi14": self._rsi.step(t, c),
             "adx14": NAN if adx_v is None else float(adx_v),
-            "sma20": _opt(sma[20]),
-            "sma50": _opt(sma[50]),
-            "sma200": _opt(sma[200]),
+            "sma20": opt(sma[20]),
+            "sma50": opt(sma[50]),
+            "sma200": opt(sma[200]),
             "macd": float(m),
             "macd_signal": float(ms),
             "macd_hist": float(mh),
             "vwap": self._vwap(h, lo, c, v),
             "mom10": c - self.c.at(t - 10),
-            "volume_sma20": _opt(vsma),
-            "ret_20": _log(_div(c, c20)),
-            "ret_60": _log(_div(c, c60)),
+            "volume_sma20": opt(vsma),
+            "ret_20": log(div(c, c20)),
+            "ret_60": log(div(c, c60)),
         }
         self.atr_hist.append(atr)
         self.adx_hist.append(ind["adx14"])
@@ -325,7 +294,7 @@ class IncrementalFeatures:
                       minute: int) -> list[float]:
         atr = ind["atr14"]
         prev = self.c.at(t - 1)
-        log_ret = _div(_log(_div(c, prev)) * prev, atr)
+        log_ret = div(log(div(c, prev)) * prev, atr)
         logv = float(np.log1p(np.float64(max(v, 0.0))))
         self._vmean.push(logv)
         self._vstd.push(logv)
@@ -333,14 +302,14 @@ class IncrementalFeatures:
         vstd = max(vstd, VOLUME_Z_STD_FLOOR) if vstd == vstd else NAN
         angle = 2.0 * np.pi * np.float64(minute) / MINUTES_PER_DAY
         cols = {
-            "log_ret": _clip(log_ret, -10, 10),
-            "range_atr": _clip(_div(h - lo, atr), 0, 10),
-            "body_atr": _clip(_div(c - o, atr), -10, 10),
-            "volume_z": _clip(_div(logv - self._vmean.mean(), vstd), -10, 10),
-            "sma20_gap_atr": _clip(_div(c - ind["sma20"], atr), -10, 10),
-            "sma50_gap_atr": _clip(_div(c - ind["sma50"], atr), -10, 10),
-            "rsi14": _clip((ind["rsi14"] - 50.0) / 50.0, -1, 1),
-            "macd_hist_atr": _clip(_div(ind["macd_hist"], atr), -10, 10),
+            "log_ret": clip(log_ret, -10, 10),
+            "range_atr": clip(div(h - lo, atr), 0, 10),
+            "body_atr": clip(div(c - o, atr), -10, 10),
+            "volume_z": clip(div(logv - self._vmean.mean(), vstd), -10, 10),
+            "sma20_gap_atr": clip(div(c - ind["sma20"], atr), -10, 10),
+            "sma50_gap_atr": clip(div(c - ind["sma50"], atr), -10, 10),
+            "rsi14": clip((ind["rsi14"] - 50.0) / 50.0, -1, 1),
+            "macd_hist_atr": clip(div(ind["macd_hist"], atr), -10, 10),
             "tod_sin": float(np.sin(angle)),
             "tod_cos": float(np.cos(angle)),
             "session_progress": session_minute(minute) / SESSION_MINUTES,
@@ -363,31 +332,31 @@ class IncrementalFeatures:
         sqrt20, sqrt60 = self._sqrt20, self._sqrt60
         trend_sign = float(np.sign(np.float64(ind["sma20"] - ind["sma50"])))
         context = {
-            "adx_slope": _clip((adx - self.adx_hist.at(t - ADX_SLOPE_BARS)) / ADX_SLOPE_BARS, -10, 10),
-            "vwap_dist_pct": _clip(_div(100.0 * (c - ind["vwap"]), ind["vwap"]), -10, 10),
-            "volatility_regime": _clip(_log(_div(atr, self._atr_long.mean())), -5, 5),
-            "volume_regime": _log_ratio(vol60, self._vol_long.mean()),
-            "momentum_20m": _clip(_div(c - self.c.at(t - self.k20), atr * sqrt20), -10, 10),
-            "momentum_60m": _clip(_div(c - self.c.at(t - self.k60), atr * sqrt60), -10, 10),
-            "efficiency_ratio": _clip(_safe_div(net, self._path.sum()), 0, 1),
-            "spread_ratio": _clip(_div(h - lo, c) * 1000.0, 0, 10),
-            "session_trend": _clip(_div(c - sopen, atr * float(np.sqrt(np.float64(since_open + 1.0)))), -10, 10),
-            "market_regime": trend_sign * _clip((adx - 20.0) / 20.0, 0, 1),
+            "adx_slope": clip((adx - self.adx_hist.at(t - ADX_SLOPE_BARS)) / ADX_SLOPE_BARS, -10, 10),
+            "vwap_dist_pct": clip(div(100.0 * (c - ind["vwap"]), ind["vwap"]), -10, 10),
+            "volatility_regime": clip(log(div(atr, self._atr_long.mean())), -5, 5),
+            "volume_regime": log_ratio(vol60, self._vol_long.mean()),
+            "momentum_20m": clip(div(c - self.c.at(t - self.k20), atr * sqrt20), -10, 10),
+            "momentum_60m": clip(div(c - self.c.at(t - self.k60), atr * sqrt60), -10, 10),
+            "efficiency_ratio": clip(safe_div(net, self._path.sum()), 0, 1),
+            "spread_ratio": clip(div(h - lo, c) * 1000.0, 0, 10),
+            "session_trend": clip(div(c - sopen, atr * float(np.sqrt(np.float64(since_open + 1.0)))), -10, 10),
+            "market_regime": trend_sign * clip((adx - 20.0) / 20.0, 0, 1),
         }
 
         rsi15, rsi60 = self._rsi15.step(t, c), self._rsi60.step(t, c)
         hi240, lo240 = self._rolling_max(self.h, self.k240), self._rolling_min(self.lo, self.k240)
-        change60 = 100.0 * _log(_div(c, self.c.at(t - self.k60)))
+        change60 = 100.0 * log(div(c, self.c.at(t - self.k60)))
         sma50, sma200 = ind["sma50"], ind["sma200"]
         multi = {
-            "sma50_slope_atr": _clip(_div(sma50 - self.sma50_hist.at(t - SMA_SLOPE_BARS), atr), -10, 10),
-            "sma200_slope_atr": _clip(_div(sma200 - self.sma200_hist.at(t - SMA_SLOPE_BARS), atr), -10, 10),
-            "rsi_15m": _clip((rsi15 - 50.0) / 50.0, -1, 1),
-            "rsi_60m": _clip((rsi60 - 50.0) / 50.0, -1, 1),
-            "volume_ratio_5m": _log_ratio(self._vol5.mean(), vol60),
-            "volume_ratio_20m": _log_ratio(self._vol20.mean(), vol60),
-            "price_change_60m": _clip(change60, -10, 10),
-            "sr_position_240m": _clip(_safe_div(2.0 * (c - lo240), hi240 - lo240, fill=1.0) - 1.0, -1, 1),
+            "sma50_slope_atr": clip(div(sma50 - self.sma50_hist.at(t - SMA_SLOPE_BARS), atr), -10, 10),
+            "sma200_slope_atr": clip(div(sma200 - self.sma200_hist.at(t - SMA_SLOPE_BARS), atr), -10, 10),
+            "rsi_15m": clip((rsi15 - 50.0) / 50.0, -1, 1),
+            "rsi_60m": clip((rsi60 - 50.0) / 50.0, -1, 1),
+            "volume_ratio_5m": log_ratio(self._vol5.mean(), vol60),
+            "volume_ratio_20m": log_ratio(self._vol20.mean(), vol60),
+            "price_change_60m": clip(change60, -10, 10),
+            "sr_position_240m": clip(safe_div(2.0 * (c - lo240), hi240 - lo240, fill=1.0) - 1.0, -1, 1),
         }
 
         hmax, lmin = self._rolling_max(self.h, self.kswing), self._rolling_min(self.lo, self.kswing)
@@ -398,28 +367,28 @@ class IncrementalFeatures:
         resistance = self._rolling_max(self.h, self.k60, end=t)
         top, bottom = self._double(t)
         patterns = {
-            "higher_high": _flag(hmax > hmax_prev, hmax, hmax_prev),
-            "higher_low": _flag(lmin > lmin_prev, lmin, lmin_prev),
-            "lower_high": _flag(hmax < hmax_prev, hmax, hmax_prev),
-            "lower_low": _flag(lmin < lmin_prev, lmin, lmin_prev),
+            "higher_high": flag(hmax > hmax_prev, hmax, hmax_prev),
+            "higher_low": flag(lmin > lmin_prev, lmin, lmin_prev),
+            "lower_high": flag(hmax < hmax_prev, hmax, hmax_prev),
+            "lower_low": flag(lmin < lmin_prev, lmin, lmin_prev),
             "double_top": top,
             "double_bottom": bottom,
-            "support_dist": _clip(_div(c - support, atr * sqrt60), -10, 10),
-            "resistance_dist": _clip(_div(resistance - c, atr * sqrt60), -10, 10),
-            "breakout": _flag(c > resistance, resistance),
-            "breakdown": _flag(c < support, support),
+            "support_dist": clip(div(c - support, atr * sqrt60), -10, 10),
+            "resistance_dist": clip(div(resistance - c, atr * sqrt60), -10, 10),
+            "breakout": flag(c > resistance, resistance),
+            "breakdown": flag(c < support, support),
         }
         cols = {**context, **multi, **patterns}
         extras = {"rsi_15m": rsi15, "rsi_60m": rsi60, "support_60m": support, "resistance_60m": resistance,
                   "session_open": sopen}
         return [cols[k] for k in MARKET_FEATURE_NAMES], extras
 
-    def _rolling_max(self, buf: _Buffer, k: int, end: int | None = None) -> float:
+    def _rolling_max(self, buf: Buffer, k: int, end: int | None = None) -> float:
         """``rolling(x, k, "max")`` at bar ``end - 1`` (default: the newest bar); NaN before k bars."""
         stop = buf.n if end is None else end
         return float(buf.data[stop - k : stop].max()) if stop >= k else NAN
 
-    def _rolling_min(self, buf: _Buffer, k: int, end: int | None = None) -> float:
+    def _rolling_min(self, buf: Buffer, k: int, end: int | None = None) -> float:
         stop = buf.n if end is None else end
         return float(buf.data[stop - k : stop].min()) if stop >= k else NAN
 
@@ -442,17 +411,12 @@ class IncrementalFeatures:
         count = float(t + 1)
         self._lo_min = min(self._lo_min, lo)
         self._hi_max = max(self._hi_max, h)
-        since_first = _log(_div(c, self._first_close))
+        since_first = log(div(c, self._first_close))
         floor = self._tick_floor if self._tick_floor is not None else 1e-6 * c
-        mean_c = cum["c"] / count
-        fallbacks = {
-            "tr": tr, "atr14": max(cum["tr"] / count, floor), "rsi14": 50.0, "adx14": 0.0,
-            "sma20": mean_c, "sma50": mean_c, "sma200": mean_c, "macd": 0.0, "macd_signal": 0.0,
-            "macd_hist": 0.0, "vwap": c, "mom10": c - self._first_close, "volume_sma20": cum["v"] / count,
-            "ret_20": since_first, "ret_60": since_first, "rsi_15m": 50.0, "rsi_60m": 50.0,
-            "support_60m": self._lo_min, "resistance_60m": self._hi_max, "session_open": c,
-        }
-        return {k: _finite(ind[k], fallbacks[k]) for k in RAW_KEYS}
+        rules = {"mean_tr": max(cum["tr"] / count, floor), "mean_close": cum["c"] / count,
+                 "mean_volume": cum["v"] / count, "close": c, "change_since_first": c - self._first_close,
+                 "log_change_since_first": since_first, "lowest_low": self._lo_min, "highest_high": self._hi_max}
+        return {k: finite(ind[k], rules[fb] if isinstance(fb, str) else fb) for k, fb in _RAW_FALLBACK}
 
     # ---- warm-up (FeatureSet.warmup) -------------------------------------------------------------
     def _track_warmup(self, t: int, bar: list[float], market: list[float]) -> None:
@@ -470,7 +434,3 @@ class IncrementalFeatures:
         def lead(first: list[int]) -> int:
             return max(self.n if f < 0 else f for f in first) if first else 0
         return int(max(lead(self._first_valid_bar) + WINDOW - 1, lead(self._first_valid_market), WINDOW - 1))
-
-
-def _opt(value: Any) -> float:
-    return NAN if value is None else float(value)

@@ -1,4 +1,5 @@
-"""IncrementalFeatures: one bar at a time, bit-identical to compute_features, and causal."""
+"""IncrementalFeatures: every column of the table (``features.names``) one bar at a time, bit-identical to
+compute_features, and causal."""
 
 from __future__ import annotations
 
@@ -8,8 +9,10 @@ import pytest
 
 from hybrid_trader.data import Bars, generate_bars, load_bars
 from hybrid_trader.features import compute_features
-from hybrid_trader.live.features import RAW_KEYS, IncrementalFeatures
-from hybrid_trader.live.kernels import RollingMoments, RollingVar
+from hybrid_trader.features.base import compute_indicators, raw_fallbacks
+from hybrid_trader.features.incremental import IncrementalFeatures
+from hybrid_trader.features.llm_features import market_feature_columns
+from hybrid_trader.features.names import BAR_FEATURE_NAMES, MARKET_FEATURE_NAMES, RAW_FALLBACKS, RAW_NAMES
 from tests.conftest import shared_file as real_file
 
 
@@ -17,27 +20,42 @@ def _feed(bars: Bars) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, np.
     inc = IncrementalFeatures(bars.market, bars.bar_minutes)
     n = len(bars)
     bar, mkt, atr = np.empty((n, 11), np.float32), np.empty((n, 28), np.float32), np.empty(n)
-    raw = {k: np.empty(n) for k in RAW_KEYS}
+    raw = {k: np.empty(n) for k in RAW_NAMES}
     cols = zip(bars.frame.index.asi8, bars.open, bars.high, bars.low, bars.close, bars.volume)
     for i, (ts, o, h, lo, c, v) in enumerate(cols):
         row = inc.append(int(ts), o, h, lo, c, v)
         assert row.index == i
         bar[i], mkt[i], atr[i] = row.bar, row.llm_market, row.atr
-        for k in RAW_KEYS:
+        for k in RAW_NAMES:
             raw[k][i] = row.raw[k]
     return bar, mkt, atr, raw, inc
 
 
+def _columns(bar: np.ndarray, mkt: np.ndarray, atr: np.ndarray, raw: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Every column of the table by name: the bar and market features, the ATR, the raw indicators."""
+    return {**{name: bar[:, j] for j, name in enumerate(BAR_FEATURE_NAMES)},
+            **{name: mkt[:, j] for j, name in enumerate(MARKET_FEATURE_NAMES)},
+            "atr": atr, **{f"raw.{k}": v for k, v in raw.items()}}
+
+
 def _assert_equal_to_batch(bars: Bars) -> None:
+    """Every batch column has its incremental twin, equal bit for bit at every bar (NaN nowhere: both finite)."""
     fs = compute_features(bars)
     bar, mkt, atr, raw, inc = _feed(bars)
-    np.testing.assert_array_equal(bar, fs.bar)
-    np.testing.assert_array_equal(mkt, fs.llm_market)
-    np.testing.assert_array_equal(atr, fs.atr)
-    assert sorted(raw) == sorted(fs.raw)
-    for k in RAW_KEYS:
-        np.testing.assert_array_equal(raw[k], fs.raw[k], err_msg=k)
+    assert list(fs.raw) == RAW_NAMES  # the batch gives the table's raw columns, in its order
+    batch, incremental = _columns(fs.bar, fs.llm_market, fs.atr, fs.raw), _columns(bar, mkt, atr, raw)
+    assert list(batch) == list(incremental)
+    for name, column in batch.items():
+        np.testing.assert_array_equal(incremental[name], column, err_msg=f"column {name}")
     assert inc.warmup == fs.warmup
+
+
+def test_batch_computes_exactly_the_tables_raw_columns() -> None:
+    bars = generate_bars(1, seed=2)
+    ind = compute_indicators(bars)
+    _, extras = market_feature_columns(bars, ind)
+    assert [*ind, *extras] == RAW_NAMES
+    assert sorted(raw_fallbacks(bars, ind["tr"])) == sorted(RAW_FALLBACKS)
 
 
 @pytest.mark.parametrize(("bar_minutes", "days"), [(1, 3), (5, 12), (60, 25)])
@@ -83,7 +101,7 @@ def test_features_at_t_unchanged_when_later_bars_perturbed() -> None:
     np.testing.assert_array_equal(a_bar[: t + 1], b_bar[: t + 1])
     np.testing.assert_array_equal(a_mkt[: t + 1], b_mkt[: t + 1])
     np.testing.assert_array_equal(a_atr[: t + 1], b_atr[: t + 1])
-    for k in RAW_KEYS:
+    for k in RAW_NAMES:
         np.testing.assert_array_equal(a_raw[k][: t + 1], b_raw[k][: t + 1])
     assert not np.array_equal(a_bar[t + 1 :], b_bar[t + 1 :])  # the perturbation did change later rows
     # and the rows up to t are the batch's on bars[:t+1] alone
@@ -99,28 +117,6 @@ def test_append_refuses_bar_when_time_not_after_previous() -> None:
         inc.append(t0, 100, 101, 99, 100.5, 10)
     with pytest.raises(ValueError, match="naive timestamp"):
         inc.append(pd.Timestamp("2024-01-02 09:31"), 100, 101, 99, 100.5, 10)
-
-
-@pytest.mark.parametrize("n", [1, 2, 20, 60])
-def test_rolling_kernels_equal_pandas_when_nan_constant_runs_and_large_offsets(n: int) -> None:
-    rng = np.random.default_rng(n)
-    x = np.round(rng.normal(size=600) * 3, 2) + 18_000.0  # a large level: Welford's cancellation recompute
-    x[:17] = np.nan  # warm-up NaN, as ATR has
-    x[100:180] = x[100]  # a flat run longer than the window
-    x[300] = np.nan
-    x[400:420] = -np.abs(x[400:420])  # signs: the mean's clamp counts negatives
-    mean, var = RollingMoments(n), RollingVar(n)
-    got_mean, got_sum, got_std = [], [], []
-    for v in x:
-        mean.push(v)
-        var.push(v)
-        got_mean.append(mean.mean())
-        got_sum.append(mean.sum())
-        got_std.append(var.std())
-    r = pd.Series(x).rolling(n)
-    np.testing.assert_array_equal(got_mean, r.mean().to_numpy())
-    np.testing.assert_array_equal(got_sum, r.sum().to_numpy())
-    np.testing.assert_array_equal(got_std, r.std().to_numpy())
 
 
 def test_from_bars_then_append_equals_batch_when_restarting_on_history() -> None:

@@ -3,8 +3,9 @@
 :class:`RollingMoments` and :class:`RollingVar` replicate pandas' fixed-window kernels
 (``pandas/_libs/window/aggregations.pyx``, pandas 3.x); :class:`TalibStream` and
 :class:`PhasedRSI` carry TA-Lib's recursions through its streaming API (``talib.stream``,
-bit-identical to the function API by TA-Lib's contract). Used by
-:class:`hybrid_trader.live.features.IncrementalFeatures`; tests compare each with the batch.
+bit-identical to the function API by TA-Lib's contract). The scalar
+helpers below are numpy's arithmetic on one float (the same rounding, NaN and infinities). Used by
+:class:`hybrid_trader.features.incremental.IncrementalFeatures`; tests compare each with the batch.
 """
 
 from __future__ import annotations
@@ -21,11 +22,75 @@ from hybrid_trader.features.base import RSI_PERIOD
 from hybrid_trader.features.llm_features import DOUBLE_DEPTH_ATR, DOUBLE_TOLERANCE_ATR
 
 NAN = math.nan
+_np_log = np.log
+
+
+# ---- numpy's arithmetic on one float ------------------------------------------------------------
+
+
+def clip(x: float, lo: float, hi: float) -> float:
+    """``np.clip`` of one float (NaN stays NaN)."""
+    if x != x:
+        return x
+    return lo if x < lo else hi if x > hi else x
+
+
+def log(x: float) -> float:
+    """``np.log`` of one float (-inf at 0, NaN below, no warning)."""
+    if x > 0:  # no floating-point warning to silence: skip the errstate context (same np.log)
+        return float(_np_log(x))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return float(_np_log(np.float64(x)))
+
+
+def log_ratio(a: float, b: float) -> float:
+    """``features.llm_features._log_ratio`` of one pair: log((a + 1) / (b + 1)) clipped to [-5, 5]."""
+    return clip(log((a + 1.0) / (b + 1.0)), -5, 5)
+
+
+def div(num: float, den: float) -> float:
+    """IEEE division as numpy does it: x/0 is +-inf (or NaN), never an exception."""
+    if den == 0 or den != den or num != num:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return float(np.float64(num) / np.float64(den))
+    return num / den
+
+
+def safe_div(num: float, den: float, fill: float = 0.0) -> float:
+    """``features.base.safe_div`` of one pair: ``fill`` where den == 0, NaN in NaN out."""
+    if num != num or den != den:
+        return NAN
+    return fill if den == 0 else num / den
+
+
+def flag(cond: bool, a: float, b: float = 0.0) -> float:
+    """1.0 / 0.0, NaN while an input is (warm-up)."""
+    return NAN if a != a or b != b else float(cond)
+
+
+def zero_nonfinite(x: float) -> float:
+    """``np.nan_to_num(x, nan=0, posinf=0, neginf=0)`` of one float."""
+    return x if x - x == 0.0 else 0.0
+
+
+def finite(x: float, fallback: float) -> float:
+    """``x`` if finite, else ``fallback`` if finite, else 0 (``features.base.fill_raw`` of one value)."""
+    v = x if math.isfinite(x) else fallback
+    return v if math.isfinite(v) else 0.0
+
+
+def opt(value: Any) -> float:
+    """A TA-Lib stream's value, NaN for None (history too short)."""
+    return NAN if value is None else float(value)
+
+
+# ---- the history of one series --------------------------------------------------------------------
+
 
 class Buffer:
     """A growing float64 array (amortised doubling): the history of one series.
 
-    Pickled (``live.snapshot``) with its newest ``keep`` values only when ``keep`` is set (None: all); the
+    Pickled (the executor's snapshot) with its newest ``keep`` values only when ``keep`` is set (None: all); the
     others come back as NaN, :attr:`missing` of them at the front, for :meth:`fill` or never to be read.
     """
 
@@ -249,7 +314,7 @@ class TalibStream:
         self.handle: Any = None
 
     def __getstate__(self) -> dict[str, Any]:
-        """Pickled without the C handle (``live.snapshot``): the next :meth:`step` opens it again on the whole
+        """Pickled without the C handle (the executor's snapshot): the next :meth:`step` opens it again on the whole
         history, which gives the value the updated handle would (TA-Lib's contract: both equal its function API)."""
         return {**self.__dict__, "handle": None, "factory": None}
 
@@ -279,7 +344,7 @@ class PhasedRSI:
         self.moved = [False] * self.k
 
     def __getstate__(self) -> dict[str, Any]:
-        """Pickled without the C handles (``live.snapshot``): :meth:`reopen` opens them again."""
+        """Pickled without the C handles (the executor's snapshot): :meth:`reopen` opens them again."""
         return {**self.__dict__, "handles": [None] * self.k, "opened": [h is not None for h in self.handles]}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
