@@ -21,7 +21,7 @@ EXIT_ALL_FAILED = 4
 def exit_code(summary: dict) -> int:
     """0 when every trial this run ran finished (trials left for later by ``--only`` are not failures), else
     :data:`EXIT_SOME_FAILED` or :data:`EXIT_ALL_FAILED`."""
-    if summary["finished"] + summary.get("not run", 0) == summary["trials"]:
+    if summary["finished"] + summary.get("not run", 0) + summary.get("stopped", 0) == summary["trials"]:
         return 0
     return EXIT_ALL_FAILED if summary["finished"] == 0 else EXIT_SOME_FAILED
 
