@@ -41,7 +41,7 @@ def search_file(tmp_path, name="study.yaml", **over) -> str:
 def searched(tmp_path_factory):
     root = tmp_path_factory.mktemp("search")
     path = search_file(root)
-    summary = run_study(path, root / "out", workers=2, **QUIET)
+    summary = run_study(path, root / "out", workers=1, **QUIET)  # one at a time: which trials ASHA stops is fixed
     return root, path, root / "out", summary
 
 
@@ -77,14 +77,14 @@ def test_a_rerun_skips_finished_and_stopped_trials_and_optuna_proposes_only_the_
         raise AssertionError("no trial may run again")
 
     monkeypatch.setattr("hybrid_trader.study.search._run_tune", boom)
-    again = run_study(path, out, workers=2, **QUIET)
+    again = run_study(path, out, workers=1, **QUIET)
     assert again["folds"] == first["folds"] and again["trials"] == 4
     monkeypatch.undo()
     gone = next(p for p in sorted((out / "trials").iterdir()) if json.loads((p / "trial.json").read_text())["status"]
                 == "stopped")
     (gone / "trial.json").unlink()  # as if the study was interrupted before this trial ended
     before = {p.name: (p / "trial.json").read_text() for p in (out / "trials").iterdir() if (p / "trial.json").exists()}
-    resumed = run_study(path, out, workers=2, **QUIET)
+    resumed = run_study(path, out, workers=1, **QUIET)
     assert resumed["trials"] == 4 and resumed["timing"]["trials"] == 1  # one new proposal, the rest kept
     for name, text in before.items():
         assert (out / "trials" / name / "trial.json").read_text() == text or name == first["folds"][0]["selected"]
@@ -112,6 +112,8 @@ def test_a_malformed_space_is_refused_naming_the_key_and_the_fix(tmp_path, space
     ({"space": {}}, "need a search space"),
     ({"search": "grid", "scheduler": "none"}, "grid takes choices only"),
     ({"seeds": [0, 1]}, "one seed"),
+    ({"hypotheses": [{"name": "h", "variant": "a", "against": "b", "metric": "Net PnL [$]"}],
+      "variants": [{"name": "a", "set": {}}, {"name": "b", "set": {}}]}, "judges no hypotheses"),
     ({"base": {**SEARCH, "train.validate_every": 0}}, "validate_every is 0"),
     ({"select": {"metric": "profit"}}, "not a figure"),
 ])
@@ -130,6 +132,14 @@ def test_the_space_is_part_of_the_identity_and_a_plain_study_keeps_its_own(tmp_p
     assert load_study(study_file(tmp_path)).identity() == "6b9ee38f1a9a8dd2"
 
 
+def test_an_environment_the_space_reaches_is_checked_before_ray_starts(tmp_path, monkeypatch):
+    monkeypatch.setattr("hybrid_trader.study.search._run_tune", lambda *a, **k: pytest.fail("Ray started"))
+    path = search_file(tmp_path, search="grid", scheduler="none", space={"env.contracts": {"choice": [1, 100]}})
+    with pytest.raises(UserError, match=r"study space \(env.contracts: 100, variant a\).*limit") as err:
+        run_study(path, tmp_path / "out", workers=1, **QUIET)
+    assert err.value.fix
+
+
 def test_random_points_are_seeded_per_fold_and_grid_points_are_every_combination(tmp_path):
     spec = load_study(search_file(tmp_path, search="random", scheduler="none", samples=5))
     assert points(spec, 0) == points(spec, 0) != points(spec, 1) and len(points(spec, 0)) == 5
@@ -138,6 +148,20 @@ def test_random_points_are_seeded_per_fold_and_grid_points_are_every_combination
                                   variants=[{"name": "a", "set": {}}, {"name": "b", "set": {}}]))
     assert len(points(grid, 0)) == 12 and {p["variant"] for p in points(grid, 0)} == {"a", "b"}
     assert parse_dimension("k", {"randint": [1, 4]}).extremes() == [1, 3]
+
+
+def test_the_example_search_loads_and_optuna_sees_its_choices_as_indexes():
+    from pathlib import Path
+
+    from hybrid_trader.study.space import decode, encode, tune_space
+
+    spec = load_study(Path(__file__).resolve().parents[2] / "examples" / "studies" / "nq_search.yaml")
+    assert (spec.search, spec.scheduler, spec.samples, spec.folds) == ("optuna", "asha", 24, 3)
+    space = tune_space(spec)
+    assert space["ppo.net_arch"].categories == [0, 1, 2]  # Optuna's categories are scalars; the lists come back
+    point = {"ppo.learning_rate": 1e-4, "ppo.ent_coef": 1e-3, "ppo.gamma": 0.99, "ppo.n_steps": 1024,
+             "ppo.net_arch": [256, 256], "env.target_atr": 3, "env.reward": "sharpe", "data.bar_minutes": 5}
+    assert encode(spec, point)["ppo.net_arch"] == 2 and decode(spec, encode(spec, point)) == point
 
 
 def test_the_selection_reads_validation_figures_only(tmp_path):
@@ -176,11 +200,11 @@ def test_the_test_days_never_inform_the_selection(tmp_path):
         test_days = _bars_file(root / "bars.csv", perturb)
         base = {**{k: v for k, v in SEARCH.items() if k != "data.synthetic_days"}, "data.path": str(root / "bars.csv"),
                 "train.validate_every": 0, "env.reward_scale": 20.0}  # the default reads every day's ATR (below)
-        path = search_file(root, base=base, search="random", scheduler="none", samples=3)
+        path = search_file(root, base=base, search="random", scheduler="none", samples=2)
         summaries.append((run_study(path, root / "out", workers=2, **QUIET),
                           pd.read_parquet(root / "out" / "trials.parquet")))
     (plain, t0), (moved, t1) = summaries
-    assert plain["finished"] == moved["finished"] == 3
+    assert plain["finished"] == moved["finished"] == 2
     assert plain["folds"][0]["selected"] == moved["folds"][0]["selected"]
     for col in ("Net PnL [$]", "val/net_pnl_per_day", "Trades"):  # every trial's validation, unchanged
         assert t0[col].tolist() == t1[col].tolist()

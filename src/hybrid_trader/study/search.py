@@ -208,12 +208,14 @@ def _recorder(out: Path, spec: StudySpec, fold: int, collector: Any, fixed: list
 
 
 def _search_bars(spec: StudySpec, bars: dict[str, DataBars]) -> None:
-    """Every data configuration the space reaches (its ``data.*`` choices, for every variant, fold and phase) loaded
-    into ``bars`` and checked as a trial will build it (a missing file or bar size, a split without a day)."""
-    dims = [d for d in dimensions(spec) if d.key.startswith("data.")]
+    """Every data configuration the space reaches loaded into ``bars``, and every environment it reaches checked as
+    a trial will build it, before Ray starts: each combination of the ``data.*``, ``env.*`` and ``risk.*`` keys'
+    choices (a continuous key at both bounds), for every variant, fold and phase (a missing file or bar size, a
+    split without a day, contracts above the rules' limit, ...); refused naming the point and the variant."""
+    dims = [d for d in dimensions(spec) if d.key.startswith(("data.", "env.", "risk.")) or d.key == "ppo.n_envs"]
     combos: list[dict[str, Any]] = [{}]
     for d in dims:
-        combos = [{**c, d.key: v} for c in combos for v in d.values]
+        combos = [{**c, d.key: v} for c in combos for v in d.extremes()]
     try:
         for variant in spec.variants:
             for combo in combos:

@@ -97,6 +97,9 @@ def check_search(spec: StudySpec) -> None:
           fix=f"declare space: {{...}} ({EXAMPLE}), or use search: grid with scheduler: none")
     check(VARIANT not in spec.space, f"space.{VARIANT}", "the variant is not a key of the space",
           fix="list the variants under variants: (a study with several searches them as a choice)")
+    check(not spec.hypotheses, "hypotheses", "a search judges no hypotheses: its configurations are not known before "
+          "it runs", fix="drop hypotheses: (the summary reports the selections against momentum, their DSR and PBO), "
+          "or compare fixed variants in a study without a space")
     check(len(spec.seeds) == 1, "seeds", f"{spec.seeds}: a search trains each configuration once, with one seed",
           value=spec.seeds, fix="seeds: [0] (put ppo.seed in the space to search seeds as well)")
     dims = dimensions(spec)
