@@ -21,7 +21,7 @@ EXIT_ALL_FAILED = 4
 def exit_code(summary: dict) -> int:
     """0 when every trial this run ran finished (trials left for later by ``--only`` are not failures), else
     :data:`EXIT_SOME_FAILED` or :data:`EXIT_ALL_FAILED`."""
-    if summary["finished"] + summary.get("not run", 0) == summary["trials"]:
+    if summary["finished"] + summary.get("not run", 0) + summary.get("stopped", 0) == summary["trials"]:
         return 0
     return EXIT_ALL_FAILED if summary["finished"] == 0 else EXIT_SOME_FAILED
 
@@ -108,6 +108,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"hypothesis {h['name']} ({h['claim']}): {h['verdict'].upper()}, {h['pairs']} pairs, Wilcoxon p "
               f"{h['p-value']:.4g} (alpha {h['alpha']}), mean difference {h['mean difference']:,.2f} "
               f"[{h['ci_low']:,.2f}, {h['ci_high']:,.2f}]: {h['reason']}")
+    for f in summary.get("folds") or []:  # a search (study.search): each fold's selection and its test
+        test = (f.get("test") or {}).get("Net PnL [$]")
+        print(f"fold {f['fold']}: {f['finished']} finished, {f['stopped']} stopped, {f['failed']} failed; selected "
+              f"{f['selected']} {json.dumps(f.get('params'))}: test net P&L {'-' if test is None else f'{test:,.0f}'}")
     dsr = summary["deflated sharpe"]
     print(f"Deflated Sharpe Ratio of the best trial ({dsr.get('best')}) over {dsr.get('trials')} trials: "
           f"{dsr.get('dsr')}")

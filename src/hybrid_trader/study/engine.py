@@ -107,6 +107,11 @@ def run_study(spec_path: str | Path | StudySpec, out: str | Path, *, workers: in
         spec.name = spec.name or out.name
         atomic_write_text(out / STUDY_FILE, json.dumps({"identity": spec.identity(), "spec": to_dict(spec)},
                                                        indent=1, default=str))
+        if spec.space:  # a search on Ray Tune, nested walk-forward (study.search)
+            from hybrid_trader.study.search import run_search  # only a search loads Ray Tune and Optuna
+
+            return run_search(spec, out, workers=workers, address=address, progress=progress, bars=bars,
+                              only=only, static=static, say=say)
         trials = trials_of(spec)
         done = {t.slug for t in trials if (read_trial(out / TRIALS / t.slug) or {}).get("status") == "finished"}
         order = {v.name: i for i, v in enumerate(spec.variants)}  # whole pairs first: an interrupted study

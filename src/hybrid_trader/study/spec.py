@@ -32,7 +32,8 @@ from hybrid_trader.config import check, load_yaml_config, merge_overrides, to_di
 from hybrid_trader.errors import UserError
 from hybrid_trader.evaluation.verdict import VerdictConfig
 from hybrid_trader.run.config import RunConfig
-from hybrid_trader.study.hypotheses import HypothesisSpec, check_hypotheses
+from hybrid_trader.study.hypotheses import HYPOTHESIS_METRICS, HypothesisSpec, check_hypotheses
+from hybrid_trader.study.space import check_search
 
 
 @dataclass
@@ -47,6 +48,20 @@ class VariantSpec:
     def __post_init__(self) -> None:
         check(bool(self.name) and all(c.isalnum() or c in "-_" for c in self.name), "name",
               f"{self.name!r} is not a variant name", fix="use letters, digits, - and _, e.g. best-val")
+
+
+@dataclass
+class SelectSpec:
+    """How a search selects each fold's configuration: a figure of its evaluation on the validation days."""
+
+    metric: str = "Net PnL [$]"
+    """A figure of the trials (``Net PnL [$]``, ``Sharpe (ann.)``, ``Pass rate [%]``, ...), on validation days."""
+    mode: Literal["max", "min"] = "max"
+    """max: the highest is best; min: the lowest (e.g. ``Max drawdown [$]``)."""
+
+    def __post_init__(self) -> None:
+        check(self.metric in HYPOTHESIS_METRICS, "metric", f"{self.metric!r} is not a figure of the study's trials",
+              value=self.metric, fix=f"use one of: {', '.join(HYPOTHESIS_METRICS)}")
 
 
 @dataclass
@@ -82,12 +97,21 @@ class StudySpec:
     """Walk-forward folds (split.folds; each trial one split.fold); 0: the one split of the base config."""
     phases: list[int] = field(default_factory=lambda: [1])
     """Phases each trial trains in turn, each from the previous one (e.g. [1, 2])."""
-    search: Literal["grid", "random"] = "grid"
-    """grid: every variant x seed x fold; random: ``samples`` of them drawn with ``sample_seed``."""
+    search: Literal["grid", "random", "optuna"] = "grid"
+    """grid: every variant x seed x fold; random: ``samples`` of them drawn with ``sample_seed``. With a ``space``
+    (a search on Ray Tune, :mod:`hybrid_trader.study.search`): grid: every combination of its choices; random:
+    ``samples`` points drawn with ``sample_seed``; optuna: ``samples`` points proposed by Optuna's TPE (seeded)."""
     samples: int = 0
-    """random search: how many trials."""
+    """random search: how many trials; a search with a space: how many configurations per fold."""
     sample_seed: int = 0
-    """random search: the draw's seed."""
+    """random search: the draw's seed (Optuna's sampler's too)."""
+    space: dict[str, Any] = field(default_factory=dict)
+    """The search space: config key -> ``{uniform: [lo, hi]}``, ``{loguniform: [lo, hi]}``, ``{choice: [...]}`` or
+    ``{randint: [lo, hi]}`` (:mod:`hybrid_trader.study.space`); empty: the variants x seeds x folds grid."""
+    scheduler: Literal["none", "asha"] = "none"
+    """A search with a space: ``asha`` stops trials whose periodic validation trails (recorded as stopped)."""
+    select: SelectSpec = field(default_factory=SelectSpec)
+    """A search with a space: the validation figure each fold's configuration is selected by."""
     evaluate: EvaluateSpec = field(default_factory=EvaluateSpec)
     """How each trial is evaluated."""
     hypotheses: list[HypothesisSpec] = field(default_factory=list)
@@ -106,8 +130,10 @@ class StudySpec:
         check(self.folds >= 0, "folds", f"{self.folds} must be 0 or more", fix="0 (one split) or e.g. 3")
         check(bool(self.phases) and self.phases == sorted(self.phases) and set(self.phases) <= {1, 2, 3}, "phases",
               f"{self.phases} is not a chain of phases", fix="e.g. [1], [1, 2] or [2, 3] (with base init)")
-        check(self.search == "grid" or self.samples >= 1, "samples", "random search needs samples >= 1",
+        check(self.search == "grid" or self.samples >= 1, "samples", f"{self.search} search needs samples >= 1",
               fix="e.g. samples: 12")
+        if self.space or self.search == "optuna" or self.scheduler != "none":
+            check_search(self)  # the Tune path's own rules
         check_hypotheses(self.hypotheses, names)
 
     def run_config(self, variant: VariantSpec, seed: int, fold: int, phase: int) -> RunConfig:
@@ -125,6 +151,9 @@ class StudySpec:
             data.pop("hypotheses", None)
         if self.evaluate.prop == VerdictConfig():  # likewise a study with the default fees and pass value
             data["evaluate"].pop("prop", None)
+        if not self.space:  # and a study without a search space (the Tune path's keys)
+            for key in ("space", "scheduler", "select"):
+                data.pop(key, None)
         return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 

@@ -82,9 +82,12 @@ def summarize(spec: StudySpec, rows: Sequence[dict[str, Any]], attempts: dict[st
             "errors": [{"trial": r["trial"], "error": r.get("error")} for r in rows if r.get("status") == "failed"]}
 
 
-def deflated_best(rows: Sequence[dict[str, Any]], tried: int | None = None) -> dict[str, Any]:
+def deflated_best(rows: Sequence[dict[str, Any]], tried: int | None = None, variance: float | None = None
+                  ) -> dict[str, Any]:
     """The best trial by daily Sharpe and its Deflated Sharpe Ratio for the number of trials tried: ``tried`` (every
-    trial the study folder ran, failed and re-run ones included), at least the trials with a Sharpe."""
+    trial the study folder ran, failed and re-run ones included), at least the trials with a Sharpe. ``variance``:
+    the variance of the trials' Sharpe ratios when ``rows`` are not all of them (a search's selection), else
+    theirs."""
     sharpes = []
     for r in rows:
         x = np.asarray(r.get("daily_returns") or [], dtype=float)
@@ -92,7 +95,8 @@ def deflated_best(rows: Sequence[dict[str, Any]], tried: int | None = None) -> d
             sharpes.append((float(x.mean() / x.std(ddof=1)), r["trial"], x))
     if not sharpes:
         return {"trials": max(tried or 0, len(rows)), "dsr": math.nan, "best": None}
-    variance = float(np.var([s for s, _, _ in sharpes], ddof=1)) if len(sharpes) > 1 else 0.0
+    if variance is None:
+        variance = float(np.var([s for s, _, _ in sharpes], ddof=1)) if len(sharpes) > 1 else 0.0
     sr, name, x = max(sharpes, key=lambda s: s[0])
     dev = x - x.mean()
     m2 = float(np.mean(dev ** 2))

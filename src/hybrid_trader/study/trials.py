@@ -30,7 +30,7 @@ from hybrid_trader.run.rundir import MODEL
 from hybrid_trader.study.fingerprint import fingerprint, make_deterministic
 from hybrid_trader.study.spec import StudySpec
 from hybrid_trader.study.transport import TRIAL_FILE, TRIALS, DataBars, data_key, pack, relocate, unpack
-from hybrid_trader.training.runner import train_run
+from hybrid_trader.training.runner import ValidationFactory, train_run
 
 FIGURES = ("Net PnL [$]", "Sharpe (ann.)", "Max drawdown [$]", "Trades", "Win rate [%]", "PSR [%]",
            "Return [%]", "Days")
@@ -95,10 +95,11 @@ def read_trial(folder: Path) -> dict[str, Any] | None:
         return None
 
 
-def run_trial(spec_data: dict, trial: Trial, out: str, *, bars: Mapping[str, DataBars] | None = None
-              ) -> dict[str, Any]:
+def run_trial(spec_data: dict, trial: Trial, out: str, *, bars: Mapping[str, DataBars] | None = None,
+              validation: ValidationFactory = validation_fn) -> dict[str, Any]:
     """Train and evaluate one trial in this process, in ``out``'s trial folder; its row (also written to
-    ``trial.json``). ``bars``: the study's bars (see :func:`market_for`). Never raises."""
+    ``trial.json``). ``bars``: the study's bars (see :func:`market_for`). ``validation``: training's periodic
+    validation (a search's reports each result to Ray Tune: :mod:`hybrid_trader.study.search`). Never raises."""
     make_deterministic(threads=1)  # the trial's own process (a Ray worker): one thread per trial, before any work
     spec = from_dict(StudySpec, spec_data, source="study")
     folder = Path(out) / TRIALS / trial.slug
@@ -118,15 +119,10 @@ def run_trial(spec_data: dict, trial: Trial, out: str, *, bars: Mapping[str, Dat
                 continue
             if run.exists():  # a run a killed trial left unfinished: trained again from its start
                 shutil.rmtree(run)
-            train_run(config, run, init=init, quiet=True, market=market, validation=validation_fn)
+            train_run(config, run, init=init, quiet=True, market=market, validation=validation)
             init = run
         assert init is not None and market is not None
-        measurable = verdict_measurable(config)  # phase 3: with the student only
-        verdict = None if spec.evaluate.verdict == "none" or not measurable else spec.evaluate.verdict
-        out_eval = evaluate_run(init, split=spec.evaluate.split, seeds=spec.evaluate.seeds, quiet=True,
-                                ablation=False, market=market, verdict=verdict,
-                                verdict_config=spec.evaluate.prop)
-        row.update(evaluation_row(out_eval))
+        row.update(evaluate_trial(spec, config, init, market, spec.evaluate.split))
         row["status"] = "finished"
     except Exception as err:  # recorded, never raised: one trial's failure does not stop the study
         row["status"] = "failed"
@@ -135,6 +131,16 @@ def run_trial(spec_data: dict, trial: Trial, out: str, *, bars: Mapping[str, Dat
     row["seconds"] = round(time.perf_counter() - started, 2)
     atomic_write_text(folder / TRIAL_FILE, json.dumps(jsonable(row), indent=1))
     return row
+
+
+def evaluate_trial(spec: StudySpec, config: Any, run: Path, market: Market, split: str) -> dict[str, Any]:
+    """A trial's last run evaluated on ``split`` as the study evaluates it (its seeds, verdict and fees): the
+    figures of :func:`evaluation_row`."""
+    measurable = verdict_measurable(config)  # phase 3: with the student only
+    verdict = None if spec.evaluate.verdict == "none" or not measurable else spec.evaluate.verdict
+    out_eval = evaluate_run(run, split=split, seeds=spec.evaluate.seeds, quiet=True, ablation=False,
+                            market=market, verdict=verdict, verdict_config=spec.evaluate.prop)
+    return evaluation_row(out_eval)
 
 
 def evaluation_row(out_eval: EvaluationOutput) -> dict[str, Any]:
@@ -159,8 +165,8 @@ def evaluation_row(out_eval: EvaluationOutput) -> dict[str, Any]:
     return row
 
 
-def trial_task(spec_data: dict, trial: Trial, carry: bytes | None, bars: dict[str, DataBars], home: str = ""
-               ) -> tuple[dict, bytes]:
+def trial_task(spec_data: dict, trial: Trial, carry: bytes | None, bars: dict[str, DataBars], home: str = "",
+               validation: ValidationFactory = validation_fn) -> tuple[dict, bytes]:
     """A Ray task: run the trial in a scratch folder of this worker; its row and its folder as bytes (its records
     naming ``home``, the trial's folder at the driver, where they will be: :func:`relocate`)."""
     scratch = Path(tempfile.mkdtemp(prefix="hybrid-trader-trial-"))
@@ -169,7 +175,7 @@ def trial_task(spec_data: dict, trial: Trial, carry: bytes | None, bars: dict[st
         folder.mkdir(parents=True)
         if carry:
             unpack(carry, folder)
-        row = run_trial(spec_data, trial, str(scratch), bars=bars)
+        row = run_trial(spec_data, trial, str(scratch), bars=bars, validation=validation)
         if home:
             relocate(folder, home)
         return row, pack(folder, skip=(TRIAL_FILE,))
