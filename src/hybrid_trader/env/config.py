@@ -49,7 +49,7 @@ class EnvConfig:
     breach_penalty: float = 5.0
     """Reward subtracted on a breach [reward units]."""
     reward_scale: float | None = None
-    """Dollars per unit of reward; None: point value x contracts x median ATR of the bars."""
+    """Dollars per unit of reward; None: point value x contracts x median ATR of the bars of the days it trades."""
     reward: str = "pnl"
     """pnl: equity change per step; prop: pnl + a target bonus + a threshold-distance penalty; sharpe:
     the differential Sharpe ratio of the pnl rewards (docs/ENVIRONMENT.md). The breach penalty applies to all."""

@@ -195,10 +195,8 @@ class TradingEnv(CoreViews, gym.Env):
         # Costs and scales.
         self.broker = make_broker(cfg, self.contract)
         atr = np.asarray(features.atr, dtype=np.float64)
-        if cfg.reward_scale is None:
-            median_atr = (
-                float(np.median(atr[features.warmup :])) if len(atr) > features.warmup else float(np.median(atr))
-            )
+        if cfg.reward_scale is None:  # the median ATR of the days it trades: never a later day's volatility
+            median_atr = float(np.median(self._traded(atr, sessions, features.warmup)))
             self.reward_scale = max(median_atr, self.contract.tick_size) * self.broker.dollars_per_point
         else:
             self.reward_scale = float(cfg.reward_scale)
@@ -248,6 +246,14 @@ class TradingEnv(CoreViews, gym.Env):
         n = len(self.bars)
         self.level_history = np.full((n, 3), np.nan)
         self.action_history = np.full(n, -1, dtype=np.int8)
+
+    def _traded(self, values: np.ndarray, sessions: Sequence[int] | None, warmup: int) -> np.ndarray:
+        """``values`` on the bars of ``sessions`` (None: every bar) after the feature warm-up (all of them when
+        none is left)."""
+        keep = np.arange(len(values)) >= warmup
+        if sessions is not None:
+            keep &= np.isin(self.bars.session_id, np.asarray(list(sessions), dtype=np.int64))
+        return values[keep] if keep.any() else values
 
     def _build_windows(self, sessions: Sequence[int] | None) -> list[EpisodeWindow]:
         cfg = self.config
