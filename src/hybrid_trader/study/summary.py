@@ -82,6 +82,12 @@ def summarize(spec: StudySpec, rows: Sequence[dict[str, Any]], attempts: dict[st
             "errors": [{"trial": r["trial"], "error": r.get("error")} for r in rows if r.get("status") == "failed"]}
 
 
+def daily_sharpe(values: Sequence[float] | np.ndarray) -> float | None:
+    """Mean over standard deviation (ddof 1) of daily returns; None under 3 days or without spread."""
+    x = np.asarray(values, dtype=float)
+    return float(x.mean() / x.std(ddof=1)) if len(x) >= 3 and x.std(ddof=1) > 0 else None
+
+
 def deflated_best(rows: Sequence[dict[str, Any]], tried: int | None = None, variance: float | None = None
                   ) -> dict[str, Any]:
     """The best trial by daily Sharpe and its Deflated Sharpe Ratio for the number of trials tried: ``tried`` (every
@@ -91,8 +97,8 @@ def deflated_best(rows: Sequence[dict[str, Any]], tried: int | None = None, vari
     sharpes = []
     for r in rows:
         x = np.asarray(r.get("daily_returns") or [], dtype=float)
-        if len(x) >= 3 and x.std(ddof=1) > 0:
-            sharpes.append((float(x.mean() / x.std(ddof=1)), r["trial"], x))
+        if (sr := daily_sharpe(x)) is not None:
+            sharpes.append((sr, r["trial"], x))
     if not sharpes:
         return {"trials": max(tried or 0, len(rows)), "dsr": math.nan, "best": None}
     if variance is None:
