@@ -24,8 +24,9 @@ before the decision: its fills go to the journal (``fills.source = 'broker'``), 
 rejections, missing acknowledgements and unprotected positions to ``errors`` with a
 reason code, and its position is compared with the paper one. A rejection, an
 unprotected position, an order that cannot be written, files that cannot be read (a
-NinjaTrader folder removed mid-run), or a position that differs for
-more than ``mismatch_bars`` bars (at the first live bar, at once) halts new entries: a
+NinjaTrader folder removed mid-run), or a position that differs in the same way (the same
+paper and NinjaTrader positions) for more than ``mismatch_bars`` bars in a row (at the first
+live bar, at once) halts new entries: a
 ``halt`` row in ``errors`` with the reason code, which a restart's replay applies again
 at the same bar so that it rebuilds the same decisions; the restart itself resumes.
 """
@@ -36,6 +37,7 @@ import sys
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from hybrid_trader.env.broker import EXIT_BREAKEVEN, EXIT_STOP, EXIT_TARGET, EXIT_TRAIL, Broker
@@ -121,11 +123,17 @@ class BrokerLink:
         self._outbox: list[tuple[str, _Mirrored, int]] = []
         self._live = False
         self._mismatch = 0
+        self._mismatch_pair: tuple[int, int] | None = None
+        """``(paper, NinjaTrader)`` positions of the mismatch :attr:`_mismatch` counts the bars of: a new pair starts
+        the count again, so reports that lag each change by a bar never add up across back-to-back trades."""
         self._exit_grace = 0
         """Live checks left in which NinjaTrader may still report the position that the paper side has just left by
         a stop or target NinjaTrader takes itself (its fill's file lags the bar's line): a mismatch, not a position
         of its own."""
         self._closing: str | None = None
+        self._close_file: Path | None = None
+        """The order file of the last CLOSEPOSITION this process wrote: :meth:`make_flat` sends no other while
+        NinjaTrader has not read it (it is still in incoming/)."""
         self._flattened = False
         """Whether a CLOSEPOSITION was sent for a position that is unknown or not the paper broker's (once a run)."""
         self._seen_errors: set[tuple[str, str]] = set()
@@ -211,7 +219,7 @@ class BrokerLink:
         close_id = f"{m.entry_id}-close"
         self.journal.record_order(close_id, tns, "close", "SELL" if m.side == "BUY" else "BUY", m.qty,
                                   order_type="CLOSEPOSITION", state="sent", note=f"closes {m.entry_id}")
-        self.bridge.close(m.entry_id)
+        self._close_file = self.bridge.close(m.entry_id)
         self._closing = close_id
 
     # ------------------------------------------------------------------ flat, whatever happens (live.deadline)
@@ -242,15 +250,23 @@ class BrokerLink:
                 if retried == retries:
                     break
                 retried += 1
+                unread = self._close_file is not None and self.bridge.unread(self._close_file)
                 self.journal.record_error("broker", f"NinjaTrader still holds {qty} contract(s) of "
-                                          f"{self.bridge.instrument}: CLOSEPOSITION sent again ({retried} of "
-                                          f"{retries})", tns, code=CODE_FLAT_RETRY)
+                                          f"{self.bridge.instrument}: " + (
+                                              f"its CLOSEPOSITION {self._close_file.name} waits unread in "  # type: ignore[union-attr]
+                                              f"incoming/, not sent again ({retried} of {retries})" if unread else
+                                              f"CLOSEPOSITION sent again ({retried} of {retries})"),
+                                          tns, code=CODE_FLAT_RETRY)
+                if unread:
+                    continue
             if not self._send_close(entry, qty or 0, tns):
                 break
             sent = True
         message = (f"NinjaTrader's position in {self.bridge.instrument} ({self.bridge.account}) is not FLAT after "
                    f"{retries} CLOSEPOSITION retries {wait_s:g} s apart: flatten it by hand in NinjaTrader "
-                   "(Positions tab, Close) now")
+                   "(Positions tab, Close) now" + (
+                       f" (its order file {self._close_file.name} was never read: is the ATI enabled?)"
+                       if self._close_file is not None and self.bridge.unread(self._close_file) else ""))
         self._error(CODE_FLAT_FAILED, message, tns)
         self._halt(CODE_FLAT_FAILED, message, tns)
         self.journal.commit()
@@ -274,7 +290,7 @@ class BrokerLink:
                                       state="sent", note=f"closes {entry}")
             self.journal.commit()
         try:
-            self.bridge.close(entry)
+            self._close_file = self.bridge.close(entry)
         except (UserError, OSError) as err:
             self._error(CODE_SEND_FAILED, f"could not write an order file for NinjaTrader: {err}", tns)
             return False
@@ -347,9 +363,11 @@ class BrokerLink:
             self._flatten(f"NinjaTrader's position {self.broker_position} is not the paper one", tns,
                           self.broker_position)
         if self.broker_position == paper_qty:
-            self._mismatch = 0
+            self._mismatch, self._mismatch_pair = 0, None
             return
-        self._mismatch += 1
+        pair = (paper_qty, self.broker_position)
+        self._mismatch = self._mismatch + 1 if pair == self._mismatch_pair else 1
+        self._mismatch_pair = pair
         if first or self._mismatch > self.mismatch_bars:
             when = "at start (the journal's recovered position)" if first else f"for {self._mismatch} bars"
             held = (f"NinjaTrader holds {self.broker_position} contract(s) of {self.bridge.instrument} in "
@@ -386,7 +404,7 @@ class BrokerLink:
         self.journal.record_order(close_id, tns, "close", "BUY" if held < 0 else "SELL", abs(held),
                                   order_type="CLOSEPOSITION", state="sent", note=why)
         try:
-            self.bridge.close_position(close_id)
+            self._close_file = self.bridge.close_position(close_id)
         except (UserError, OSError) as err:
             self._error(CODE_SEND_FAILED, f"could not write the CLOSEPOSITION ({why}): {err}", tns)
             return

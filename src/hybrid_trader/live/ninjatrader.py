@@ -278,6 +278,10 @@ class NinjaTraderBridge(OutgoingReader):
         lines = [close_position_line(self.account, self.instrument), cancel_line(stop_id), cancel_line(target_id)]
         return self._send(f"{order_id}-close", lines)
 
+    def unread(self, oif: Path) -> bool:
+        """Whether an order file this bridge wrote still waits in incoming/ (NinjaTrader deletes each one it reads)."""
+        return oif.parent == self.incoming and oif.exists()
+
     def close_position(self, tag: str) -> Path:
         """Flatten the account's position in the instrument (CLOSEPOSITION alone, which also cancels its working
         orders): for a position no entry of this run accounts for, or one whose state is unknown."""
