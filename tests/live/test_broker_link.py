@@ -124,3 +124,22 @@ def test_make_flat_sends_again_once_ninjatrader_has_read_a_close_it_did_not_carr
         retry = [m for _, c, m in j.errors_at("broker") if c == CODE_FLAT_RETRY]
         assert [("sent again" in m) for m in retry] == [True]
     assert nt.position == 0
+
+
+def test_a_fill_price_derived_from_the_8_decimal_average_is_booked_on_the_tick_grid(nt, tmp_path):  # noqa: F811
+    """1 at 21000.25 then 2 at 21000.5: NinjaTrader's file holds the average 21000.41666667, so the second fill's
+    own price derives as 21000.500000005; booked 21000.5. The average itself is never snapped."""
+    with Journal(tmp_path / "j.sqlite", writer="test") as j:
+        j.claim(IDENTITY)
+        link = BrokerLink(bridge_for(nt), j, broker())
+        j.record_order("e1", 1, "entry", "BUY", 3, state="sent")
+        link.bridge.enter("e1", "BUY", 3, stop_price=20990, target_price=21030)
+        state = nt.outgoing / "e1.txt"
+        state.write_text("PARTFILLED;1;21000.25\n")
+        link.check(2, 3, replayed=False)
+        state.write_text("FILLED;3;21000.41666667\n")
+        link.check(3, 3, replayed=False)
+    db = sqlite3.connect(tmp_path / "j.sqlite")
+    booked = db.execute("SELECT qty, price FROM fills WHERE source = 'broker' ORDER BY id").fetchall()
+    db.close()
+    assert booked == [(1, 21000.25), (2, 21000.5)]

@@ -115,7 +115,7 @@ def test_the_journal_books_each_partial_fill_at_its_own_price_when_the_link_poll
     bridge = bridge_for(nt)
     with Journal(tmp_path / "j.sqlite", writer="test") as j:
         j.claim(IDENTITY)
-        link = BrokerLink(bridge, j, SimpleNamespace(target_atr=1.0, qty=3))  # type: ignore[arg-type]
+        link = BrokerLink(bridge, j, SimpleNamespace(target_atr=1.0, qty=3, tick=0.25))  # type: ignore[arg-type]
         j.record_order(ENTRY, 1, "entry", "BUY", 3, state="sent")
         bridge.enter(ENTRY, "BUY", 3, stop_price=20990, target_price=21030)
         state = nt.outgoing / f"{ENTRY}.txt"

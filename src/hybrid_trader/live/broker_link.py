@@ -40,7 +40,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hybrid_trader.env.broker import EXIT_BREAKEVEN, EXIT_STOP, EXIT_TARGET, EXIT_TRAIL, Broker
+from hybrid_trader.env.broker import (
+    EXIT_BREAKEVEN,
+    EXIT_STOP,
+    EXIT_TARGET,
+    EXIT_TRAIL,
+    GRID_EPS,
+    Broker,
+    level_on_grid,
+)
 from hybrid_trader.errors import UserError
 from hybrid_trader.live.journal import Journal
 from hybrid_trader.live.ninjatrader import Bracket, BridgeEvent, NinjaTraderBridge, bracket_ids
@@ -444,7 +452,7 @@ class BrokerLink:
             if j.order(ev.order_id) is None:
                 self._error(CODE_UNKNOWN_ORDER, f"NinjaTrader filled {ev.order_id}, an order not in the journal", tns)
                 return
-            j.record_fill(ev.order_id, ev.new_qty, ev.price or ev.avg_price, tns,
+            j.record_fill(ev.order_id, ev.new_qty, self._fill_price(ev), tns,
                           fill_id=f"{ev.order_id}:broker:{ev.filled_qty}", source="broker")
             if child and ev.state == "FILLED":
                 j.update_order_state(ev.order_id, "filled")
@@ -468,6 +476,15 @@ class BrokerLink:
                 j.update_order_state(self._closing, "filled", note="NinjaTrader's position is flat (the ATI "
                                      "reports no price for CLOSEPOSITION)")
             self._closing = None
+
+    def _fill_price(self, ev: BridgeEvent) -> float:
+        """A fill's price: derived from the change of NinjaTrader's cumulative average (8 decimals in its file), so
+        21004.000000005 for 21004: the grid price within :data:`GRID_EPS` ticks of it, the exchange's; as derived
+        otherwise."""
+        if not ev.price:
+            return ev.avg_price
+        on_grid = level_on_grid(ev.price, 1, self.broker.tick)
+        return on_grid if abs(on_grid - ev.price) <= GRID_EPS * self.broker.tick else ev.price
 
     def _error(self, code: str, message: str, tns: int | None) -> bool:
         """Journal a broker error once; False when the journal already had it (a restart's poll repeats it)."""
