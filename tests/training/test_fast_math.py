@@ -21,6 +21,7 @@ from sb3_contrib import MaskablePPO
 from stable_baselines3.common.logger import configure
 
 from hybrid_trader.config import merge_overrides
+from hybrid_trader.llm import build_advisor
 from hybrid_trader.run.config import RunConfig
 from hybrid_trader.run.market import load_market
 from hybrid_trader.training import runner
@@ -42,9 +43,10 @@ def market():
     return load_market(merge_overrides(RunConfig(), TINY).data, RunConfig().split)
 
 
-def _model(market, phase: int, algo, fast_math: bool = False):
-    config = merge_overrides(RunConfig(), {**TINY, "env.phase": phase, "ppo.fast_math": fast_math})
-    venv = build_vec_env(market, config, market.sessions("train"), 4, 0, normalize=True)
+def _model(market, phase: int, algo, fast_math: bool = False, **extra: Any):
+    config = merge_overrides(RunConfig(), {**TINY, "env.phase": phase, "ppo.fast_math": fast_math, **extra})
+    advisor = build_advisor(config.llm.in_run()) if phase == 3 else None
+    venv = build_vec_env(market, config, market.sessions("train"), 4, 0, normalize=True, advisor=advisor)
     model, _ = make_model(config, venv, None, market, algo=algo)
     return model
 
@@ -57,12 +59,23 @@ def _one_rollout(model) -> None:
     model.train = train
 
 
-@pytest.mark.parametrize("phase", [1, 2])
-def test_one_fast_update_matches_maskable_ppo_to_float_tolerance(market, phase):
-    ref = _model(market, phase, MaskablePPO)
+PHASE3 = {"llm": {"backend": "mock", "query": {"mode": "always"}}}  # advice on (nearly) every step
+
+
+@pytest.mark.parametrize(("phase", "extra"), [
+    (1, {}), (2, {}), (3, PHASE3), (3, {**PHASE3, "fusion.advice_input": False}),
+    (3, {**PHASE3, "fusion.mode": "learned"})], ids=["1", "2", "3-constant", "3-no-advice-input", "3-learned"])
+def test_one_fast_update_matches_maskable_ppo_to_float_tolerance(market, phase, extra):
+    """Phase 3: sb3-contrib's MaskablePPO with the project's HybridMaskablePolicy (autograd through the prior and
+    the gate) against the gradients by hand."""
+    ref = _model(market, phase, MaskablePPO, **extra)
     _one_rollout(ref)
-    fast = _model(market, phase, LeanMaskablePPO, fast_math=True)
+    fast = _model(market, phase, LeanMaskablePPO, fast_math=True, **extra)
     assert fast.fast_math and supports(LeanForward.of(fast.policy, fast_math=True))  # the gradients by hand
+    if extra.get("fusion.mode") == "learned":  # a gate as after some training: its gradients are not all zero
+        with th.no_grad():
+            th.manual_seed(0)
+            ref.policy.gate.out.weight.normal_(0.0, 1.0)
     before = copy.deepcopy(ref.policy.state_dict())
     fast.policy.load_state_dict(before)
     for key in BUFFER:  # the same fixed data
