@@ -20,7 +20,9 @@ import torch as th
 from sb3_contrib import MaskablePPO
 from stable_baselines3.common.logger import configure
 
+from hybrid_trader.agent.advice_block import N_FEATURES, OBS_ADVICE, OBS_ADVICE_PRESENT, PHASE3_OBS_DIM
 from hybrid_trader.config import merge_overrides
+from hybrid_trader.llm import build_advisor
 from hybrid_trader.run.config import RunConfig
 from hybrid_trader.run.market import load_market
 from hybrid_trader.training import runner
@@ -42,9 +44,10 @@ def market():
     return load_market(merge_overrides(RunConfig(), TINY).data, RunConfig().split)
 
 
-def _model(market, phase: int, algo, fast_math: bool = False):
-    config = merge_overrides(RunConfig(), {**TINY, "env.phase": phase, "ppo.fast_math": fast_math})
-    venv = build_vec_env(market, config, market.sessions("train"), 4, 0, normalize=True)
+def _model(market, phase: int, algo, fast_math: bool = False, **extra: Any):
+    config = merge_overrides(RunConfig(), {**TINY, "env.phase": phase, "ppo.fast_math": fast_math, **extra})
+    advisor = build_advisor(config.llm.in_run()) if phase == 3 else None
+    venv = build_vec_env(market, config, market.sessions("train"), 4, 0, normalize=True, advisor=advisor)
     model, _ = make_model(config, venv, None, market, algo=algo)
     return model
 
@@ -57,12 +60,23 @@ def _one_rollout(model) -> None:
     model.train = train
 
 
-@pytest.mark.parametrize("phase", [1, 2])
-def test_one_fast_update_matches_maskable_ppo_to_float_tolerance(market, phase):
-    ref = _model(market, phase, MaskablePPO)
+PHASE3 = {"llm": {"backend": "mock", "query": {"mode": "always"}}}  # advice on (nearly) every step
+
+
+@pytest.mark.parametrize(("phase", "extra"), [
+    (1, {}), (2, {}), (3, PHASE3), (3, {**PHASE3, "fusion.advice_input": False}),
+    (3, {**PHASE3, "fusion.mode": "learned"})], ids=["1", "2", "3-constant", "3-no-advice-input", "3-learned"])
+def test_one_fast_update_matches_maskable_ppo_to_float_tolerance(market, phase, extra):
+    """Phase 3: sb3-contrib's MaskablePPO with the project's HybridMaskablePolicy (autograd through the prior and
+    the gate) against the gradients by hand."""
+    ref = _model(market, phase, MaskablePPO, **extra)
     _one_rollout(ref)
-    fast = _model(market, phase, LeanMaskablePPO, fast_math=True)
+    fast = _model(market, phase, LeanMaskablePPO, fast_math=True, **extra)
     assert fast.fast_math and supports(LeanForward.of(fast.policy, fast_math=True))  # the gradients by hand
+    if extra.get("fusion.mode") == "learned":  # a gate as after some training: its gradients are not all zero
+        with th.no_grad():
+            th.manual_seed(0)
+            ref.policy.gate.out.weight.normal_(0.0, 1.0)
     before = copy.deepcopy(ref.policy.state_dict())
     fast.policy.load_state_dict(before)
     for key in BUFFER:  # the same fixed data
@@ -110,6 +124,42 @@ def test_fast_rollout_decisions_match_the_torch_forward(market):
         assert th.allclose(v, ev, rtol=RTOL, atol=ATOL) and th.allclose(lp, elp, rtol=RTOL, atol=ATOL)
         if m is not None:
             assert m[np.arange(64), a.numpy()].all()
+
+
+@pytest.mark.parametrize("advice_input", [True, False])
+def test_fast_phase3_rollout_decisions_match_the_torch_forward(market, advice_input):
+    """Phase 3 with the constant prior decides in numpy: the same draws, values and log-probabilities (float
+    tolerance) and the same RL logits left for the policy's decision records as the torch forward with its hooks."""
+    model = _model(market, 3, LeanMaskablePPO, fast_math=True, **PHASE3, **{"fusion.advice_input": advice_input})
+    policy = model.policy
+    fast, exact = LeanForward.of(policy, fast_math=True), LeanForward.of(policy)
+    assert fast is not None and fast.numpy is not None and exact is not None and exact.numpy is None
+    gen = np.random.default_rng(1)
+    obs = np.zeros((64, PHASE3_OBS_DIM), np.float32)
+    obs[:, :N_FEATURES] = gen.standard_normal((64, N_FEATURES))
+    advised = gen.random(64) < 0.7
+    obs[advised, OBS_ADVICE.start:OBS_ADVICE.start + 6] = gen.dirichlet(np.ones(6) * 0.5, advised.sum())
+    obs[advised, OBS_ADVICE_PRESENT] = 1.0
+    obs_t = th.as_tensor(obs)
+    masks = gen.random((64, 6)) > 0.4
+    masks[:, 0] = True
+    for m in (masks, None):
+        records = []
+        for forward in (fast, exact):
+            policy.decision_log = []
+            with th.no_grad():
+                th.manual_seed(5)
+                records.append((*forward(obs_t, m), policy.decision_log[0][0]))
+        (a, v, lp, rl), (ea, ev, elp, erl) = records
+        assert th.equal(a, ea)  # the same draws from torch's generator
+        for ours, theirs in ((v, ev), (lp, elp), (rl, erl)):
+            assert ours.shape == theirs.shape and th.allclose(ours, theirs, rtol=RTOL, atol=ATOL)
+        with th.no_grad():  # the prior is in the decision: without it the log-probabilities differ
+            policy.llm_weight, weight = 0.0, policy.llm_weight
+            th.manual_seed(5)
+            rl_only = fast(obs_t, m)[2]
+            policy.llm_weight = weight
+        assert float((rl_only - lp)[th.as_tensor(advised)].abs().max()) > 1e-2
 
 
 def test_fast_rollout_draws_follow_torch_multinomial_step_after_step(market):
@@ -162,12 +212,12 @@ def test_fast_math_model_saves_in_maskable_ppo_format(tmp_path, market):
 
 
 def test_phase3_with_the_student_trains_with_fast_math(tmp_path, student_market, student_p2):
-    """Phase 3's policy (its own distribution: the prior) takes the fast update; its rollout keeps torch."""
+    """Phase 3's policy (its own distribution: the prior) takes the fast update and the numpy rollout."""
     config = student_cfg(3, 256, **{"ppo.fast_math": True})
     runner.train_run(config, tmp_path / "p3", init=student_p2, market=student_market, quiet=True)
     model = LeanMaskablePPO.load(tmp_path / "p3" / "model.zip")
     lean = LeanForward.of(model.policy, fast_math=True)
-    assert lean is not None and lean.numpy is None  # not a plain policy: the torch forward, numpy's tanh
+    assert lean is not None and lean.numpy is not None and supports(lean)  # the constant prior: numpy, by hand
     assert all(th.isfinite(p).all() for p in model.policy.parameters())
 
 

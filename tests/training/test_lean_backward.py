@@ -14,8 +14,10 @@ from gymnasium import spaces
 from sb3_contrib.common.maskable.policies import MaskableActorCriticPolicy
 from torch.nn import functional as F
 
+from hybrid_trader.agent.advice_block import ADVICE, OBS_ADVICE, PHASE3_OBS_DIM
 from hybrid_trader.training.lean_backward import loss_and_grads, supports
 from hybrid_trader.training.lean_forward import LeanForward, LeanMaskableCategoricalDistribution
+from hybrid_trader.training.policy import HybridMaskablePolicy
 
 RTOL, ATOL = 1e-5, 1e-6
 N, OBS, ACTIONS = 96, 20, 6
@@ -29,12 +31,39 @@ def _policy() -> MaskableActorCriticPolicy:
     return policy
 
 
-def _data(masked: bool) -> dict[str, th.Tensor | None]:
+def _hybrid(mode: str, advice_input: bool) -> HybridMaskablePolicy:
+    """Phase 3's policy (the prior at ``llm_weight`` 0.3), as ``LeanMaskablePPO`` sets it up."""
+    th.manual_seed(3)
+    policy = HybridMaskablePolicy(spaces.Box(-10, 10, (PHASE3_OBS_DIM,), np.float32), spaces.Discrete(ACTIONS),
+                                  lambda _: 3e-4, net_arch=[16, 16], activation_fn=th.nn.Tanh, llm_weight=0.3,
+                                  fusion_mode=mode, advice_input=advice_input)
+    policy.action_dist = LeanMaskableCategoricalDistribution(ACTIONS)
+    if policy.gate is not None:  # a gate as after some training: its trust varies from state to state
+        with th.no_grad():
+            policy.gate.out.weight.normal_(0.0, 1.0)
+    return policy
+
+
+def _advised_obs(gen: np.random.Generator) -> np.ndarray:
+    """Phase 3 observations: features, then an advice block on about two rows in three (zeros on the others)."""
+    obs = gen.standard_normal((N, PHASE3_OBS_DIM)).astype(np.float32)
+    block = np.zeros((N, ADVICE.size), np.float32)
+    present = gen.random(N) < 0.7
+    block[present, ADVICE.probs] = gen.dirichlet(np.ones(ACTIONS) * 0.5, present.sum())  # some below the floor
+    block[present, ADVICE.confidence] = gen.random(present.sum())
+    block[present, ADVICE.age] = gen.random(present.sum())
+    block[present, ADVICE.present] = 1.0
+    obs[:, OBS_ADVICE] = block
+    return obs
+
+
+def _data(masked: bool, obs_dim: int = OBS) -> dict[str, th.Tensor | None]:
     gen = np.random.default_rng(4)
     masks = gen.random((N, ACTIONS)) > 0.4 if masked else np.ones((N, ACTIONS), dtype=bool)
     masks[:, 0] = True
     actions = np.array([gen.choice(np.flatnonzero(m)) for m in masks])
-    return {"obs": th.as_tensor(gen.standard_normal((N, OBS)), dtype=th.float32),
+    obs = _advised_obs(gen) if obs_dim == PHASE3_OBS_DIM else gen.standard_normal((N, obs_dim))
+    return {"obs": th.as_tensor(obs, dtype=th.float32),
             "actions": th.as_tensor(actions), "masks": th.as_tensor(masks) if masked else None,
             "old_log_prob": th.as_tensor(gen.standard_normal(N) * 0.25, dtype=th.float32),  # about the new ones
             "advantages": th.as_tensor(gen.standard_normal(N), dtype=th.float32),
@@ -61,9 +90,8 @@ def _autograd(policy, d, clip_range: float, clip_range_vf: float | None, ent_coe
     return (loss, policy_loss, clipped, value_loss, entropy_loss), {p: p.grad.clone() for p in policy.parameters()}
 
 
-@pytest.mark.parametrize(("masked", "clip_range_vf"), [(True, None), (False, None), (True, 0.05)])
-def test_loss_and_gradients_match_autograd(masked, clip_range_vf):
-    policy, d = _policy(), _data(masked)
+def _check_against_autograd(policy, d, clip_range_vf: float | None) -> None:
+    """The hand-written loss terms and every parameter's gradient against autograd's on ``d``."""
     with th.no_grad():  # ratios of exp(+-0.25): some outside the clip range on both sides
         d["old_log_prob"] += policy.evaluate_actions(d["obs"], d["actions"], action_masks=d["masks"])[1]
     lean = LeanForward.of(policy, fast_math=True)
@@ -83,6 +111,25 @@ def test_loss_and_gradients_match_autograd(masked, clip_range_vf):
         assert float(ref_grads[p].abs().max()) > 100 * ATOL, name  # every gradient is far from the tolerance
 
 
+@pytest.mark.parametrize(("masked", "clip_range_vf"), [(True, None), (False, None), (True, 0.05)])
+def test_loss_and_gradients_match_autograd(masked, clip_range_vf):
+    _check_against_autograd(_policy(), _data(masked), clip_range_vf)
+
+
+@pytest.mark.parametrize(("mode", "advice_input", "masked"),
+                         [("constant", True, True), ("constant", False, True), ("constant", True, False),
+                          ("learned", True, True), ("learned", False, False)])
+def test_phase3_loss_and_gradients_match_autograd(mode, advice_input, masked):
+    """Phase 3's hybrid policy: the prior inside the distribution, the narrow network, the learned gate's weights."""
+    policy, d = _hybrid(mode, advice_input), _data(masked, PHASE3_OBS_DIM)
+    _check_against_autograd(policy, d, None)
+    with th.no_grad():  # the prior is really in the loss: without it the log-probabilities differ
+        with_prior = policy.evaluate_actions(d["obs"], d["actions"], action_masks=d["masks"])[1]
+        policy.llm_weight, policy.gate = 0.0, None
+        rl_only = policy.evaluate_actions(d["obs"], d["actions"], action_masks=d["masks"])[1]
+    assert float((with_prior - rl_only).abs().max()) > 0.1
+
+
 def test_supports_only_the_plain_tanh_mlp():
     policy = _policy()
     assert supports(LeanForward.of(policy, fast_math=True))
@@ -91,3 +138,5 @@ def test_supports_only_the_plain_tanh_mlp():
                                      lambda _: 3e-4, net_arch=[16], activation_fn=th.nn.ReLU)
     relu.action_dist = LeanMaskableCategoricalDistribution(ACTIONS)
     assert not supports(LeanForward.of(relu, fast_math=True))
+    assert supports(LeanForward.of(_hybrid("learned", False), fast_math=True))
+    assert not supports(LeanForward.of(_hybrid("constant", True), fast_math=False))

@@ -1,4 +1,4 @@
-"""The PPO update's loss and gradients of a plain tanh MLP policy, written out by hand (``ppo.fast_math``).
+"""The PPO update's loss and gradients of a tanh MLP policy, written out by hand (``ppo.fast_math``).
 
 ``LeanMaskablePPO``'s fast update computes MaskablePPO's loss (clipped surrogate, value
 loss, entropy bonus, masked categorical log-probabilities) for a 512-row minibatch and its
@@ -6,16 +6,27 @@ gradient with respect to every parameter with torch's matrix products, no autogr
 the same formulas autograd differentiates, each layer's backward as torch's own
 (``tanh_backward``, ``grad.t() @ input``, ``grad @ weight``), equal to the autograd path to
 float tolerance (``tests/training/test_fast_math.py`` against sb3-contrib's MaskablePPO).
+
+Phases 1-2's plain policy, and phase 3's :class:`~hybrid_trader.training.policy.HybridMaskablePolicy`:
+the prior ``llm_weight * log p_llm`` added to the RL logits (a constant: no gradient of its
+own), the network reading the whole observation or its features only (``advice_input``), and
+the learned gate's ``w(s)`` (its two layers differentiated through ``w(s) * log p_llm``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch as th
+from stable_baselines3.common.torch_layers import FlattenExtractor
+from torch import nn
 
-from hybrid_trader.training.lean_forward import HUGE_NEG, LeanForward
+from hybrid_trader.agent.advice_block import N_FEATURES, OBS_ADVICE
+from hybrid_trader.agent.fusion import fused_logits, log_prior, obs_fused_logits
+from hybrid_trader.training.lean_forward import HUGE_NEG, LeanForward, fast_tanh
+from hybrid_trader.training.policy import AdviceFreeFeatures, HybridMaskablePolicy
 
 
 @dataclass
@@ -57,8 +68,42 @@ def _mlp_backward(grad: th.Tensor, acts: list[th.Tensor], layers: list[tuple[th.
 
 
 def supports(lean: LeanForward | None) -> bool:
-    """True when :func:`loss_and_grads` covers ``lean``'s policy: a plain tanh MLP (the rollout's numpy path)."""
-    return lean is not None and lean.numpy is not None and all(b is not None for _, b in (*lean.pi, *lean.vf))
+    """True when :func:`loss_and_grads` covers ``lean``'s policy (``fast_math``, tanh layers with biases, float32 on
+    the CPU): the plain MLP (the rollout's numpy path), or phase 3's hybrid policy with its constant prior or learned
+    gate, reading the whole observation or the features only."""
+    if lean is None or lean.update_act is not fast_tanh or any(b is None for _, b in (*lean.pi, *lean.vf)):
+        return False
+    if lean.numpy is not None:
+        return True
+    policy = lean.policy
+    return type(policy) is HybridMaskablePolicy \
+        and type(policy.features_extractor) in (FlattenExtractor, AdviceFreeFeatures) \
+        and all(p.device.type == "cpu" and p.dtype == th.float32 for p in policy.parameters())
+
+
+class _Gate:
+    """The learned gate's forward on a minibatch, kept for its backward: ``w(s) = w_max * sigmoid(out(tanh(body(in))))``
+    (``agent.gate.TrustGate``; its inputs read the RL logits detached, so its gradient reaches its own weights only)."""
+
+    def __init__(self, policy: HybridMaskablePolicy, obs: th.Tensor, rl_logits: th.Tensor, masks: th.Tensor | None
+                 ) -> None:
+        gate = policy.gate
+        assert gate is not None
+        body = gate.body[0]
+        assert isinstance(body, nn.Linear)
+        self.body, self.out, self.w_max = body, gate.out, gate.w_max
+        self.advice = obs[..., OBS_ADVICE].float()
+        self.inputs = gate.inputs(obs, rl_logits, self.advice, masks)
+        self.hidden = th.tanh(th.addmm(self.body.bias, self.inputs, self.body.weight.t()))
+        self.trust = self.w_max * th.sigmoid(th.addmm(self.out.bias, self.hidden, self.out.weight.t()))
+
+    def backward(self, g_logits: th.Tensor, grads: dict[th.Tensor, th.Tensor]) -> None:
+        """The gate's weight gradients from ``g_logits``, the gradient of ``rl_logits + w(s) * log p_llm``."""
+        g_trust = (g_logits * log_prior(self.advice)).sum(-1, keepdim=True)
+        g = g_trust * self.trust * (1 - self.trust / self.w_max)  # d (w_max sigmoid(g)) = w sigmoid(-g)
+        grads[self.out.weight], grads[self.out.bias] = g.t().mm(self.hidden), g.sum(0)
+        g = th.ops.aten.tanh_backward(g.mm(self.out.weight), self.hidden)
+        grads[self.body.weight], grads[self.body.bias] = g.t().mm(self.inputs), g.sum(0)
 
 
 def loss_and_grads(lean: LeanForward, obs: th.Tensor, actions: th.Tensor, masks: th.Tensor | None,
@@ -67,7 +112,8 @@ def loss_and_grads(lean: LeanForward, obs: th.Tensor, actions: th.Tensor, masks:
                    normalize_advantage: bool) -> tuple[LossTerms, dict[th.Tensor, th.Tensor]]:
     """MaskablePPO's minibatch loss and its gradient for each parameter of ``lean``'s policy (:func:`supports`).
 
-    Forward as ``LeanForward.evaluate`` (``x - logsumexp(x)`` twice, masked logits at -1e8);
+    Forward as ``LeanForward.evaluate`` (phase 3: the prior on the RL logits; ``x - logsumexp(x)`` twice, masked
+    logits at -1e8);
     the backward by hand: policy loss ``-mean(min(A r, A clamp(r)))`` (torch splits a tie's
     gradient in halves that add up to the same), entropy ``-sum(m p l)``, value loss
     ``mean((R - v)^2)``, then the two log-softmaxes, the heads and the tanh layers.
@@ -76,12 +122,22 @@ def loss_and_grads(lean: LeanForward, obs: th.Tensor, actions: th.Tensor, masks:
         n = len(obs)
         pi = [(w, b) for w, b in lean.pi if b is not None]
         vf = [(w, b) for w, b in lean.vf if b is not None]
+        policy: Any = lean.policy
+        hybrid = isinstance(policy, HybridMaskablePolicy)
         x = obs.float().flatten(1)
+        if type(policy.features_extractor) is AdviceFreeFeatures:  # phase 3 without advice_input: the features
+            x = x.narrow(-1, 0, N_FEATURES)
         hp, hv = _mlp(x, pi), _mlp(x, vf)
         values = th.addmm(lean.value_b, hv[-1], lean.value_w.t()).flatten()
         z = th.addmm(lean.action_b, hp[-1], lean.action_w.t())
+        m = None if masks is None else masks.to(th.bool).reshape(z.shape)
+        gate = None
+        if hybrid and policy.gate is not None:  # the learned gate's w(s) (it reads the legal actions)
+            gate = _Gate(policy, obs, z, m)
+            z = fused_logits(z, gate.advice, gate.trust)
+        elif hybrid:  # the constant prior: no parameter in it, the RL logits' gradient is the fused logits'
+            z = obs_fused_logits(z, obs, policy.llm_weight)
         n1 = z - z.logsumexp(dim=-1, keepdim=True)
-        m = None if masks is None else masks.to(th.bool).reshape(n1.shape)
         w = n1 if m is None else th.where(m, n1, th.tensor(HUGE_NEG, dtype=n1.dtype))
         logits = w - w.logsumexp(dim=-1, keepdim=True)
         probs = th.softmax(logits, dim=-1)
@@ -132,6 +188,8 @@ def loss_and_grads(lean: LeanForward, obs: th.Tensor, actions: th.Tensor, masks:
         grads: dict[th.Tensor, th.Tensor] = {
             lean.action_w: g_z.t().mm(hp[-1]), lean.action_b: g_z.sum(0),
             lean.value_w: g_v.t().mm(hv[-1]), lean.value_b: g_v.sum(0)}
+        if gate is not None:
+            gate.backward(g_z, grads)
         _mlp_backward(g_z.mm(lean.action_w), hp, pi, grads)
         _mlp_backward(g_v.mm(lean.value_w), hv, vf, grads)
     return terms, grads

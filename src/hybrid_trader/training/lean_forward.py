@@ -15,6 +15,10 @@ from stable_baselines3.common.torch_layers import FlattenExtractor
 from torch import nn
 from torch.nn import functional as F
 
+from hybrid_trader.agent.advice_block import ADVICE, N_FEATURES, OBS_ADVICE
+from hybrid_trader.agent.fusion import PROB_FLOOR
+from hybrid_trader.training.policy import AdviceFreeFeatures, HybridMaskablePolicy
+
 HUGE_NEG = -1e8
 """The logit of a masked action (sb3-contrib's ``MaskableCategorical``)."""
 
@@ -164,6 +168,8 @@ class LeanForward:
     it (``_get_action_dist_from_latent``) and its hooks around a decision
     (``before_decision``, ``after_decision``: its ``forward`` is SB3's between them, which it
     declares with ``lean_rollout = True``). :meth:`of` returns None for any other policy.
+    Under ``fast_math`` the plain tanh policy's decisions, and phase 3's with the constant
+    prior (not the learned gate's), run in numpy (:meth:`_numpy_decide`).
     """
 
     def __init__(self, policy: MaskableActorCriticPolicy, pi: list, vf: list, act: Any, fast_math: bool = False
@@ -180,11 +186,16 @@ class LeanForward:
         self.plain = type(policy) is MaskableActorCriticPolicy and type(policy.features_extractor) is FlattenExtractor
         self.before = getattr(policy, "before_decision", None)
         self.after = getattr(policy, "after_decision", None)
-        # fast_math, plain tanh MLP on the CPU in float32: the rollout's decisions in numpy on views of the weights
-        # (Adam updates them in place)
+        # phase 3 with the constant prior (no gate) in the numpy rollout: its weight, and the features the network
+        # reads (None: the whole observation; advice_input off: the first N_FEATURES)
+        self.hybrid = type(policy) is HybridMaskablePolicy and getattr(policy, "gate", None) is None \
+            and type(policy.features_extractor) in (FlattenExtractor, AdviceFreeFeatures)
+        self.n_inputs = N_FEATURES if type(policy.features_extractor) is AdviceFreeFeatures else None
+        # fast_math, tanh MLP on the CPU in float32 (plain, or phase 3's constant prior): the rollout's decisions in
+        # numpy on views of the weights (Adam updates them in place)
         weights = [w for pair in (*pi, *vf) for w in pair] + [self.value_w, self.value_b, self.action_w, self.action_b]
         self.numpy = None
-        if fast_math and self.plain and act is th.tanh \
+        if fast_math and (self.plain or self.hybrid) and act is th.tanh \
                 and all(w is not None and w.device.type == "cpu" and w.dtype == th.float32 for w in weights):
             def arrays(w: th.Tensor, b: th.Tensor) -> tuple[np.ndarray, np.ndarray]:
                 return w.detach().numpy().T, b.detach().numpy()
@@ -240,10 +251,12 @@ class LeanForward:
         """``__call__``'s decisions in numpy (``fast_math``): the same formulas in float32 (the layers,
         ``MaskableCategorical``'s two normalisations, masked logits at -1e8), sampled as ``torch.multinomial`` samples
         one action (``argmax(p / q)``, ``q`` exponential draws from torch's generator: the same draws), equal to the
-        torch path to float tolerance."""
+        torch path to float tolerance. Phase 3 (constant prior): ``rl + llm_weight * log(clip(p_llm, 1e-4, 1))`` as
+        ``obs_fused_logits``, the RL logits kept as the policy's ``last_rl_logits`` for its ``after_decision``."""
         assert self.numpy is not None
         pi, vf, (value_w, value_b), (action_w, action_b) = self.numpy
-        x = obs.numpy().reshape(len(obs), -1)
+        obs_np = obs.numpy().reshape(len(obs), -1)
+        x = obs_np if self.n_inputs is None else obs_np[:, :self.n_inputs]
         h = x
         for w, b in pi:
             h = h @ w
@@ -256,7 +269,14 @@ class LeanForward:
             np.tanh(v, out=v)
         values = v @ value_w
         values += value_b
-        logits = _log_normalise(h @ action_w + action_b)
+        logits = h @ action_w + action_b
+        if self.hybrid:
+            policy: Any = self.policy
+            object.__setattr__(policy, "last_rl_logits", th.from_numpy(logits))  # as _get_action_dist_from_latent
+            start = OBS_ADVICE.start + ADVICE.probs.start
+            prior = np.log(np.clip(obs_np[:, start:start + logits.shape[1]], PROB_FLOOR, 1.0))
+            logits = logits + np.float32(policy.llm_weight) * prior  # a new array: the RL logits stay as kept
+        logits = _log_normalise(logits)
         if action_masks is not None:
             logits = _log_normalise(np.where(np.asarray(action_masks, dtype=bool).reshape(logits.shape), logits,
                                              np.float32(HUGE_NEG)))
@@ -272,7 +292,10 @@ class LeanForward:
 
     def __call__(self, obs: th.Tensor, action_masks: np.ndarray | None) -> tuple[th.Tensor, th.Tensor, th.Tensor]:
         if self.numpy is not None and obs.dtype == th.float32:
-            return self._numpy_decide(obs, action_masks)
+            out = self._numpy_decide(obs, action_masks)
+            if self.after is not None:  # phase 3's records of the decision (its advice is read from obs above)
+                self.after(action_masks)
+            return out
         if self.before is not None:
             self.before(obs, action_masks)
         values, dist = self._latent(obs, self.act)

@@ -23,7 +23,8 @@ trains both on fixed seeds and compares every parameter and rollout array exactl
 update, the MLP's tanh computed by numpy (:func:`fast_tanh`: within 6e-8 of torch's, about
 nine times faster on this CPU for 512-row minibatches), Adam's fused CPU kernel, the
 forward as direct calls (:meth:`LeanForward.evaluate`) and the statistics kept as tensors,
-read once an update; for a plain tanh MLP, the loss and its gradients written out by hand
+read once an update; for a tanh MLP (phases 1-2's plain policy, phase 3's with its prior or
+learned gate), the loss and its gradients written out by hand
 (:func:`~hybrid_trader.training.lean_backward.loss_and_grads`, no autograd graph); in the
 rollout, a plain tanh policy's decisions in numpy (:meth:`LeanForward._numpy_decide`,
 sampled as ``torch.multinomial`` samples: the same draws).
