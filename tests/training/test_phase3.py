@@ -103,7 +103,11 @@ def test_stored_log_probs_equal_recomputed_ones_when_advice_shapes_the_policy(ma
     from stable_baselines3.common.callbacks import CallbackList
     from stable_baselines3.common.utils import obs_as_tensor
 
+    # Advice that arrives late still counts (any age): on a loaded machine the advisor's thread may answer only after
+    # a numpy rollout of 128 steps is long past max_age_steps (once: 0% of the steps advised). A warm-up rollout
+    # lets the first answers arrive before the one the test reads.
     config = cfg(3, **{"fusion.mode": mode, "fusion.advice_input": advice_input})
+    config.llm.batching.max_age_steps = 1_000_000
     advisor = build_advisor(config.llm.in_run())
     venv = build_vec_env(market, config, market.sessions("train"), 2, 0, normalize=True, advisor=advisor)
     try:
@@ -116,7 +120,8 @@ def test_stored_log_probs_equal_recomputed_ones_when_advice_shapes_the_policy(ma
         model._setup_learn(256, callback=None)
         callback = CallbackList([])
         callback.init_callback(model)
-        assert model.collect_rollouts(venv, callback, model.rollout_buffer, 128, use_masking=True)
+        for _ in range(2):  # the warm-up, then the rollout read
+            assert model.collect_rollouts(venv, callback, model.rollout_buffer, 128, use_masking=True)
         buf = model.rollout_buffer
         obs = buf.observations.reshape(-1, PHASE3_OBS_DIM)
         advised = obs[:, OBS_ADVICE_PRESENT] > 0.5
