@@ -253,7 +253,7 @@ def test_snapshot_keeps_the_format_3_layout_when_taken_through_the_public_method
     assert list(state["executor"]) == ["_date", "_day_open", "_day_done", "_pending", "_entry_id", "_trades_seen",
                                        "last_decision"]
     assert list(state["summary"]) == ["bars", "rejected", "decisions", "history_bars", "late_bars"]
-    assert state["core"]["t"] >= 0 and state["summary"]["bars"] > 0 and state["executor"]["_date"] is not None
+    assert state["core"]["n_actions"] == 6 and state["summary"]["bars"] > 0 and state["executor"]["_date"] is not None
 
 
 @pytest.fixture(scope="module")
