@@ -356,7 +356,7 @@ class TradingEnv(CoreViews, gym.Env):
         """
         equity = self.core.record()
         self.equity_history[t] = equity
-        broker = self.broker
+        broker = self.core.broker  # an attribute, not the property: every step reads it
         self.position_history[t] = broker.side * broker.qty
         levels = self.level_history
         if levels is not None:

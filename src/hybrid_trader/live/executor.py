@@ -452,7 +452,7 @@ class Executor(ExecutorJournal):
         self._checked = True
         if self.link is None:
             return ""
-        b = self.broker
+        b = self.core.broker
         self.link.check(tns, b.side * b.qty if b.side else 0, self._replayed)
         return self.link.halted
 

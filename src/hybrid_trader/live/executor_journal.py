@@ -172,7 +172,7 @@ class ExecutorJournal(CoreViews):
             return dist.distribution.probs[0].numpy()
 
     def _journal_fills(self, t: int, tns: int, n_before: int) -> None:
-        b = self.broker
+        b = self.core.broker
         new: list[Trade] = b.trades[n_before:]
         if self._entry_id is not None and (b.side or new):
             entry_price = new[0].entry_price if new and new[0].entry_index == t else b.entry
@@ -190,10 +190,10 @@ class ExecutorJournal(CoreViews):
     def _journal_account(self, tns: int) -> None:
         if self._journaled_account is not None and tns <= self._journaled_account:
             return
-        acc = self.account
+        acc, b = self.core.account, self.core.broker
         self.journal.record_account(tns, acc.status.value, {
             "balance": acc.balance, "threshold": acc.threshold, "peak": acc.peak, "equity": self.core.equity_now,
-            "position": self.broker.side * (self.broker.qty if self.broker.side else 0),
+            "position": b.side * (b.qty if b.side else 0),
             "day_pnl": acc.balance - acc.day_start_balance, "verdict": acc.verdict.value,
             "day_limit": None if acc.rules.daily_loss_limit is None else  # the equity that locks the day
             acc.day_start_balance - acc.rules.daily_loss_limit,
