@@ -99,7 +99,7 @@ def test_the_wall_clock_guard_flattens_at_the_flat_by_time_when_no_bar_comes(tin
     now = [last.timestamp() + 60.0]
     guard = FlatGuard(ex, clock=lambda: now[0], poll_s=0.01)
     due = guard.deadline_of(ex.bars.time_ns[-1])
-    end = (ex.window[1] + 18 * 60) % 1440  # the window's end (the run's trade_end, before Apex's 16:59)
+    end = (ex.window.end + 18 * 60) % 1440  # the window's end (the run's trade_end, before Apex's 16:59)
     assert due.tz_convert("America/New_York").strftime("%H:%M") == f"{end // 60:02d}:{end % 60:02d}"
     assert guard.check() is None and ex.broker.side != 0, "before the flat-by time: nothing"
     guard.start()

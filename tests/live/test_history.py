@@ -196,7 +196,7 @@ def test_bars_from_the_future_are_refused_without_an_order_when_the_clock_is_beh
     nt = FakeNinjaTrader(tmp_path / "NinjaTrader 8", ACCOUNT, INSTRUMENT)
     journal = tmp_path / "j.sqlite"
     ex = nt_executor(run, journal, nt, LiveClock(lag_s=-600.0))  # the computer's clock 10 minutes behind
-    ex.run_feed(ex.clock.follow(NTFeed(recent, nt)))  # type: ignore[attr-defined]
+    ex.run_feed(ex.live_point.clock.follow(NTFeed(recent, nt)))  # type: ignore[attr-defined]
     ex.close()
     live = sum(1 for b in ReplayFeed(recent) if b.time + pd.Timedelta(minutes=1) > LIVE_FROM)
     assert ex.summary.rejected == live > 1000 and ex.summary.decisions == 0
@@ -205,7 +205,7 @@ def test_bars_from_the_future_are_refused_without_an_order_when_the_clock_is_beh
     assert len(refused) == live and {r for r, _ in refused} == {"future"}
     assert "600 s after this computer's clock" in refused[0][1] and "not in sync" in refused[0][1]
     again = nt_executor(run, journal, nt, LiveClock(lag_s=1.0))  # a restart with the clock put right
-    again.run_feed(again.clock.follow(ReplayFeed(recent)))  # type: ignore[attr-defined]
+    again.run_feed(again.live_point.clock.follow(ReplayFeed(recent)))  # type: ignore[attr-defined]
     again.close()
     assert again.summary.rejected == live and again.summary.decisions == 0, "the journal's refusals hold"
 

@@ -237,6 +237,25 @@ def test_snapshot_size_when_taken_holds_no_price_history(stopped_once, tmp_path)
     assert n > 500 and size < 60 * n, "the prices stay in the journal's bars: the snapshot does not grow with them"
 
 
+def test_snapshot_keeps_the_format_3_layout_when_taken_through_the_public_methods(stopped_once, tmp_path):
+    """The parts are saved through public methods (``TradingCore.state``, ``Executor.day_state``,
+    ``ExecutorSummary.counts``) into the layout format 3 always had: a journal snapshotted before keeps restoring."""
+    journal, _ = stopped(stopped_once, tmp_path)
+    db = sqlite3.connect(journal)
+    key, blob = db.execute("SELECT key, state FROM snapshots ORDER BY id DESC").fetchone()
+    db.close()
+    state = pickle.loads(blob)
+    assert json.loads(key)["format"] == SNAPSHOT_FORMAT == 3
+    assert list(state) == ["features", "gate", "bars", "feature_rows", "broker", "account", "core", "executor",
+                           "summary"]
+    assert list(state["core"]) == ["n_actions", "mask", "t", "last_entry", "equity_now", "veto_counts", "veto_steps",
+                                   "decision_steps", "invalid_actions"]
+    assert list(state["executor"]) == ["_date", "_day_open", "_day_done", "_pending", "_entry_id", "_trades_seen",
+                                       "last_decision"]
+    assert list(state["summary"]) == ["bars", "rejected", "decisions", "history_bars", "late_bars"]
+    assert state["core"]["n_actions"] == 6 and state["summary"]["bars"] > 0 and state["executor"]["_date"] is not None
+
+
 @pytest.fixture(scope="module")
 def student_p3(student_p2, student_market, tmp_path_factory):
     """A phase 3 run advised by its student, and its bars as an ET CSV."""

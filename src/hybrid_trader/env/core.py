@@ -13,18 +13,24 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from hybrid_trader.account_state import AccountState
-from hybrid_trader.actions import Action
-from hybrid_trader.calendar import parse_hhmm, session_minute, window_end_session_minute
+from hybrid_trader.actions import Action, n_actions
 from hybrid_trader.env.account import PropFirmAccount
 from hybrid_trader.env.broker import Broker
 from hybrid_trader.env.config import EnvConfig
 from hybrid_trader.env.observation import ObservationBuilder
 from hybrid_trader.env.risk_veto import RiskVeto
+from hybrid_trader.env.rules import get_rules
 from hybrid_trader.markets import ContractSpec
+
+CORE_STATE = ("n_actions", "mask", "t", "last_entry", "equity_now", "veto_counts", "veto_steps", "decision_steps",
+              "invalid_actions")
+"""The core's own state (:meth:`TradingCore.state`): what a snapshot keeps beside the broker and the account."""
 
 
 def make_broker(cfg: EnvConfig, contract: ContractSpec) -> Broker:
@@ -38,17 +44,19 @@ def make_broker(cfg: EnvConfig, contract: ContractSpec) -> Broker:
     )
 
 
-def window_minutes(cfg: EnvConfig, account: PropFirmAccount) -> tuple[int, int, int]:
-    """The trading window as session minutes (since 18:00 ET): ``(start, end, last_entry)``.
+@dataclass(frozen=True)
+class CoreSeries:
+    """The per-bar inputs of a :class:`TradingCore`: the prices and the ATR as Python lists (fast scalar indexing),
+    the observation's windows and market rows (the environment's whole series, or the executor's bars and feature
+    rows so far)."""
 
-    A bar with ``start <= minute < end`` is inside; the rules' flat-by time ends every window;
-    an entry may be decided on a bar with ``minute <= last_entry`` that is not the window's last.
-    """
-    start = session_minute(parse_hhmm(cfg.trade_start, "trade_start"))
-    end = window_end_session_minute(cfg.trade_end, "trade_end")
-    end = min(end, account.flat_by_session_minute())  # the rules' flat-by time ends every window
-    last_entry = window_end_session_minute(cfg.last_entry, "last_entry")
-    return start, end, last_entry
+    open: list[float]
+    high: list[float]
+    low: list[float]
+    close: list[float]
+    atr: list[float]
+    windows: np.ndarray
+    llm_market: np.ndarray
 
 
 class TradingCore:
@@ -78,6 +86,32 @@ class TradingCore:
         self.equity_now = 0.0
         """Equity at the last recorded bar (:meth:`record`)."""
         self.reset_counts()
+
+    @classmethod
+    def build(cls, config: EnvConfig, contract: ContractSpec, series: CoreSeries,
+              veto: RiskVeto | None = None) -> TradingCore:
+        """The core of ``config`` (rules, contracts, costs, phase) trading ``contract`` on ``series``: the rules'
+        account (its contracts checked: a UserError over the limit), the broker, the observation builder."""
+        account = PropFirmAccount(get_rules(config.rules, config.account, **config.rules_overrides))
+        account.check_contracts(config.contracts, contract)
+        broker = make_broker(config, contract)
+        observer = ObservationBuilder(config.phase, series.windows, series.llm_market, series.atr, series.close,
+                                      account.rules.trailing_drawdown)
+        return cls(broker, account, observer, n_actions(config.phase), series.open, series.high, series.low,
+                   series.close, series.atr, veto)
+
+    def state(self) -> dict[str, Any]:
+        """The core's own state (:data:`CORE_STATE`: the bar, the mask, the equity, the counters), without the
+        broker and the account, which a snapshot keeps on their own."""
+        return {k: getattr(self, k) for k in CORE_STATE}
+
+    def restore(self, state: dict[str, Any], broker: Broker, account: PropFirmAccount) -> None:
+        """Continue from a saved :meth:`state` with its broker and account (in place of the ones built)."""
+        if set(state) != set(CORE_STATE) or state["n_actions"] != self.n_actions:
+            raise ValueError(f"not this core's state (keys {sorted(state)}, {state.get('n_actions')} actions)")
+        self.broker, self.account = broker, account
+        for k, v in state.items():
+            setattr(self, k, v)
 
     def reset_counts(self) -> None:
         """Zero the veto and invalid-action counters (a new episode)."""
@@ -208,6 +242,16 @@ class CoreViews:
     the same on ``TradingEnv`` and on the live executor."""
 
     core: TradingCore
+
+    @property
+    def account(self) -> PropFirmAccount:
+        """The prop-firm account (the core's)."""
+        return self.core.account
+
+    @property
+    def broker(self) -> Broker:
+        """The paper broker (the core's)."""
+        return self.core.broker
 
     @property
     def current_index(self) -> int:

@@ -8,17 +8,15 @@ Its docstring is its manual.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 import pandas as pd
 
-from hybrid_trader.actions import ACTION_NAMES, n_actions
-from hybrid_trader.calendar import session_minute
+from hybrid_trader.actions import ACTION_NAMES
 from hybrid_trader.data.bars import Bars
-from hybrid_trader.env.account import RECENT_HISTORY, RECENT_TRADES, PropFirmAccount
+from hybrid_trader.env.account import RECENT_HISTORY, RECENT_TRADES
 from hybrid_trader.env.broker import (
     EXIT_BREACH,
     EXIT_BREAKEVEN,
@@ -32,13 +30,13 @@ from hybrid_trader.env.broker import (
     trades_frame,
 )
 from hybrid_trader.env.config import EnvConfig
-from hybrid_trader.env.core import CoreViews, TradingCore, make_broker, window_minutes
-from hybrid_trader.env.observation import BASE_DIM, LLM_DIM, WINDOW_DIM, ObservationBuilder
+from hybrid_trader.env.core import CoreSeries, CoreViews, TradingCore
+from hybrid_trader.env.day_window import MIN_EPISODE_BARS, DayWindow, EpisodeWindow
+from hybrid_trader.env.observation import BASE_DIM, LLM_DIM, WINDOW_DIM
 from hybrid_trader.env.reward import make_reward
 from hybrid_trader.env.risk_veto import RiskVeto
-from hybrid_trader.env.rules import PropFirmRules, get_rules
+from hybrid_trader.env.rules import PropFirmRules
 from hybrid_trader.errors import UserError
-from hybrid_trader.features.names import WINDOW
 from hybrid_trader.markets import ContractSpec, get_contract
 
 __all__ = [
@@ -47,9 +45,6 @@ __all__ = [
     "TRADE_LOG_COLUMNS", "WINDOW_DIM", "EpisodeWindow", "Trade", "TradingEnv",
 ]
 
-"""Globex sessions open at 18:00 ET."""
-MIN_EPISODE_BARS = 10
-"""Sessions whose trading window holds fewer bars are not used as episodes."""
 OBS_BOUND = 1e4
 """Observation space bounds (features are scaled to about [-10, 10])."""
 
@@ -63,17 +58,6 @@ ADVISOR_ACCOUNT = "advisor_account"
 """The account snapshot (``AccountState``): what the query policy, the prompts and a teacher read."""
 ADVISOR_MASK = "advisor_mask"
 """The legal actions only (a tuple of bools): all an always-on student without a teacher reads."""
-
-
-@dataclass(frozen=True)
-class EpisodeWindow:
-    """Bar indices of one session's trading window."""
-
-    session: int
-    first: int
-    last: int
-    last_entry: int
-    """Last bar whose close may decide an entry (-1: none)."""
 
 
 class TradingEnv(CoreViews, gym.Env):
@@ -188,13 +172,20 @@ class TradingEnv(CoreViews, gym.Env):
         self.features = features
         self.phase = cfg.phase
         self.contract: ContractSpec = get_contract(cfg.market or bars.market)
-        self.rules: PropFirmRules = get_rules(cfg.rules, cfg.account, **cfg.rules_overrides)
-        self.account = PropFirmAccount(self.rules)
-        self.account.check_contracts(cfg.contracts, self.contract)
+        atr = np.asarray(features.atr, dtype=np.float64)
+        # Hot-loop data as Python lists (fast scalar indexing).
+        self._open = bars.open.tolist()
+        self._high = bars.high.tolist()
+        self._low = bars.low.tolist()
+        self._close = bars.close.tolist()
+        self._atr = atr.tolist()
+        self.core = TradingCore.build(cfg, self.contract, CoreSeries(self._open, self._high, self._low, self._close,
+                                                                     self._atr, features.windows, features.llm_market),
+                                      risk_veto)
+        self.rules: PropFirmRules = self.account.rules
+        self.observer = self.core.observer
 
         # Costs and scales.
-        self.broker = make_broker(cfg, self.contract)
-        atr = np.asarray(features.atr, dtype=np.float64)
         if cfg.reward_scale is None:  # the median ATR of the days it trades: never a later day's volatility
             median_atr = float(np.median(self._traded(atr, sessions, features.warmup)))
             self.reward_scale = max(median_atr, self.contract.tick_size) * self.broker.dollars_per_point
@@ -203,14 +194,9 @@ class TradingEnv(CoreViews, gym.Env):
         self._reward = make_reward(cfg, self.account)
         """The step's reward from the P&L reward (``env.reward``; None: ``pnl``, the P&L reward itself)."""
 
-        # Hot-loop data as Python lists (fast scalar indexing).
-        self._open = bars.open.tolist()
-        self._high = bars.high.tolist()
-        self._low = bars.low.tolist()
-        self._close = bars.close.tolist()
-        self._atr = atr.tolist()
-
         # Trading windows per session.
+        self.day_window = DayWindow.of(cfg, self.account, bars.bar_minutes)
+        """The trading day's window (``env.day_window``: the executor reads the same)."""
         self._windows_by_session = self._build_windows(sessions)
         if not self._windows_by_session:
             raise UserError(
@@ -218,12 +204,8 @@ class TradingEnv(CoreViews, gym.Env):
                 f"{cfg.trade_start}-{cfg.trade_end} ET after the {features.warmup}-bar feature warm-up",
                 fix="check the data's time zone (--tz, --time-shift) or widen env.trade_start/trade_end",
             )
-        self.n_actions = n_actions(cfg.phase)
-        self.observer = ObservationBuilder(cfg.phase, features.windows, features.llm_market, self._atr, self._close,
-                                           self.rules.trailing_drawdown)
+        self.n_actions = self.core.n_actions
         self.obs_dim = self.observer.dim
-        self.core = TradingCore(self.broker, self.account, self.observer, self.n_actions, self._open, self._high,
-                                self._low, self._close, self._atr, risk_veto)
         self.action_space = gym.spaces.Discrete(self.n_actions)
         self.observation_space = gym.spaces.Box(-OBS_BOUND, OBS_BOUND, shape=(self.obs_dim,), dtype=np.float32)
         n = len(bars)
@@ -256,28 +238,7 @@ class TradingEnv(CoreViews, gym.Env):
         return values[keep] if keep.any() else values
 
     def _build_windows(self, sessions: Sequence[int] | None) -> list[EpisodeWindow]:
-        cfg = self.config
-        start, end, last_entry = window_minutes(cfg, self.account)
-        sm = session_minute(self.bars.minute_of_day.astype(np.int64))
-        first_valid = max(int(self.features.warmup), WINDOW - 1)
-        bounds = self.bars.session_bounds
-        chosen = range(len(bounds)) if sessions is None else sessions
-        out = []
-        for s in chosen:
-            lo, hi = int(bounds[s, 0]), int(bounds[s, 1])
-            idx = np.arange(max(lo, first_valid), hi + 1)
-            if len(idx) == 0:
-                continue
-            m = sm[idx]
-            inside = idx[(m >= start) & (m < end)]
-            if len(inside) < MIN_EPISODE_BARS:
-                continue
-            # Entries need a later bar inside the window to fill on.
-            entry_ok = inside[:-1][sm[inside[:-1]] <= last_entry]
-            out.append(
-                EpisodeWindow(int(s), int(inside[0]), int(inside[-1]), int(entry_ok[-1]) if len(entry_ok) else -1)
-            )
-        return out
+        return self.day_window.sessions(self.bars, int(self.features.warmup), sessions)
 
     @property
     def episode_windows(self) -> list[EpisodeWindow]:
@@ -395,7 +356,7 @@ class TradingEnv(CoreViews, gym.Env):
         """
         equity = self.core.record()
         self.equity_history[t] = equity
-        broker = self.broker
+        broker = self.core.broker  # an attribute, not the property: every step reads it
         self.position_history[t] = broker.side * broker.qty
         levels = self.level_history
         if levels is not None:

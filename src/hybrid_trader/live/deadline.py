@@ -129,7 +129,7 @@ class FlatGuard:
     def deadline_of(self, bar_ns: int) -> pd.Timestamp:
         """The flat-by time (UTC) of the trading date of the bar at ``bar_ns`` (the position's session: past 18:00
         ET the clock is in the next trading date, but today's position is still late)."""
-        _, end, _ = self.executor.window
+        end = self.executor.window.end
         return flat_by_time(trading_date_of(bar_ns / 1e9), end, self.executor.account.flat_by_session_minute(),
                             self.calendar)
 

@@ -10,20 +10,22 @@ mask with the risk veto, the observation) and the same policy objects evaluation
 test days makes the trades ``evaluate`` reports (``tests/live/test_executor.py``,
 ``test_replay_makes_evaluations_trades_when_fed_the_runs_test_days``).
 
-**Days and windows** (as ``TradingEnv`` builds them): a day's window starts on its first
+**Days and windows** (``env.day_window.DayWindow``, the window ``TradingEnv`` reads; the core is built by
+``TradingCore.build`` as the environment's): a day's window starts on its first
 bar inside ``env.trade_start``..``trade_end`` (ended by the rules' flat-by time) at or
 after the feature warm-up; its last bar is the one whose end reaches the window's end;
 entries are decided on bars up to ``env.last_entry``; a position left at the window's last
 bar is closed at its close (``SESSION_END``). Bars outside the traded days only feed the
 features (the history before the test days, without trading).
 
-**History is never traded.** ``live_from`` is the live point: an accepted bar that ends at or before it is
-history (journaled with reason ``history``): it warms the features and nothing else, no decision, no paper trade,
-no order; a trading window that opened before the live point is not traded (the next one is, from its first bar,
-so decisions from then on are ``evaluate``'s). With ``max_bar_age_s`` (a followed feed) the wall clock ``clock``
-judges each new bar: one from the future is refused (``future``); one whose end is older than that when it arrives
-is ``late``: it warms the features and the paper broker's fills, stops and window end (NinjaTrader's bracket acts
-on it too), but no decision is made on it and no entry sent. A restart takes these verdicts from the journal.
+**History is never traded** (``live.live_point.LivePoint``). ``live_from`` is the live point: an accepted bar that
+ends at or before it is history (journaled with reason ``history``): it warms the features and nothing else, no
+decision, no paper trade, no order; a trading window that opened before the live point is not traded (the next one is,
+from its first bar, so decisions from then on are ``evaluate``'s). With ``max_bar_age_s`` (a followed feed) the wall
+clock ``clock`` judges each new bar: one from the future is refused (``future``); one whose end is older than that
+when it arrives is ``late``: it warms the features and the paper broker's fills, stops and window end (NinjaTrader's
+bracket acts on it too), but no decision is made on it and no entry sent. A restart takes these verdicts from the
+journal.
 
 **Restarts.** The feed is read from its first bar every time (the features need the
 history); the bars up to the journal's latest snapshot are skipped, the state after them
@@ -47,7 +49,6 @@ each decision (a disagreement or a rejection halts new entries, with a reason co
 
 from __future__ import annotations
 
-import math
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -59,23 +60,24 @@ import pandas as pd
 
 from hybrid_trader.calendar import EASTERN, session_minute
 from hybrid_trader.data.bars_so_far import BarsSoFar
-from hybrid_trader.env.account import AccountStanding, PropFirmAccount
+from hybrid_trader.env.account import AccountStanding
 from hybrid_trader.env.broker import TRADE_LOG_COLUMNS, trades_frame
-from hybrid_trader.env.core import CoreViews, TradingCore, make_broker, window_minutes
+from hybrid_trader.env.core import CoreSeries, TradingCore
+from hybrid_trader.env.day_window import DayState, DayWindow
 from hybrid_trader.env.observation import ObservationBuilder
-from hybrid_trader.env.rules import get_rules
+from hybrid_trader.env.rules import PropFirmRules
 from hybrid_trader.errors import UserError
 from hybrid_trader.features.features_so_far import FeaturesSoFar
 from hybrid_trader.features.incremental import IncrementalFeatures
-from hybrid_trader.features.names import WINDOW
 from hybrid_trader.live.account_sync import note_consistency
 from hybrid_trader.live.async_advice import AsyncAdvisedPolicy, LivePolicy
-from hybrid_trader.live.bar_gate import CODE_FUTURE, CODE_HISTORY, CODE_LATE, BarGate, Rejection
+from hybrid_trader.live.bar_gate import CODE_HISTORY, BarGate
 from hybrid_trader.live.broker_link import BrokerLink
 from hybrid_trader.live.executor_journal import ExecutorJournal
 from hybrid_trader.live.executor_parts import ExecutorSummary, run_bar_minutes, split_dates
 from hybrid_trader.live.feeds import Bar, FollowFeed
-from hybrid_trader.live.journal import Journal
+from hybrid_trader.live.journal import CommitBatch, Journal
+from hybrid_trader.live.live_point import Held, LivePoint
 from hybrid_trader.live.ninjatrader import NinjaTraderBridge, order_tag
 from hybrid_trader.live.policy_cache import executor_policy
 from hybrid_trader.live.snapshot import Snapshots, run_identity
@@ -85,13 +87,9 @@ from hybrid_trader.run.config import RunConfig, run_market
 from hybrid_trader.run.market import make_veto
 
 __all__ = ["Executor", "ExecutorSummary", "run_bar_minutes", "split_dates"]
-BATCH_BARS = 1000
-BATCH_S = 1.0
-"""Journal rows of bars outside the trading window are committed together, at most this many or this old:
-one fsync for many (a kill loses the batch, and the restart's replay writes it again)."""
 
 
-class Executor(CoreViews, ExecutorJournal):
+class Executor(ExecutorJournal):
     """Trade a run's agent on a bar feed with the paper broker, journaling everything.
 
     ``market`` and ``bar_minutes``: the feed's (the run's ``env.market`` wins; without either, the market the run
@@ -122,7 +120,8 @@ class Executor(CoreViews, ExecutorJournal):
         self.config: RunConfig = self.run.load_config(RunConfig)
         cfg = self.config.env
         self.say = say or (lambda *a: None)
-        self.notes: list[str] = []
+        self.summary = ExecutorSummary()
+        """What the run did (its ``notes`` are :attr:`notes`)."""
         owned = not isinstance(journal, Journal)
         self.journal = journal if isinstance(journal, Journal) else Journal(journal, writer=f"run {run_dir}")
         self.run_tag = run_tag or self.run.path.name
@@ -136,58 +135,34 @@ class Executor(CoreViews, ExecutorJournal):
                                 "file whose name says it")
         self.contract = get_contract(market)
         self.bar_minutes = int(bar_minutes)
-        if max_bar_age_s is not None and not (math.isfinite(max_bar_age_s) and max_bar_age_s > 0):
-            raise UserError(f"--max-bar-age {max_bar_age_s}: a positive number of seconds", value=max_bar_age_s,
-                            fix=f"e.g. --max-bar-age {90 * self.bar_minutes} (1.5 bars)")
-        self.live_from_ns = None if live_from is None else int(pd.Timestamp(live_from).value)
-        self.max_bar_age_s = max_bar_age_s
-        self.clock = clock
-        self.rules = get_rules(cfg.rules, cfg.account, **cfg.rules_overrides)
-        self.account = PropFirmAccount(self.rules)
-        if standing is not None:  # before a snapshot's restore, which replaces it
-            self.account.start_from(standing)
-        self.account.check_contracts(cfg.contracts, self.contract)
-        self.broker = make_broker(cfg, self.contract)
-        self.phase = cfg.phase
+        self.live_point = LivePoint(self.journal, live_from, max_bar_age_s, clock, self.bar_minutes)
+        """Which accepted bars are traded (history, late, future: ``live.live_point``)."""
         live = self._policy(llm, llm_budget_ms, llm_overrides, calibrate)
         self.policy = live.policy
-        self.bars = b = BarsSoFar(self.contract.symbol, self.bar_minutes)
+        self.bars = BarsSoFar(self.contract.symbol, self.bar_minutes)
         """The accepted bars so far (``Bars``' attributes)."""
-        self.feature_rows = r = FeaturesSoFar(raw_keys=live.raw_keys)
+        self.feature_rows = FeaturesSoFar(raw_keys=live.raw_keys)
         """Their features (``FeatureSet``'s attributes; ``raw``: what an asynchronous advisor's contexts read)."""
-        n_actions = 3 if cfg.phase == 1 else 6
-        self.observer = ObservationBuilder(cfg.phase, r.windows, r.llm_market, r.atr, b.close,
-                                           self.rules.trailing_drawdown)
         veto = make_veto(self.config.risk) if cfg.phase == 3 else None  # as evaluation: the veto is phase 3's
-        self.core = TradingCore(self.broker, self.account, self.observer, n_actions, b.open, b.high, b.low,
-                                b.close, r.atr, veto)
-        self.window = window_minutes(cfg, self.account)
+        self.core = TradingCore.build(cfg, self.contract, self._series(), veto)
+        if standing is not None:  # before a snapshot's restore, which replaces the account
+            self.core.account.start_from(standing)
+        self.day = DayState()
+        """Where the executor is in its days (the date, its window open or done, the pending entry)."""
+        self.window = DayWindow.of(cfg, self.account, self.bar_minutes)
+        """The trading day's window (``env.day_window``: the environment's)."""
         self.link = None if bridge is None else BrokerLink(
             bridge, self.journal, self.broker, mismatch_bars=mismatch_bars, say=self.say,
             max_contracts=self.rules.max_contracts * (10 if self.contract.is_micro else 1))
         self.features: IncrementalFeatures | None = None
         self.gate: BarGate | None = None
-        self.summary = ExecutorSummary()
-        self.summary.notes = self.notes
-        # the day's state
-        self._date: np.datetime64 | None = None
-        self._day_open = False
-        self._day_done = False
-        self._pending = 0
         self._entry_id: str | None = None
-        self._trades_seen = 0
         # restart: what the journal already holds
         j = self.journal
         self._journaled_bars = j.last_time("bars")
         self._journaled_decisions = j.last_time("decisions")
         self._journaled_account = j.last_time("account")
         self._recovery_checked = self._journaled_bars is None
-        # the live point: the journal's verdicts for its bars (a restart replays them), and whether it went live
-        self._history_to = j.last_bar_time(reason=CODE_HISTORY)
-        last_accepted = j.last_bar_time()
-        self._went_live = last_accepted is not None and (self._history_to is None or last_accepted > self._history_to)
-        self._late_ns = j.bar_times(CODE_LATE)
-        self._future_ns = j.bar_times(CODE_FUTURE)
         self.latencies_ms: list[float] = []
         """Per decision: ms from the bar's arrival to the decision and its orders committed to the journal."""
         self._decided = False
@@ -195,8 +170,8 @@ class Executor(CoreViews, ExecutorJournal):
         """The last decision: (bar time ns, action, reason codes), for the status line."""
         self._replayed = False
         self._checked = False
-        self._batched = 0
-        self._batch_started: float | None = None
+        self.batch = CommitBatch(self.journal)
+        """The journal's rows of untraded bars, committed together."""
         self._last_seen_ns: int | None = None
         """The latest bar time the feed gave (the snapshot's skipped bars included)."""
         self.lock = threading.RLock()
@@ -235,6 +210,42 @@ class Executor(CoreViews, ExecutorJournal):
             return f"{self._advisor_label} ({self.policy.health()})"
         return self._advisor_label
 
+    @property
+    def phase(self) -> int:
+        return self.config.env.phase
+
+    @property
+    def rules(self) -> PropFirmRules:
+        return self.core.account.rules
+
+    @property
+    def observer(self) -> ObservationBuilder:
+        return self.core.observer
+
+    def _series(self) -> CoreSeries:
+        """What the core reads per bar: the bars so far and their feature rows."""
+        b, r = self.bars, self.feature_rows
+        return CoreSeries(b.open, b.high, b.low, b.close, r.atr, r.windows, r.llm_market)
+
+    # ------------------------------------------------------------------ snapshots (live.snapshot)
+    def day_state(self) -> dict[str, Any]:
+        """The day's bookkeeping a snapshot keeps (the names are the snapshot format's, 3)."""
+        d = self.day
+        return {"_date": d.date, "_day_open": d.open, "_day_done": d.done, "_pending": d.pending,
+                "_entry_id": self._entry_id, "_trades_seen": 0, "last_decision": self.last_decision}
+
+    def resume_from(self, features: IncrementalFeatures, gate: BarGate, bars: BarsSoFar,
+                    feature_rows: FeaturesSoFar, core: tuple[dict[str, Any], Any, Any], day: dict[str, Any]) -> None:
+        """Continue from a snapshot's parts: the features and gate, the bars and feature rows so far, the core
+        rebuilt on them (``TradingCore.build``, as ``__init__``) with ``core``'s (state, broker, account), and
+        the day's bookkeeping (:meth:`day_state`)."""
+        self.features, self.gate, self.bars, self.feature_rows = features, gate, bars, feature_rows
+        rebuilt = TradingCore.build(self.config.env, self.contract, self._series(), self.core.risk_veto)
+        rebuilt.restore(*core)
+        self.core = rebuilt
+        self.day = DayState(day["_date"], day["_day_open"], day["_day_done"], day["_pending"])
+        self._entry_id, self.last_decision = day["_entry_id"], day["last_decision"]
+
     # ------------------------------------------------------------------ the policy's view of the state
     # ------------------------------------------------------------------ the loop
     def run_feed(self, feed: Iterable[Bar], on_bar: Callable[[Executor], None] | None = None) -> ExecutorSummary:
@@ -265,26 +276,24 @@ class Executor(CoreViews, ExecutorJournal):
         if self.features is None:
             self.features = IncrementalFeatures(self.contract.symbol, self.bar_minutes)
             self.gate = BarGate(market=self.contract.symbol, bar_minutes=self.bar_minutes, check_tick_grid=False,
-                                late_after_s=self.max_bar_age_s)
+                                late_after_s=self.live_point.max_bar_age_s)
         gate = self.gate
         assert gate is not None
         tns = bar.time_ns
-        self.journal.begin()  # committed after a traded bar, or every BATCH_BARS / BATCH_S of the others
-        if self._batch_started is None:
-            self._batch_started = arrived
+        self.batch.begin(arrived)  # committed after a traded bar, or every BATCH_BARS / BATCH_S of the others
         replayed = tns is not None and self._journaled_bars is not None and tns <= self._journaled_bars
-        now = None if replayed or self.max_bar_age_s is None else self.clock()
-        rejection = self._check(bar, tns, replayed, now)
+        now = self.live_point.now(replayed)
+        rejection = self.live_point.check(gate, bar, tns, replayed, now)
         if rejection is not None:
             self.summary.rejected += 1
             if not replayed:
                 self.journal.record_bar(bar.time, bar.open, bar.high, bar.low, bar.close, bar.volume,
                                         accepted=False, reason=rejection.code, message=rejection.message,
                                         raw=bar.raw)
-            self._commit_if_due(False, arrived)
+            self.batch.bar_done(False, arrived)
             return
         assert tns is not None and bar.time is not None
-        held = self._accept(bar, tns, replayed, now)
+        held = self._accept(bar, tns, replayed, self.live_point.held(gate, bar, tns, replayed, now))
         row = self.features.append(tns, bar.open, bar.high, bar.low, bar.close, bar.volume)
         self.bars.push(tns, bar.open, bar.high, bar.low, bar.close, bar.volume)
         rows = self.feature_rows
@@ -304,7 +313,7 @@ class Executor(CoreViews, ExecutorJournal):
             traded = True  # the bar's rows are committed before its orders are written
         if self.snapshots.maybe_take(replayed, traded, tns):
             traded = True  # the snapshot is committed with its bar's rows
-        self._commit_if_due(traded, arrived)
+        self.batch.bar_done(traded, arrived)
         if link is not None:
             link.flush(live=not replayed)
         if self._decided:  # arrival -> decision and its orders committed to the journal
@@ -319,36 +328,16 @@ class Executor(CoreViews, ExecutorJournal):
         """Commit the journal's batch of untraded bars now (the feed waits for its next bar: the commit costs no bar
         any time, and a watcher of the journal sees every bar that came, not all but the latest)."""
         with self.lock:
-            if self._batched:
-                self.journal.commit()
-                self._batched = 0
-                self._batch_started = None
+            self.batch.commit()
 
     def _saw(self, tns: int | None) -> None:
         """Keep the latest bar time the feed gave (for :meth:`_check_feed_end`)."""
         if tns is not None and (self._last_seen_ns is None or tns > self._last_seen_ns):
             self._last_seen_ns = tns
 
-    def _commit_if_due(self, traded: bool, arrived: float) -> None:
-        """Commit the journal's open transaction after a traded bar, or when the batch is full or old."""
-        self._batched += 1
-        started = self._batch_started if self._batch_started is not None else arrived
-        if traded or self._batched >= BATCH_BARS or arrived - started >= BATCH_S:
-            self.journal.commit()
-            self._batched = 0
-            self._batch_started = None
-
-    def _check(self, bar: Bar, tns: int | None, replayed: bool, now: float | None) -> Rejection | None:
-        """The gate's verdict (``now``: the wall clock of a followed feed's new bar); a replayed bar refused as from
-        the future when it arrived is refused again (the clock no longer says so)."""
-        if replayed and tns in self._future_ns:
-            return Rejection(bar, CODE_FUTURE, "refused from the future when it arrived")
-        assert self.gate is not None
-        return self.gate.check(bar, now)
-
-    def _accept(self, bar: Bar, tns: int, replayed: bool, now: float | None) -> tuple[str, str | None] | None:
-        """An accepted bar journaled (a new one) and counted, with why it is not traded (:meth:`_held`)."""
-        held = self._held(bar, tns, replayed, now)
+    def _accept(self, bar: Bar, tns: int, replayed: bool, held: Held | None) -> Held | None:
+        """An accepted bar journaled (a new one) and counted, with why it is not traded (``held``:
+        ``LivePoint.held``)."""
         if not replayed:
             self.journal.record_bar(tns, bar.open, bar.high, bar.low, bar.close, bar.volume,
                                     reason=None if held is None else held[0], message=None if held is None else held[1])
@@ -362,59 +351,45 @@ class Executor(CoreViews, ExecutorJournal):
                 self.summary.late_bars += 1
         return held
 
-    def _held(self, bar: Bar, tns: int, replayed: bool, now: float | None) -> tuple[str, str | None] | None:
-        """Why an accepted bar is not traded: ``(history, None)`` before the live point, ``(late, message)`` when
-        it ended more than ``max_bar_age_s`` before it arrived; None: traded. A replayed bar keeps its journal's."""
-        if replayed:
-            if self._history_to is not None and tns <= self._history_to:
-                return CODE_HISTORY, None
-            return (CODE_LATE, None) if tns in self._late_ns else None
-        if not self._went_live:
-            if self.live_from_ns is not None and tns + self.bar_minutes * 60_000_000_000 <= self.live_from_ns:
-                return CODE_HISTORY, None
-            self._went_live = True
-        assert self.gate is not None
-        late = None if now is None else self.gate.late(bar, now)
-        return None if late is None else (late.code, late.message)
-
     def _trade(self, t: int, time_et: pd.Timestamp, tns: int, arrived: float,
                held: tuple[str, str | None] | None = None) -> bool:
         """Bar t inside a traded window: the day's bookkeeping and the decision; False outside any. ``held``: a
         history bar only keeps the day's bookkeeping (a window it is in is not traded); a late one is processed
         (fills, stops, rules) without a decision."""
         minute, traded = self._day_of(t)
-        start, end, last_entry = self.window
+        day = self.day
+        assert self.features is not None
+        place = self.window.at(minute, t, self.features)
         if held is not None and held[0] == CODE_HISTORY:
-            if traded and start <= minute < end:
-                self._day_done = True  # the window opened before the live point: the next one is traded
+            if traded and place.hours:
+                day.done = True  # the window opened before the live point: the next one is traded
             return False
-        inside = traded and start <= minute < end and t >= max(self.features.warmup if self.features else 0,
-                                                                WINDOW - 1)
-        if not inside:
-            if self._day_open and minute >= end:
+        if not (traded and place.inside):
+            if day.open and place.over:
                 self._close_missed_window(t)
                 return True
             return False
-        last = minute + self.bar_minutes >= end
+        last = place.last
         core = self.core
-        if not self._day_open:
-            if self._day_done or last:
+        broker, account = core.broker, core.account
+        if not day.open:
+            if day.done or last:
                 return False
             core.t = t
-            self.account.begin_day(t)
+            account.begin_day(t)
             core.record()
-            self._day_open = True
+            day.open = True
         else:
-            n_before = len(self.broker.trades)
-            breach = core.process_bar(t, self._pending, last)
+            n_before = len(broker.trades)
+            breach = core.process_bar(t, day.pending, last)
             core.record()
             self._journal_fills(t, tns, n_before)
-            self._pending = 0
+            day.pending = 0
             if breach and not self._replayed:  # journaled once: not again on a restart's replay of the bar
                 self.journal.record_error("account", f"{self.rules.name}: trailing threshold breached at "
-                                          f"{time_et}; trading halted (account {self.account.status.value})", tns)
+                                          f"{time_et}; trading halted (account {account.status.value})", tns)
             if last:
-                self._day_open, self._day_done = False, True
+                day.open, day.done = False, True
                 self._journal_account(tns)
                 self._note_consistency(tns)
                 return True
@@ -423,20 +398,21 @@ class Executor(CoreViews, ExecutorJournal):
             core.last_entry = -1
             self._journal_account(tns)
             return True
-        core.last_entry = t if minute <= last_entry and not halted else -1
+        may_enter = place.may_enter
+        core.last_entry = t if may_enter and not halted else -1
         vetoes_before = dict(core.veto_counts)
         obs = core.observe()
         mask = core.mask.copy()
         codes = [f"veto:{c}" for c, n in core.veto_counts.items() if n > vetoes_before.get(c, 0)]
-        if self.broker.side == 0:
-            if not self.account.can_enter:
-                codes.append(f"account:{self.account.status.value}")
-            if minute > last_entry:
+        if broker.side == 0:
+            if not account.can_enter:
+                codes.append(f"account:{account.status.value}")
+            if not may_enter:
                 codes.append("window:after_last_entry")
             if halted:
                 codes.append(halted)
         action = int(self.policy(obs, mask, self))
-        self._pending = core.apply(action)
+        day.pending = core.apply(action)
         self.summary.decisions += 1
         self._journal_decision(tns, obs, mask, action, codes, arrived)
         self._journal_account(tns)
@@ -445,10 +421,10 @@ class Executor(CoreViews, ExecutorJournal):
     def _day_of(self, t: int) -> tuple[int, bool]:
         """Bar t's session minute and whether its trading date is traded; a new date ends the last one's day."""
         date = self.bars.trading_date[t]
-        if date != self._date:
-            if self._day_open:  # the previous window's last bar never came: close at this bar
+        if date != self.day.date:
+            if self.day.open:  # the previous window's last bar never came: close at this bar
                 self._close_missed_window(t)
-            self._date, self._day_open, self._day_done = date, False, False
+            self.day.new_date(date)
         return session_minute(self.bars.minute_of_day[t]), self.trade_dates is None or date in self.trade_dates
 
     def _close_missed_window(self, t: int) -> None:
@@ -463,8 +439,7 @@ class Executor(CoreViews, ExecutorJournal):
         self.journal.record_error("window", "the trading window's last bar did not arrive; the day was ended at "
                                   f"bar {pd.Timestamp(self.bars.time_ns[prev], tz='UTC').tz_convert(EASTERN)}",
                                   self.bars.time_ns[prev])
-        self._pending = 0
-        self._day_open, self._day_done = False, True
+        self.day.end()
         self._note_consistency(self.bars.time_ns[prev])
 
     def _note_consistency(self, tns: int) -> None:
@@ -477,7 +452,7 @@ class Executor(CoreViews, ExecutorJournal):
         self._checked = True
         if self.link is None:
             return ""
-        b = self.broker
+        b = self.core.broker
         self.link.check(tns, b.side * b.qty if b.side else 0, self._replayed)
         return self.link.halted
 

@@ -22,9 +22,10 @@ import numpy as np
 from hybrid_trader.actions import ACTION_NAMES
 from hybrid_trader.calendar import EASTERN
 from hybrid_trader.data.bars_so_far import BarsSoFar
-from hybrid_trader.env.account import AccountStatus, PropFirmAccount
+from hybrid_trader.env.account import AccountStatus
 from hybrid_trader.env.broker import Trade
-from hybrid_trader.env.core import TradingCore
+from hybrid_trader.env.core import CoreViews, TradingCore
+from hybrid_trader.env.day_window import DayState
 from hybrid_trader.errors import UserError
 from hybrid_trader.features.features_so_far import FeaturesSoFar
 from hybrid_trader.live.account_sync import consistency_note
@@ -41,18 +42,16 @@ EXIT_MANUAL = MANUAL_EXIT
 """Exit reason of a position flattened when the executor stops (``--on-exit flatten``)."""
 
 
-class ExecutorJournal:
+class ExecutorJournal(CoreViews):
     """The executor's journal writing, stops and restart checks; the state is the executor's (set in its
     ``__init__``)."""
 
     say: Any
-    notes: list[str]
     journal: Journal
     identity: dict
     order_tag: str
-    account: PropFirmAccount
-    broker: Any
     core: TradingCore
+    day: DayState
     bars: BarsSoFar
     feature_rows: FeaturesSoFar
     link: BrokerLink | None
@@ -63,7 +62,6 @@ class ExecutorJournal:
     snapshots: Snapshots
     lock: threading.RLock
     last_decision: tuple[int, int, list[str]] | None
-    _pending: int
     _entry_id: str | None
     _decided: bool
     _replayed: bool
@@ -73,6 +71,11 @@ class ExecutorJournal:
     _recovery_checked: bool
     _last_seen_ns: int | None
     _stops: dict[int, str]
+
+    @property
+    def notes(self) -> list[str]:
+        """What the run should tell its user (the summary's notes)."""
+        return self.summary.notes
 
     def _claim_journal(self, owned: bool) -> dict[int, str]:
         """The journal made this run's before any row is written (another run's refused: ``Journal.claim``); the
@@ -115,20 +118,21 @@ class ExecutorJournal:
                 self.link.drop(self.bars.time_ns[-1])
             self.journal.update_order_state(self._entry_id, "cancelled", note=why)
             self._entry_id = None
-        self._pending = 0
+        self.day.pending = 0
 
     # ------------------------------------------------------------------ journal
     def _journal_decision(self, tns: int, obs: np.ndarray, mask: np.ndarray, action: int, codes: list[str],
                           arrived: float) -> None:
         """The decision (probabilities, reason codes: ``veto:<code>``, ``account:<status>``,
         ``window:after_last_entry``) and the entry order it makes."""
-        if self._pending:
+        pending = self.day.pending
+        if pending:
             oid = order_id(self.order_tag, utc(tns), "entry")
-            self.journal.record_order(oid, tns, "entry", "BUY" if self._pending > 0 else "SELL",
+            self.journal.record_order(oid, tns, "entry", "BUY" if pending > 0 else "SELL",
                                       self.broker.qty, state="sent")
             self._entry_id = oid
             if self.link is not None:
-                self.link.entry(oid, self._pending, self.broker.qty, self.bars.close[-1], self.feature_rows.atr[-1],
+                self.link.entry(oid, pending, self.broker.qty, self.bars.close[-1], self.feature_rows.atr[-1],
                                 tns)
         latency = (time.perf_counter() - arrived) * 1000.0  # rows written, not yet committed
         self._decided = True
@@ -168,7 +172,7 @@ class ExecutorJournal:
             return dist.distribution.probs[0].numpy()
 
     def _journal_fills(self, t: int, tns: int, n_before: int) -> None:
-        b = self.broker
+        b = self.core.broker
         new: list[Trade] = b.trades[n_before:]
         if self._entry_id is not None and (b.side or new):
             entry_price = new[0].entry_price if new and new[0].entry_index == t else b.entry
@@ -186,10 +190,10 @@ class ExecutorJournal:
     def _journal_account(self, tns: int) -> None:
         if self._journaled_account is not None and tns <= self._journaled_account:
             return
-        acc = self.account
+        acc, b = self.core.account, self.core.broker
         self.journal.record_account(tns, acc.status.value, {
             "balance": acc.balance, "threshold": acc.threshold, "peak": acc.peak, "equity": self.core.equity_now,
-            "position": self.broker.side * (self.broker.qty if self.broker.side else 0),
+            "position": b.side * (b.qty if b.side else 0),
             "day_pnl": acc.balance - acc.day_start_balance, "verdict": acc.verdict.value,
             "day_limit": None if acc.rules.daily_loss_limit is None else  # the equity that locks the day
             acc.day_start_balance - acc.rules.daily_loss_limit,

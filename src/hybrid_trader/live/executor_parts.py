@@ -14,6 +14,9 @@ from hybrid_trader.run import RunDir
 from hybrid_trader.run.config import RunConfig
 from hybrid_trader.run.market import load_bars_from_config, make_split
 
+COUNTS = ("bars", "rejected", "decisions", "history_bars", "late_bars")
+"""The summary's counts a snapshot keeps (the others are the end's, or the restart's)."""
+
 
 @dataclass
 class ExecutorSummary:
@@ -39,6 +42,16 @@ class ExecutorSummary:
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+    def counts(self) -> dict[str, int]:
+        """The counts a snapshot keeps (:data:`COUNTS`)."""
+        return {k: getattr(self, k) for k in COUNTS}
+
+    def restore_counts(self, counts: dict[str, int]) -> None:
+        """Continue from a snapshot's :meth:`counts`: its bars are the restart's recovered bars."""
+        for k in COUNTS:
+            setattr(self, k, counts[k])
+        self.recovered_bars = self.bars
 
 
 def utc(tns: int) -> pd.Timestamp:

@@ -433,3 +433,42 @@ def _check_state(state: str) -> None:
 
 def _now() -> int:
     return time.time_ns()
+
+
+BATCH_BARS = 1000
+BATCH_S = 1.0
+"""Journal rows of bars outside the trading window are committed together, at most this many or this old:
+one fsync for many (a kill loses the batch, and the restart's replay writes it again)."""
+
+
+class CommitBatch:
+    """The executor's open transaction of bars: committed after a traded bar, or when :data:`BATCH_BARS` bars are in
+    it or the first is :data:`BATCH_S` old, or when the feed waits (:meth:`commit`)."""
+
+    def __init__(self, journal: Journal) -> None:
+        self.journal = journal
+        self._bars = 0
+        self._started: float | None = None
+
+    def begin(self, arrived: float) -> None:
+        """A bar arrived (``time.perf_counter()``): its rows go into the open transaction."""
+        self.journal.begin()
+        if self._started is None:
+            self._started = arrived
+
+    def bar_done(self, traded: bool, arrived: float) -> None:
+        """The bar's rows are written: commit after a traded bar, or when the batch is full or old."""
+        self._bars += 1
+        started = self._started if self._started is not None else arrived
+        if traded or self._bars >= BATCH_BARS or arrived - started >= BATCH_S:
+            self._commit()
+
+    def commit(self) -> None:
+        """Commit the batch now, if it holds a bar."""
+        if self._bars:
+            self._commit()
+
+    def _commit(self) -> None:
+        self.journal.commit()
+        self._bars = 0
+        self._started = None

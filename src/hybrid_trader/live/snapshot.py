@@ -3,18 +3,17 @@
 The features carry state from the first bar of the feed (TA-Lib's recursions, pandas'
 running sums: ``features.incremental``), so a restart used to replay every bar of the history
 through the features, the broker and the account (~4 s for three months of 1-minute bars).
-Now the executor journals its state (:class:`Snapshots`), in the transaction of the bar it
-follows, on the first bar of each trading date and every :data:`SNAPSHOT_BARS` bars
-(only on bars outside a trading window, so that a decision never waits for one; the
-journal keeps the latest): the incremental features, the bar gate, the bars so far and their feature rows, the
-paper broker, the prop-firm account, the core's counters and the day's bookkeeping,
-pickled. Its size does not grow with the history: the prices and times of the bars stay
-in the journal's ``bars`` table (read back at the restore: :meth:`Journal.bar_history`),
-the derived series keep their longest look-back, the feature rows the newest
-observation's window. TA-Lib's stream handles do not pickle: they are opened again on
-the history they were fed, which gives the values the updated handles would (TA-Lib's
-contract: a handle equals its function API on the same bars; ``tests/live/test_snapshot.py``
-checks the features against the batch ones).
+Now the executor journals its state (:class:`Snapshots`), in the transaction of the bar it follows, on the first bar
+of each trading date and every :data:`SNAPSHOT_BARS` bars (only on bars outside a trading window, so that a decision
+never waits for one; the journal keeps the latest): the incremental features, the bar gate, the bars so far and their
+feature rows, the paper broker, the prop-firm account, the core's counters and the day's bookkeeping, pickled; each
+saved and restored through its owner's public methods (``TradingCore.state``/``restore``,
+``Executor.day_state``/``resume_from``, ``ExecutorSummary.counts``/``restore_counts``). Its size does not grow with
+the history: the prices and times of the bars stay in the journal's ``bars`` table (read back at the restore:
+:meth:`Journal.bar_history`), the derived series keep their longest look-back, the feature rows the newest
+observation's window. TA-Lib's stream handles do not pickle: they are opened again on the history they were fed, which
+gives the values the updated handles would (TA-Lib's contract: a handle equals its function API on the same bars;
+``tests/live/test_snapshot.py`` checks the features against the batch ones).
 
 At start the executor loads the journal's latest snapshot when its key matches (the
 format, the program's version, the run's config.yaml and model files by sha256, the
@@ -47,8 +46,6 @@ import pandas as pd
 
 from hybrid_trader import __version__
 from hybrid_trader.calendar import EASTERN
-from hybrid_trader.env.core import TradingCore
-from hybrid_trader.env.observation import ObservationBuilder
 from hybrid_trader.errors import UserError
 from hybrid_trader.live.feeds import Bar
 from hybrid_trader.live.policy_cache import cache_key
@@ -62,13 +59,10 @@ SNAPSHOT_FORMAT = 3
 """Bump when the pickled state changes: a snapshot of another format is not used (the whole history is replayed).
 2: the broker's levels on the tick grid (``Broker.tick``, ``Broker.breakeven``); 3: the bars so far
 (``data.bars_so_far.BarsSoFar``) and their feature rows (``features.features_so_far.FeaturesSoFar``) in place of
-the executor's arrays."""
+the executor's arrays. (Saving through public methods kept format 3's layout, key for key: ``tests/live/
+test_snapshot.py``.)"""
 SNAPSHOT_BARS = 2000
 """Bars (outside trading windows) after which a snapshot is taken even without a new trading date."""
-_EXECUTOR_FIELDS = ("_date", "_day_open", "_day_done", "_pending", "_entry_id", "_trades_seen", "last_decision")
-_SUMMARY_FIELDS = ("bars", "rejected", "decisions", "history_bars", "late_bars")
-_CORE_SHARED = ("broker", "account", "observer", "_open", "_high", "_low", "_close", "_atr", "risk_veto")
-"""The core's references to objects the snapshot holds on their own (the core is rebuilt on them)."""
 _STATE = ("features", "gate", "bars", "feature_rows", "broker", "account", "core", "executor", "summary")
 _READ_ERRORS = (pickle.UnpicklingError, EOFError, AttributeError, ImportError, KeyError, TypeError,
                 ValueError, IndexError)
@@ -109,10 +103,8 @@ def take(ex: Executor) -> bytes:
     assert ex.features is not None
     ex.features.keep_for_snapshot()  # the prices stay in the journal's bars
     state = {"features": ex.features, "gate": ex.gate, "bars": ex.bars, "feature_rows": ex.feature_rows,
-             "broker": ex.broker, "account": ex.account,
-             "core": {k: v for k, v in ex.core.__dict__.items() if k not in _CORE_SHARED},
-             "executor": {k: getattr(ex, k) for k in _EXECUTOR_FIELDS},
-             "summary": {k: getattr(ex.summary, k) for k in _SUMMARY_FIELDS}}
+             "broker": ex.broker, "account": ex.account, "core": ex.core.state(), "executor": ex.day_state(),
+             "summary": ex.summary.counts()}
     return pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
 
 
@@ -129,21 +121,12 @@ def load(blob: bytes, prices: Callable[[], dict[str, np.ndarray]]) -> dict[str, 
 
 
 def restore(ex: Executor, state: dict[str, Any]) -> None:
-    """Put a loaded state into the executor: the observer and the core rebuilt on its bars, feature rows, broker
-    and account, as ``Executor.__init__`` builds them."""
-    ex.features, ex.gate = state["features"], state["gate"]
-    ex.bars, ex.feature_rows = b, r = state["bars"], state["feature_rows"]
-    ex.broker, ex.account = state["broker"], state["account"]
-    ex.observer = ObservationBuilder(ex.phase, r.windows, r.llm_market, r.atr, b.close, ex.rules.trailing_drawdown)
-    core = TradingCore(ex.broker, ex.account, ex.observer, ex.core.n_actions, b.open, b.high, b.low, b.close, r.atr,
-                       ex.core.risk_veto)  # phase 3's veto (stateless), as Executor.__init__ built it
-    core.__dict__.update(state["core"])
-    ex.core = core
-    for k, v in state["executor"].items():
-        setattr(ex, k, v)
-    for k, v in state["summary"].items():
-        setattr(ex.summary, k, v)
-    ex.summary.recovered_bars = ex.summary.bars
+    """Put a loaded state into the executor through its public methods: its parts (``Executor.resume_from``: the
+    core rebuilt on the bars and feature rows, then given the broker, the account and its own state) and the
+    summary's counts (``ExecutorSummary.restore_counts``)."""
+    ex.resume_from(state["features"], state["gate"], state["bars"], state["feature_rows"],
+                   (state["core"], state["broker"], state["account"]), state["executor"])
+    ex.summary.restore_counts(state["summary"])
 
 
 class Snapshots:
@@ -189,7 +172,7 @@ class Snapshots:
             ex.link.broker = ex.broker  # it follows the restored paper broker's levels, not the one it was built on
             ex.link.replayed_to(tns)
         self.resume_ns = self.restored_ns = tns
-        self._date = ex._date
+        self._date = ex.day.date
         ex.say(f"restored the snapshot of {when} from {ex.journal.path}: {ex.summary.bars} bars not replayed")
 
     def skip(self, bar: Bar) -> bool:
@@ -231,10 +214,10 @@ class Snapshots:
         if ex.link is not None and (ex.link.pending or ex.link.mirrored is not None):
             return False  # NinjaTrader's mirror holds no position and no order to send: nothing of it to keep
         self._since += 1
-        if ex._date == self._date and self._since < SNAPSHOT_BARS:
+        if ex.day.date == self._date and self._since < SNAPSHOT_BARS:
             return False
         ex.journal.record_snapshot(tns, self.key, take(ex))
-        self._date, self._since = ex._date, 0
+        self._date, self._since = ex.day.date, 0
         return True
 
 
