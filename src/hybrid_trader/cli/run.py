@@ -57,9 +57,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "expire on the third Friday of March, June, September, December; volume rolls 8 days "
                         "earlier); an expired contract is refused (default 12; a replay checks its last bar's date)")
     p.add_argument("--nt-mismatch-bars", metavar="N", type=int, default=2,
-                   help="ninjatrader: bars in a row NinjaTrader's position may differ from the paper one in the same way "
-                        "(a fill may lag) before new entries halt (default 2); a position NinjaTrader holds while the paper one is "
-                        "flat halts at once and is closed")
+                   help="ninjatrader: bars in a row NinjaTrader's position may differ from the paper one in the "
+                        "same way (a fill may lag) before new entries halt (default 2); a position NinjaTrader holds "
+                        "while the paper one is flat halts at once and is closed")
     p.add_argument("--nt-ack-timeout", metavar="S", type=float, default=60.0,
                    help="ninjatrader: seconds NinjaTrader has to answer an order with a state file; an order file "
                         "still unread in incoming/ after that is withdrawn (deleted, journaled 'withdrawn') and new "
