@@ -104,8 +104,7 @@ def test_stored_log_probs_equal_recomputed_ones_when_advice_shapes_the_policy(ma
     from stable_baselines3.common.utils import obs_as_tensor
 
     # Advice that arrives late still counts (any age): on a loaded machine the advisor's thread may answer only after
-    # a numpy rollout of 128 steps is long past max_age_steps (once: 0% of the steps advised). A warm-up rollout
-    # lets the first answers arrive before the one the test reads.
+    # a numpy rollout of 128 steps is long past max_age_steps (once: 0% of the steps advised, once 27%).
     config = cfg(3, **{"fusion.mode": mode, "fusion.advice_input": advice_input})
     config.llm.batching.max_age_steps = 1_000_000
     advisor = build_advisor(config.llm.in_run())
@@ -120,12 +119,14 @@ def test_stored_log_probs_equal_recomputed_ones_when_advice_shapes_the_policy(ma
         model._setup_learn(256, callback=None)
         callback = CallbackList([])
         callback.init_callback(model)
-        for _ in range(2):  # the warm-up, then the rollout read
+        for _ in range(6):  # rollouts until one has enough advised steps (each new episode waits for its first answer)
             assert model.collect_rollouts(venv, callback, model.rollout_buffer, 128, use_masking=True)
-        buf = model.rollout_buffer
-        obs = buf.observations.reshape(-1, PHASE3_OBS_DIM)
-        advised = obs[:, OBS_ADVICE_PRESENT] > 0.5
-        assert advised.mean() > 0.5, "the mock advisor (query always) should advise most steps"
+            buf = model.rollout_buffer
+            obs = buf.observations.reshape(-1, PHASE3_OBS_DIM)
+            advised = obs[:, OBS_ADVICE_PRESENT] > 0.5
+            if advised.sum() >= 64:
+                break
+        assert advised.sum() >= 64, "the mock advisor (query always) should advise a good part of the steps"
         actions = th.as_tensor(buf.actions.reshape(-1))
         masks = buf.action_masks.reshape(len(actions), -1)
         with th.no_grad():
