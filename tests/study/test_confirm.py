@@ -101,3 +101,18 @@ def test_confirmation_of_a_2024_nq_study_on_2025_bars(tmp_path):
     assert not math.isnan(summary["variants"]["a"]["figures"]["Net PnL [$]"]["mean"])
     with pytest.raises(UserError, match="not after the days the study used"):
         confirm_study(path, out, december, **QUIET)
+
+
+def test_a_confirmation_of_a_study_run_in_part_keeps_hypotheses_on_the_variants_not_run_pending(tmp_path):
+    """``study --only``, then ``--confirm``: the variant not run is 'not run' and its hypothesis pending, in the
+    confirmation as in the study (before: judged on 0 pairs, 'not supported: too_few_pairs')."""
+    from tests.study.test_hypotheses import GOOD
+
+    path = study_file(tmp_path, seeds=[0], hypotheses=[GOOD])
+    out = tmp_path / "out"
+    run_study(path, out, workers=1, only=["fast"], **QUIET)
+    summary = confirm_study(path, out, bars_file(tmp_path / "NQ_later.csv", 3, "2024-03-04"), **QUIET)
+    assert summary["finished"] == 1 and summary["variants"]["slow"]["not run"] == 1
+    [h] = summary["hypotheses"]
+    assert h["verdict"] == "pending" and h["reason"].startswith("not_run_yet")
+    assert summary["trials run by the folder"] == {"attempts": 1}, "the DSR counts the trial run, not the one waiting"

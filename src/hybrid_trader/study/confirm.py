@@ -39,7 +39,7 @@ from hybrid_trader.study.engine import STUDY_FILE, SUMMARY, TABLE, trials_of, tr
 from hybrid_trader.study.fingerprint import fingerprint, fingerprint_summary
 from hybrid_trader.study.replicate import compare_verdicts, verdicts_section
 from hybrid_trader.study.spec import StudySpec, load_study
-from hybrid_trader.study.summary import summarize
+from hybrid_trader.study.summary import NOT_RUN, summarize
 from hybrid_trader.study.trials import TRIALS, Trial, evaluation_row, read_trial
 
 CONFIRM_PREFIX = "confirm-"
@@ -164,12 +164,16 @@ def confirm_study(spec_path: str | Path, out: str | Path, data: str | Path, *, p
             bar.close()
         table = trials_table(rows)
         table.to_parquet(folder / TABLE, index=False)
-        summary = summarize(spec, rows)
+        # trials the study has not run (study --only): their hypotheses stay pending here too, as in the study
+        finished = {t.slug for t, _ in done}
+        waiting = [{"trial": t.slug, "variant": t.variant, "seed": t.seed, "fold": t.fold, "status": NOT_RUN}
+                   for t in trials_of(spec) if t.slug not in finished and read_trial(out / TRIALS / t.slug) is None]
+        summary = summarize(spec, rows + waiting)
         summary["evaluated on"] = f"{data.name}, every day from {first_day}"
         summary["confirmation"] = {"data": str(data), "first day": first_day, "study's last day": seen,
                                    "study's finished trials": len(done)}
         summary["fingerprints"] = fingerprint_summary(rows)
-        study_summary = summarize(spec, [r for _, r in done])
+        study_summary = summarize(spec, [r for _, r in done] + waiting)
         summary["vs study"] = compare_verdicts(study_summary, summary, label="confirmation")
         atomic_write_text(folder / SUMMARY, json.dumps(jsonable(summary), indent=1))
         from hybrid_trader.study.report import write_study_report  # matplotlib only when a report is written

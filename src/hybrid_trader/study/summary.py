@@ -31,7 +31,7 @@ def summarize(spec: StudySpec, rows: Sequence[dict[str, Any]], attempts: dict[st
               ) -> dict[str, Any]:
     """Per variant: trials, failures, mean, CI, median and leave-one-out range of each figure, pass count; paired
     differences (with the Wilcoxon test); the hypotheses; SPA, StepM, PBO; the DSR over ``attempts["attempts"]``
-    trials (every trial the folder ran: ``study.attempts``; default: the rows)."""
+    trials (every trial the folder ran: ``study.attempts``; default: the rows of trials run)."""
     ok = [r for r in rows if r.get("status") == "finished"]
     not_run = {v.name: n for v in spec.variants
                if (n := sum(1 for r in rows if r["variant"] == v.name and r.get("status") == NOT_RUN))}
@@ -65,7 +65,8 @@ def summarize(spec: StudySpec, rows: Sequence[dict[str, Any]], attempts: dict[st
             mean, lo, hi = paired_difference(a, b)
             paired[v.name][f] = {"mean difference": mean, "ci_low": lo, "ci_high": hi,
                                  **robust_figures([x - y for x, y in zip(a, b)], paired=True)}
-    tried = (attempts or {}).get("attempts", len(rows))
+    run = sum(1 for r in rows if r.get("status") != NOT_RUN)
+    tried = (attempts or {}).get("attempts", run)
     many = many_comparisons(ran, spec.baseline, ok) if spec.baseline in ran else {
         "reason": f"the baseline {spec.baseline} has trials not run yet"}
     if not_run:
@@ -77,7 +78,7 @@ def summarize(spec: StudySpec, rows: Sequence[dict[str, Any]], attempts: dict[st
             "paired vs baseline": paired,
             "hypotheses": judge_hypotheses(spec.hypotheses, ok, not_run),
             "many comparisons": many,
-            "trials run by the folder": attempts or {"attempts": len(rows)},
+            "trials run by the folder": attempts or {"attempts": run},
             "deflated sharpe": deflated_best(ok, tried),
             "errors": [{"trial": r["trial"], "error": r.get("error")} for r in rows if r.get("status") == "failed"]}
 
