@@ -7,7 +7,8 @@ import sqlite3
 from pathlib import Path
 
 from hybrid_trader.env.broker import EXIT_STOP, Broker
-from hybrid_trader.live.broker_link import CODE_FLAT_FAILED, CODE_FLAT_RETRY, CODE_MISMATCH, BrokerLink
+from hybrid_trader.live.broker_halts import CODE_FLAT_FAILED, CODE_FLAT_RETRY, CODE_MISMATCH
+from hybrid_trader.live.broker_link import BrokerLink
 from hybrid_trader.live.journal import Journal
 from tests.live.fake_ninjatrader import FakeNinjaTrader
 from tests.live.test_ninjatrader import bar, bridge_for, nt  # noqa: F401 (the fixture)

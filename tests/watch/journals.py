@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from hybrid_trader.live.broker_link import CODE_RESUMED, HALT
+from hybrid_trader.live.broker_halts import CODE_RESUMED, HALT
 from hybrid_trader.live.journal import Journal
 
 T0 = pd.Timestamp("2024-03-28 14:30", tz="UTC")

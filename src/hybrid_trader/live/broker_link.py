@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -50,44 +50,34 @@ from hybrid_trader.env.broker import (
     level_on_grid,
 )
 from hybrid_trader.errors import UserError
+from hybrid_trader.live.broker_halts import (
+    CODE_CONTRACT_LIMIT,
+    CODE_DISCONNECTED,
+    CODE_FLAT_FAILED,
+    CODE_FLAT_RETRY,
+    CODE_MISMATCH,
+    CODE_NO_ACK,
+    CODE_POSITION_UNKNOWN,
+    CODE_READ_FAILED,
+    CODE_REJECTED,
+    CODE_RESUMED,
+    CODE_SEND_FAILED,
+    CODE_UNEXPECTED_POSITION,
+    CODE_UNKNOWN_ORDER,
+    CODE_UNKNOWN_STATE,
+    CODE_UNPROTECTED,
+    CODE_WITHDRAWN,
+    HALT,
+    halt_in_force,
+)
 from hybrid_trader.live.journal import Journal
 from hybrid_trader.live.ninjatrader import Bracket, BridgeEvent, NinjaTraderBridge, bracket_ids
 from hybrid_trader.live.nt_outgoing import PositionLost
 
 NT_EXITS = frozenset({EXIT_STOP, EXIT_TARGET, EXIT_TRAIL, EXIT_BREAKEVEN})
 """Paper exits NinjaTrader takes with its own OCO stop or target: nothing is sent for them."""
-HALT = "halt"
-"""``errors.location`` of the rows that halt (code ``broker:*``) or resume (``broker:resumed``) entries."""
-CODE_REJECTED = "broker:rejected"
-CODE_MISMATCH = "broker:position_mismatch"
-CODE_UNPROTECTED = "broker:unprotected"
-CODE_NO_ACK = "broker:no_ack"
-CODE_SEND_FAILED = "broker:send_failed"
-CODE_READ_FAILED = "broker:read_failed"
-CODE_UNKNOWN_ORDER = "broker:unknown_order"
-CODE_RESUMED = "broker:resumed"
-CODE_UNKNOWN_STATE = "broker:unknown_state"
-CODE_WITHDRAWN = "broker:withdrawn"
-CODE_POSITION_UNKNOWN = "broker:position_unknown"
-CODE_DISCONNECTED = "broker:disconnected"
-CODE_UNEXPECTED_POSITION = "broker:unexpected_position"
-CODE_CONTRACT_LIMIT = "broker:contract_limit"
-
 _HALTING = {"UNKNOWN": CODE_UNKNOWN_STATE, "WITHDRAWN": CODE_WITHDRAWN, "UNPROTECTED": CODE_UNPROTECTED}
 """Bridge events that halt new entries, by their reason code."""
-CODE_FLAT_FAILED = "broker:flat_failed"
-CODE_FLAT_RETRY = "broker:flat_retry"
-
-
-def halt_in_force(halts: Iterable[tuple[int, str | None, str]], until_ns: int | None = None) -> tuple[str, str]:
-    """``(reason code, message)`` of the halt of new entries in force after the journal's ``halt`` rows
-    (``Journal.errors_at(HALT)``) up to ``until_ns`` (all when None); ``("", "")`` when entries are allowed (none, or
-    a restart resumed them). A halt journaled without its code reads ``broker:halted``."""
-    out = ("", "")
-    for t, code, message in halts:
-        if until_ns is None or t <= until_ns:
-            out = ("", "") if code == CODE_RESUMED else (code or "broker:halted", message)
-    return out
 
 
 @dataclass

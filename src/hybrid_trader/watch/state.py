@@ -17,7 +17,7 @@ import numpy as np
 
 from hybrid_trader.actions import ACTION_NAMES
 from hybrid_trader.errors import UserError
-from hybrid_trader.live.broker_link import HALT, halt_in_force
+from hybrid_trader.live.broker_halts import HALT, halt_in_force
 from hybrid_trader.live.journal_read import SCHEMA_VERSION, DecisionRow, JournalView, OrderRow
 
 NS_PER_MS = 1_000_000
