@@ -129,9 +129,11 @@ def fused_logits(rl_logits: Array, advice: Array | None, llm_weight: float | Arr
     return rl_logits + llm_weight * log_prior(advice)
 
 
-def obs_fused_logits(rl_logits: th.Tensor, obs: th.Tensor, llm_weight: float) -> th.Tensor:
+def obs_fused_logits(rl_logits: Array, obs: Array, llm_weight: float) -> Array:
     """:func:`fused_logits` of phase 3 observations ``(n, PHASE3_OBS_DIM)`` as training's policy samples them
-    (tensors; one constant weight): the same action distribution in four tensor operations.
+    (one constant weight): the same action distribution in four tensor operations. On numpy arrays (the
+    ``fast_math`` rollout's decisions) the same formula in float32, always a new array (the RL logits stay as they
+    were, for the policy's records).
 
     The block's probabilities are read in place (``narrow``, no copy). A row without advice
     (all zero, presence 0) gets ``llm_weight * log(PROB_FLOOR)`` on every action instead of
@@ -140,10 +142,15 @@ def obs_fused_logits(rl_logits: th.Tensor, obs: th.Tensor, llm_weight: float) ->
     same numbers as :func:`fused_logits` up to the last bit (tested). The rollout and PPO's
     update both call this, so the stored log-probabilities stay exact.
     """
+    start = OBS_ADVICE.start + ADVICE.probs.start
+    logits: Any = rl_logits
+    if not _is_tensor(obs):
+        prior = np.log(np.clip(obs[:, start:start + N_ACTIONS], PROB_FLOOR, 1.0))
+        return logits + np.float32(llm_weight) * prior
     if not llm_weight:
         return rl_logits
-    probs = obs.narrow(-1, OBS_ADVICE.start + ADVICE.probs.start, N_ACTIONS)
-    return rl_logits.add(probs.clamp(min=PROB_FLOOR, max=1.0).log_(), alpha=llm_weight)
+    probs = obs.narrow(-1, start, N_ACTIONS)
+    return logits.add(probs.clamp(min=PROB_FLOOR, max=1.0).log_(), alpha=llm_weight)
 
 
 def masked_softmax(logits: np.ndarray, mask: np.ndarray | None) -> np.ndarray:

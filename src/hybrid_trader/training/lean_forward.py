@@ -15,8 +15,8 @@ from stable_baselines3.common.torch_layers import FlattenExtractor
 from torch import nn
 from torch.nn import functional as F
 
-from hybrid_trader.agent.advice_block import ADVICE, N_FEATURES, OBS_ADVICE
-from hybrid_trader.agent.fusion import PROB_FLOOR
+from hybrid_trader.agent.advice_block import N_FEATURES
+from hybrid_trader.agent.fusion import obs_fused_logits
 from hybrid_trader.training.policy import AdviceFreeFeatures, HybridMaskablePolicy
 
 HUGE_NEG = -1e8
@@ -273,9 +273,7 @@ class LeanForward:
         if self.hybrid:
             policy: Any = self.policy
             object.__setattr__(policy, "last_rl_logits", th.from_numpy(logits))  # as _get_action_dist_from_latent
-            start = OBS_ADVICE.start + ADVICE.probs.start
-            prior = np.log(np.clip(obs_np[:, start:start + logits.shape[1]], PROB_FLOOR, 1.0))
-            logits = logits + np.float32(policy.llm_weight) * prior  # a new array: the RL logits stay as kept
+            logits = obs_fused_logits(logits, obs_np, policy.llm_weight)  # a new array: the RL logits stay as kept
         logits = _log_normalise(logits)
         if action_masks is not None:
             logits = _log_normalise(np.where(np.asarray(action_masks, dtype=bool).reshape(logits.shape), logits,
