@@ -195,9 +195,8 @@ class Executor(ExecutorJournal):
     def _policy(self, llm: str, budget_ms: float, llm_overrides: dict | None, calibrate: bool = True) -> LivePolicy:
         """The evaluation's deterministic policy of the run (``live.async_advice.live_policy``; phases 1-2 from
         the numpy cache without torch where it holds this model: ``live.policy_cache``), with its notes."""
-        live, self.torch_model = executor_policy(self.run, self.config, llm=llm,
-                                                 budget_ms=budget_ms, llm_overrides=llm_overrides,
-                                                 calibrate=calibrate, say=self.say)
+        live, _ = executor_policy(self.run, self.config, llm=llm, budget_ms=budget_ms, llm_overrides=llm_overrides,
+                                  calibrate=calibrate, say=self.say)
         self.notes.extend(live.notes)
         self.advice_calibration = live.calibration
         self._advisor_label = live.label
@@ -414,7 +413,7 @@ class Executor(ExecutorJournal):
         action = int(self.policy(obs, mask, self))
         day.pending = core.apply(action)
         self.summary.decisions += 1
-        self._journal_decision(tns, obs, mask, action, codes, arrived)
+        self._journal_decision(tns, action, codes, arrived)
         self._journal_account(tns)
         return True
 
