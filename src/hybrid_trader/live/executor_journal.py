@@ -18,6 +18,7 @@ import time
 from typing import Any, Literal
 
 from hybrid_trader.actions import ACTION_NAMES
+from hybrid_trader.agent.advised import AdvisedPolicy
 from hybrid_trader.calendar import EASTERN
 from hybrid_trader.data.bars_so_far import BarsSoFar
 from hybrid_trader.env.account import AccountStatus
@@ -27,7 +28,6 @@ from hybrid_trader.env.day_window import DayState
 from hybrid_trader.errors import UserError
 from hybrid_trader.features.features_so_far import FeaturesSoFar
 from hybrid_trader.live.account_sync import consistency_note
-from hybrid_trader.live.async_advice import AsyncAdvisedPolicy
 from hybrid_trader.live.broker_link import BrokerLink
 from hybrid_trader.live.executor_parts import ExecutorSummary, utc
 from hybrid_trader.live.journal import MANUAL_EXIT, Journal
@@ -275,7 +275,7 @@ class ExecutorJournal(CoreViews):
         s.net_pnl = float(sum(tr.net_pnl for tr in self.broker.trades))
         s.balance = float(self.account.balance)
         s.account_status = self.account.status.value
-        if isinstance(self.policy, AsyncAdvisedPolicy):
+        if isinstance(self.policy, AdvisedPolicy) and self.policy.asynchronous:
             notice = self.policy.advisor.health.rl_only_notice()
             if notice and notice not in self.notes:
                 self.notes.append(notice)

@@ -31,8 +31,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from hybrid_trader.live.async_advice import LivePolicy, live_policy
 from hybrid_trader.live.fast_policy import NumpyAgentPolicy
+from hybrid_trader.live.live_policy import LivePolicy, live_policy
 from hybrid_trader.llm.model_cache import cache_home
 from hybrid_trader.run import RunDir, atomic_write_bytes, sha256_file
 from hybrid_trader.run.model_files import final_model
