@@ -28,17 +28,12 @@ Layer = tuple[np.ndarray, np.ndarray] | str
 """A ``(W.T, b)`` pair of float32 arrays (a ``Linear``), or an activation's name (a key of :data:`ACTIVATIONS`)."""
 
 
-def _relu(x: np.ndarray) -> None:
-    np.maximum(x, np.float32(0.0), out=x)
+def _relu(x: np.ndarray, out: np.ndarray) -> np.ndarray:
+    return np.maximum(x, np.float32(0.0), out=out)
 
 
-def _identity(x: np.ndarray) -> None:
-    return None
-
-
-ACTIVATIONS: dict[str, Callable[[np.ndarray], None]] = {
-    "Tanh": lambda x: np.tanh(x, out=x), "ReLU": _relu, "Identity": _identity}
-"""The activations the forward covers, by the torch module's class name, each applied in place."""
+ACTIVATIONS: dict[str, Callable[..., Any] | None] = {"Tanh": np.tanh, "ReLU": _relu, "Identity": None}
+"""The activations the forward covers, by the torch module's class name: ``f(x, out=x)`` in place (None: none)."""
 
 
 class NumpyMLP:
@@ -47,17 +42,29 @@ class NumpyMLP:
     def __init__(self, layers: Sequence[Layer]) -> None:
         self.spec = list(layers)
         """The layers as given: ``(W.T, b)`` pairs and activation names (``live.policy_cache`` writes them)."""
-        self._ops: list[tuple[np.ndarray, np.ndarray] | Callable[[np.ndarray], None]] = [
-            layer if isinstance(layer, tuple) else ACTIVATIONS[layer] for layer in self.spec]
+        self._steps: list[tuple[np.ndarray | None, np.ndarray | None, list[Callable[..., Any]]]] = []
+        """Each ``Linear`` with the activations after it (a leading activation: a step without weights)."""
+        for layer in self.spec:
+            if isinstance(layer, tuple):
+                self._steps.append((layer[0], layer[1], []))
+                continue
+            act = ACTIVATIONS[layer]
+            if act is None:
+                continue
+            if not self._steps:
+                self._steps.append((None, None, []))
+            self._steps[-1][2].append(act)
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
         """The output (float32, a new array) of ``x`` (float32)."""
-        for op in self._ops:
-            if isinstance(op, tuple):
-                x = x @ op[0]
-                x += op[1]
+        for w, b, acts in self._steps:
+            if w is None:
+                x = x.copy()  # a leading activation: never in place on the caller's array
             else:
-                op(x)
+                x = x @ w
+                x += b
+            for act in acts:
+                act(x, out=x)
         return x
 
 
