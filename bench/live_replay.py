@@ -40,8 +40,8 @@ from pathlib import Path
 
 import numpy as np
 
+from hybrid_trader.agent.advised import AdvisedPolicy
 from hybrid_trader.calendar import EASTERN
-from hybrid_trader.live.async_advice import AsyncAdvisedPolicy
 from hybrid_trader.live.executor import Executor, split_dates
 from hybrid_trader.live.feeds import ReplayFeed
 from hybrid_trader.run import RunDir
@@ -66,7 +66,7 @@ def replay(run_dir: Path, data: Path, tz: str, split: str, journal: Path, *, llm
     summary = ex.run_feed(feed, on_bar=pace if pace_ms > 0 else None)
     elapsed = time.perf_counter() - start
     advisor = getattr(ex.policy, "advisor", None)
-    if isinstance(ex.policy, AsyncAdvisedPolicy):
+    if isinstance(ex.policy, AdvisedPolicy) and ex.policy.asynchronous:
         stats = advisor.stats() if advisor is not None else {}
         print(f"advisor {ex.advisor_label}: asked {ex.policy.asked}, answered inside the budget {ex.policy.fresh}, "
               f"model latency avg {stats.get('llm/avg_latency_ms', float('nan')):.0f} ms "

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-import gymnasium as gym
 import numpy as np
 import pytest
 import torch as th
@@ -14,18 +13,8 @@ from hybrid_trader.agent.advice_block import N_FEATURES, PHASE3_OBS_DIM, write_a
 from hybrid_trader.agent.fusion import REASON_PRIOR, REASON_RL_ONLY, RULE_REASONS, FusionConfig
 from hybrid_trader.agent.hybrid_agent import HybridAgent
 from hybrid_trader.llm.advice import LLM_TIMEOUT, abstention, advice_from_mass
-from hybrid_trader.training.policy import HybridMaskablePolicy
 
 LEGAL = np.array([True, True, True, False, False, False])
-
-
-@pytest.fixture(scope="module")
-def policy() -> HybridMaskablePolicy:
-    th.manual_seed(0)
-    space = gym.spaces.Box(-np.inf, np.inf, shape=(PHASE3_OBS_DIM,), dtype=np.float32)
-    pol = HybridMaskablePolicy(space, gym.spaces.Discrete(N_ACTIONS), lambda _: 1e-3, llm_weight=0.8)
-    pol.set_training_mode(False)
-    return pol
 
 
 @pytest.fixture

@@ -12,14 +12,15 @@ import pandas as pd
 import pytest
 
 from hybrid_trader.account_state import AccountState
+from hybrid_trader.agent.advised import AdvisedPolicy
 from hybrid_trader.data.bars_so_far import BarsSoFar
 from hybrid_trader.evaluation.evaluate import evaluate_run
 from hybrid_trader.features.features_so_far import FeaturesSoFar
 from hybrid_trader.features.incremental import IncrementalFeatures
-from hybrid_trader.live.async_advice import CONTEXT_RAW_KEYS, AsyncAdvisedPolicy
 from hybrid_trader.live.executor import Executor, split_dates
 from hybrid_trader.live.feeds import ReplayFeed
 from hybrid_trader.live.journal_report import write_journal_report
+from hybrid_trader.live.live_policy import CONTEXT_RAW_KEYS
 from hybrid_trader.llm.context import context_from_market
 from hybrid_trader.run.calibration import calibration_path
 from tests.llm import make_mock_lean
@@ -79,7 +80,7 @@ def test_live_contexts_equal_the_batch_contexts_when_built_bar_by_bar(student_ma
 def test_async_replay_makes_evaluations_trades_when_the_budget_covers_the_models_answer(mock_p3, tmp_path):
     run, csv, market = mock_p3
     ex = replay(run, csv, tmp_path / "j.sqlite", llm="async", llm_budget_ms=5_000)
-    assert isinstance(ex.policy, AsyncAdvisedPolicy)
+    assert isinstance(ex.policy, AdvisedPolicy) and ex.policy.asynchronous
     assert ex.policy.fresh == ex.policy.asked > 0, "each question answered inside the budget"
     out = evaluate_run(run, split="test", seeds=1, market=market, quiet=True, ablation=False)
     expected = pd.read_csv(out.out_dir / "agent.trades.csv")

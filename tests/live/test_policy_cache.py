@@ -44,7 +44,7 @@ def policies(run: Path):
 
 
 def observations(policy: NumpyAgentPolicy, n: int = 300) -> np.ndarray:
-    dim = policy.spec[0][0].shape[0]
+    dim = policy.actor.spec[0][0].shape[0]
     return np.random.default_rng(0).normal(0, 3, size=(n, dim)).astype(np.float32)
 
 
@@ -69,8 +69,9 @@ def test_cached_policy_asks_torch_when_the_best_logits_tie(tiny, monkeypatch):
     obs = observations(built.policy, 5)
     mask = np.ones(6, dtype=bool)
     got = [cached.policy(o, mask, None) for o in obs]
-    assert lazy.loaded and cached.policy.fallbacks == 5 and cached.policy.last_probs is None
+    assert lazy.loaded and cached.policy.fallbacks == 5
     assert got == [built.policy.agent(o, mask, None) for o in obs]
+    np.testing.assert_array_equal(cached.policy.last_probs, built.policy.agent.last_probs)  # torch's, journaled
 
 
 def test_cache_is_rebuilt_with_a_note_when_made_from_another_model_or_damaged(tiny):

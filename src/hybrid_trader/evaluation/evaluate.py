@@ -36,8 +36,7 @@ from hybrid_trader.evaluation.verdict import VerdictConfig, prop_verdict, small_
 from hybrid_trader.llm.health import HEALTH_STAT_NAMES
 from hybrid_trader.markets import get_contract
 from hybrid_trader.run import FolderLock, RunDir, data_identity, same_data, sha256_file
-from hybrid_trader.run.advice_identity import RAW
-from hybrid_trader.run.calibration import attach_calibration, needs_calibration
+from hybrid_trader.run.advisor import run_advisor
 from hybrid_trader.run.config import RunConfig, run_market, with_absolute_data
 from hybrid_trader.run.files import atomic_write_text, check_writable
 from hybrid_trader.run.market import load_market, make_veto, priced_market
@@ -277,18 +276,12 @@ def _phase3_agent(model: Any, vec: Any, config: RunConfig, market: Any, sessions
     """The hybrid agent with its advisor over the split: ``(result, its env, RL-only ablation, llm info, its
     prop-firm verdict or None)``; the verdict's attempts each start a fresh agent (and advisor history), with
     the risk veto, while the advisor is open."""
-    from hybrid_trader.llm import build_advisor  # phase 3 only: loads the advisor's back ends
-
-    llm_config = config.llm.in_run()
-    if llm_overrides:
-        llm_config = merge_overrides(llm_config, llm_overrides, path="llm")
     fusion = dataclasses.replace(config.fusion, strategy=strategy) if strategy else config.fusion
-    advisor = build_advisor(llm_config)
-    calibration = attach_calibration(advisor, llm_config, [run_dir])
+    made = run_advisor(config, llm_overrides, homes=[run_dir])
+    advisor, llm_config = made.advisor, made.llm
     llm_info = {"llm_backend": llm_config.backend, "llm": advisor.backend.describe(),
                 # a leaning model undivided: its constant lean is in every answer (say so where the figures are)
-                "llm_calibration": str(calibration) if calibration
-                else RAW if needs_calibration(llm_config) else "none"}
+                "llm_calibration": made.calibration_record}
     say(f"LLM advisor: {llm_config.backend} ({llm_config.mode} mode), fusion {fusion.strategy} "
         f"({fusion.mode}), llm_weight {fusion.llm_weight}")
     agent_env = evaluation_env(market, config.env, sessions, risk_veto=make_veto(config.risk))

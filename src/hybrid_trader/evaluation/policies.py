@@ -15,12 +15,12 @@ import numpy as np
 import torch as th
 
 from hybrid_trader.actions import ACTION_NAMES, Action
+from hybrid_trader.agent.advised import AdvisedPolicy
 from hybrid_trader.agent.fusion import FusionConfig
 from hybrid_trader.agent.gate import TREND_FEATURE, VOLATILITY_FEATURE, trust_buckets
-from hybrid_trader.agent.hybrid_agent import Decision, HybridAgent
+from hybrid_trader.agent.hybrid_agent import Decision
 from hybrid_trader.agent.stats import DecisionStats
 from hybrid_trader.features.names import FEATURE_NAMES
-from hybrid_trader.llm.advice import Advice
 from hybrid_trader.llm.context import context_from_market
 from hybrid_trader.llm.stats import label
 
@@ -140,7 +140,8 @@ GATE_LABELS = {"fusion/gate_mean": "Trust w(s) (mean)", "fusion/gate_std": "Trus
 
 
 class HybridAgentPolicy:
-    """The phase 3 agent at evaluation time: ``agent.HybridAgent`` + the LLM advisor (+ the env's risk veto).
+    """The phase 3 agent at evaluation time: ``agent.advised.AdvisedPolicy`` with an unlimited budget (+ the env's
+    risk veto), and what evaluation records of its decisions.
 
     Each step, the agent decides with the advice in force; when the advisor's query policy
     says so (same triggers as in training, the RL confidence taken from that decision), the
@@ -157,59 +158,33 @@ class HybridAgentPolicy:
 
     def __init__(self, model: Any, vec_normalize: Any, advisor: Any, market: Any, fusion: FusionConfig, *,
                  use_llm: bool = True, name: str = "agent", max_samples: int = 30) -> None:
-        max_age = advisor.config.batching.max_age_steps if advisor is not None else 0
-        self.agent = HybridAgent.from_model(model, vec_normalize, fusion, max_age=max_age, use_llm=use_llm)
-        self.advisor = advisor if use_llm else None
+        self.advised = AdvisedPolicy.of_model(model, vec_normalize, advisor, fusion, use_llm=use_llm)
+        """The advised decision (unlimited budget: every question answered before the decision)."""
+        self.agent = self.advised.agent
         self.market = market
         self.fusion = fusion
         self.use_llm = use_llm
         self.name = name
         self.max_samples = max_samples
-        self.step = 0
-        self.advice: Advice | None = None
         self.last_decision: Decision | None = None
-        """The latest decision (its fused probabilities, rule and advice: the executor journals them)."""
-        self.stats = DecisionStats(max_age)
+        """The latest decision (its fused probabilities, rule and advice)."""
+        self.stats = DecisionStats(self.agent.max_age)
         self.reasons: dict[str, int] = {}
         self.samples: list[dict] = []
         self.sample_contexts: list = []
         """The advisor context of each sample decision (for ``evaluate --explain``)."""
         self.result_extra: dict = {"role": "agent" if use_llm else "ablation"}
-        self.advise_batch = getattr(getattr(self.advisor, "backend", None), "advise_batch", None)
-        """Always-on: the back end's batched advice (the student); None: the query policy decides."""
-        student = getattr(getattr(self.advisor, "backend", None), "student", None)
-        self.student_dim = int(student.obs_dim) if student is not None else 0
         self.trust: list[float] = []
         self.trust_context: list[tuple[float, float]] = []
         """Raw trend and volatility features of the advised decisions whose trust is kept."""
 
-    def _current_advice(self):
-        """The last advice with its age now (None: none yet)."""
-        return None if self.advice is None else self.advice.with_age(self.step)
-
     def __call__(self, obs, mask, env) -> int:
-        if self.advise_batch is not None:
-            probs, conf = self.advise_batch(np.asarray(obs, dtype=np.float32)[None, :self.student_dim],
-                                            np.asarray(mask, dtype=bool)[None])
-            p = probs[0]
-            action = int(np.argmax(p))
-            self.advice = Advice(probs=p, action=action, confidence=float(conf[0]), coverage=1.0,
-                                 backend="student", step=self.step)
+        asked = self.advised.asked
+        decision = self.advised.decide(obs, mask, env)
+        if self.advised.asked > asked:
             self.stats.count_queries(1, 1)
-            decision = self.agent.decide(obs, mask, self._current_advice())
-        else:
-            decision = self.agent.decide(obs, mask, self._current_advice())
-        if self.advisor is not None and self.advise_batch is None:
-            ctx = context_from_market(self.market.bars, self.market.features, env.current_index,
-                                      env.account_snapshot(), mask)
-            if self.advisor.should_query(0, self.step, ctx, decision.rl_confidence):
-                self.advisor.policy.mark(0, self.step, ctx)
-                self.advice = self.advisor.advise_now([ctx], use_cache=True, env_index=0, step=self.step)[0]
-                self.stats.count_queries(1, 1)
-                decision = self.agent.decide(obs, mask, self._current_advice())
         self._record(decision, env, obs)
         self.last_decision = decision
-        self.step += 1
         return decision.action
 
     def decision_record(self) -> dict:

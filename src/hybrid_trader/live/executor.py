@@ -5,8 +5,9 @@ skipped), the incremental features (equal to the batch ones), then, inside the t
 window of a traded day, the same :class:`~hybrid_trader.env.core.TradingCore` the
 environment drives (the decided action, the broker's fills, the account's rules, the
 mask with the risk veto, the observation) and the same policy objects evaluation uses
-(``evaluation.policies.AgentPolicy``, its forward in numpy: ``live.fast_policy``; phase 3:
-``HybridAgentPolicy`` with the run's student, or RL-only, in torch). So a replay of the run's
+(``evaluation.policies.AgentPolicy``, its forward in numpy: ``live.fast_policy``; phase 3: the one advised
+decision ``agent.advised.AdvisedPolicy`` with the run's advisor: its student, an LLM asked asynchronously, or
+RL-only, in torch). So a replay of the run's
 test days makes the trades ``evaluate`` reports (``tests/live/test_executor.py``,
 ``test_replay_makes_evaluations_trades_when_fed_the_runs_test_days``).
 
@@ -58,6 +59,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from hybrid_trader.agent.advised import AdvisedPolicy
 from hybrid_trader.calendar import EASTERN, session_minute
 from hybrid_trader.data.bars_so_far import BarsSoFar
 from hybrid_trader.env.account import AccountStanding
@@ -70,7 +72,6 @@ from hybrid_trader.errors import UserError
 from hybrid_trader.features.features_so_far import FeaturesSoFar
 from hybrid_trader.features.incremental import IncrementalFeatures
 from hybrid_trader.live.account_sync import note_consistency
-from hybrid_trader.live.async_advice import AsyncAdvisedPolicy, LivePolicy
 from hybrid_trader.live.bar_gate import CODE_HISTORY, BarGate
 from hybrid_trader.live.broker_link import BrokerLink
 from hybrid_trader.live.executor_journal import ExecutorJournal
@@ -78,6 +79,7 @@ from hybrid_trader.live.executor_parts import ExecutorSummary, run_bar_minutes, 
 from hybrid_trader.live.feeds import Bar, FollowFeed
 from hybrid_trader.live.journal import CommitBatch, Journal
 from hybrid_trader.live.live_point import Held, LivePoint
+from hybrid_trader.live.live_policy import LivePolicy
 from hybrid_trader.live.ninjatrader import NinjaTraderBridge, order_tag
 from hybrid_trader.live.policy_cache import executor_policy
 from hybrid_trader.live.snapshot import Snapshots, run_identity
@@ -193,11 +195,10 @@ class Executor(ExecutorJournal):
 
     # ------------------------------------------------------------------ set-up
     def _policy(self, llm: str, budget_ms: float, llm_overrides: dict | None, calibrate: bool = True) -> LivePolicy:
-        """The evaluation's deterministic policy of the run (``live.async_advice.live_policy``; phases 1-2 from
+        """The evaluation's deterministic policy of the run (``live.live_policy.live_policy``; phases 1-2 from
         the numpy cache without torch where it holds this model: ``live.policy_cache``), with its notes."""
-        live, self.torch_model = executor_policy(self.run, self.config, llm=llm,
-                                                 budget_ms=budget_ms, llm_overrides=llm_overrides,
-                                                 calibrate=calibrate, say=self.say)
+        live, _ = executor_policy(self.run, self.config, llm=llm, budget_ms=budget_ms, llm_overrides=llm_overrides,
+                                  calibrate=calibrate, say=self.say)
         self.notes.extend(live.notes)
         self.advice_calibration = live.calibration
         self._advisor_label = live.label
@@ -206,7 +207,7 @@ class Executor(ExecutorJournal):
     @property
     def advisor_label(self) -> str:
         """Who advises, for the status line (an asynchronous LLM with its health)."""
-        if isinstance(self.policy, AsyncAdvisedPolicy):
+        if isinstance(self.policy, AdvisedPolicy) and self.policy.asynchronous:
             return f"{self._advisor_label} ({self.policy.health()})"
         return self._advisor_label
 
@@ -414,7 +415,7 @@ class Executor(ExecutorJournal):
         action = int(self.policy(obs, mask, self))
         day.pending = core.apply(action)
         self.summary.decisions += 1
-        self._journal_decision(tns, obs, mask, action, codes, arrived)
+        self._journal_decision(tns, action, codes, arrived)
         self._journal_account(tns)
         return True
 
@@ -464,6 +465,6 @@ class Executor(ExecutorJournal):
         return trades_frame(self.broker.trades, index, self.bar_minutes)
 
     def close(self) -> None:
-        if isinstance(self.policy, AsyncAdvisedPolicy):
+        if isinstance(self.policy, AdvisedPolicy) and self.policy.asynchronous:
             self.policy.close()
         self.journal.close()

@@ -17,9 +17,8 @@ import threading
 import time
 from typing import Any, Literal
 
-import numpy as np
-
 from hybrid_trader.actions import ACTION_NAMES
+from hybrid_trader.agent.advised import AdvisedPolicy
 from hybrid_trader.calendar import EASTERN
 from hybrid_trader.data.bars_so_far import BarsSoFar
 from hybrid_trader.env.account import AccountStatus
@@ -29,7 +28,6 @@ from hybrid_trader.env.day_window import DayState
 from hybrid_trader.errors import UserError
 from hybrid_trader.features.features_so_far import FeaturesSoFar
 from hybrid_trader.live.account_sync import consistency_note
-from hybrid_trader.live.async_advice import AsyncAdvisedPolicy
 from hybrid_trader.live.broker_link import BrokerLink
 from hybrid_trader.live.executor_parts import ExecutorSummary, utc
 from hybrid_trader.live.journal import MANUAL_EXIT, Journal
@@ -56,7 +54,6 @@ class ExecutorJournal(CoreViews):
     feature_rows: FeaturesSoFar
     link: BrokerLink | None
     policy: Any
-    torch_model: Any
     advice_calibration: Any
     summary: ExecutorSummary
     snapshots: Snapshots
@@ -121,8 +118,7 @@ class ExecutorJournal(CoreViews):
         self.day.pending = 0
 
     # ------------------------------------------------------------------ journal
-    def _journal_decision(self, tns: int, obs: np.ndarray, mask: np.ndarray, action: int, codes: list[str],
-                          arrived: float) -> None:
+    def _journal_decision(self, tns: int, action: int, codes: list[str], arrived: float) -> None:
         """The decision (probabilities, reason codes: ``veto:<code>``, ``account:<status>``,
         ``window:after_last_entry``) and the entry order it makes."""
         pending = self.day.pending
@@ -141,8 +137,8 @@ class ExecutorJournal(CoreViews):
             return
         decision = getattr(self.policy, "last_decision", None)  # phase 3: the hybrid agent's Decision
         advice = None
-        if decision is None:
-            probs = self._probabilities(obs, mask)
+        if decision is None:  # phases 1-2: the numpy forward's distribution, or SB3's when torch decided
+            probs = self.policy.last_probs
         else:
             probs = decision.probs
             codes = [f"fusion:{decision.reason}", *codes]
@@ -155,21 +151,6 @@ class ExecutorJournal(CoreViews):
                     advice["calibration"] = self.advice_calibration
         self.journal.record_decision(tns, action, {ACTION_NAMES[i]: round(float(p), 6) for i, p in enumerate(probs)},
                                      advice=advice, rule_codes=codes, latency_ms=latency)
-
-    def _probabilities(self, obs: np.ndarray, mask: np.ndarray) -> np.ndarray:
-        """The masked policy distribution the deterministic action is the mode of."""
-        last = getattr(self.policy, "last_probs", None)  # the numpy policy's, of this decision
-        if last is not None:
-            return last
-        # torch only here: the decision itself goes through the evaluation's policy object.
-        import torch as th
-
-        model, vec = self.torch_model.get()
-        x = vec.normalize_obs(obs) if vec is not None else obs
-        with th.no_grad():
-            obs_t, _ = model.policy.obs_to_tensor(x)
-            dist = model.policy.get_distribution(obs_t, action_masks=mask[None])
-            return dist.distribution.probs[0].numpy()
 
     def _journal_fills(self, t: int, tns: int, n_before: int) -> None:
         b = self.core.broker
@@ -294,7 +275,7 @@ class ExecutorJournal(CoreViews):
         s.net_pnl = float(sum(tr.net_pnl for tr in self.broker.trades))
         s.balance = float(self.account.balance)
         s.account_status = self.account.status.value
-        if isinstance(self.policy, AsyncAdvisedPolicy):
+        if isinstance(self.policy, AdvisedPolicy) and self.policy.asynchronous:
             notice = self.policy.advisor.health.rl_only_notice()
             if notice and notice not in self.notes:
                 self.notes.append(notice)

@@ -27,15 +27,18 @@ import json
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from hybrid_trader.live.async_advice import LivePolicy, live_policy
 from hybrid_trader.live.fast_policy import NumpyAgentPolicy
+from hybrid_trader.live.live_policy import LivePolicy, live_policy
 from hybrid_trader.llm.model_cache import cache_home
 from hybrid_trader.run import RunDir, atomic_write_bytes, sha256_file
 from hybrid_trader.run.model_files import final_model
+
+if TYPE_CHECKING:
+    from hybrid_trader.evaluation.policies import AgentPolicy
 
 CACHE_FOLDER = "live_policy"
 """The caches' folder in the user's cache (``$HYBRID_TRADER_CACHE`` or ``~/.cache/hybrid_trader``)."""
@@ -88,7 +91,7 @@ class LazyAgent:
         self.name = "agent"
         self.deterministic = True
         self.result_extra = {"role": "agent"}
-        self._agent: Callable[..., int] | None = None
+        self._agent: AgentPolicy | None = None
 
     def normalize(self, obs: np.ndarray) -> np.ndarray:
         return obs if self.normalizer is None else self.normalizer.normalize_obs(obs)
@@ -100,6 +103,11 @@ class LazyAgent:
 
             self._agent = AgentPolicy(*self.torch_model.get())
         return int(self._agent(obs, mask, env))
+
+    @property
+    def last_probs(self) -> np.ndarray | None:
+        """The torch policy's distribution of its last decision (None: it never decided)."""
+        return None if self._agent is None else self._agent.last_probs
 
 
 def cache_key(run: RunDir, model_path: Path, vec_path: Path | None) -> str:
@@ -121,7 +129,7 @@ def write_cache(path: Path, key: str, policy: NumpyAgentPolicy, vec: Any) -> str
     """Write the numpy policy's weights and ``vec``'s statistics to ``path``; "" or why it could not."""
     arrays: dict[str, np.ndarray] = {"key": np.array(key)}
     order = []
-    for i, layer in enumerate(policy.spec):
+    for i, layer in enumerate(policy.actor.spec):
         if isinstance(layer, tuple):
             arrays[f"w{i}"], arrays[f"b{i}"] = layer
             order.append("Linear")

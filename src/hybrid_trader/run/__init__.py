@@ -3,6 +3,7 @@
 - :mod:`.config`  ``RunConfig``: one dataclass per section of a run's configuration
 - :mod:`.market`  ``Market``: the run's bars, their features and the split by time, loaded once
 - :mod:`.splits`  ``Split``: time splits, walk-forward folds, month folds
+- :mod:`.advisor` ``run_advisor``: a phase 3 run's advisor and its calibration (training, evaluation, the executor)
 - :mod:`.rundir`  ``RunDir`` (file names, config, status, logs, checkpoints, evaluations);
   its docstring is the one description of the layout
 - :mod:`.files`   atomic writes and the sha256 ``manifest.json``

@@ -3,15 +3,14 @@ the student, and the advice inputs a run records (the student and adapter paths,
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from hybrid_trader.config import merge_overrides
 from hybrid_trader.errors import UserError
 from hybrid_trader.run.advice_dataset import student_path
-from hybrid_trader.run.advice_identity import advice_identity
-from hybrid_trader.run.calibration import AdviceCalibration, attach_calibration, calibration_path, fitted_model
+from hybrid_trader.run.advisor import CalibrationRule, run_advisor
+from hybrid_trader.run.calibration import calibration_path
 from hybrid_trader.run.config import RunConfig
 from hybrid_trader.run.market import Market
 
@@ -41,38 +40,23 @@ def with_default_student(config: RunConfig, init: Path | None) -> RunConfig:
     return merge_overrides(config, {"llm.student.path": str(student_path(Path(init)).resolve())})
 
 
-CalibrationRule = Callable[..., AdviceCalibration]
-"""``(run_dir, llm_config, say=) -> AdviceCalibration``: ``advise.calibrate.advice_calibration`` (with the
-command's ``--no-calibrate``), passed in by the command (training does not import the advise layer)."""
-
-
 def make_advisor(config: RunConfig, say, run_dirs: tuple = (),
                  calibrate: CalibrationRule | None = None) -> tuple[Any, Any]:
-    """Phase 3: the LLM advisor (its start-up check runs here, before any file is written), with the batch
-    calibration of the first of ``run_dirs`` (this run, then its ``init``) that has one of its model.
+    """Phase 3: the run's advisor (``run.advisor.run_advisor``: its start-up check runs here, before any file is
+    written), with the batch calibration of the first of ``run_dirs`` (this run, then its ``init``) that has one of
+    its model, and what it is said to the user; ``(None, None)`` in phases 1-2.
 
     ``calibrate``: the rule of every command that asks a model; a leaning model with no calibration in
     ``run_dirs`` has it fitted on the last of them (the ``--init`` run, whose training days this run trains
     on), or answers raw, said so. None: the calibration found, if any (studies, benchmarks)."""
     if config.env.phase != 3:
         return None, None
-    from hybrid_trader.llm import build_advisor  # phase 3 only: loads the advisor's back ends
-
-    llm_config = config.llm.in_run()
-    advisor = build_advisor(llm_config)
-    dirs = [Path(d) for d in run_dirs if d is not None and Path(d).is_dir()]
-    if calibrate is not None and dirs:
-        model = advice_identity(llm_config)["model"]
-        home = next((d for d in dirs if fitted_model(d) == model), dirs[-1])
-        choice = calibrate(home, llm_config, say=say)
-        advisor.answerer.batch_calibration = choice.calibration
-        calibration = choice.path
-        if choice.raw:
-            say(f"LLM advice: {choice.label}")
-    else:
-        calibration = attach_calibration(advisor, llm_config, run_dirs)
-    if calibration is not None:
-        say(f"LLM advice divided by the batch calibration {calibration}")
+    made = run_advisor(config, homes=run_dirs, calibrate=calibrate, say=say)
+    advisor, llm_config, choice = made.advisor, made.llm, made.calibration
+    if choice.raw:
+        say(f"LLM advice: {choice.label}")
+    if choice.path is not None:
+        say(f"LLM advice divided by the batch calibration {choice.path}")
     fusion = f"fusion {config.fusion.mode}, llm_weight {config.fusion.llm_weight}" + \
         ("" if config.fusion.advice_input else ", advice through the prior alone (not an input)")
     if callable(getattr(advisor.backend, "advise_batch", None)):

@@ -17,6 +17,7 @@ from torch.nn import functional as F
 
 from hybrid_trader.agent.advice_block import N_FEATURES
 from hybrid_trader.agent.fusion import obs_fused_logits
+from hybrid_trader.agent.numpy_forward import NumpyMLP, torch_layers
 from hybrid_trader.training.policy import AdviceFreeFeatures, HybridMaskablePolicy
 
 HUGE_NEG = -1e8
@@ -192,15 +193,18 @@ class LeanForward:
             and type(policy.features_extractor) in (FlattenExtractor, AdviceFreeFeatures)
         self.n_inputs = N_FEATURES if type(policy.features_extractor) is AdviceFreeFeatures else None
         # fast_math, tanh MLP on the CPU in float32 (plain, or phase 3's constant prior): the rollout's decisions in
-        # numpy on views of the weights (Adam updates them in place)
+        # numpy (agent.numpy_forward: the executor's forward too), the actor and the critic on views of the weights
+        # (Adam updates them in place)
         weights = [w for pair in (*pi, *vf) for w in pair] + [self.value_w, self.value_b, self.action_w, self.action_b]
-        self.numpy = None
+        self.numpy: tuple[NumpyMLP, NumpyMLP] | None = None
+        """``(actor, critic)`` in numpy, or None: the rollout decides in torch."""
         if fast_math and (self.plain or self.hybrid) and act is th.tanh \
                 and all(w is not None and w.device.type == "cpu" and w.dtype == th.float32 for w in weights):
-            def arrays(w: th.Tensor, b: th.Tensor) -> tuple[np.ndarray, np.ndarray]:
-                return w.detach().numpy().T, b.detach().numpy()
-            self.numpy = ([arrays(w, b) for w, b in pi], [arrays(w, b) for w, b in vf],
-                          arrays(self.value_w, self.value_b), arrays(self.action_w, self.action_b))
+            ext = policy.mlp_extractor
+            actor = torch_layers([*ext.policy_net, action_net], views=True)
+            critic = torch_layers([*ext.value_net, value_net], views=True)
+            assert not isinstance(actor, str) and not isinstance(critic, str)  # Linear + Tanh with biases: checked
+            self.numpy = NumpyMLP(actor), NumpyMLP(critic)
 
     @classmethod
     def of(cls, policy: Any, fast_math: bool = False) -> LeanForward | None:
@@ -254,22 +258,11 @@ class LeanForward:
         torch path to float tolerance. Phase 3 (constant prior): ``rl + llm_weight * log(clip(p_llm, 1e-4, 1))`` as
         ``obs_fused_logits``, the RL logits kept as the policy's ``last_rl_logits`` for its ``after_decision``."""
         assert self.numpy is not None
-        pi, vf, (value_w, value_b), (action_w, action_b) = self.numpy
+        actor, critic = self.numpy
         obs_np = obs.numpy().reshape(len(obs), -1)
         x = obs_np if self.n_inputs is None else obs_np[:, :self.n_inputs]
-        h = x
-        for w, b in pi:
-            h = h @ w
-            h += b
-            np.tanh(h, out=h)
-        v = x
-        for w, b in vf:
-            v = v @ w
-            v += b
-            np.tanh(v, out=v)
-        values = v @ value_w
-        values += value_b
-        logits = h @ action_w + action_b
+        values = critic(x)
+        logits = actor(x)
         if self.hybrid:
             policy: Any = self.policy
             object.__setattr__(policy, "last_rl_logits", th.from_numpy(logits))  # as _get_action_dist_from_latent
