@@ -158,9 +158,20 @@ def test_verdict_orders_target_and_breach_when_given_indices_or_none():
 
 def test_liquidation_price_meets_limit_or_takes_gapped_open_when_long_and_short():
     # Long 1 NQ ($20/pt) from 100 with balance 50,000: equity 49,500 at 75.
-    assert liquidation_price(49_500.0, 50_000.0, 100.0, 1, 20.0, 99.0) == pytest.approx(75.0)
-    assert liquidation_price(49_500.0, 50_000.0, 100.0, 1, 20.0, 70.0) == 70.0  # opened below: the open
-    assert liquidation_price(49_500.0, 50_000.0, 100.0, -1, 20.0, 101.0) == pytest.approx(125.0)
+    assert liquidation_price(49_500.0, 50_000.0, 100.0, 1, 20.0, 99.0, 0.25) == pytest.approx(75.0)
+    assert liquidation_price(49_500.0, 50_000.0, 100.0, 1, 20.0, 70.0, 0.25) == 70.0  # opened below: the open
+    assert liquidation_price(49_500.0, 50_000.0, 100.0, -1, 20.0, 101.0, 0.25) == pytest.approx(125.0)
+
+
+def test_liquidation_price_is_the_first_tick_at_or_beyond_the_level_never_a_fraction_better():
+    # Long 1 NQ ($20/pt) from 100.00, balance 50,000, limit 49,507.10: equity meets it at 75.355, between ticks.
+    # The market order fills at a traded price: 75.25 for the long (down), 124.75 for a short (up from 124.645).
+    assert liquidation_price(49_507.1, 50_000.0, 100.0, 1, 20.0, 99.0, 0.25) == 75.25
+    assert liquidation_price(49_507.1, 50_000.0, 100.0, -1, 20.0, 101.0, 0.25) == 124.75
+    # a gap beyond the snapped level still fills at the open
+    assert liquidation_price(49_507.1, 50_000.0, 100.0, 1, 20.0, 75.0, 0.25) == 75.0
+    # on a coarser grid (ES-like 0.25 of a $50 point, or a 0.5 tick) the rounding follows the contract's tick
+    assert liquidation_price(49_507.1, 50_000.0, 100.0, 1, 20.0, 99.0, 0.5) == 75.0
 
 
 def test_max_contracts_refused_when_over_limit_counting_micros_as_tenths():

@@ -129,9 +129,9 @@ def test_breach_terminates_when_intrabar_low_crosses_threshold():
     assert info["end_reason"] == "BREACH"
     trade = info["trades"][0]
     assert trade.exit_reason == EXIT_BREACH
-    # Liquidated where equity met the threshold: 100.25 - 498/20 = 75.35, one tick worse.
-    assert trade.exit_price == pytest.approx(75.10)
-    assert env.account.balance == pytest.approx(49_998 + (75.10 - 100.25) * 20 - 2)
+    # Equity met the threshold at 100.25 - 498/20 = 75.35: the first tick at or below it is 75.25, one tick worse.
+    assert trade.exit_price == pytest.approx(75.00)
+    assert env.account.balance == pytest.approx(49_998 + (75.00 - 100.25) * 20 - 2)
     assert reward < -5.0  # the loss plus the breach penalty
 
 

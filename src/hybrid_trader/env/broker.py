@@ -116,12 +116,12 @@ def level_on_grid(level: float, away: int, tick: float) -> float:
 
 
 def liquidation_price(limit_equity: float, balance: float, entry: float, side: int, dollars_per_point: float,
-                      bar_open: float) -> float:
-    """Price (before slippage) at which the position's equity meets ``limit_equity``.
-
-    The bar's open when it gapped through that level.
-    """
-    level = entry + (limit_equity - balance) / (dollars_per_point * side)
+                      bar_open: float, tick: float) -> float:
+    """Price (before slippage) of a forced liquidation: the first price on the tick grid at or beyond the level
+    where the position's equity meets ``limit_equity`` (a long's rounded down, a short's up: the market order
+    fills at a traded price, never a fraction of a tick better than the level), or the bar's open when it
+    gapped through that level."""
+    level = level_on_grid(entry + (limit_equity - balance) / (dollars_per_point * side), -side, tick)
     return bar_open if side * (bar_open - level) < 0 else level
 
 
@@ -334,7 +334,8 @@ class Broker:
 
         At the bar's open when it gapped through that level (:func:`liquidation_price`).
         """
-        price = liquidation_price(limit_equity, balance, self.entry, self.side, self.dollars_per_point, bar_open)
+        price = liquidation_price(limit_equity, balance, self.entry, self.side, self.dollars_per_point, bar_open,
+                                  self.tick)
         return self.close(t, price - self.side * self.slip, reason, at_close=False)
 
     def close_at_bar_close(self, t: int, close: float, reason: str) -> tuple[Trade, float]:
