@@ -210,3 +210,20 @@ def test_the_test_days_never_inform_the_selection(tmp_path):
         assert t0[col].tolist() == t1[col].tolist()
     assert plain["folds"][0]["test"]["Net PnL [$]"] != moved["folds"][0]["test"]["Net PnL [$]"]
     assert test_days and not math.isnan(plain["selected on test"]["Net PnL [$]"]["mean"])
+
+
+def test_confirm_and_replicate_refuse_a_search_naming_what_to_do_instead(tmp_path):
+    from hybrid_trader.errors import UserError
+    from hybrid_trader.study.confirm import confirm_study
+    from hybrid_trader.study.replicate import replicate_study
+
+    path = search_file(tmp_path)
+    later = tmp_path / "later.csv"
+    later.write_text("time,open,high,low,close,volume\n")
+    with pytest.raises(UserError, match="is a search") as err:
+        confirm_study(path, tmp_path / "out", later, progress=False, say=lambda s: None)
+    assert "hybrid-trader evaluate" in str(err.value) and "--split all" in str(err.value)
+    with pytest.raises(UserError, match="is a search") as err:
+        replicate_study(path, tmp_path / "out", workers=1, progress=False, say=lambda s: None)
+    assert "sample_seed" in str(err.value)
+    assert not (tmp_path / "out").exists()  # refused before anything ran or was written

@@ -126,6 +126,12 @@ def confirm_study(spec_path: str | Path, out: str | Path, data: str | Path, *, p
     ``OUT/confirm-<stem>/summary.json``), with ``vs study``: the study's verdicts judged again."""
     spec = load_study(spec_path)
     out, data = Path(out).resolve(), Path(data).resolve()
+    if spec.space:
+        raise UserError(f"{spec_path} is a search: --confirm evaluates a study's trials, and a search's are its "
+                        "configurations, most never meant to be tested", file=str(spec_path),
+                        fix=f"evaluate each fold's selected trial (the 'selected' of each fold in {out / SUMMARY}) on "
+                            f"the later file: hybrid-trader evaluate {out / TRIALS}/<selected>/p{spec.phases[-1]} "
+                            f"--data {data} --split all")
     if not data.is_file():
         raise UserError("confirmation file not found", file=str(data),
                         fix="give a bars file later than the study's data (CSV or Parquet), e.g. "

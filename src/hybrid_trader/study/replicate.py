@@ -21,6 +21,7 @@ from typing import Any
 
 import pandas as pd
 
+from hybrid_trader.errors import UserError
 from hybrid_trader.evaluation.metrics import jsonable
 from hybrid_trader.evaluation.report import _esc
 from hybrid_trader.run.files import atomic_write_text
@@ -128,6 +129,11 @@ def replicate_study(spec_path: str | Path, out: str | Path, *, workers: int | No
 
     spec = load_study(spec_path)
     out = Path(out).resolve()
+    if spec.space:
+        raise UserError(f"{spec_path} is a search: it declares no hypotheses and no paired differences, so a "
+                        "replica would have no verdict to judge again", file=str(spec_path),
+                        fix="replicate a search by running it again with another sample_seed (and ppo.seed in its "
+                            "space or base) into another --out, and compare the folds' selections and test figures")
     original = run_study(spec, out, workers=workers, address=address, progress=progress, say=say)
     replica = replica_spec(load_study(spec_path))
     if not replica.name:
