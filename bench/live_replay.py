@@ -42,7 +42,7 @@ import numpy as np
 
 from hybrid_trader.agent.advised import AdvisedPolicy
 from hybrid_trader.calendar import EASTERN
-from hybrid_trader.live.executor import Executor, split_dates
+from hybrid_trader.live.executor import Executor, ExecutorOptions, split_dates
 from hybrid_trader.live.feeds import ReplayFeed
 from hybrid_trader.run import RunDir
 from hybrid_trader.run.config import RunConfig
@@ -52,9 +52,10 @@ def replay(run_dir: Path, data: Path, tz: str, split: str, journal: Path, *, llm
            budget_ms: float = 0.0, pace_ms: float = 0.0) -> tuple[float, list[float], Executor]:
     """One replay: (bars per second, decision latencies in ms, the executor)."""
     feed = ReplayFeed(data, tz=tz)
-    ex = Executor(run_dir, journal, trade_dates=split_dates(run_dir, split), market=feed.bars.market,
-                  bar_minutes=feed.bars.bar_minutes, llm_budget_ms=budget_ms,
-                  llm_overrides={"backend": llm} if llm else None)
+    ex = Executor(run_dir, journal,
+                  ExecutorOptions(trade_dates=split_dates(run_dir, split), market=feed.bars.market,
+                                  bar_minutes=feed.bars.bar_minutes, llm_budget_ms=budget_ms,
+                                  llm_overrides={"backend": llm} if llm else None))
     decisions = [0]
 
     def pace(executor: Executor) -> None:

@@ -10,7 +10,7 @@ import pytest
 
 from hybrid_trader.advise.collect import RunPolicy, collect_llm_config, collect_split
 from hybrid_trader.advise.distill import DistillConfig, distill
-from hybrid_trader.live.executor import Executor, split_dates
+from hybrid_trader.live.executor import Executor, ExecutorOptions, split_dates
 from hybrid_trader.live.feeds import ReplayFeed
 from hybrid_trader.run.market import load_market
 from tests.live.executor_run import tiny_run
@@ -63,8 +63,9 @@ def tiny_replayed(tmp_path_factory, tiny_trained) -> tuple[Path, Executor]:
     run, csv, _ = tiny_trained
     journal = tmp_path_factory.mktemp("replayed") / "whole.sqlite"
     feed = ReplayFeed(csv)
-    ex = Executor(run, journal, trade_dates=split_dates(run, "test"), market=feed.bars.market,
-                  bar_minutes=feed.bars.bar_minutes)
+    ex = Executor(run, journal,
+                  ExecutorOptions(trade_dates=split_dates(run, "test"), market=feed.bars.market,
+                                  bar_minutes=feed.bars.bar_minutes))
     ex.run_feed(feed)
     ex.close()
     return journal, ex

@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from hybrid_trader.live.executor import Executor, split_dates
+from hybrid_trader.live.executor import Executor, ExecutorOptions, split_dates
 from hybrid_trader.live.feeds import ReplayFeed
 from tests.live.fake_ninjatrader import FakeBar, FakeNinjaTrader
 from tests.live.test_executor_ninjatrader import ACCOUNT, INSTRUMENT
@@ -33,7 +33,7 @@ def tiny(tiny_trained):
 
 def holding_cut(run: Path, csv: Path, journal: Path) -> tuple[int, float]:
     """The bar (ns) after which the paper run has held a position for two bars, and its close."""
-    ex = Executor(run, journal, trade_dates=split_dates(run, "test"), market="NQ", bar_minutes=1)
+    ex = Executor(run, journal, ExecutorOptions(trade_dates=split_dates(run, "test"), market="NQ", bar_minutes=1))
     held = 0
     try:
         for bar in ReplayFeed(csv):

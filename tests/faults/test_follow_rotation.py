@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from hybrid_trader.live.bar_gate import BarGate
-from hybrid_trader.live.executor import Executor, split_dates
+from hybrid_trader.live.executor import Executor, ExecutorOptions, split_dates
 from hybrid_trader.live.feeds import Bar, FollowFeed, ReplayFeed
 from hybrid_trader.live.journal_read import read_journal
 
@@ -107,8 +107,9 @@ def _follow(run: Path, csv: Path, journal: Path, folder: Path, rotate: bool, ear
     steps = [lambda: path.write_text(header + "".join(body[:a]))]
     steps.append(rotate_now if rotate else lambda: _append(path, "".join(body[a:])))
     replay = ReplayFeed(csv)
-    ex = Executor(run, journal, trade_dates=split_dates(run, "test"), market=replay.bars.market,
-                  bar_minutes=replay.bars.bar_minutes)
+    ex = Executor(run, journal,
+                  ExecutorOptions(trade_dates=split_dates(run, "test"), market=replay.bars.market,
+                                  bar_minutes=replay.bars.bar_minutes))
     ex.run_feed(_stepped(FollowFeed(path, 0.01), steps))
     ex.close()
     return ex

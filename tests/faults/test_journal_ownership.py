@@ -20,7 +20,7 @@ import pytest
 
 from hybrid_trader.cli.main import main
 from hybrid_trader.errors import UserError
-from hybrid_trader.live.executor import Executor, split_dates
+from hybrid_trader.live.executor import Executor, ExecutorOptions, split_dates
 from hybrid_trader.live.executor_journal import EXIT_MANUAL
 from hybrid_trader.live.feeds import ReplayFeed
 from hybrid_trader.live.journal import Journal
@@ -49,8 +49,9 @@ def counts(journal: Path) -> dict[str, int]:
 
 def executor(run: Path, csv: Path, journal: Path) -> tuple[Executor, ReplayFeed]:
     feed = ReplayFeed(csv)
-    return Executor(run, journal, trade_dates=split_dates(run, "test"), market=feed.bars.market,
-                    bar_minutes=feed.bars.bar_minutes), feed
+    return Executor(run, journal,
+                    ExecutorOptions(trade_dates=split_dates(run, "test"), market=feed.bars.market,
+                                    bar_minutes=feed.bars.bar_minutes)), feed
 
 
 @pytest.fixture(scope="module")

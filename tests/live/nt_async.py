@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
-from hybrid_trader.live.executor import Executor, split_dates
+from hybrid_trader.live.executor import Executor, ExecutorOptions, split_dates
 from hybrid_trader.live.feeds import Bar
 from hybrid_trader.live.ninjatrader import NinjaTraderBridge
 from hybrid_trader.live.nt_sim import NinjaTraderSim
@@ -32,8 +32,8 @@ def start_sim(folder: Path, **kw) -> NinjaTraderSim:
 
 def sim_executor(run: Path, journal: Path, sim: NinjaTraderSim, bridge_kw: dict | None = None, **kw) -> Executor:
     bridge = NinjaTraderBridge(sim.folder, ACCOUNT, INSTRUMENT, sleep=lambda s: None, **(bridge_kw or {}))
-    return Executor(run, journal, trade_dates=split_dates(run, "test"), market="NQ", bar_minutes=1, bridge=bridge,
-                    **kw)
+    return Executor(run, journal, ExecutorOptions(trade_dates=split_dates(run, "test"), market="NQ", bar_minutes=1,
+                                                  **kw), bridge=bridge)
 
 
 def move_market(sim: NinjaTraderSim, bar: Bar) -> None:

@@ -17,7 +17,7 @@ from hybrid_trader.data.bars_so_far import BarsSoFar
 from hybrid_trader.evaluation.evaluate import evaluate_run
 from hybrid_trader.features.features_so_far import FeaturesSoFar
 from hybrid_trader.features.incremental import IncrementalFeatures
-from hybrid_trader.live.executor import Executor, split_dates
+from hybrid_trader.live.executor import Executor, ExecutorOptions, split_dates
 from hybrid_trader.live.feeds import ReplayFeed
 from hybrid_trader.live.journal_report import write_journal_report
 from hybrid_trader.live.live_policy import CONTEXT_RAW_KEYS
@@ -46,8 +46,9 @@ def mock_p3(tmp_path_factory, student_p2, student_market):
 def replay(run, csv, journal, pace_s: float = 0.0, **kw) -> Executor:
     """Replay the test days; ``pace_s``: a pause after each decision bar (a live feed's pace)."""
     feed = ReplayFeed(csv)
-    ex = Executor(run, journal, trade_dates=split_dates(run, "test"), market=feed.bars.market,
-                  bar_minutes=feed.bars.bar_minutes, **kw)
+    ex = Executor(run, journal,
+                  ExecutorOptions(trade_dates=split_dates(run, "test"), market=feed.bars.market,
+                                  bar_minutes=feed.bars.bar_minutes, **kw))
     seen = [0]
 
     def pace(executor: Executor) -> None:

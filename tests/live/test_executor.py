@@ -19,7 +19,7 @@ import pytest
 from hybrid_trader.actions import ACTION_NAMES
 from hybrid_trader.env.account import AccountStatus
 from hybrid_trader.evaluation.evaluate import evaluate_run
-from hybrid_trader.live.executor import Executor, split_dates
+from hybrid_trader.live.executor import Executor, ExecutorOptions, split_dates
 from hybrid_trader.live.feeds import ReplayFeed
 from hybrid_trader.live.journal import Journal
 
@@ -29,8 +29,9 @@ COMPARED = ["entry_time", "exit_time", "side", "entry_price", "exit_price", "net
 
 def replay(run: Path, csv: Path, journal: Path) -> Executor:
     feed = ReplayFeed(csv)
-    ex = Executor(run, journal, trade_dates=split_dates(run, "test"), market=feed.bars.market,
-                  bar_minutes=feed.bars.bar_minutes)
+    ex = Executor(run, journal,
+                  ExecutorOptions(trade_dates=split_dates(run, "test"), market=feed.bars.market,
+                                  bar_minutes=feed.bars.bar_minutes))
     ex.run_feed(feed)
     ex.close()  # the journal's writer lock released: the tests open it again
     return ex

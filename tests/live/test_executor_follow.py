@@ -9,7 +9,7 @@ import time
 import pandas as pd
 import pytest
 
-from hybrid_trader.live.executor import Executor, split_dates
+from hybrid_trader.live.executor import Executor, ExecutorOptions, split_dates
 from hybrid_trader.live.feeds import FollowFeed, ReplayFeed
 from hybrid_trader.live.journal_read import JournalView
 
@@ -40,8 +40,9 @@ def test_following_a_growing_csv_makes_the_replays_trades_when_lines_arrive_cut_
     growing = tmp_path / "export.csv"
     growing.touch()
     writer = append_in_chunks(csv, growing, chunk=64_123, pause_s=0.01)
-    followed = Executor(run, tmp_path / "follow.sqlite", trade_dates=dates, market=replay_feed.bars.market,
-                        bar_minutes=replay_feed.bars.bar_minutes)
+    followed = Executor(run, tmp_path / "follow.sqlite",
+                        ExecutorOptions(trade_dates=dates, market=replay_feed.bars.market,
+                                        bar_minutes=replay_feed.bars.bar_minutes))
     summary = followed.run_feed(FollowFeed(growing, poll_s=0.01, timeout_s=3.0))
     writer.join()
     followed.close()
@@ -57,7 +58,7 @@ def test_untraded_bars_are_committed_when_the_followed_file_holds_no_new_line(ti
     growing = tmp_path / "export.csv"
     growing.write_text("".join(lines[:51]))  # the header and 50 bars of the first day: not a traded date
     stop = threading.Event()
-    executor = Executor(run, tmp_path / "j.sqlite", trade_dates=split_dates(run, "test"))
+    executor = Executor(run, tmp_path / "j.sqlite", ExecutorOptions(trade_dates=split_dates(run, "test")))
     worker = threading.Thread(target=executor.run_feed, args=(FollowFeed(growing, poll_s=0.01, stop=stop),))
     worker.start()
     try:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from hybrid_trader.env.broker import EXIT_BREAKEVEN, EXIT_STOP, EXIT_TARGET, EXIT_TRAIL
-from hybrid_trader.live.executor import Executor, split_dates
+from hybrid_trader.live.executor import Executor, ExecutorOptions, split_dates
 from hybrid_trader.live.feeds import Bar, ReplayFeed
 from hybrid_trader.live.ninjatrader import NinjaTraderBridge
 from hybrid_trader.live.status import format_status, snapshot
@@ -45,9 +45,10 @@ def fake_bar(bar: Bar) -> FakeBar:
     return FakeBar(bar.open, bar.high, bar.low, bar.close)
 
 
-def executor(run: Path, journal: Path, nt: FakeNinjaTrader, **kw) -> Executor:
+def executor(run: Path, journal: Path, nt: FakeNinjaTrader) -> Executor:
     bridge = NinjaTraderBridge(nt.nt_dir, ACCOUNT, INSTRUMENT, sleep=lambda s: None)
-    return Executor(run, journal, trade_dates=split_dates(run, "test"), market="NQ", bar_minutes=1, bridge=bridge, **kw)
+    return Executor(run, journal, ExecutorOptions(trade_dates=split_dates(run, "test"), market="NQ", bar_minutes=1),
+                    bridge=bridge)
 
 
 def untagged(journal: Path, values: list) -> list:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from hybrid_trader.live.executor import Executor, split_dates
+from hybrid_trader.live.executor import Executor, ExecutorOptions, split_dates
 from hybrid_trader.live.feeds import ReplayFeed
 from hybrid_trader.live.ninjatrader import NinjaTraderBridge
 
@@ -28,8 +28,8 @@ def run_until_halted(tiny, tmp_path: Path, *, after: Callable[[Executor, FakeNin
     if before is not None:
         before(nt)
     bridge = NinjaTraderBridge(nt.nt_dir, ACCOUNT, INSTRUMENT, sleep=lambda s: None, **bridge_kw)
-    ex = Executor(run, tmp_path / "j.sqlite", trade_dates=split_dates(run, "test"), market="NQ", bar_minutes=1,
-                  bridge=bridge)
+    ex = Executor(run, tmp_path / "j.sqlite",
+                  ExecutorOptions(trade_dates=split_dates(run, "test"), market="NQ", bar_minutes=1), bridge=bridge)
 
     def feed():
         halted_at: int | None = None
@@ -84,7 +84,7 @@ def test_a_position_ninjatrader_holds_and_the_paper_broker_does_not_halts_at_onc
 
 def test_an_entry_over_the_contract_limit_with_ninjatraders_position_is_refused(tiny, tmp_path):
     run, _, _ = tiny
-    probe = Executor(run, tmp_path / "probe.sqlite", market="NQ", bar_minutes=1)
+    probe = Executor(run, tmp_path / "probe.sqlite", ExecutorOptions(market="NQ", bar_minutes=1))
     limit = probe.rules.max_contracts
     probe.close()
     ex, nt = run_until_halted(tiny, tmp_path, before=hold(-limit))

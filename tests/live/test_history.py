@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from hybrid_trader.evaluation.evaluate import evaluate_run
-from hybrid_trader.live.executor import Executor
+from hybrid_trader.live.executor import Executor, ExecutorOptions
 from hybrid_trader.live.feeds import Bar, ReplayFeed
 from hybrid_trader.live.ninjatrader import NinjaTraderBridge
 
@@ -49,8 +49,9 @@ class LiveClock:
 
 def nt_executor(run: Path, journal: Path, nt: FakeNinjaTrader, clock: LiveClock, **kw) -> Executor:
     bridge = NinjaTraderBridge(nt.nt_dir, ACCOUNT, INSTRUMENT, sleep=lambda s: None)
-    return Executor(run, journal, market="NQ", bar_minutes=1, bridge=bridge, live_from=LIVE_FROM,
-                    max_bar_age_s=90.0, clock=clock, **kw)
+    return Executor(run, journal,
+                    ExecutorOptions(market="NQ", bar_minutes=1, live_from=LIVE_FROM,
+                                    max_bar_age_s=90.0), bridge=bridge, clock=clock, **kw)
 
 
 def recent_days(csv: Path, out: Path, since: str = "2024-01-12 18:00") -> Path:
@@ -102,11 +103,11 @@ def test_a_fresh_journal_sends_nothing_for_history_and_then_trades_as_evaluate_w
 def test_a_window_open_at_the_live_point_is_not_traded_when_the_run_goes_live_mid_window(tiny, tmp_path):
     run, csv, _ = tiny
     mid = pd.Timestamp("2024-01-16 11:00", tz=ET)
-    late_start = Executor(run, tmp_path / "mid.sqlite", market="NQ", bar_minutes=1, live_from=mid)
+    late_start = Executor(run, tmp_path / "mid.sqlite", ExecutorOptions(market="NQ", bar_minutes=1, live_from=mid))
     late_start.run_feed(ReplayFeed(csv))
     late_start.close()
-    next_day = Executor(run, tmp_path / "day.sqlite", market="NQ", bar_minutes=1,
-                        trade_dates=[pd.Timestamp("2024-01-17")])
+    next_day = Executor(run, tmp_path / "day.sqlite",
+                        ExecutorOptions(market="NQ", bar_minutes=1, trade_dates=[pd.Timestamp("2024-01-17")]))
     next_day.run_feed(ReplayFeed(csv))
     next_day.close()
     decisions = "SELECT bar_time_ns, action, probabilities, rule_codes FROM decisions ORDER BY id"
@@ -166,8 +167,8 @@ def test_late_bars_make_no_decision_but_run_the_paper_stops_when_the_feed_lags_i
     recent = recent_days(csv, tmp_path / "export.csv")
 
     def trade(name: str, clock: LiveClock) -> Executor:
-        ex = Executor(run, tmp_path / f"{name}.sqlite", market="NQ", bar_minutes=1, live_from=LIVE_FROM,
-                      max_bar_age_s=90.0, clock=clock)
+        ex = Executor(run, tmp_path / f"{name}.sqlite",
+                      ExecutorOptions(market="NQ", bar_minutes=1, live_from=LIVE_FROM, max_bar_age_s=90.0), clock=clock)
         ex.run_feed(clock.follow(ReplayFeed(recent)))
         ex.close()
         return ex

@@ -97,11 +97,11 @@ def test_restart_imports_no_torch_when_the_cache_fits(tiny, tmp_path):
     run, csv, _ = tiny
     policies(run)
     code = ("import sys, itertools\n"
-            "from hybrid_trader.live.executor import Executor\n"
+            "from hybrid_trader.live.executor import Executor, ExecutorOptions\n"
             "from hybrid_trader.live.feeds import ReplayFeed\n"
             f"feed = ReplayFeed({str(csv)!r})\n"
-            f"ex = Executor({str(run)!r}, {str(tmp_path / 'j.sqlite')!r}, market=feed.bars.market,\n"
-            "              bar_minutes=feed.bars.bar_minutes)\n"
+            f"ex = Executor({str(run)!r}, {str(tmp_path / 'j.sqlite')!r}, ExecutorOptions(market=feed.bars.market,\n"
+            "              bar_minutes=feed.bars.bar_minutes))\n"
             "ex.run_feed(feed)\n"
             "assert ex.summary.decisions > 0\n"
             "print(sorted(m for m in ('torch', 'stable_baselines3', 'sb3_contrib') if m in sys.modules))\n")

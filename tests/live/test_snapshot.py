@@ -18,7 +18,7 @@ from hybrid_trader.errors import UserError
 from hybrid_trader.features import compute_features
 from hybrid_trader.features.incremental import IncrementalFeatures
 from hybrid_trader.features.names import RAW_NAMES
-from hybrid_trader.live.executor import Executor, split_dates
+from hybrid_trader.live.executor import Executor, ExecutorOptions, split_dates
 from hybrid_trader.live.feeds import ReplayFeed
 from hybrid_trader.live.journal import Journal
 from hybrid_trader.live.snapshot import SNAPSHOT_FORMAT
@@ -35,8 +35,9 @@ ROWS = {
 
 def executor(run: Path, csv: Path, journal: Path) -> tuple[Executor, ReplayFeed]:
     feed = ReplayFeed(csv)
-    ex = Executor(run, journal, trade_dates=split_dates(run, "test"), market=feed.bars.market,
-                  bar_minutes=feed.bars.bar_minutes)
+    ex = Executor(run, journal,
+                  ExecutorOptions(trade_dates=split_dates(run, "test"), market=feed.bars.market,
+                                  bar_minutes=feed.bars.bar_minutes))
     return ex, feed
 
 

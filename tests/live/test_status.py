@@ -10,15 +10,16 @@ import pandas as pd
 import pytest
 
 from hybrid_trader.calendar import EASTERN
-from hybrid_trader.live.executor import Executor, split_dates
+from hybrid_trader.live.executor import Executor, ExecutorOptions, split_dates
 from hybrid_trader.live.feeds import ReplayFeed
 from hybrid_trader.live.status import StatusPrinter, StatusSnapshot, format_status, snapshot
 
 
 def replay_with(printer: StatusPrinter, run, csv, journal) -> Executor:
     feed = ReplayFeed(csv)
-    ex = Executor(run, journal, trade_dates=split_dates(run, "test"), market=feed.bars.market,
-                  bar_minutes=feed.bars.bar_minutes)
+    ex = Executor(run, journal,
+                  ExecutorOptions(trade_dates=split_dates(run, "test"), market=feed.bars.market,
+                                  bar_minutes=feed.bars.bar_minutes))
     ex.run_feed(feed, on_bar=printer.update)
     printer.finish(ex)
     ex.close()

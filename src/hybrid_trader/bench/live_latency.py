@@ -30,7 +30,7 @@ import numpy as np
 
 from hybrid_trader.bench.args import LiveLatencyArgs
 from hybrid_trader.errors import UserError
-from hybrid_trader.live.executor import Executor, run_bar_minutes
+from hybrid_trader.live.executor import Executor, ExecutorOptions, run_bar_minutes
 from hybrid_trader.live.feeds import FOLLOW_POLL_S, Bar, FollowFeed, ReplayFeed
 from hybrid_trader.live.ninjatrader import NinjaTraderBridge
 from hybrid_trader.live.nt_sim import NinjaTraderSim
@@ -125,8 +125,9 @@ def run(args: LiveLatencyArgs) -> int:
         sends.append((timed.current, start, time.perf_counter()))
         return path
     bridge._send = timed_send  # type: ignore[method-assign]
-    ex = Executor(run_dir, folder / "journal.sqlite", market=args.market, bar_minutes=bar_minutes, bridge=bridge,
-                  live_from=live[0].time, max_bar_age_s=90.0 * bar_minutes, clock=lambda: now[0])
+    options = ExecutorOptions(market=args.market, bar_minutes=bar_minutes, live_from=live[0].time,
+                              max_bar_age_s=90.0 * bar_minutes)
+    ex = Executor(run_dir, folder / "journal.sqlite", options, bridge=bridge, clock=lambda: now[0])
     appended: dict[int, float] = {}
     stop = threading.Event()
 

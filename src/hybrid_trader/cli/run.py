@@ -134,7 +134,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     # the executor loads torch, SB3 and the environment: `hybrid-trader --help` must not pay it
-    from hybrid_trader.live.executor import Executor, run_bar_minutes, split_dates
+    from hybrid_trader.live.executor import Executor, ExecutorOptions, run_bar_minutes, split_dates
     from hybrid_trader.live.feeds import ReplayFeed, open_feed, parse_feed_spec  # same reason
     from hybrid_trader.live.status import StatusPrinter
 
@@ -170,10 +170,10 @@ def run(args: argparse.Namespace) -> int:
     if bar_minutes < 1:
         raise UserError(f"--bar-minutes {bar_minutes} must be at least 1", fix="e.g. --bar-minutes 5")
     say = (lambda *a: None) if args.json else (lambda *a: print(*a, flush=True))
-    executor = Executor(run_dir, journal, trade_dates=split_dates(run_dir, args.split), market=market,
-                        bar_minutes=bar_minutes, say=say, llm=args.advisor, llm_budget_ms=args.llm_budget_ms,
-                        bridge=bridge, mismatch_bars=args.nt_mismatch_bars, live_from=live_from,
-                        max_bar_age_s=max_bar_age, calibrate=args.calibrate, standing=standing)
+    options = ExecutorOptions(trade_dates=split_dates(run_dir, args.split), market=market, bar_minutes=bar_minutes,
+                              llm=args.advisor, llm_budget_ms=args.llm_budget_ms, calibrate=args.calibrate,
+                              mismatch_bars=args.nt_mismatch_bars, live_from=live_from, max_bar_age_s=max_bar_age)
+    executor = Executor(run_dir, journal, options, bridge=bridge, standing=standing, say=say)
     if roll_note:
         executor.notes.append(roll_note)
     if contract_note:

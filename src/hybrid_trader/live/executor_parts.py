@@ -1,8 +1,9 @@
-"""The executor's plain parts: its summary and the dates of a run's split."""
+"""The executor's plain parts: its options, its summary and the dates of a run's split."""
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,38 @@ import pandas as pd
 from hybrid_trader.run import RunDir
 from hybrid_trader.run.config import RunConfig
 from hybrid_trader.run.market import load_bars_from_config, make_split
+
+
+@dataclass(frozen=True)
+class ExecutorOptions:
+    """How :class:`~hybrid_trader.live.executor.Executor` trades its run on a feed (``hybrid-trader run``'s options;
+    the defaults: a replay of every day, the paper broker)."""
+
+    trade_dates: Iterable[Any] | None = None
+    """The trading dates to trade (None: every day); the other bars only warm the features up."""
+    market: str | None = None
+    """The feed's market (the run's ``env.market`` wins; without either, the market the run trained on:
+    ``run.config.run_market``)."""
+    bar_minutes: int = 1
+    """The feed's bar size [min]."""
+    run_tag: str | None = None
+    """What names the orders (None: the run folder's name)."""
+    llm: str = "async"
+    """A phase 3 run's LLM (not its student): asked asynchronously (``async``) or not at all (``off``)."""
+    llm_budget_ms: float = 0.0
+    """How long a decision waits at most for its own bar's answer of an asynchronous LLM [ms]."""
+    llm_overrides: dict | None = None
+    """``llm.*`` keys over the run's."""
+    calibrate: bool = True
+    """False (``--no-calibrate``): a leaning model's raw answers, journaled as such with every decision's advice."""
+    mismatch_bars: int = 2
+    """With NinjaTrader: how many bars its position may differ from the paper one (``live.broker_link``)."""
+    live_from: Any = None
+    """The live point (a tz-aware time or ns): bars ending at or before it are history (None: every bar is live, a
+    replay's default)."""
+    max_bar_age_s: float | None = None
+    """A followed feed's wall-clock rules: late and future bars (None: off)."""
+
 
 COUNTS = ("bars", "rejected", "decisions", "history_bars", "late_bars")
 """The summary's counts a snapshot keeps (the others are the end's, or the restart's)."""
@@ -52,6 +85,10 @@ class ExecutorSummary:
         for k in COUNTS:
             setattr(self, k, counts[k])
         self.recovered_bars = self.bars
+
+
+def quiet(*_: Any) -> None:
+    """The executor's ``say`` when none is given: nothing said."""
 
 
 def utc(tns: int) -> pd.Timestamp:

@@ -8,12 +8,12 @@ of each trading date and every :data:`SNAPSHOT_BARS` bars (only on bars outside 
 never waits for one; the journal keeps the latest): the incremental features, the bar gate, the bars so far and their
 feature rows, the paper broker, the prop-firm account, the core's counters and the day's bookkeeping, pickled; each
 saved and restored through its owner's public methods (``TradingCore.state``/``restore``,
-``Executor.day_state``/``resume_from``, ``ExecutorSummary.counts``/``restore_counts``). Its size does not grow with
-the history: the prices and times of the bars stay in the journal's ``bars`` table (read back at the restore:
-:meth:`Journal.bar_history`), the derived series keep their longest look-back, the feature rows the newest
-observation's window. TA-Lib's stream handles do not pickle: they are opened again on the history they were fed, which
-gives the values the updated handles would (TA-Lib's contract: a handle equals its function API on the same bars;
-``tests/live/test_snapshot.py`` checks the features against the batch ones).
+``ExecutorTrading.day_state``/``Executor.resume_from``, ``ExecutorSummary.counts``/``restore_counts``).
+Its size does not grow with the history: the prices and times of the bars stay in the journal's ``bars`` table (read
+back at the restore: :meth:`Journal.bar_history`), the derived series keep their longest look-back, the feature rows
+the newest observation's window. TA-Lib's stream handles do not pickle: they are opened again on the history they
+were fed, which gives the values the updated handles would (TA-Lib's contract: a handle equals its function API on the
+same bars; ``tests/live/test_snapshot.py`` checks the features against the batch ones).
 
 At start the executor loads the journal's latest snapshot when its key matches (the
 format, the program's version, the run's config.yaml and model files by sha256, the
@@ -100,10 +100,12 @@ def snapshot_key(ex: Executor) -> str:
 def take(ex: Executor) -> bytes:
     """The executor's state after its latest bar, pickled (not compressed: zlib took longer than writing the
     bytes it saved, 0.17 s against 0.05 s for three months of 1-minute bars)."""
-    assert ex.features is not None
-    ex.features.keep_for_snapshot()  # the prices stay in the journal's bars
-    state = {"features": ex.features, "gate": ex.gate, "bars": ex.bars, "feature_rows": ex.feature_rows,
-             "broker": ex.broker, "account": ex.account, "core": ex.core.state(), "executor": ex.day_state(),
+    feed, trading = ex.feed, ex.trading
+    assert feed.features is not None
+    feed.features.keep_for_snapshot()  # the prices stay in the journal's bars
+    core = trading.core
+    state = {"features": feed.features, "gate": feed.gate, "bars": feed.bars, "feature_rows": feed.rows,
+             "broker": core.broker, "account": core.account, "core": core.state(), "executor": trading.day_state(),
              "summary": ex.summary.counts()}
     return pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
 
@@ -167,9 +169,8 @@ class Snapshots:
             ex.notes.append(f"the journal's snapshot of {when} could not be read ({type(err).__name__}: {err}): not "
                             "used, the whole history was replayed")
             return
-        restore(ex, state)
+        restore(ex, state)  # the NinjaTrader link follows the restored paper broker (``ExecutorTrading.resume``)
         if ex.link is not None:  # the mirror was flat with nothing to send: only the journal's halts to read
-            ex.link.broker = ex.broker  # it follows the restored paper broker's levels, not the one it was built on
             ex.link.replayed_to(tns)
         self.resume_ns = self.restored_ns = tns
         self._date = ex.day.date
@@ -196,7 +197,7 @@ class Snapshots:
         if resume is None:
             return
         self.resume_ns = None
-        a, seen = self.ex.bars, self._seen
+        a, seen = self.ex.feed.bars, self._seen
         if seen is None or (seen.open, seen.high, seen.low, seen.close) != (a.open[-1], a.high[-1], a.low[-1],
                                                                               a.close[-1]):
             when = pd.Timestamp(resume, tz="UTC").tz_convert(EASTERN)
@@ -211,13 +212,16 @@ class Snapshots:
         if self.off or replayed or traded:
             return False
         ex = self.ex
-        if ex.link is not None and (ex.link.pending or ex.link.mirrored is not None):
+        trading = ex.trading  # attributes, not the executor's properties: the bar's walk stays here
+        link = trading.link
+        if link is not None and (link.pending or link.mirrored is not None):
             return False  # NinjaTrader's mirror holds no position and no order to send: nothing of it to keep
         self._since += 1
-        if ex.day.date == self._date and self._since < SNAPSHOT_BARS:
+        date = trading.day.date
+        if date == self._date and self._since < SNAPSHOT_BARS:
             return False
-        ex.journal.record_snapshot(tns, self.key, take(ex))
-        self._date, self._since = ex.day.date, 0
+        trading.journal.record_snapshot(tns, self.key, take(ex))
+        self._date, self._since = date, 0
         return True
 
 
