@@ -54,7 +54,7 @@ def headline_line(metrics: dict, dates: tuple[str, str]) -> str:
 def run(args: argparse.Namespace) -> int:
     # Training and evaluation load torch, gymnasium and TA-Lib: 1.9 s (measured) that
     # `hybrid-trader --help` (0.1 s) must not pay; the same holds for each line below.
-    from hybrid_trader.evaluation.evaluate import HEADLINE, evaluate_run, format_table  # torch
+    from hybrid_trader.evaluation.evaluate import HEADLINE, EvaluationRequest, evaluate_run, format_table  # torch
     from hybrid_trader.evaluation.report import write_report  # torch
     from hybrid_trader.evaluation.runner import validation_fn  # torch
     from hybrid_trader.run.config import RunConfig  # torch (via the agent's fusion)
@@ -89,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
     print("== phase 2: position management (6 actions), initialised from phase 1")
     train_run(cfg2, out / "phase2", init=out / "phase1", market=market, validation=validation_fn)
     print("== evaluation on the test split (days neither phase trained on)")
-    result = evaluate_run(out / "phase2", split="test", seeds=3, market=market)
+    result = evaluate_run(out / "phase2", EvaluationRequest(split="test", seeds=3, market=market))
     report = write_report(out / "phase2")
     print(format_table(result.metrics, HEADLINE))
     assert result.dates is not None  # evaluate_run always sets the split's first and last day

@@ -27,7 +27,7 @@ from tqdm.auto import tqdm
 from hybrid_trader.config import merge_overrides, to_dict
 from hybrid_trader.data.loader import named_market
 from hybrid_trader.errors import UserError
-from hybrid_trader.evaluation.evaluate import evaluate_run, verdict_measurable
+from hybrid_trader.evaluation.evaluate import EvaluationRequest, evaluate_run, verdict_measurable
 from hybrid_trader.evaluation.metrics import jsonable
 from hybrid_trader.evaluation.results import read_json
 from hybrid_trader.run import RunDir, sha256_file
@@ -212,9 +212,9 @@ def _confirm_trial(spec: StudySpec, trial: Trial, run: Path, config: RunConfig, 
     started = time.perf_counter()
     try:
         verdict = None if spec.evaluate.verdict == "none" or not verdict_measurable(config) else spec.evaluate.verdict
-        out_eval = evaluate_run(run, split="all", seeds=spec.evaluate.seeds, data_overrides={"path": str(data)},
-                                market=market, quiet=True, ablation=False, verdict=verdict, symbol=priced,
-                                verdict_config=spec.evaluate.prop)
+        out_eval = evaluate_run(run, EvaluationRequest(
+            split="all", seeds=spec.evaluate.seeds, data_overrides={"path": str(data)}, symbol=priced, market=market,
+            quiet=True, ablation=False, verdict=verdict, verdict_config=spec.evaluate.prop))
         row.update(evaluation_row(out_eval))
         row["evaluation"] = str(out_eval.out_dir)
         row["status"] = "finished"

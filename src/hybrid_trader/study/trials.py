@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from hybrid_trader.config import from_dict, to_dict
-from hybrid_trader.evaluation.evaluate import EvaluationOutput, evaluate_run, verdict_measurable
+from hybrid_trader.evaluation.evaluate import EvaluationOutput, EvaluationRequest, evaluate_run, verdict_measurable
 from hybrid_trader.evaluation.metrics import daily_pnl, jsonable
 from hybrid_trader.evaluation.results import load_results
 from hybrid_trader.evaluation.runner import validation_fn
@@ -138,8 +138,8 @@ def evaluate_trial(spec: StudySpec, config: Any, run: Path, market: Market, spli
     figures of :func:`evaluation_row`."""
     measurable = verdict_measurable(config)  # phase 3: with the student only
     verdict = None if spec.evaluate.verdict == "none" or not measurable else spec.evaluate.verdict
-    out_eval = evaluate_run(run, split=split, seeds=spec.evaluate.seeds, quiet=True, ablation=False,
-                            market=market, verdict=verdict, verdict_config=spec.evaluate.prop)
+    out_eval = evaluate_run(run, EvaluationRequest(split=split, seeds=spec.evaluate.seeds, market=market, quiet=True,
+                                                   ablation=False, verdict=verdict, verdict_config=spec.evaluate.prop))
     return evaluation_row(out_eval)
 
 
