@@ -7,8 +7,8 @@ import sqlite3
 from hybrid_trader.llm.advice import abstention, advice_from_mass
 from hybrid_trader.llm.cache import AdviceCache
 from hybrid_trader.llm.health import LLM_CIRCUIT_OPEN
-from hybrid_trader.llm.query_journal import QueryJournal
 from hybrid_trader.llm.prompt import PromptBuilder
+from hybrid_trader.llm.query_journal import QueryJournal
 from hybrid_trader.llm.recording import Recorder
 from hybrid_trader.llm.stats import AdvisorStats
 

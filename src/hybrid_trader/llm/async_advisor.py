@@ -64,8 +64,8 @@ from hybrid_trader.llm.backends.base import Backend
 from hybrid_trader.llm.cache import AdviceCache
 from hybrid_trader.llm.config import LLMConfig, load_llm_config
 from hybrid_trader.llm.context import AdvisorContext
-from hybrid_trader.llm.query_journal import QueryJournal
 from hybrid_trader.llm.prompt import PromptBuilder, RenderedQuery
+from hybrid_trader.llm.query_journal import QueryJournal
 from hybrid_trader.llm.query_policy import QueryPolicy, RLConfidence
 from hybrid_trader.llm.recording import Recorder
 from hybrid_trader.llm.retrieval import RetrievalPool

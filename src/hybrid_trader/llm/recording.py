@@ -14,8 +14,8 @@ from hybrid_trader.llm.advice import Advice
 from hybrid_trader.llm.cache import AdviceCache
 from hybrid_trader.llm.context import AdvisorContext
 from hybrid_trader.llm.health import LLM_CIRCUIT_OPEN
-from hybrid_trader.llm.query_journal import QueryJournal
 from hybrid_trader.llm.prompt import PromptBuilder, RenderedQuery
+from hybrid_trader.llm.query_journal import QueryJournal
 from hybrid_trader.llm.stats import AdvisorStats
 
 
