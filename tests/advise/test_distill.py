@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from hybrid_trader.advise.collect import collect_split
+from hybrid_trader.advise.collect import CollectRequest, collect_split
 from hybrid_trader.advise.compare import compare_split, confusion_table
 from hybrid_trader.advise.distill import METRIC_LABELS, DistillConfig, distill, load_run_student, metrics_table
 from hybrid_trader.cli.main import main
@@ -20,8 +20,8 @@ from hybrid_trader.run.advice_dataset import read_split
 def collected(run_dir, run_parts, mock_config):
     cfg, market, policy = run_parts
     for split in ("train", "val"):
-        collect_split(run_dir, split, mock_config, market=market, run_config=cfg, policy=policy, progress=False,
-                      say=lambda s: None)
+        collect_split(run_dir, split, mock_config, CollectRequest(market=market, run_config=cfg, policy=policy,
+                                                                  progress=False, say=lambda s: None))
     return run_dir
 
 
