@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
     from hybrid_trader.evaluation.runner import validation_fn  # torch
     from hybrid_trader.run.config import RunConfig  # torch (via the agent's fusion)
     from hybrid_trader.run.market import load_market  # gymnasium, TA-Lib
-    from hybrid_trader.training.runner import train_run  # torch, stable-baselines3
+    from hybrid_trader.training.runner import TrainHooks, train_run  # torch, stable-baselines3
 
     started = time.perf_counter()
     out = Path(args.out) if args.out else Path("runs") / f"demo-{time.strftime('%Y%m%d-%H%M%S')}"
@@ -85,9 +85,9 @@ def run(args: argparse.Namespace) -> int:
     market = load_market(cfg1.data, cfg1.split)
     print(f"== demo: {market.bars.source}")
     print("== phase 1: entries (HOLD/BUY/SELL, fixed ATR stop and target)")
-    train_run(cfg1, out / "phase1", market=market, validation=validation_fn)
+    train_run(cfg1, out / "phase1", market=market, hooks=TrainHooks(validation=validation_fn))
     print("== phase 2: position management (6 actions), initialised from phase 1")
-    train_run(cfg2, out / "phase2", init=out / "phase1", market=market, validation=validation_fn)
+    train_run(cfg2, out / "phase2", init=out / "phase1", market=market, hooks=TrainHooks(validation=validation_fn))
     print("== evaluation on the test split (days neither phase trained on)")
     result = evaluate_run(out / "phase2", EvaluationRequest(split="test", seeds=3, market=market))
     report = write_report(out / "phase2")

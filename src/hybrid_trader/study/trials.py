@@ -30,7 +30,7 @@ from hybrid_trader.run.rundir import MODEL
 from hybrid_trader.study.fingerprint import fingerprint, make_deterministic
 from hybrid_trader.study.spec import StudySpec
 from hybrid_trader.study.transport import TRIAL_FILE, TRIALS, DataBars, data_key, pack, relocate, unpack
-from hybrid_trader.training.runner import ValidationFactory, train_run
+from hybrid_trader.training.runner import TrainHooks, ValidationFactory, train_run
 
 FIGURES = ("Net PnL [$]", "Sharpe (ann.)", "Max drawdown [$]", "Trades", "Win rate [%]", "PSR [%]",
            "Return [%]", "Days")
@@ -119,7 +119,7 @@ def run_trial(spec_data: dict, trial: Trial, out: str, *, bars: Mapping[str, Dat
                 continue
             if run.exists():  # a run a killed trial left unfinished: trained again from its start
                 shutil.rmtree(run)
-            train_run(config, run, init=init, quiet=True, market=market, validation=validation)
+            train_run(config, run, init=init, quiet=True, market=market, hooks=TrainHooks(validation=validation))
             init = run
         assert init is not None and market is not None
         row.update(evaluate_trial(spec, config, init, market, spec.evaluate.split))

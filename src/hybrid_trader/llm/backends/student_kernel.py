@@ -112,8 +112,9 @@ def _softmax(x, legal, probs):  # pragma: no cover  (compiled: coverage does not
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
-def _forward_into(params, widths, probs_col, conf_col, present_col, copy, obs, masks,
-                  out):  # pragma: no cover  (compiled: coverage does not see inside)
+def _forward_into(params, widths, layout, obs, masks, out):  # pragma: no cover  (compiled: coverage does not see)
+    """``layout``: the output's ``(probs_col, conf_col, present_col, copy)`` (:func:`forward_into`)."""
+    probs_col, conf_col, present_col, copy = layout
     d = widths[0]
     size = 0
     for w in widths:
@@ -153,7 +154,7 @@ def forward_into(packed: PackedStudent, obs: np.ndarray, masks: np.ndarray, out:
     per row of ``obs``).
     """
     # one compiled version: C-ordered float32 rows and bool masks (no copy when they already are)
-    _forward_into(packed.params, packed.widths, probs_col, conf_col, present_col, copy,
+    _forward_into(packed.params, packed.widths, (probs_col, conf_col, present_col, copy),
                   np.ascontiguousarray(obs, dtype=np.float32), np.ascontiguousarray(masks, dtype=np.bool_), out)
 
 
@@ -162,4 +163,4 @@ def block_writer(packed: PackedStudent, *, probs_col: int, conf_col: int, presen
     """``write(obs, masks, out)``: :func:`forward_into` with these columns, bound once (training's every step:
     no keyword handling or conversion a call). ``obs`` must be C-ordered float32 and ``masks`` bool (other
     layouts work but compile the kernel again)."""
-    return functools.partial(_forward_into, packed.params, packed.widths, probs_col, conf_col, present_col, copy)
+    return functools.partial(_forward_into, packed.params, packed.widths, (probs_col, conf_col, present_col, copy))
