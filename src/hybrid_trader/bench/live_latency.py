@@ -35,6 +35,7 @@ from hybrid_trader.live.feeds import FOLLOW_POLL_S, Bar, FollowFeed, ReplayFeed
 from hybrid_trader.live.ninjatrader import NinjaTraderBridge
 from hybrid_trader.live.nt_sim import NinjaTraderSim
 from hybrid_trader.live.nt_sim_market import Market
+from hybrid_trader.live.nt_sim_settings import SimSettings
 
 TARGET_P99_MS = 250.0
 """The target: an order file visible within 250 ms of its bar's line (99th percentile)."""
@@ -110,7 +111,7 @@ def run(args: LiveLatencyArgs) -> int:
 
     market = Market(history[-1].close)
     sim = NinjaTraderSim(folder / "NinjaTrader 8", [args.account], args.instrument, market,
-                         poll_s=args.nt_poll_s, latency_s=0.0).start()
+                         SimSettings(poll_s=args.nt_poll_s, latency_s=0.0)).start()
     bridge = NinjaTraderBridge(sim.folder, args.account, args.instrument)
     sends: list[tuple[int | None, float, float]] = []
     send = bridge._send

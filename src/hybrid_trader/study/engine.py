@@ -111,7 +111,7 @@ def run_study(spec_path: str | Path | StudySpec, out: str | Path, *, workers: in
             from hybrid_trader.study.search import run_search  # only a search loads Ray Tune and Optuna
 
             return run_search(spec, out, workers=workers, address=address, progress=progress, bars=bars,
-                              only=only, static=static, say=say)
+                              only=only, say=say)  # its report has no charts to leave out: no static
         trials = trials_of(spec)
         done = {t.slug for t in trials if (read_trial(out / TRIALS / t.slug) or {}).get("status") == "finished"}
         order = {v.name: i for i, v in enumerate(spec.variants)}  # whole pairs first: an interrupted study
