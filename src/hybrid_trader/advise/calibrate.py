@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from tqdm.auto import tqdm
 
 from hybrid_trader.account_state import AccountState
 from hybrid_trader.actions import Action
@@ -93,11 +94,15 @@ def calibration_contexts(market: Market, t: Sequence[int] | np.ndarray) -> list[
     return out
 
 
-def score_contexts(backend: Backend, prompts: PromptBuilder, contexts: Sequence[AdvisorContext],
-                   batch: int = 16) -> np.ndarray:
-    """The back end's raw name probabilities (n, 6), no calibration."""
-    out = [np.asarray(backend.score([prompts.query(c) for c in contexts[i:i + batch]]), dtype=np.float64)
-           for i in range(0, len(contexts), batch)]
+def score_contexts(backend: Backend, prompts: PromptBuilder, contexts: Sequence[AdvisorContext], *,
+                   batch: int = 16, progress: bool = False, desc: str = "") -> np.ndarray:
+    """The back end's raw scoring-mode distributions (n, 6) of ``contexts``, each rendered by ``prompts`` (its
+    retrieval included), ``batch`` at a time; no calibration. ``progress``: a bar named ``desc``."""
+    out = []
+    for start in tqdm(range(0, len(contexts), batch), desc=desc or "score", unit="batch", disable=not progress,
+                      leave=False):
+        queries = [prompts.query(c) for c in contexts[start:start + batch]]
+        out.append(np.asarray(backend.score(queries), dtype=np.float64))
     return np.concatenate(out) if out else np.zeros((0, 6))
 
 

@@ -15,10 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from hybrid_trader.account_state import AccountState
-from hybrid_trader.advise.calibrate import calibration_bars
+from hybrid_trader.advise.calibrate import calibration_bars, score_contexts
 from hybrid_trader.config import merge_overrides
 from hybrid_trader.finetune.evaluate import LlmEvalRequest
 from hybrid_trader.hindsight.labels import ENTRY_MASK
@@ -34,17 +33,6 @@ from hybrid_trader.run.advice_identity import advice_identity
 from hybrid_trader.run.calibration import calibration_path
 from hybrid_trader.run.config import RunConfig
 from hybrid_trader.run.market import Market
-
-
-def score_contexts(backend: Backend, builder: PromptBuilder, contexts: Sequence[AdvisorContext], *, batch: int = 16,
-                   progress: bool = True, desc: str = "") -> np.ndarray:
-    """(n, 6) scoring-mode distributions of ``contexts``, each rendered by ``builder`` (its retrieval included)."""
-    out = []
-    for start in tqdm(range(0, len(contexts), batch), desc=desc or "score", unit="batch", disable=not progress,
-                      leave=False):
-        queries = [builder.query(c) for c in contexts[start:start + batch]]
-        out.append(np.asarray(backend.score(queries), dtype=np.float64))
-    return np.concatenate(out) if out else np.zeros((0, 6))
 
 
 def retrieval_config(llm: LLMConfig, k: int, mode: str) -> LLMConfig:
