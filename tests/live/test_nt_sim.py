@@ -12,7 +12,7 @@ from hybrid_trader.live.ati import OifOrder, cancel_line, place_line, write_atom
 from hybrid_trader.live.ninjatrader import NinjaTraderBridge
 from hybrid_trader.live.nt_outgoing import PositionLost
 from hybrid_trader.live.nt_sim import NinjaTraderSim
-from hybrid_trader.live.nt_sim_market import FileMarket, Market
+from hybrid_trader.live.nt_sim_market import FileMarket, SimMarket
 from hybrid_trader.live.nt_sim_settings import SimSettings
 
 ACCOUNT, INSTRUMENT = "Sim101", "NQ 12-26"
@@ -21,7 +21,7 @@ ACCOUNT, INSTRUMENT = "Sim101", "NQ 12-26"
 def sim_at(tmp_path: Path, price: float | None = 21000.0, **kw) -> NinjaTraderSim:
     kw.setdefault("poll_s", 0.002)
     accounts = kw.pop("accounts", [ACCOUNT])
-    return NinjaTraderSim(tmp_path / "NT", accounts, INSTRUMENT, Market(price), SimSettings(**kw)).start()
+    return NinjaTraderSim(tmp_path / "NT", accounts, INSTRUMENT, SimMarket(price), SimSettings(**kw)).start()
 
 
 def bridge_of(sim: NinjaTraderSim, account: str = ACCOUNT, **kw) -> NinjaTraderBridge:
@@ -276,7 +276,7 @@ def test_nt_sim_command_runs_for_its_duration_and_prints_what_it_read(tmp_path, 
 def test_an_order_read_with_a_new_bar_fills_after_that_bar_and_never_meets_its_range(tmp_path):
     """The bar and the order decided at its close arrive in the same poll: the order is NinjaTrader's only after the
     bar (it fills at the bar's close and its stop is not reached by the bar's low, a low that came before it)."""
-    sim = NinjaTraderSim(tmp_path / "NT", [ACCOUNT], INSTRUMENT, Market(21000.0))  # stepped by hand: no thread
+    sim = NinjaTraderSim(tmp_path / "NT", [ACCOUNT], INSTRUMENT, SimMarket(21000.0))  # stepped by hand: no thread
     sim.step()
     bridge = bridge_of(sim)
     bridge.enter("e1", "BUY", 1, 20990.0, 21050.0)

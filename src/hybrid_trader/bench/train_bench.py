@@ -35,7 +35,7 @@ import numpy as np
 from hybrid_trader.advise.collect import CollectRequest, RunPolicy, collect_llm_config, collect_split
 from hybrid_trader.advise.distill import DistillConfig, distill
 from hybrid_trader.bench.args import TrainBenchArgs
-from hybrid_trader.bench.segments import SegmentTimer, compare, format_comparison, format_table
+from hybrid_trader.bench.segments import SegmentTimer, compare, format_comparison, segments_table
 from hybrid_trader.config import merge_overrides
 from hybrid_trader.run.config import RunConfig
 from hybrid_trader.run.market import load_market
@@ -199,7 +199,7 @@ def run(args: TrainBenchArgs) -> int:
         if phase == 3:
             print(format_comparison(result["segments_us_per_step"]))
         else:
-            print(format_table(result["segments_us_per_step"]))
+            print(segments_table(result["segments_us_per_step"]))
     print(json.dumps(result))
     return 0
 

@@ -202,7 +202,7 @@ def _check(args: argparse.Namespace) -> int:
 
 def _distill(args: argparse.Namespace) -> int:
     # distill pulls in torch (~1.5 s); the CLI's --help must not pay it
-    from hybrid_trader.advise.distill import DistillConfig, distill, metrics_table
+    from hybrid_trader.advise.distill import DistillConfig, distill, fidelity_table
 
     try:
         hidden = tuple(int(h) for h in args.hidden.split(",") if h.strip())
@@ -217,7 +217,7 @@ def _distill(args: argparse.Namespace) -> int:
     print(f"student: {info['train_rows']:,} training rows, validation on {info['validation']}, "
           f"best epoch {info['best_epoch']}/{info['epochs']}, {info['seconds']} s "
           f"-> {args.run_dir / 'advice' / 'student.pt'}")
-    print(metrics_table(out["metrics"]))
+    print(fidelity_table(out["metrics"]))
     print(json.dumps(out))
     return 0
 
@@ -237,7 +237,7 @@ def _shuffle(args: argparse.Namespace) -> int:
 def _compare(args: argparse.Namespace) -> int:
     # compare pulls in torch (~1.5 s); the CLI's --help must not pay it
     from hybrid_trader.advise.compare import compare_split, confusion_table
-    from hybrid_trader.advise.distill import load_run_student, metrics_table  # same reason as above
+    from hybrid_trader.advise.distill import fidelity_table, load_run_student  # same reason as above
     from hybrid_trader.run.advice_dataset import part_files  # same reason as above
 
     student = load_run_student(args.run_dir)
@@ -252,7 +252,7 @@ def _compare(args: argparse.Namespace) -> int:
         r = compare_split(args.run_dir, split, student)
         print(f"== {split}: {r['rows']:,} rows, {r['abstained']:,} abstained"
               + (f"; RAW advice ({r['raw']}): the model's constant lean is in the LLM column" if r["raw"] else ""))
-        print(metrics_table({split: r["fidelity"]}))
+        print(fidelity_table({split: r["fidelity"]}))
         if r.get("by_position"):
             print("Top-1 agreement by position [%]: " + ", ".join(f"{k} {v:.1f}" for k, v in r["by_position"].items()))
         print(confusion_table(r["confusion"]))

@@ -116,7 +116,7 @@ def label_baselines(label: np.ndarray) -> dict[str, float]:
             **{f"Label {k} [%]": 100.0 * v / max(len(label), 1) for k, v in counts.items()}}
 
 
-def format_table(columns: dict[str, dict[str, float]], rows: Sequence[str] = METRICS) -> str:
+def llm_eval_table(columns: dict[str, dict[str, float]], rows: Sequence[str] = METRICS) -> str:
     """A plain-text table: one row per metric, one column per model."""
     names = list(columns)
     width = max(len(r) for r in rows) + 2

@@ -17,8 +17,8 @@ from hybrid_trader.config import merge_overrides
 from hybrid_trader.errors import UserError
 from hybrid_trader.finetune.evaluate import (
     LlmEvalRequest,
-    format_table,
     label_baselines,
+    llm_eval_table,
     outcome_metrics,
     score_examples,
 )
@@ -181,7 +181,7 @@ def evaluate_llm(run_dir: str | Path, split: str = "val", request: LlmEvalReques
     out = run.path / LLM_EVAL / f"{split}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
-    result["table"] = format_table(columns)
+    result["table"] = llm_eval_table(columns)
     result["info_table"] = format_info_table(info)
     result["path"] = str(out)
     return result

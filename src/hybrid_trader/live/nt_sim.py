@@ -20,7 +20,7 @@ holds the documented layouts and the help-guide pages they come from):
   (``<instrument> <exchange>_<account>_Position.txt``: ``LONG|SHORT|FLAT;QTY;AVG``);
 * the connection state file ``<connection>.txt`` (``CONNECTED``/``DISCONNECTED``).
 
-Fills come from the simulator's own prices (:class:`Market`: bars pushed by a test, a
+Fills come from the simulator's own prices (:class:`SimMarket`: bars pushed by a test, a
 fixed price, or a followed bars file), not from the decision's bar: a MARKET order fills at
 the last price, ``slippage_ticks`` at most against it (seeded, so a run repeats); a
 STOPMARKET or LIMIT fills when a later bar reaches it (at its level, or at the bar's open
@@ -50,7 +50,7 @@ from typing import Any
 from hybrid_trader.errors import UserError
 from hybrid_trader.live.ati import FIELDS, ORDER_TYPES, is_oif_name
 from hybrid_trader.live.nt_sim_faults import FaultControls
-from hybrid_trader.live.nt_sim_market import Market, Quote, apply_fill, touched
+from hybrid_trader.live.nt_sim_market import Quote, SimMarket, apply_fill, touched
 from hybrid_trader.live.nt_sim_outgoing import OutgoingFiles, SimOrder, SimPosition
 from hybrid_trader.live.nt_sim_settings import SimSettings
 
@@ -70,7 +70,7 @@ class NinjaTraderSim(FaultControls):
     None: the defaults). Thread-safe: the fault methods and :meth:`settle` may be called from any thread while it runs.
     """
 
-    def __init__(self, folder: str | Path, accounts: Iterable[str], instrument: str, market: Market,
+    def __init__(self, folder: str | Path, accounts: Iterable[str], instrument: str, market: SimMarket,
                  settings: SimSettings | None = None, clock: Callable[[], float] = time.monotonic) -> None:
         settings = settings or SimSettings()
         exchange, state_file_style, connection = settings.exchange, settings.state_file_style, settings.connection

@@ -11,7 +11,7 @@ the executor), so a student's advice does not depend on who asks.
 The network is :class:`~hybrid_trader.llm.backends.student_backend.StudentNet`:
 normalise and clip the inputs, ``Linear`` + ReLU layers, then one head of six action
 logits (a softmax over the legal actions; HOLD is made legal in a row where no action is)
-and one confidence logit (a sigmoid). :func:`pack` flattens its weights into one float32
+and one confidence logit (a sigmoid). :func:`pack_student` flattens its weights into one float32
 vector; :func:`forward_into` reads it. Sums run in float32 in input order, so the answers
 differ from the torch network's in the last bits only (tested against it).
 """
@@ -44,7 +44,7 @@ class PackedStudent:
     """int64: the inputs, each hidden layer's units, then ``N_ACTIONS + 1`` (the heads)."""
 
 
-def pack(state: dict[str, Any]) -> PackedStudent:
+def pack_student(state: dict[str, Any]) -> PackedStudent:
     """Flatten a ``StudentNet``'s state dict (numpy or torch values) for the kernel (its layers read from the
     keys: ``body.<i>.weight`` for each ``Linear`` of the body, in order)."""
     def arr(key: str) -> np.ndarray:
