@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from hybrid_trader.advise.collect import RunPolicy, collect_llm_config, collect_split
+from hybrid_trader.advise.collect import CollectRequest, RunPolicy, collect_llm_config, collect_split
 from hybrid_trader.advise.distill import DistillConfig, distill
 from hybrid_trader.live.executor import Executor, ExecutorOptions, split_dates
 from hybrid_trader.live.feeds import ReplayFeed
@@ -83,7 +83,7 @@ def student_p2(tmp_path_factory, student_market, tiny_trained):
     llm = collect_llm_config(cfg, backend="mock", batch=64)
     policy = RunPolicy(run)
     for split in ("train", "val"):
-        collect_split(run, split, llm, market=student_market, run_config=cfg, policy=policy, progress=False,
-                      max_states=1500, say=lambda s: None)
+        collect_split(run, split, llm, CollectRequest(market=student_market, run_config=cfg, policy=policy,
+                                                      progress=False, max_states=1500, say=lambda s: None))
     distill(run, DistillConfig(epochs=8, hidden=(32,)), say=lambda s: None)
     return run

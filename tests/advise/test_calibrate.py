@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from hybrid_trader.account_state import AccountState
-from hybrid_trader.advise.calibrate import calibrate_run
-from hybrid_trader.advise.collect import collect_split
+from hybrid_trader.advise.calibrate import CalibrationFit, calibrate_run
+from hybrid_trader.advise.collect import CollectRequest, collect_split
 from hybrid_trader.cli.main import main
 from hybrid_trader.config import merge_overrides
 from hybrid_trader.data.bars import Bars
@@ -31,7 +31,8 @@ def leaning(config):
 
 def test_calibration_removes_the_lean_of_flat_states_when_fitted(run_dir, run_parts, mock_config):
     cfg, market, _ = run_parts
-    cal, table = calibrate_run(run_dir, cfg, mock_config, market, max_states=120, backend=leaning(mock_config))
+    cal, table = calibrate_run(run_dir, cfg, mock_config, market,
+                               CalibrationFit(max_states=120, backend=leaning(mock_config)))
     assert calibration_path(run_dir).is_file() and cal.counts == {"NQ/flat": 120, "NQ/long": 120, "NQ/short": 120}
     assert set(cal.days) <= set(market.split.part("train"))
     flat = [r for r in table if r["position"] == "flat"]
@@ -45,7 +46,7 @@ def test_calibration_removes_the_lean_of_flat_states_when_fitted(run_dir, run_pa
 
 def test_calibration_ignores_later_days_when_val_and_test_bars_change(run_dir, run_parts, mock_config, tmp_path):
     cfg, market, _ = run_parts
-    a, _ = calibrate_run(run_dir, cfg, mock_config, market, max_states=80, backend=leaning(mock_config))
+    a, _ = calibrate_run(run_dir, cfg, mock_config, market, CalibrationFit(max_states=80, backend=leaning(mock_config)))
     first_val = int(np.flatnonzero(market.bars.session_id == min(market.split.part("val")))[0])
     frame = market.bars.frame.copy()
     scale = np.where(np.arange(len(frame)) >= first_val, 1.0, 0.0) * np.linspace(0, 0.2, len(frame))
@@ -55,27 +56,28 @@ def test_calibration_ignores_later_days_when_val_and_test_bars_change(run_dir, r
     bars = Bars(frame, market=market.bars.market, bar_minutes=market.bars.bar_minutes, source="perturbed")
     perturbed = load_market(cfg.data, cfg.split, bars=bars)
     assert not np.allclose(perturbed.bars.close, market.bars.close)
-    b, _ = calibrate_run(tmp_path, cfg, mock_config, perturbed, max_states=80, backend=leaning(mock_config))
+    b, _ = calibrate_run(tmp_path, cfg, mock_config, perturbed,
+                         CalibrationFit(max_states=80, backend=leaning(mock_config)))
     assert a.means == b.means and a.counts == b.counts and a.days == b.days
 
 
 def test_run_refuses_the_calibration_when_fitted_with_another_prompt(run_dir, run_parts, mock_config):
     cfg, market, _ = run_parts
-    calibrate_run(run_dir, cfg, mock_config, market, max_states=40, backend=leaning(mock_config))
+    calibrate_run(run_dir, cfg, mock_config, market, CalibrationFit(max_states=40, backend=leaning(mock_config)))
     assert load_calibration(run_dir, mock_config) is not None
     other = merge_overrides(mock_config, {"prompt.system": "You are a cautious trader."})
     with pytest.raises(UserError) as err:
         load_calibration(run_dir, other)
     assert "another model or prompt" in str(err.value) and "prompt" in str(err.value)
     with pytest.raises(UserError, match="already has"):
-        calibrate_run(run_dir, cfg, mock_config, market, max_states=40, backend=leaning(mock_config))
+        calibrate_run(run_dir, cfg, mock_config, market, CalibrationFit(max_states=40, backend=leaning(mock_config)))
 
 
 def test_run_refuses_the_calibration_when_the_numbers_preset_replaces_the_prompt(run_dir, run_parts, mock_config):
     from hybrid_trader.run.advice_identity import advice_identity
 
     cfg, market, _ = run_parts
-    calibrate_run(run_dir, cfg, mock_config, market, max_states=40, backend=leaning(mock_config))
+    calibrate_run(run_dir, cfg, mock_config, market, CalibrationFit(max_states=40, backend=leaning(mock_config)))
     numbers = merge_overrides(mock_config, {"prompt.preset": "numbers"})
     with pytest.raises(UserError) as err:
         load_calibration(run_dir, numbers)
@@ -87,7 +89,8 @@ def test_run_refuses_the_calibration_when_the_numbers_preset_replaces_the_prompt
 def test_calibrate_says_the_fix_when_too_few_states(run_dir, run_parts, mock_config):
     cfg, market, _ = run_parts
     with pytest.raises(UserError) as err:
-        calibrate_run(run_dir, cfg, mock_config, market, max_states=5, min_states=20, backend=leaning(mock_config))
+        calibrate_run(run_dir, cfg, mock_config, market,
+                      CalibrationFit(max_states=5, min_states=20, backend=leaning(mock_config)))
     assert "too few states" in str(err.value) and "--max-states" in str(err.value)
     assert not calibration_path(run_dir).exists()
 
@@ -96,10 +99,11 @@ def test_collect_stores_calibrated_advice_when_the_run_has_a_calibration(run_dir
     cfg, market, policy = run_parts
     plain = tmp_path / "plain"
     shutil.copytree(run_dir, plain)
-    cal, _ = calibrate_run(run_dir, cfg, mock_config, market, max_states=60, backend=leaning(mock_config))
+    cal, _ = calibrate_run(run_dir, cfg, mock_config, market,
+                           CalibrationFit(max_states=60, backend=leaning(mock_config)))
     for d in (run_dir, plain):
-        collect_split(d, "train", mock_config, market=market, run_config=cfg, policy=policy, max_states=60,
-                      progress=False, say=lambda s: None)
+        collect_split(d, "train", mock_config, CollectRequest(market=market, run_config=cfg, policy=policy,
+                                                              max_states=60, progress=False, say=lambda s: None))
     rows, meta = read_split(run_dir, "train")
     raw, raw_meta = read_split(plain, "train")
     assert meta["calibration"].startswith("batch:") and raw_meta["calibration"] == ""
@@ -113,8 +117,8 @@ def test_collect_stores_calibrated_advice_when_the_run_has_a_calibration(run_dir
         assert rows.confidence[i] == pytest.approx(float(expect.max()), abs=1e-5)
     with pytest.raises(UserError, match="calibrated with no batch calibration"):  # the plain dataset, now calibrated
         shutil.copy(calibration_path(run_dir), calibration_path(plain))
-        collect_split(plain, "train", mock_config, market=market, run_config=cfg, policy=policy, max_states=80,
-                      progress=False, say=lambda s: None)
+        collect_split(plain, "train", mock_config, CollectRequest(market=market, run_config=cfg, policy=policy,
+                                                                  max_states=80, progress=False, say=lambda s: None))
 
 
 def test_cli_calibrate_prints_the_table_and_a_json_line_when_run(run_dir, capsys):
@@ -129,7 +133,8 @@ def test_cli_calibrate_prints_the_table_and_a_json_line_when_run(run_dir, capsys
 
 def test_advisor_answers_calibrated_when_a_run_dir_has_a_calibration(run_dir, run_parts, mock_config):
     cfg, market, _ = run_parts
-    cal, _ = calibrate_run(run_dir, cfg, mock_config, market, max_states=40, backend=leaning(mock_config))
+    cal, _ = calibrate_run(run_dir, cfg, mock_config, market,
+                           CalibrationFit(max_states=40, backend=leaning(mock_config)))
     advisor = build_advisor(mock_config)
     try:
         ctx = context_from_market(market.bars, market.features, 500, AccountState(balance=50_000.0),
@@ -172,7 +177,7 @@ def test_llm_ask_shows_calibrated_advice_when_given_the_run(run_dir, capsys):
 def test_advisor_of_another_model_passes_over_the_calibration_when_evaluated_from_the_run(run_dir, run_parts,
                                                                                           mock_config):
     cfg, market, _ = run_parts
-    calibrate_run(run_dir, cfg, mock_config, market, max_states=40, backend=leaning(mock_config))
+    calibrate_run(run_dir, cfg, mock_config, market, CalibrationFit(max_states=40, backend=leaning(mock_config)))
     rule = merge_overrides(mock_config, {"backend": "trend_rule"})
     advisor = build_advisor(rule)
     try:
@@ -200,7 +205,7 @@ def test_run_refuses_the_calibration_when_fitted_with_other_retrieval_settings(r
         return llm, builder.retrieval.identity()
 
     two, two_identity = retrieving(2)
-    cal, _ = calibrate_run(run_dir, cfg, two, market, max_states=40, backend=leaning(two))
+    cal, _ = calibrate_run(run_dir, cfg, two, market, CalibrationFit(max_states=40, backend=leaning(two)))
     assert cal.identity["retrieval"] and load_calibration(run_dir, two, retrieval=two_identity) is not None
     three, three_identity = retrieving(3)
     with pytest.raises(UserError, match="another model or prompt") as err:
@@ -225,8 +230,8 @@ def test_collect_fits_the_calibration_first_when_a_leaning_model_asks_a_run_with
     plain = tmp_path / "plain"
     shutil.copytree(run_dir, plain)
     said: list[str] = []
-    collect_split(run_dir, "train", mock_config, market=market, run_config=cfg, policy=policy, max_states=80,
-                  progress=False, say=said.append)
+    collect_split(run_dir, "train", mock_config, CollectRequest(market=market, run_config=cfg, policy=policy,
+                                                                max_states=80, progress=False, say=said.append))
     assert calibration_path(run_dir).is_file()
     assert any("fitting the batch calibration" in s and "600 states" in s for s in said), said
     assert any(s.startswith("batch calibration fitted in") and " s on 600 states" in s for s in said), said
@@ -234,8 +239,9 @@ def test_collect_fits_the_calibration_first_when_a_leaning_model_asks_a_run_with
     assert meta["calibration"].startswith("batch:") and raw_advice(meta) is None
     assert "calibration" not in meta["advice"]
     # --no-calibrate: the same states, raw and marked so; nothing fitted
-    collect_split(plain, "train", mock_config, market=market, run_config=cfg, policy=policy, max_states=80,
-                  progress=False, say=said.append, calibrate=False)
+    collect_split(plain, "train", mock_config, CollectRequest(market=market, run_config=cfg, policy=policy,
+                                                              max_states=80, progress=False, say=said.append,
+                                                              calibrate=False))
     raw, raw_meta = read_split(plain, "train")
     assert not calibration_path(plain).exists()
     assert raw_meta["calibration"] == "raw" and raw_meta["advice"]["calibration"] == "raw"
@@ -247,8 +253,8 @@ def test_collect_fits_the_calibration_first_when_a_leaning_model_asks_a_run_with
 
 def test_collect_never_fits_nor_marks_raw_a_back_end_without_a_lean(run_dir, run_parts, mock_config):
     cfg, market, policy = run_parts
-    collect_split(run_dir, "train", mock_config, market=market, run_config=cfg, policy=policy, max_states=40,
-                  progress=False, say=lambda s: None)
+    collect_split(run_dir, "train", mock_config, CollectRequest(market=market, run_config=cfg, policy=policy,
+                                                                max_states=40, progress=False, say=lambda s: None))
     _, meta = read_split(run_dir, "train")
     assert not calibration_path(run_dir).exists() and meta["calibration"] == "" and raw_advice(meta) is None
 
@@ -259,8 +265,9 @@ def test_distill_refuses_raw_advice_unless_allowed_and_the_student_it_makes_is_n
     make_mock_lean(monkeypatch)
     monkeypatch.setattr(LeaningMock, "lean", 1e6)  # Gemma's raw lean: BUY on every flat state
     cfg, market, policy = run_parts
-    collect_split(run_dir, "train", mock_config, market=market, run_config=cfg, policy=policy, max_states=200,
-                  progress=False, say=lambda s: None, calibrate=False)
+    collect_split(run_dir, "train", mock_config, CollectRequest(market=market, run_config=cfg, policy=policy,
+                                                                max_states=200, progress=False, say=lambda s: None,
+                                                                calibrate=False))
     assert main(["advise", "distill", str(run_dir), "--epochs", "5"]) == 2
     err = capsys.readouterr().err
     assert "raw answers" in err and "--allow-raw" in err and "advise collect" in err

@@ -8,7 +8,7 @@ import shutil
 import numpy as np
 import pytest
 
-from hybrid_trader.advise.collect import LocalAsker, collect_llm_config, collect_split, rollout_states
+from hybrid_trader.advise.collect import CollectRequest, LocalAsker, collect_llm_config, collect_split, rollout_states
 from hybrid_trader.errors import UserError
 from hybrid_trader.llm.prompt import PromptBuilder
 from hybrid_trader.run.advice_dataset import part_files, read_split
@@ -18,8 +18,9 @@ from hybrid_trader.run.advice_identity import advice_identity
 def collect(run_dir, run_parts, config, **kw):
     cfg, market, policy = run_parts
     kw.setdefault("progress", False)
-    return collect_split(run_dir, kw.pop("split", "train"), config, market=market, run_config=cfg, policy=policy,
-                         say=lambda s: None, **kw)
+    split = kw.pop("split", "train")
+    return collect_split(run_dir, split, config, CollectRequest(market=market, run_config=cfg, policy=policy,
+                                                               say=lambda s: None, **kw))
 
 
 class CountingAsker(LocalAsker):

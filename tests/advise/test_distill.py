@@ -7,9 +7,9 @@ import json
 import numpy as np
 import pytest
 
-from hybrid_trader.advise.collect import collect_split
+from hybrid_trader.advise.collect import CollectRequest, collect_split
 from hybrid_trader.advise.compare import compare_split, confusion_table
-from hybrid_trader.advise.distill import METRIC_LABELS, DistillConfig, distill, load_run_student, metrics_table
+from hybrid_trader.advise.distill import METRIC_LABELS, DistillConfig, distill, fidelity_table, load_run_student
 from hybrid_trader.cli.main import main
 from hybrid_trader.errors import UserError
 from hybrid_trader.features.names import FEATURE_NAMES
@@ -20,8 +20,8 @@ from hybrid_trader.run.advice_dataset import read_split
 def collected(run_dir, run_parts, mock_config):
     cfg, market, policy = run_parts
     for split in ("train", "val"):
-        collect_split(run_dir, split, mock_config, market=market, run_config=cfg, policy=policy, progress=False,
-                      say=lambda s: None)
+        collect_split(run_dir, split, mock_config, CollectRequest(market=market, run_config=cfg, policy=policy,
+                                                                  progress=False, say=lambda s: None))
     return run_dir
 
 
@@ -38,7 +38,7 @@ def test_distill_learns_the_teacher_when_trained_on_mock_advice(collected):
     _, meta = read_split(collected, "train")
     assert student.advice_hash == meta["advice"]["hash"] and student.obs_dim == 228
     assert student.feature_names == FEATURE_NAMES[:228]
-    assert "Top-1 agreement [%]" in metrics_table(m) and "Mean KL [nats]" in metrics_table(m)
+    assert "Top-1 agreement [%]" in fidelity_table(m) and "Mean KL [nats]" in fidelity_table(m)
 
 
 def test_student_probabilities_are_zero_on_illegal_actions_when_asked(collected):

@@ -31,7 +31,7 @@ from hybrid_trader.config import merge_overrides
 from hybrid_trader.run.config import RunConfig
 from hybrid_trader.training import lean_backward, lean_ppo
 from hybrid_trader.training.callbacks import EnvTimeCallback
-from hybrid_trader.training.runner import train_run
+from hybrid_trader.training.runner import TrainHooks, train_run
 
 TINY = {"data.synthetic_days": 8, "ppo.n_steps": 64, "ppo.batch_size": 64, "ppo.n_envs": 2, "ppo.n_epochs": 1,
         "ppo.total_timesteps": 256, "train.validate_every": 0, "train.progress_bar": False,
@@ -41,8 +41,8 @@ TINY = {"data.synthetic_days": 8, "ppo.n_steps": 64, "ppo.batch_size": 64, "ppo.
 def test_segments_add_up_and_leave_nothing_wrapped_when_training_ends(tmp_path):
     backward, clip = torch.Tensor.backward, torch.nn.utils.clip_grad_norm_
     timer, env_timer = SegmentTimer(), EnvTimeCallback()  # as the bench runs them: both wrap the VecEnv
-    status = train_run(merge_overrides(RunConfig(), TINY), tmp_path / "run", extra_callbacks=[env_timer, timer],
-                       quiet=True)
+    status = train_run(merge_overrides(RunConfig(), TINY), tmp_path / "run", quiet=True,
+                       hooks=TrainHooks(extra_callbacks=[env_timer, timer]))
     table = timer.table()
     assert timer.vector_steps == status["total_timesteps"] // 2
     us = {name: row["us_per_step"] for name, row in table.items()}

@@ -51,10 +51,10 @@ def test_ablation_trains_evaluates_and_tabulates_every_variant_when_given_a_phas
         run_ablation(student_p2, out, timesteps=256, seeds=(0, 1), split="test", say=lambda s: None)
     # an evaluation by another advisor (evaluate RUN --llm mock) goes to its own folder: the run's own stays
     (out / "rl-only-s0" / "eval" / "test" / "STALE.json").unlink()
-    from hybrid_trader.evaluation.evaluate import evaluate_run
+    from hybrid_trader.evaluation.evaluate import EvaluationRequest, evaluate_run
 
-    other = evaluate_run(out / "learned-s0", split="test", seeds=1, quiet=True, ablation=False,
-                         llm_overrides={"backend": "mock"}, fresh_days=True)
+    other = evaluate_run(out / "learned-s0", EvaluationRequest(split="test", seeds=1, quiet=True, ablation=False,
+                                                                llm_overrides={"backend": "mock"}, fresh_days=True))
     assert other.out_dir == out / "learned-s0" / "eval" / "test-llm-mock"
     assert json.loads((other.out_dir / "results.json").read_text())["info"]["advisor_override"] == {"backend": "mock"}
     run_ablation(student_p2, out, timesteps=256, seeds=(0, 1), split="test", say=lambda s: None)

@@ -10,7 +10,7 @@ from hybrid_trader.config import merge_overrides
 from hybrid_trader.evaluation.runner import validation_fn
 from hybrid_trader.run.config import RunConfig
 from hybrid_trader.run.market import load_market
-from hybrid_trader.training.runner import train_run
+from hybrid_trader.training.runner import TrainHooks, train_run
 
 TINY = {"data.synthetic_days": 12, "ppo.n_steps": 128, "ppo.batch_size": 128, "ppo.n_envs": 2, "ppo.n_epochs": 1,
         "train.progress_bar": False, "train.checkpoint_every": 1_000_000, "train.validation_sessions": 2,
@@ -35,7 +35,7 @@ def test_validation_when_phase3_trains_runs_the_hybrid_policy_without_advice(tmp
     train_run(cfg(2, 0), tmp_path / "p2", init=tmp_path / "p1", market=market, quiet=True)
     c3 = cfg(3, 128)
     train_run(c3, tmp_path / "p3", init=tmp_path / "p2", market=market, quiet=True,
-              validation=validation_fn)
+              hooks=TrainHooks(validation=validation_fn))
     rows = [json.loads(line) for line in (tmp_path / "p3" / "validation.jsonl").read_text().splitlines()]
     assert [r["time/total_timesteps"] for r in rows] == [128, 256]
     assert all(isinstance(r["val/trades"], int) and "val/net_pnl_per_day" in r for r in rows)

@@ -144,10 +144,10 @@ def test_second_process_on_a_journal_is_refused_at_once_naming_the_first_pid(tin
 def test_two_accepted_rows_of_one_bar_are_impossible_when_written(tmp_path):
     path = tmp_path / "j.sqlite"
     with Journal(path) as j:
-        j.record_bar(1_000, 1.0, 2.0, 0.5, 1.5, 10.0)
+        j.record_bar(1_000, (1.0, 2.0, 0.5, 1.5, 10.0))
         with pytest.raises(ValueError, match="already holds the accepted bar"):
-            j.record_bar(1_000, 1.0, 2.0, 0.5, 1.5, 10.0)
-        j.record_bar(1_000, 1.0, 2.0, 0.5, 1.5, 10.0, accepted=False, reason="duplicate")  # rejected rows may repeat
+            j.record_bar(1_000, (1.0, 2.0, 0.5, 1.5, 10.0))
+        j.record_bar(1_000, (1.0, 2.0, 0.5, 1.5, 10.0), accepted=False, reason="duplicate")  # rejected rows may repeat
         assert j.count("bars") == 2
     db = sqlite3.connect(path)
     with pytest.raises(sqlite3.IntegrityError):  # by the schema itself, whoever writes
@@ -331,9 +331,9 @@ def test_read_only_and_truncated_journals_get_different_errors_when_opened(tmp_p
     path = tmp_path / "j.sqlite"
     with Journal(path) as j:
         for i in range(2000):
-            j.record_bar(i, 1.0, 2.0, 0.5, 1.5, 10.0)
+            j.record_bar(i, (1.0, 2.0, 0.5, 1.5, 10.0))
     with read_only(path), pytest.raises(UserError) as err, Journal(path) as j:
-        j.record_bar(5_000, 1.0, 2.0, 0.5, 1.5, 10.0)
+        j.record_bar(5_000, (1.0, 2.0, 0.5, 1.5, 10.0))
     said = str(err.value)
     assert f"{path}: cannot" in said and "the journal: it is read-only" in said and "chmod u+w" in said
     assert len(read_journal(path)["bars"]) == 2000, "nothing lost"

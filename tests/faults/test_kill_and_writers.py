@@ -14,7 +14,7 @@ from hybrid_trader.config import merge_overrides
 from hybrid_trader.evaluation.runner import validation_fn
 from hybrid_trader.run.config import RunConfig
 from hybrid_trader.run.lock import FolderLock
-from hybrid_trader.training.runner import train_run
+from hybrid_trader.training.runner import TrainHooks, train_run
 from tests.faults.helpers import fingerprint, kill9, log_steps, start_training, steps_done, train_args, wait_for
 
 
@@ -137,16 +137,17 @@ def _tiny() -> RunConfig:
 
 def test_a_crash_before_the_first_checkpoint_removes_only_the_folder_it_created(tmp_path):
     with pytest.raises(RuntimeError):
-        train_run(_tiny(), tmp_path / "new", quiet=True, extra_callbacks=[FailAt(100)], validation=validation_fn)
+        train_run(_tiny(), tmp_path / "new", quiet=True,
+                  hooks=TrainHooks(extra_callbacks=[FailAt(100)], validation=validation_fn))
     assert not (tmp_path / "new").exists()
     (tmp_path / "given").mkdir()
     with pytest.raises(RuntimeError):
-        train_run(_tiny(), tmp_path / "given", quiet=True, extra_callbacks=[FailAt(100)])
+        train_run(_tiny(), tmp_path / "given", quiet=True, hooks=TrainHooks(extra_callbacks=[FailAt(100)]))
     assert (tmp_path / "given").is_dir(), "a folder this process did not create is never removed"
 
 
 def test_a_crash_after_a_checkpoint_keeps_the_run_and_says_it_failed(tmp_path):
     with pytest.raises(RuntimeError):
-        train_run(_tiny(), tmp_path / "run", quiet=True, extra_callbacks=[FailAt(600)])
+        train_run(_tiny(), tmp_path / "run", quiet=True, hooks=TrainHooks(extra_callbacks=[FailAt(600)]))
     status = json.loads((tmp_path / "run" / "status.json").read_text())
     assert status["state"] == "failed" and (tmp_path / "run" / "checkpoints" / "step_000000512.zip").exists()

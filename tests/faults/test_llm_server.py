@@ -6,7 +6,7 @@ import pytest
 
 from hybrid_trader.config import merge_overrides
 from hybrid_trader.evaluation.diagnose import diagnose
-from hybrid_trader.evaluation.evaluate import evaluate_run
+from hybrid_trader.evaluation.evaluate import EvaluationRequest, evaluate_run
 from hybrid_trader.run.config import RunConfig
 from hybrid_trader.run.market import load_market
 from hybrid_trader.training.runner import train_run
@@ -31,10 +31,10 @@ def phase3_run(tmp_path_factory):
 
 def test_evaluate_when_the_server_drops_every_query_opens_the_circuit_and_says_rl_only(phase3_run, capsys):
     with FakeOpenAIServer("drop") as srv:
-        out = evaluate_run(phase3_run, quiet=True, llm_overrides={
+        out = evaluate_run(phase3_run, EvaluationRequest(quiet=True, llm_overrides={
             "backend": "openai", "check_on_start": False, "cache": {"enabled": False},
             "openai": {"base_url": srv.url, "retries": 0, "request_timeout_s": 2.0, "model": "fake-model"},
-            "batching": {"circuit_errors": 3, "circuit_cooldown_s": 3600.0}})
+            "batching": {"circuit_errors": 3, "circuit_cooldown_s": 3600.0}}))
         sent = len(srv.requests)
     llm = out.extra["llm"]
     assert llm["llm/circuit_opened"] >= 1 and llm["llm/errors_connection"] >= 3

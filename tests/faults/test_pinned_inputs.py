@@ -13,7 +13,7 @@ import yaml
 
 from hybrid_trader.advise.distill import DistillConfig, distill
 from hybrid_trader.errors import UserError
-from hybrid_trader.evaluation.evaluate import evaluate_run
+from hybrid_trader.evaluation.evaluate import EvaluationRequest, evaluate_run
 from hybrid_trader.run.pins import PINS, check_pins, content_hash, read_pins
 from hybrid_trader.training.runner import train_run
 from tests.training.conftest import student_cfg
@@ -50,7 +50,7 @@ def test_evaluate_and_resume_refuse_a_redistilled_student_naming_both_hashes(p3_
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)  # the pinned path is absolute: found from any directory, and still refused
     with pytest.raises(UserError, match=f"now sha256 {after[:12]}, the run pinned {before[:12]}"):
-        evaluate_run(out, quiet=True, market=student_market)
+        evaluate_run(out, EvaluationRequest(quiet=True, market=student_market))
     with pytest.raises(UserError, match="--resume: the student this run used has changed"):
         train_run(student_cfg(3, 512), out, resume=True, market=student_market, quiet=True)
     assert not (out / "eval").exists()  # nothing was evaluated with the other student

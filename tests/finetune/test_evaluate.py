@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hybrid_trader.finetune.evaluate import METRICS, format_table, label_baselines, outcome_metrics
+from hybrid_trader.finetune.evaluate import METRICS, label_baselines, llm_eval_table, outcome_metrics
 
 
 def test_metrics_match_hand_computation_when_two_of_three_answers_are_right():
@@ -38,6 +38,6 @@ def test_constant_answer_scores_a_third_of_balanced_accuracy_when_labels_are_mix
 
 def test_table_when_formatted_has_one_row_per_metric_and_a_column_per_model():
     m = outcome_metrics(np.tile([0.5, 0.3, 0.2, 0, 0, 0], (2, 1)), np.array([0, 1]))
-    text = format_table({"base": m, "fine-tuned": m})
+    text = llm_eval_table({"base": m, "fine-tuned": m})
     lines = text.splitlines()
     assert len(lines) == len(METRICS) + 1 and "fine-tuned" in lines[0] and lines[-1].split()[-1] == "2"

@@ -16,7 +16,8 @@ from hybrid_trader.live.executor import Executor, ExecutorOptions, split_dates
 from hybrid_trader.live.feeds import Bar
 from hybrid_trader.live.ninjatrader import NinjaTraderBridge
 from hybrid_trader.live.nt_sim import NinjaTraderSim
-from hybrid_trader.live.nt_sim_market import Market
+from hybrid_trader.live.nt_sim_market import SimMarket
+from hybrid_trader.live.nt_sim_settings import SimSettings
 
 ACCOUNT, INSTRUMENT = "Sim101", "NQ 12-26"
 CLOSE_LINE = f"CLOSEPOSITION;{ACCOUNT};{INSTRUMENT};;;;;;;;;;"
@@ -27,7 +28,7 @@ def start_sim(folder: Path, **kw) -> NinjaTraderSim:
     whenever :meth:`~NinjaTraderSim.settle` asks (a thread waking every few ms slows the executor's thread on a
     loaded machine)."""
     opts = {"poll_s": 0.05, "latency_s": 0.0005, "slippage_ticks": 1, "seed": 0, **kw}
-    return NinjaTraderSim(folder, [ACCOUNT], INSTRUMENT, Market(), **opts).start()
+    return NinjaTraderSim(folder, [ACCOUNT], INSTRUMENT, SimMarket(), SimSettings(**opts)).start()
 
 
 def sim_executor(run: Path, journal: Path, sim: NinjaTraderSim, bridge_kw: dict | None = None, **kw) -> Executor:

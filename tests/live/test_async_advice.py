@@ -14,7 +14,7 @@ import pytest
 from hybrid_trader.account_state import AccountState
 from hybrid_trader.agent.advised import AdvisedPolicy
 from hybrid_trader.data.bars_so_far import BarsSoFar
-from hybrid_trader.evaluation.evaluate import evaluate_run
+from hybrid_trader.evaluation.evaluate import EvaluationRequest, evaluate_run
 from hybrid_trader.features.features_so_far import FeaturesSoFar
 from hybrid_trader.features.incremental import IncrementalFeatures
 from hybrid_trader.live.executor import Executor, ExecutorOptions, split_dates
@@ -83,7 +83,7 @@ def test_async_replay_makes_evaluations_trades_when_the_budget_covers_the_models
     ex = replay(run, csv, tmp_path / "j.sqlite", llm="async", llm_budget_ms=5_000)
     assert isinstance(ex.policy, AdvisedPolicy) and ex.policy.asynchronous
     assert ex.policy.fresh == ex.policy.asked > 0, "each question answered inside the budget"
-    out = evaluate_run(run, split="test", seeds=1, market=market, quiet=True, ablation=False)
+    out = evaluate_run(run, EvaluationRequest(split="test", seeds=1, market=market, quiet=True, ablation=False))
     expected = pd.read_csv(out.out_dir / "agent.trades.csv")
     assert len(expected) > 3
     assert_same_trades(ex.trade_log(), expected)

@@ -18,7 +18,7 @@ import pytest
 
 from hybrid_trader.actions import ACTION_NAMES
 from hybrid_trader.env.account import AccountStatus
-from hybrid_trader.evaluation.evaluate import evaluate_run
+from hybrid_trader.evaluation.evaluate import EvaluationRequest, evaluate_run
 from hybrid_trader.live.executor import Executor, ExecutorOptions, split_dates
 from hybrid_trader.live.feeds import ReplayFeed
 from hybrid_trader.live.journal import Journal
@@ -72,7 +72,7 @@ def bars_in(journal: Path) -> int:
 def test_replay_makes_evaluations_trades_when_fed_the_runs_test_days(tiny, tiny_replayed):
     run, csv, market = tiny
     journal, ex = tiny_replayed  # replay(run, csv, journal), once per session
-    out = evaluate_run(run, split="test", seeds=1, market=market, quiet=True, ablation=False)
+    out = evaluate_run(run, EvaluationRequest(split="test", seeds=1, market=market, quiet=True, ablation=False))
     expected = pd.read_csv(out.out_dir / "agent.trades.csv")
     got = ex.trade_log()
     assert len(expected) > 5, "the tiny run must trade for the comparison to mean anything"
@@ -177,7 +177,7 @@ def test_phase3_replay_makes_evaluations_trades_when_advised_by_the_student(stud
     ex = replay(p3, csv, tmp_path / "journal.sqlite")
     # the account's consistency note may come with the run's trades; no other (an RL-only notice: the advisor failed)
     assert [n for n in ex.notes if not n.startswith("consistency")] == [], "the run's student advises"
-    out = evaluate_run(p3, split="test", seeds=1, market=student_market, quiet=True, ablation=False)
+    out = evaluate_run(p3, EvaluationRequest(split="test", seeds=1, market=student_market, quiet=True, ablation=False))
     expected = pd.read_csv(out.out_dir / "agent.trades.csv")
     assert len(expected) > 5
     assert_same_trades(ex.trade_log(), expected)
@@ -212,8 +212,8 @@ def test_day_ends_at_the_last_bar_that_came_when_the_windows_last_bars_are_missi
     frame[~gap].to_csv(gapped, index=False)
     journal = tmp_path / "journal.sqlite"
     ex = replay(run, gapped, journal)
-    out = evaluate_run(run, split="test", seeds=1, quiet=True, ablation=False, data_overrides={"path": str(gapped)},
-                       out_dir=tmp_path / "eval")
+    out = evaluate_run(run, EvaluationRequest(split="test", seeds=1, data_overrides={"path": str(gapped)}, quiet=True,
+                                              ablation=False, out_dir=tmp_path / "eval"))
     assert_same_trades(ex.trade_log(), pd.read_csv(out.out_dir / "agent.trades.csv"))
     db = sqlite3.connect(journal)
     errors = [r[0] for r in db.execute("SELECT message FROM errors WHERE location = 'window'")]

@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from hybrid_trader.evaluation.evaluate import evaluate_run
+from hybrid_trader.evaluation.evaluate import EvaluationRequest, evaluate_run
 from hybrid_trader.live.executor import Executor, ExecutorOptions
 from hybrid_trader.live.feeds import Bar, ReplayFeed
 from hybrid_trader.live.ninjatrader import NinjaTraderBridge
@@ -89,8 +89,8 @@ def test_a_fresh_journal_sends_nothing_for_history_and_then_trades_as_evaluate_w
     assert rows(journal, "SELECT COUNT(*) FROM bars WHERE accepted = 1 AND reason = 'history'") == [(history,)]
     assert rows(journal, f"SELECT COUNT(*) FROM decisions WHERE bar_time_ns < {LIVE_FROM.value}") == [(0,)]
     assert rows(journal, f"SELECT COUNT(*) FROM orders WHERE bar_time_ns < {LIVE_FROM.value}") == [(0,)]
-    out = evaluate_run(run, split="test", seeds=1, market=market, quiet=True, ablation=False,
-                       out_dir=tmp_path / "eval")
+    out = evaluate_run(run, EvaluationRequest(split="test", seeds=1, market=market, quiet=True, ablation=False,
+                                              out_dir=tmp_path / "eval"))
     expected = pd.read_csv(out.out_dir / "agent.trades.csv")
     assert len(expected) > 5
     assert_same_trades(ex.trade_log(), expected)  # the live days decide as evaluate's test days

@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 
 from hybrid_trader.errors import UserError
-from hybrid_trader.live.journal import Journal
+from hybrid_trader.live.journal import Journal, OrderPrices
 from hybrid_trader.live.journal_read import SCHEMA_VERSION, to_ns
 
 T0 = pd.Timestamp("2024-03-04 09:30", tz="America/New_York")
@@ -81,9 +81,9 @@ def test_recovery_reads_return_latest_rows_when_reopened(tmp_path: Path) -> None
     path = tmp_path / "j.sqlite"
     with Journal(path) as j:
         assert j.last_bar_time() is None and j.last_account() is None
-        j.record_bar(_t(0), 1, 2, 0.5, 1.5, 10)
-        j.record_bar(_t(1), 1, 2, 0.5, 1.5, 10)
-        j.record_bar(_t(2), 3, 2, 0.5, 1.5, 10, accepted=False, reason="high-below-low", message="high 2 < low 3")
+        j.record_bar(_t(0), (1, 2, 0.5, 1.5, 10))
+        j.record_bar(_t(1), (1, 2, 0.5, 1.5, 10))
+        j.record_bar(_t(2), (3, 2, 0.5, 1.5, 10), accepted=False, reason="high-below-low", message="high 2 < low 3")
         j.record_decision(_t(1), 1, [0.2, 0.7, 0.1], advice={"action": "BUY", "confidence": 0.8},
                           veto=None, rule_codes=["ok"], latency_ms=3.5)
         j.record_order("x", _t(1), "entry", "BUY", 1)
@@ -126,7 +126,7 @@ _WRITER = textwrap.dedent("""
     with Journal(sys.argv[1]) as j:
         i = 0
         while True:
-            j.record_bar(i, 1.0, 2.0, 0.5, 1.5, float(i))
+            j.record_bar(i, (1.0, 2.0, 0.5, 1.5, float(i)))
             j.record_order(f"o-{i}", i, "entry", "BUY", 1)
             j.record_fill(f"o-{i}", 1, 100.0 + i, i, fill_id=f"f-{i}")
             j.update_order_state(f"o-{i}", "filled")
@@ -169,7 +169,7 @@ def test_journal_is_consistent_when_writer_is_killed_mid_loop(tmp_path: Path) ->
 
 def test_journal_keeps_unreadable_bar_and_nan_advice_when_recorded(tmp_path: Path) -> None:
     with Journal(tmp_path / "j.sqlite") as j:
-        j.record_bar(None, 1.0, float("nan"), 0.5, 1.5, 3, accepted=False, reason="bad-timestamp",
+        j.record_bar(None, (1.0, float("nan"), 0.5, 1.5, 3), accepted=False, reason="bad-timestamp",
                      message="line 7: cannot read the timestamp", raw="xx,yy,1,nan,0.5,1.5,3")
         j.record_decision(_t(0), 0, np.array([0.5, 0.25, 0.25], dtype=np.float32),
                           advice={"action": "HOLD", "confidence": float("nan"), "probs": np.array([1.0, 0.0])})
@@ -179,7 +179,7 @@ def test_journal_keeps_unreadable_bar_and_nan_advice_when_recorded(tmp_path: Pat
         advice = j._db.execute("SELECT advice, probabilities FROM decisions").fetchone()
         assert '"confidence": null' in advice[0] and advice[1] == "[0.5, 0.25, 0.25]"
         with pytest.raises(ValueError, match="reason code"):
-            j.record_bar(_t(1), 1, 2, 0.5, 1.5, 1, accepted=False)
+            j.record_bar(_t(1), (1, 2, 0.5, 1.5, 1), accepted=False)
 
 
 def test_journal_upgrades_in_place_when_opening_a_version_1_journal(tmp_path: Path) -> None:
@@ -205,7 +205,7 @@ def test_journal_upgrades_in_place_when_opening_a_version_1_journal(tmp_path: Pa
 def test_journal_upgrades_in_place_when_opening_a_version_2_journal(tmp_path: Path) -> None:
     path = tmp_path / "j.sqlite"
     with Journal(path) as j:
-        j.record_bar(_t(0), 1, 2, 0.5, 1.5, 10)
+        j.record_bar(_t(0), (1, 2, 0.5, 1.5, 10))
     db = sqlite3.connect(path)  # as version 2 wrote it: no snapshots table
     db.executescript("DROP TABLE snapshots; UPDATE schema_version SET version = 2;")
     db.close()
@@ -229,10 +229,10 @@ def test_snapshot_replaces_the_earlier_ones_when_recorded(tmp_path: Path) -> Non
 
 def test_bar_history_gives_the_accepted_bars_in_time_order_when_read_back(tmp_path: Path) -> None:
     with Journal(tmp_path / "j.sqlite") as j:
-        j.record_bar(_t(0), 1.0, 2.0, 0.5, 1.5, 10.0)
-        j.record_bar(None, 9, 9, 9, 9, 9, accepted=False, reason="bad_time", raw="x")
-        j.record_bar(_t(1), 1.25, 2.25, 0.75, 1.75, float("nan"))
-        j.record_bar(_t(2), 3.0, 4.0, 2.0, 3.5, 5.0)
+        j.record_bar(_t(0), (1.0, 2.0, 0.5, 1.5, 10.0))
+        j.record_bar(None, (9, 9, 9, 9, 9), accepted=False, reason="bad_time", raw="x")
+        j.record_bar(_t(1), (1.25, 2.25, 0.75, 1.75, float("nan")))
+        j.record_bar(_t(2), (3.0, 4.0, 2.0, 3.5, 5.0))
         h = j.bar_history(_t(1))
     assert h["time_ns"].tolist() == [to_ns(_t(0)), to_ns(_t(1))]
     assert h["o"].tolist() == [1.0, 1.25] and h["c"].tolist() == [1.5, 1.75]
@@ -241,7 +241,7 @@ def test_bar_history_gives_the_accepted_bars_in_time_order_when_read_back(tmp_pa
 
 def test_record_change_moves_the_price_and_keeps_a_row_when_an_order_is_changed(tmp_path):
     with Journal(tmp_path / "j.sqlite") as j:
-        j.record_order("e-SL", 10, "stop", "SELL", 1, order_type="STOPMARKET", stop_price=100.0, state="sent")
+        j.record_order("e-SL", 10, "stop", "SELL", 1, prices=OrderPrices("STOPMARKET", stop_price=100.0), state="sent")
         j.record_change("e-SL", 11, "stop_price", 101.25)
         j.record_change("e-SL", 12, "stop_price", 102.5)
         assert j.last_order("stop").stop_price == 102.5

@@ -9,7 +9,7 @@ import pytest
 
 from hybrid_trader.cli.main import main
 from hybrid_trader.errors import UserError
-from hybrid_trader.live.journal import Journal
+from hybrid_trader.live.journal import Journal, OrderPrices
 from hybrid_trader.live.journal_read import read_journal
 from hybrid_trader.live.journal_report import is_journal, journal_trades, write_journal_report
 
@@ -25,12 +25,12 @@ def journal(tmp_path):
     path = tmp_path / "journal.sqlite"
     with Journal(path) as j:
         for k in range(12):
-            j.record_bar(minute(k), 100 + k, 101 + k, 99 + k, 100.5 + k, 10)
+            j.record_bar(minute(k), (100 + k, 101 + k, 99 + k, 100.5 + k, 10))
             j.record_decision(minute(k), 1 if k == 2 else 0, [0.7, 0.2, 0.1, 0, 0, 0],
                               rule_codes=["veto:DAILY_LOSS"] if k == 9 else [], latency_ms=0.5 + k / 10)
             j.record_account(minute(k), "active", {"balance": 50_000.0, "equity": 50_000.0 + 5 * k,
                                                    "threshold": 47_500.0 + k})
-        j.record_bar(minute(5), 1, 1, 1, 1, 1, accepted=False, reason="DUPLICATE", message="bar 09:35 again")
+        j.record_bar(minute(5), (1, 1, 1, 1, 1), accepted=False, reason="DUPLICATE", message="bar 09:35 again")
         j.record_order("e1", minute(2), "entry", "BUY", 1, state="filled")
         j.record_fill("e1", 1, 102.75, minute(3), fill_id="e1")
         j.record_order("x1", minute(6), "exit", "SELL", 1, state="filled", note="TARGET")
@@ -54,8 +54,8 @@ def test_trades_pair_entry_and_exit_fills_when_read_from_a_journal(journal):
 def test_report_counts_history_and_late_bars_apart_when_some_were_not_traded(journal, tmp_path):
     with Journal(journal) as j:
         for k in range(-3, 0):
-            j.record_bar(minute(k), 100, 101, 99, 100.5, 10, reason="history")
-        j.record_bar(minute(12), 100, 101, 99, 100.5, 10, reason="late", message="ended 200 s before it arrived")
+            j.record_bar(minute(k), (100, 101, 99, 100.5, 10), reason="history")
+        j.record_bar(minute(12), (100, 101, 99, 100.5, 10), reason="late", message="ended 200 s before it arrived")
     html = write_journal_report(journal).read_text()
     assert "history (features only, never traded)</th><td>3</td>" in html.replace("\n", "")
     assert "late (no decision)</th><td>1</td>" in html.replace("\n", "")
@@ -118,10 +118,11 @@ def test_stop_moves_are_read_and_drawn_when_the_journal_has_them(tmp_path):
     path = tmp_path / "moves.sqlite"
     with Journal(path) as j:
         for k in range(6):
-            j.record_bar(minute(k), 100 + k, 101 + k, 99 + k, 100.5 + k, 10)
+            j.record_bar(minute(k), (100 + k, 101 + k, 99 + k, 100.5 + k, 10))
         j.record_order("e1", minute(1), "entry", "BUY", 1, state="filled")
         j.record_fill("e1", 1, 101.25, minute(1), fill_id="e1")
-        j.record_order("s1", minute(1), "stop", "SELL", 1, order_type="STOPMARKET", stop_price=98.0, state="accepted")
+        j.record_order("s1", minute(1), "stop", "SELL", 1, prices=OrderPrices("STOPMARKET", stop_price=98.0),
+                       state="accepted")
         j.record_change("s1", minute(3), "stop_price", 101.25)  # moved to break-even
     tables = read_journal(path)
     moves = tables["order_changes"]

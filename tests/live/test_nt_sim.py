@@ -8,18 +8,20 @@ from pathlib import Path
 import pytest
 
 from hybrid_trader.cli.main import main
-from hybrid_trader.live.ati import cancel_line, place_line, write_atomic
+from hybrid_trader.live.ati import OifOrder, cancel_line, place_line, write_atomic
 from hybrid_trader.live.ninjatrader import NinjaTraderBridge
 from hybrid_trader.live.nt_outgoing import PositionLost
 from hybrid_trader.live.nt_sim import NinjaTraderSim
-from hybrid_trader.live.nt_sim_market import FileMarket, Market
+from hybrid_trader.live.nt_sim_market import FileMarket, SimMarket
+from hybrid_trader.live.nt_sim_settings import SimSettings
 
 ACCOUNT, INSTRUMENT = "Sim101", "NQ 12-26"
 
 
 def sim_at(tmp_path: Path, price: float | None = 21000.0, **kw) -> NinjaTraderSim:
     kw.setdefault("poll_s", 0.002)
-    return NinjaTraderSim(tmp_path / "NT", kw.pop("accounts", [ACCOUNT]), INSTRUMENT, Market(price), **kw).start()
+    accounts = kw.pop("accounts", [ACCOUNT])
+    return NinjaTraderSim(tmp_path / "NT", accounts, INSTRUMENT, SimMarket(price), SimSettings(**kw)).start()
 
 
 def bridge_of(sim: NinjaTraderSim, account: str = ACCOUNT, **kw) -> NinjaTraderBridge:
@@ -97,12 +99,13 @@ def test_a_gap_through_a_level_fills_at_the_bars_open(tmp_path):
 def test_ninjatrader_rejects_what_it_refuses_and_logs_what_it_cannot_parse(tmp_path):
     sim = sim_at(tmp_path)
     send(sim,
-         place_line("Sim999", INSTRUMENT, "BUY", 1, "MARKET", order_id="other-account"),
-         place_line(ACCOUNT, "ES 12-26", "BUY", 1, "MARKET", order_id="other-instrument"),
-         place_line(ACCOUNT, INSTRUMENT, "BUY", 1, "MARKET", order_id="zero").replace(";1;MARKET;", ";0;MARKET;"),
-         place_line(ACCOUNT, INSTRUMENT, "SELL", 1, "STOPMARKET", stop_price=21005.0, order_id="wrong-side"),
+         place_line("Sim999", INSTRUMENT, OifOrder("BUY", 1, "MARKET", order_id="other-account")),
+         place_line(ACCOUNT, "ES 12-26", OifOrder("BUY", 1, "MARKET", order_id="other-instrument")),
+         place_line(ACCOUNT, INSTRUMENT, OifOrder("BUY", 1, "MARKET", order_id="zero")).replace(";1;MARKET;",
+                                                                                                ";0;MARKET;"),
+         place_line(ACCOUNT, INSTRUMENT, OifOrder("SELL", 1, "STOPMARKET", stop_price=21005.0, order_id="wrong-side")),
          f"PLACE;{ACCOUNT};{INSTRUMENT};BUY;1;MARKET;0;0;GTC;;short-line;",
-         place_line(ACCOUNT, INSTRUMENT, "BUY", 1, "MARKET", order_id="bad-type").replace("MARKET", "STOP"),
+         place_line(ACCOUNT, INSTRUMENT, OifOrder("BUY", 1, "MARKET", order_id="bad-type")).replace("MARKET", "STOP"),
          cancel_line("nobody"))
     for oid in ("other-account", "other-instrument", "zero", "wrong-side"):
         assert read(sim.state_file(oid)) == "REJECTED;0;0", oid
@@ -112,7 +115,7 @@ def test_ninjatrader_rejects_what_it_refuses_and_logs_what_it_cannot_parse(tmp_p
     assert "invalid # of parameters, should be 13 but is 12" in log
     assert "invalid order type parameter 'STOP'" in log and "order 'nobody' is not known" in log
     assert "sell stop 21005 can't be placed at or above the market (21000)" in log
-    send(sim, place_line(ACCOUNT, INSTRUMENT, "BUY", 1, "MARKET", order_id="done"))
+    send(sim, place_line(ACCOUNT, INSTRUMENT, OifOrder("BUY", 1, "MARKET", order_id="done")))
     send(sim, cancel_line("done"), "CHANGE;;;;0;;0;21001;;;done;;", name="oif-2.txt")
     sim.stop()
     assert read(sim.state_file("done")) == "FILLED;1;21000", "a finished order is never rewritten"
@@ -124,9 +127,9 @@ def test_ninjatrader_rejects_what_it_refuses_and_logs_what_it_cannot_parse(tmp_p
 def test_cancel_writes_cancelpending_then_cancelled_and_takes_the_oco_sibling(tmp_path):
     sim = sim_at(tmp_path, latency_s=0.03)
     bridge = bridge_of(sim)
-    send(sim, place_line(ACCOUNT, INSTRUMENT, "SELL", 1, "STOPMARKET", stop_price=20990.0, oco_id="g",
-                         order_id="s"),
-         place_line(ACCOUNT, INSTRUMENT, "SELL", 1, "LIMIT", limit_price=21010.0, oco_id="g", order_id="t"))
+    send(sim, place_line(ACCOUNT, INSTRUMENT, OifOrder("SELL", 1, "STOPMARKET", stop_price=20990.0, oco_id="g",
+                         order_id="s")),
+         place_line(ACCOUNT, INSTRUMENT, OifOrder("SELL", 1, "LIMIT", limit_price=21010.0, oco_id="g", order_id="t")))
     write_atomic(sim.incoming, "oif-c.txt", cancel_line("s") + "\n")
     states = []
     end = time.monotonic() + 2.0
@@ -243,7 +246,7 @@ def test_a_disconnect_writes_the_connection_file_and_piles_up_oifs_until_it_reco
 def test_a_market_order_waits_for_the_first_price_of_a_followed_file(tmp_path):
     bars = tmp_path / "bars.csv"
     bars.write_text("timestamp,open,high,low,close,volume\n")
-    sim = NinjaTraderSim(tmp_path / "NT", [ACCOUNT], INSTRUMENT, FileMarket(bars), poll_s=0.002).start()
+    sim = NinjaTraderSim(tmp_path / "NT", [ACCOUNT], INSTRUMENT, FileMarket(bars), SimSettings(poll_s=0.002)).start()
     bridge = bridge_of(sim)
     bridge.enter("e1", "BUY", 1, 20990.0, 21010.0)
     sim.settle()
@@ -259,8 +262,8 @@ def test_a_market_order_waits_for_the_first_price_of_a_followed_file(tmp_path):
 def test_nt_sim_command_runs_for_its_duration_and_prints_what_it_read(tmp_path, capsys):
     folder = tmp_path / "NT"
     (folder / "incoming").mkdir(parents=True)
-    write_atomic(folder / "incoming", "oif1.txt", place_line(ACCOUNT, INSTRUMENT, "BUY", 1, "MARKET",
-                                                              order_id="cli") + "\n")
+    write_atomic(folder / "incoming", "oif1.txt", place_line(ACCOUNT, INSTRUMENT, OifOrder("BUY", 1, "MARKET",
+                                                              order_id="cli")) + "\n")
     assert main(["nt-sim", str(folder), "--instrument", INSTRUMENT, "--price", "21000", "--duration", "0.3",
                  "--latency-s", "0", "--slippage-ticks", "0"]) == 0
     out = capsys.readouterr().out
@@ -273,7 +276,7 @@ def test_nt_sim_command_runs_for_its_duration_and_prints_what_it_read(tmp_path, 
 def test_an_order_read_with_a_new_bar_fills_after_that_bar_and_never_meets_its_range(tmp_path):
     """The bar and the order decided at its close arrive in the same poll: the order is NinjaTrader's only after the
     bar (it fills at the bar's close and its stop is not reached by the bar's low, a low that came before it)."""
-    sim = NinjaTraderSim(tmp_path / "NT", [ACCOUNT], INSTRUMENT, Market(21000.0))  # stepped by hand: no thread
+    sim = NinjaTraderSim(tmp_path / "NT", [ACCOUNT], INSTRUMENT, SimMarket(21000.0))  # stepped by hand: no thread
     sim.step()
     bridge = bridge_of(sim)
     bridge.enter("e1", "BUY", 1, 20990.0, 21050.0)

@@ -7,8 +7,8 @@ import sqlite3
 from hybrid_trader.llm.advice import abstention, advice_from_mass
 from hybrid_trader.llm.cache import AdviceCache
 from hybrid_trader.llm.health import LLM_CIRCUIT_OPEN
-from hybrid_trader.llm.journal import Journal
 from hybrid_trader.llm.prompt import PromptBuilder
+from hybrid_trader.llm.query_journal import QueryJournal
 from hybrid_trader.llm.recording import Recorder
 from hybrid_trader.llm.stats import AdvisorStats
 
@@ -17,7 +17,7 @@ from . import FLAT_MASK, make_context, mock_config
 
 def recorder(tmp_path, config=None) -> Recorder:
     config = config or mock_config()
-    journal = Journal(str(tmp_path / "j.sqlite"), backend="mock", model="mock", mode="score", config={})
+    journal = QueryJournal(str(tmp_path / "j.sqlite"), backend="mock", model="mock", mode="score", config={})
     return Recorder(scored=True, cache=AdviceCache(config.cache), stats=AdvisorStats(),
                     prompts=PromptBuilder(config), journal=journal)
 

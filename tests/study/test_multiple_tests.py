@@ -123,7 +123,7 @@ def test_the_dsr_counts_every_trial_the_folder_ran_failed_and_rerun_ones_include
 def test_the_summary_and_report_carry_the_tests_with_their_labels(tmp_path):
     from hybrid_trader.study.report import write_study_report
     from hybrid_trader.study.spec import StudySpec, VariantSpec
-    from hybrid_trader.study.summary import summarize
+    from hybrid_trader.study.summary import summarize_study
 
     rng = np.random.default_rng(3)
     shift = {"rl-only": 0.0, "good": 0.01}
@@ -133,7 +133,7 @@ def test_the_summary_and_report_carry_the_tests_with_their_labels(tmp_path):
         r["Net PnL [$]"] = 50_000 * sum(r["daily_returns"])
     spec = StudySpec(variants=[VariantSpec("rl-only"), VariantSpec("good")], seeds=[0, 1, 2], folds=2,
                      hypotheses=[HypothesisSpec("good-wins", "good", "rl-only")])
-    summary = summarize(spec, rows, attempts={"attempts": 15})
+    summary = summarize_study(spec, rows, attempts={"attempts": 15})
     assert summary["deflated sharpe"]["trials"] == 15 and summary["hypotheses"][0]["verdict"] == "supported"
     mc = summary["many comparisons"]
     assert mc["against rl-only (baseline variant)"]["StepM superior at 0.05"] == ["good"]

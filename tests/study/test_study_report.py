@@ -11,7 +11,7 @@ import pandas as pd
 
 from hybrid_trader.study.report import write_study_report
 from hybrid_trader.study.spec import load_study
-from hybrid_trader.study.summary import PAIRED_FIGURES, SUMMARY_FIGURES, summarize
+from hybrid_trader.study.summary import PAIRED_FIGURES, SUMMARY_FIGURES, summarize_study
 from tests.study.test_study import study_file
 
 
@@ -25,7 +25,7 @@ def _study(tmp_path):
             row.update({f: 100.0 * (k + 1) + seed for f in SUMMARY_FIGURES})
             rows.append(row)
     rows.append({"trial": "fast-s9", "variant": "fast", "seed": 9, "fold": 0, "status": "failed", "error": "boom"})
-    return spec, summarize(spec, rows), pd.DataFrame([{k: v for k, v in r.items() if k != "daily_returns"}
+    return spec, summarize_study(spec, rows), pd.DataFrame([{k: v for k, v in r.items() if k != "daily_returns"}
                                                      for r in rows])
 
 

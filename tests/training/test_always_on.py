@@ -96,12 +96,12 @@ def test_learned_fusion_trains_its_gate_and_logs_the_trust_when_run_with_the_stu
 
 def test_phase3_verdict_is_measured_with_the_student_when_evaluated_with_verdict(tmp_path, student_market,
                                                                                   student_p2):
-    from hybrid_trader.evaluation.evaluate import evaluate_run
+    from hybrid_trader.evaluation.evaluate import EvaluationRequest, evaluate_run
 
     out = tmp_path / "p3"
     train_run(student_cfg(3, 256), out, init=student_p2, market=student_market, quiet=True)
-    ev = evaluate_run(out, split="test", seeds=1, market=student_market, quiet=True, ablation=False,
-                      verdict="rolling")
+    ev = evaluate_run(out, EvaluationRequest(split="test", seeds=1, market=student_market, quiet=True, ablation=False,
+                                             verdict="rolling"))
     figures = ev.extra["prop_verdict"]["figures"]
     assert set(figures) == {"agent", "flat", "random (seed 0)", "momentum"}
     days = len(student_market.sessions("test"))
@@ -113,13 +113,13 @@ def test_phase3_verdict_is_measured_with_the_student_when_evaluated_with_verdict
 
 def test_evaluation_advises_every_decision_and_reports_the_trust_when_fusion_is_learned(tmp_path, student_market,
                                                                                       student_p2):
-    from hybrid_trader.evaluation.evaluate import evaluate_run
+    from hybrid_trader.evaluation.evaluate import EvaluationRequest, evaluate_run
     from hybrid_trader.evaluation.report import write_report
 
     out = tmp_path / "p3"
     train_run(student_cfg(3, 256, **{"fusion.mode": "learned"}), out, init=student_p2, market=student_market,
               quiet=True)
-    ev = evaluate_run(out, split="test", seeds=1, market=student_market, quiet=True)
+    ev = evaluate_run(out, EvaluationRequest(split="test", seeds=1, market=student_market, quiet=True))
     llm = ev.extra["llm"]
     rate = [v for k, v in llm.items() if "query rate" in k.lower() and "configured" not in k.lower()]
     assert rate and rate[0] == pytest.approx(100.0)

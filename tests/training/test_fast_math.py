@@ -240,7 +240,9 @@ def test_resume_takes_fast_math_from_the_resuming_config(tmp_path, market):
                                              "ppo.total_timesteps": steps, "train.progress_bar": False})
 
     run = tmp_path / "run"
-    runner.train_run(config(False, 256), run, market=market, quiet=True, extra_callbacks=[Seen()])
-    runner.train_run(config(True, 512), run, resume=True, market=market, quiet=True, extra_callbacks=[Seen()])
+    runner.train_run(config(False, 256), run, market=market, quiet=True,
+                     hooks=runner.TrainHooks(extra_callbacks=[Seen()]))
+    runner.train_run(config(True, 512), run, resume=True, market=market, quiet=True,
+                     hooks=runner.TrainHooks(extra_callbacks=[Seen()]))
     assert seen[0] == (False, None) and seen[-1][0] is True
     assert LeanMaskablePPO.load(run / "model.zip").policy.optimizer.param_groups[0]["fused"] is None

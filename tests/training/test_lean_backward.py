@@ -11,11 +11,12 @@ import numpy as np
 import pytest
 import torch as th
 from gymnasium import spaces
+from sb3_contrib.common.maskable.buffers import MaskableRolloutBufferSamples
 from sb3_contrib.common.maskable.policies import MaskableActorCriticPolicy
 from torch.nn import functional as F
 
 from hybrid_trader.agent.advice_block import ADVICE, OBS_ADVICE, PHASE3_OBS_DIM
-from hybrid_trader.training.lean_backward import loss_and_grads, supports
+from hybrid_trader.training.lean_backward import LossSettings, loss_and_grads, supports
 from hybrid_trader.training.lean_forward import LeanForward, LeanMaskableCategoricalDistribution
 from hybrid_trader.training.policy import HybridMaskablePolicy
 
@@ -98,8 +99,10 @@ def _check_against_autograd(policy, d, clip_range_vf: float | None) -> None:
     assert lean is not None and supports(lean)
     kw = {"clip_range": 0.2, "clip_range_vf": clip_range_vf, "ent_coef": 0.05, "vf_coef": 0.5}
     ref, ref_grads = _autograd(policy, d, **kw)
-    terms, grads = loss_and_grads(lean, d["obs"], d["actions"], d["masks"], d["old_log_prob"], d["advantages"],
-                                  d["returns"], d["old_values"], normalize_advantage=True, **kw)
+    batch = MaskableRolloutBufferSamples(observations=d["obs"], actions=d["actions"], old_values=d["old_values"],
+                                         old_log_prob=d["old_log_prob"], advantages=d["advantages"],
+                                         returns=d["returns"], action_masks=d["masks"])
+    terms, grads = loss_and_grads(lean, batch, LossSettings(normalize_advantage=True, **kw))
     ours = (terms.loss, terms.policy_loss, terms.clip_fraction, terms.value_loss, terms.entropy_loss)
     for name, a, b in zip(("loss", "policy", "clip fraction", "value", "entropy"), ref, ours, strict=True):
         assert float(b) == pytest.approx(float(a.detach()), rel=RTOL, abs=ATOL), name

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from hybrid_trader.config import merge_overrides
-from hybrid_trader.evaluation.evaluate import evaluate_run
+from hybrid_trader.evaluation.evaluate import EvaluationRequest, evaluate_run
 from hybrid_trader.run.config import RunConfig
 from hybrid_trader.training.runner import train_run
 
@@ -40,7 +40,7 @@ def train_and_evaluate(tmp_path, edge: float) -> tuple[float, np.ndarray, dict]:
     )
     run_dir = tmp_path / f"edge{edge:g}"
     train_run(config, run_dir, quiet=True)
-    out = evaluate_run(run_dir, split="test", seeds=SEEDS, quiet=True)
+    out = evaluate_run(run_dir, EvaluationRequest(split="test", seeds=SEEDS, quiet=True))
     agent = out.metrics["agent"]["Net PnL [$]"]
     randoms = np.array([out.per_seed[f"random (seed {s})"]["Net PnL [$]"] for s in range(SEEDS)])
     return agent, randoms, out.metrics

@@ -23,7 +23,7 @@ import torch as th
 from hybrid_trader.agent.advice_block import N_FEATURES, OBS_ADVICE, OBS_ADVICE_PRESENT, PHASE3_OBS_DIM
 from hybrid_trader.config import merge_overrides
 from hybrid_trader.errors import UserError
-from hybrid_trader.evaluation.evaluate import evaluate_run
+from hybrid_trader.evaluation.evaluate import EvaluationRequest, evaluate_run
 from hybrid_trader.llm import build_advisor
 from hybrid_trader.run import RunDir
 from hybrid_trader.run.config import RunConfig
@@ -166,14 +166,15 @@ def test_phase3_run_keeps_its_narrow_network_when_trained_without_advice_input(t
     policy = load_model(RunDir(out), out / "model.zip").policy
     assert isinstance(policy.features_extractor, AdviceFreeFeatures) and not policy.advice_input
     assert policy.mlp_extractor.policy_net[0].weight.shape[1] == N_FEATURES
-    assert evaluate_run(out, split="test", seeds=1, quiet=True, ablation=False).metrics["agent"]["Days"] >= 1
+    ev = evaluate_run(out, EvaluationRequest(split="test", seeds=1, quiet=True, ablation=False))
+    assert ev.metrics["agent"]["Days"] >= 1
     with pytest.raises(UserError, match="fusion.advice_input"):  # from a run that read the advice
         train_run(config, tmp_path / "narrower", init=phase3_run, market=market, quiet=True)
 
 
 def test_phase3_verdict_is_refused_when_the_advisor_is_not_the_student(phase3_run):
     with pytest.raises(UserError, match="student") as err:
-        evaluate_run(phase3_run, split="test", seeds=1, quiet=True, verdict="sequential")
+        evaluate_run(phase3_run, EvaluationRequest(split="test", seeds=1, quiet=True, verdict="sequential"))
     assert "this advisor is the mock back end" in str(err.value)
 
 
@@ -197,7 +198,7 @@ def test_phase3_training_logs_llm_statistics_from_its_rollouts(phase3_run):
 def test_evaluate_phase3_reports_llm_statistics_samples_and_ablation(phase3_run):
     from hybrid_trader.evaluation.report import write_report
 
-    out = evaluate_run(phase3_run, split="test", seeds=2, quiet=True)
+    out = evaluate_run(phase3_run, EvaluationRequest(split="test", seeds=2, quiet=True))
     llm = out.extra["llm"]
     assert llm["LLM queries"] > 0 and llm["Advised decisions [%]"] > 0
     assert set(out.extra["ablation"]) == {"hybrid (RL + LLM)", "RL only (llm_weight 0)"}
@@ -215,8 +216,8 @@ def test_evaluate_explains_the_first_sample_decisions_when_asked(phase3_run, tmp
     from hybrid_trader.evaluation.report import write_report
     from hybrid_trader.evaluation.results import EXPLAINED_BY_KEY, REASONING_KEY
 
-    out = evaluate_run(phase3_run, split="test", seeds=1, quiet=True, ablation=False, explain=2, explain_llm="mock",
-                       out_dir=tmp_path / "eval")
+    out = evaluate_run(phase3_run, EvaluationRequest(split="test", seeds=1, quiet=True, ablation=False, explain=2,
+                                                     explain_llm="mock", out_dir=tmp_path / "eval"))
     figures = out.extra["explained"]
     assert figures["explained"] == 2 and figures["decision_parsed_pct"] == figures["all_four_steps_pct"] == 100.0
     results = json.loads((tmp_path / "eval" / "results.json").read_text())
@@ -230,12 +231,13 @@ def test_evaluate_explains_the_first_sample_decisions_when_asked(phase3_run, tmp
 def test_evaluate_refuses_to_explain_when_the_run_is_not_phase3(phase2_run):
 
     with pytest.raises(UserError, match="phase 3"):
-        evaluate_run(phase2_run, split="test", seeds=1, quiet=True, explain=2)
+        evaluate_run(phase2_run, EvaluationRequest(split="test", seeds=1, quiet=True, explain=2))
 
 
 def test_evaluate_phase3_with_seed_rules_when_strategy_rules(phase3_run):
 
-    out = evaluate_run(phase3_run, split="test", seeds=1, quiet=True, strategy="rules", ablation=False)
+    out = evaluate_run(phase3_run, EvaluationRequest(split="test", seeds=1, quiet=True, strategy="rules",
+                                                     ablation=False))
     used = out.extra["llm"]["Fusion rules used"]
     assert set(used) <= {"AGREEMENT", "RL_HIGH_CONFIDENCE", "LLM_HIGH_CONFIDENCE", "CONFIDENCE_WEIGHTED",
                          "UNCERTAINTY_HOLD", "RL_ONLY"}

@@ -18,7 +18,7 @@ from hybrid_trader.errors import UserError
 from hybrid_trader.evaluation.runner import validation_fn
 from hybrid_trader.run.config import RunConfig
 from hybrid_trader.run.market import load_market
-from hybrid_trader.training.runner import train_run
+from hybrid_trader.training.runner import TrainHooks, train_run
 
 TINY = {"data.synthetic_days": 12, "ppo.n_steps": 128, "ppo.batch_size": 128, "ppo.n_envs": 2,
         "ppo.n_epochs": 2, "train.validate_every": 256, "train.validation_sessions": 2,
@@ -47,7 +47,7 @@ class InterruptAt(BaseCallback):
 
 
 def test_run_directory_holds_everything_when_training_finishes(tmp_path, market):
-    status = train_run(cfg(), tmp_path / "run", market=market, quiet=True, validation=validation_fn)
+    status = train_run(cfg(), tmp_path / "run", market=market, quiet=True, hooks=TrainHooks(validation=validation_fn))
     run = tmp_path / "run"
     for name in ("config.yaml", "split.json", "model.zip", "vecnormalize.pkl", "progress.jsonl", "status.json",
                  "validation.jsonl"):
@@ -91,7 +91,7 @@ def test_resume_continues_steps_and_optimizer_when_interrupted(tmp_path, market)
 
     run = tmp_path / "run"
     with pytest.raises(KeyboardInterrupt):
-        train_run(cfg(steps=1024), run, market=market, quiet=True, extra_callbacks=[InterruptAt(512)])
+        train_run(cfg(steps=1024), run, market=market, quiet=True, hooks=TrainHooks(extra_callbacks=[InterruptAt(512)]))
     status = json.loads((run / "status.json").read_text())
     assert status["state"] == "interrupted" and status["total_timesteps"] >= 512
     ckpt = run / status["last_checkpoint"]
@@ -212,7 +212,8 @@ def test_sigint_when_training_stops_at_next_step_with_checkpoint_and_restores_ha
     before = signal.getsignal(signal.SIGINT)
     sender = SignalAt(200)
     with pytest.raises(KeyboardInterrupt):
-        train_run(cfg(steps=100_000), tmp_path / "run", market=market, quiet=True, extra_callbacks=[sender])
+        train_run(cfg(steps=100_000), tmp_path / "run", market=market, quiet=True,
+                  hooks=TrainHooks(extra_callbacks=[sender]))
     status = json.loads((tmp_path / "run" / "status.json").read_text())
     assert status["state"] == "interrupted"
     # the signal only set a flag: training ended within one vectorised step of it (2 environments)

@@ -8,7 +8,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from hybrid_trader.advise.collect import RunPolicy, collect_llm_config, collect_split
+from hybrid_trader.advise.collect import CollectRequest, RunPolicy, collect_llm_config, collect_split
 from hybrid_trader.advise.distill import DistillConfig, distill
 from hybrid_trader.errors import UserError
 from hybrid_trader.features.names import FEATURE_NAMES
@@ -56,14 +56,15 @@ def test_collect_skips_the_teacher_s_states_when_continuing_its_dataset(tmp_path
     train_run(config, out, init=student_p2, market=student_market, quiet=True)
     before, _ = read_split(out, "train")
     result = collect_split(out, "train", collect_llm_config(config, backend="mock", batch=64),
-                           market=student_market, run_config=config, policy=RunPolicy(out), progress=False,
-                           say=lambda s: None)
+                           CollectRequest(market=student_market, run_config=config, policy=RunPolicy(out),
+                                          progress=False, say=lambda s: None))
     after, _ = read_split(out, "train")
     assert result.stored_before == len(before) and len(after) == len(before) + result.asked
     assert len(after.keys()) == len(after)  # nothing the teacher answered was asked again
     # the next round: held-out days, then a student of phase 3's own states (261 features)
-    collect_split(out, "val", collect_llm_config(config, backend="mock", batch=64), market=student_market,
-                  run_config=config, policy=RunPolicy(out), progress=False, max_states=400, say=lambda s: None)
+    collect_split(out, "val", collect_llm_config(config, backend="mock", batch=64), CollectRequest(
+        market=student_market, run_config=config, policy=RunPolicy(out), progress=False, max_states=400,
+        say=lambda s: None))
     distilled = distill(out, DistillConfig(epochs=2, hidden=(16,)), say=lambda s: None)
     assert distilled["info"]["train_rows"] == len(after)
     assert load_student(out / "advice" / "student.pt").obs_dim == len(FEATURE_NAMES)

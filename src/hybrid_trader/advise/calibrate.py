@@ -19,10 +19,12 @@ import dataclasses
 import math
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from tqdm.auto import tqdm
 
 from hybrid_trader.account_state import AccountState
 from hybrid_trader.actions import Action
@@ -92,11 +94,15 @@ def calibration_contexts(market: Market, t: Sequence[int] | np.ndarray) -> list[
     return out
 
 
-def score_contexts(backend: Backend, prompts: PromptBuilder, contexts: Sequence[AdvisorContext],
-                   batch: int = 16) -> np.ndarray:
-    """The back end's raw name probabilities (n, 6), no calibration."""
-    out = [np.asarray(backend.score([prompts.query(c) for c in contexts[i:i + batch]]), dtype=np.float64)
-           for i in range(0, len(contexts), batch)]
+def score_contexts(backend: Backend, prompts: PromptBuilder, contexts: Sequence[AdvisorContext], *,
+                   batch: int = 16, progress: bool = False, desc: str = "") -> np.ndarray:
+    """The back end's raw scoring-mode distributions (n, 6) of ``contexts``, each rendered by ``prompts`` (its
+    retrieval included), ``batch`` at a time; no calibration. ``progress``: a bar named ``desc``."""
+    out = []
+    for start in tqdm(range(0, len(contexts), batch), desc=desc or "score", unit="batch", disable=not progress,
+                      leave=False):
+        queries = [prompts.query(c) for c in contexts[start:start + batch]]
+        out.append(np.asarray(backend.score(queries), dtype=np.float64))
     return np.concatenate(out) if out else np.zeros((0, 6))
 
 
@@ -120,13 +126,28 @@ def lean_table(contexts: Sequence[AdvisorContext], mass: np.ndarray, cal: BatchC
     return rows
 
 
-def calibrate_run(run_dir: Path, run_config: RunConfig, llm_config: LLMConfig, market: Market, *,
-                  max_states: int = 200, min_states: int = MIN_STATES, batch: int = 16, force: bool = False,
-                  backend: Backend | None = None, say: Callable[[str], None] | None = None,
-                  ) -> tuple[BatchCalibration, list[dict[str, Any]]]:
-    """Fit and store ``RUN_DIR/llm_calibration.json`` on the training days; returns it and the lean table.
+@dataclass(frozen=True)
+class CalibrationFit:
+    """How a batch calibration is fitted: on how many training states, asked how, of which model."""
+
+    max_states: int = 200
+    """Training bars sampled (each asked flat, long and short)."""
+    min_states: int = MIN_STATES
+    """Fewer states of a market or position than this: a UserError (too few to divide a lean by)."""
+    batch: int = 16
+    """Prompts per model call."""
+    backend: Backend | None = None
+    """The model asked (tests); None: the LLM configuration's back end, made and closed here."""
+
+
+def calibrate_run(run_dir: Path, run_config: RunConfig, llm_config: LLMConfig, market: Market,
+                  fit: CalibrationFit = CalibrationFit(), *, force: bool = False,
+                  say: Callable[[str], None] | None = None) -> tuple[BatchCalibration, list[dict[str, Any]]]:
+    """Fit (as ``fit`` says) and store ``RUN_DIR/llm_calibration.json`` on the training days; returns it and the
+    lean table.
 
     ``say``: told how many states are asked, before the model is loaded."""
+    max_states, min_states, batch, backend = fit.max_states, fit.min_states, fit.batch, fit.backend
     if llm_config.mode != "score":
         raise UserError("batch calibration divides scoring-mode distributions; llm.mode is 'generate'",
                         fix="set llm.mode: score")
@@ -161,8 +182,8 @@ def calibrate_run(run_dir: Path, run_config: RunConfig, llm_config: LLMConfig, m
 
 def advice_calibration(run_dir: Path, llm_config: LLMConfig, *, calibrate: bool = True,
                        run_config: RunConfig | None = None, market: Market | None = None,
-                       retrieval: dict | None = None, say: Callable[[str], None] = print, max_states: int = 200,
-                       batch: int = 16, backend: Backend | None = None) -> AdviceCalibration:
+                       retrieval: dict | None = None, say: Callable[[str], None] = print,
+                       fit: CalibrationFit = CalibrationFit()) -> AdviceCalibration:
     """The run's batch calibration for ``llm_config``'s advice: the one rule of every caller that asks a model.
 
     A back end without an answer lean (trend rule, mock, student; ``run.calibration.needs_calibration``) gets
@@ -170,7 +191,8 @@ def advice_calibration(run_dir: Path, llm_config: LLMConfig, *, calibrate: bool 
     gets the run's, fitted first on the training days when the run has none (said, with its cost in states and
     seconds); with ``calibrate=False`` (``--no-calibrate``) none, even when the run has one, and the result
     says ``raw``.
-    ``retrieval``: the prompt's ``Retriever.identity()`` when it retrieves its examples.
+    ``retrieval``: the prompt's ``Retriever.identity()`` when it retrieves its examples; ``fit``: how a missing
+    calibration is fitted.
     """
     run_dir = Path(run_dir)
     if not needs_calibration(llm_config):  # the calibration fitted for one by hand (advise calibrate --llm mock)
@@ -190,8 +212,7 @@ def advice_calibration(run_dir: Path, llm_config: LLMConfig, *, calibrate: bool 
     say(f"the run has no batch calibration of the {llm_config.backend} advice: fitting it first "
         "(--no-calibrate skips it and marks the advice raw)")
     start = time.perf_counter()
-    cal, _ = calibrate_run(run_dir, run_config, llm_config, market, max_states=max_states, batch=batch,
-                           backend=backend, say=say)
+    cal, _ = calibrate_run(run_dir, run_config, llm_config, market, fit, say=say)
     seconds = time.perf_counter() - start
     say(f"batch calibration fitted in {seconds:.1f} s on {sum(cal.counts.values()):,} states: "
         + ", ".join(f"{k} {n}" for k, n in cal.counts.items()))

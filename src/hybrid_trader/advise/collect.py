@@ -316,31 +316,53 @@ class CollectResult:
         return dataclasses.asdict(self) | {"chunks": [str(c) for c in self.chunks]}
 
 
-def collect_split(run_dir: Path, split: str, llm_config: LLMConfig, *, market: Market | None = None,
-                  run_config: RunConfig | None = None, policy: Callable | None = None, workers: int | None = None,
-                  max_states: int | None = None, sampled: int = 1, chunk: int = 256, progress: bool = True,
-                  asker: Any = None, say: Callable[[str], None] = print, calibrate: bool = True) -> CollectResult:
-    """Collect (or continue collecting) one split's advice into ``RUN_DIR/advice/<split>/``.
+@dataclass(frozen=True)
+class CollectRequest:
+    """How one split's advice is collected: what is already loaded, how many states, how asked and written."""
+
+    market: Market | None = None
+    """The run's market, already loaded; None: loaded from the run's data."""
+    run_config: RunConfig | None = None
+    """The run's configuration, already read; None: read from the run directory."""
+    policy: Callable | None = None
+    """The policy whose rollout visits the states; None: the run's own (:class:`RunPolicy`)."""
+    workers: int | None = None
+    """Processes asking the model; None: as many as the back end allows (:func:`worker_count`)."""
+    max_states: int | None = None
+    """At most this many states in the split's dataset (a seeded random subset, in time order); None: all."""
+    sampled: int = 1
+    """Sampled rollouts beside the deterministic one."""
+    chunk: int = 256
+    """Answers per written chunk."""
+    progress: bool = True
+    """A progress bar."""
+    asker: Any = None
+    """Who asks the model (tests); None: a local or pooled asker by ``workers``."""
+    say: Callable[[str], None] = print
+    """Where progress lines go."""
+    calibrate: bool = True
+    """Divide a leaning model's answers by the run's batch calibration; False: store them raw, marked so."""
+
+
+def collect_split(run_dir: Path, split: str, llm_config: LLMConfig,
+                  request: CollectRequest = CollectRequest()) -> CollectResult:
+    """Collect (or continue collecting) one split's advice into ``RUN_DIR/advice/<split>/``, as ``request`` says.
 
     A leaning model's answers are divided by the run's batch calibration, fitted first on the training days
-    when the run has none; ``calibrate=False`` stores them raw, marked so (:func:`advice_calibration`).
+    when the run has none; ``request.calibrate=False`` stores them raw, marked so (:func:`advice_calibration`).
     Holds ``RUN_DIR/advice/.lock`` throughout: a second writer (another collect, a phase 3
     teacher, distill) is refused at once, naming the process that writes.
     """
     check_writable(advice_dir(Path(run_dir)), what="advise collect")
     with advice_lock(Path(run_dir), f"advise collect {split}"):
-        return _collect_split(run_dir, split, llm_config, market=market, run_config=run_config, policy=policy,
-                              workers=workers, max_states=max_states, sampled=sampled, chunk=chunk,
-                              progress=progress, asker=asker, say=say, calibrate=calibrate)
+        return _collect_split(run_dir, split, llm_config, request)
 
 
-def _collect_split(run_dir: Path, split: str, llm_config: LLMConfig, *, market: Market | None = None,
-                  run_config: RunConfig | None = None, policy: Callable | None = None, workers: int | None = None,
-                  max_states: int | None = None, sampled: int = 1, chunk: int = 256, progress: bool = True,
-                  asker: Any = None, say: Callable[[str], None] = print, calibrate: bool = True) -> CollectResult:
+def _collect_split(run_dir: Path, split: str, llm_config: LLMConfig, request: CollectRequest) -> CollectResult:
     """:func:`collect_split` without the lock."""
     run_dir = Path(run_dir)
-    run_config = run_config or load_run_config(run_dir)
+    run_config = request.run_config or load_run_config(run_dir)
+    market, max_states, sampled, say = request.market, request.max_states, request.sampled, request.say
     prompts = PromptBuilder(llm_config)
     if llm_config.prompt.retrieval.enabled:  # the training days' pool decides the examples and the identity
         market = market or load_market(run_config.data, run_config.split)
@@ -348,7 +370,7 @@ def _collect_split(run_dir: Path, split: str, llm_config: LLMConfig, *, market: 
     pool = prompts.retrieval.pool if prompts.retrieval is not None else None
     retrieval = prompts.retrieval.identity() if prompts.retrieval is not None else None
     market = market or load_market(run_config.data, run_config.split)
-    choice = advice_calibration(run_dir, llm_config, calibrate=calibrate, run_config=run_config, market=market,
+    choice = advice_calibration(run_dir, llm_config, calibrate=request.calibrate, run_config=run_config, market=market,
                                 retrieval=retrieval, say=say)
     calibration, calibration_id = choice.calibration, choice.mark
     identity = advice_identity(llm_config, retrieval=retrieval, raw=choice.raw)
@@ -364,7 +386,7 @@ def _collect_split(run_dir: Path, split: str, llm_config: LLMConfig, *, market: 
                         f", the run now with {calibration_id or 'none'}", file=str(run_dir / "advice" / split),
                         fix="collect with the calibration that built this dataset, or move the folder away to "
                             "start a new dataset")
-    policy = policy or RunPolicy(run_dir)
+    policy = request.policy or RunPolicy(run_dir)
     visited = rollout_states(market, run_config, policy, split, sampled=sampled, seed=run_config.ppo.seed,
                              skip=stored.keys() if stored is not None else None)
     n_stored = len(stored) if stored is not None else 0
@@ -389,8 +411,9 @@ def _collect_split(run_dir: Path, split: str, llm_config: LLMConfig, *, market: 
         return result
     size = llm_config.batching.max_batch
     batches = [todo[i:i + size] for i in range(0, len(todo), size)]
+    asker = request.asker
     if asker is None:
-        n = worker_count(workers, llm_config, say)
+        n = worker_count(request.workers, llm_config, say)
         if n > 1:
             threads = max(1, (os.cpu_count() or 1) // n)
             asker = PoolAsker(llm_config, n, threads, pool)
@@ -422,7 +445,7 @@ def _collect_split(run_dir: Path, split: str, llm_config: LLMConfig, *, market: 
     start = time.perf_counter()
     first_done = None
     first_rows = 0
-    bar = tqdm(total=len(todo), unit="ctx", desc=f"advice {split}", disable=not progress, smoothing=0.1)
+    bar = tqdm(total=len(todo), unit="ctx", desc=f"advice {split}", disable=not request.progress, smoothing=0.1)
     try:
         for b, answers in asker.ask([[visited.context[i] for i in batch] for batch in batches]):
             buffer.extend(zip(batches[b], answers))
@@ -431,7 +454,7 @@ def _collect_split(run_dir: Path, split: str, llm_config: LLMConfig, *, market: 
             if first_done is None:
                 first_done, first_rows = time.perf_counter(), len(answers)
             bar.update(len(answers))
-            if len(buffer) >= chunk:
+            if len(buffer) >= request.chunk:
                 flush()
     finally:
         bar.close()

@@ -273,7 +273,7 @@ def _distill(run_dir: Path, config: DistillConfig | None = None, *, say: Callabl
     return out
 
 
-def metrics_table(metrics: dict) -> str:
+def fidelity_table(metrics: dict) -> str:
     """The fidelity metrics as a labelled text table (one column per split)."""
     splits = [s for s in (*SPLITS,) if s in metrics]
     width = max(len(x) for x in METRIC_LABELS) + 2

@@ -34,7 +34,8 @@ from hybrid_trader.live.executor import Executor, ExecutorOptions, run_bar_minut
 from hybrid_trader.live.feeds import FOLLOW_POLL_S, Bar, FollowFeed, ReplayFeed
 from hybrid_trader.live.ninjatrader import NinjaTraderBridge
 from hybrid_trader.live.nt_sim import NinjaTraderSim
-from hybrid_trader.live.nt_sim_market import Market
+from hybrid_trader.live.nt_sim_market import SimMarket
+from hybrid_trader.live.nt_sim_settings import SimSettings
 
 TARGET_P99_MS = 250.0
 """The target: an order file visible within 250 ms of its bar's line (99th percentile)."""
@@ -108,9 +109,9 @@ def run(args: LiveLatencyArgs) -> int:
     bar_s = 60.0 * bar_minutes
     now = [int(history[-1].time_ns or 0) / 1e9 + bar_s + 1.0]  # the executor's wall clock: the last appended bar's end
 
-    market = Market(history[-1].close)
+    market = SimMarket(history[-1].close)
     sim = NinjaTraderSim(folder / "NinjaTrader 8", [args.account], args.instrument, market,
-                         poll_s=args.nt_poll_s, latency_s=0.0).start()
+                         SimSettings(poll_s=args.nt_poll_s, latency_s=0.0)).start()
     bridge = NinjaTraderBridge(sim.folder, args.account, args.instrument)
     sends: list[tuple[int | None, float, float]] = []
     send = bridge._send

@@ -202,7 +202,7 @@ def format_comparison(rows: dict[str, dict[str, float]]) -> str:
     return "\n".join([*lines, f"({NESTING})"])
 
 
-def format_table(table: dict[str, float]) -> str:
+def segments_table(table: dict[str, float]) -> str:
     """One run's microseconds per vector step as an aligned text table."""
     width = max(len(name) for name in table) if table else 10
     return "\n".join([*(f"{name:<{width}}  {us:>10,.1f} us/step" for name, us in table.items()), f"({NESTING})"])

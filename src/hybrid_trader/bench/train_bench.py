@@ -32,15 +32,15 @@ from typing import Any
 
 import numpy as np
 
-from hybrid_trader.advise.collect import RunPolicy, collect_llm_config, collect_split
+from hybrid_trader.advise.collect import CollectRequest, RunPolicy, collect_llm_config, collect_split
 from hybrid_trader.advise.distill import DistillConfig, distill
 from hybrid_trader.bench.args import TrainBenchArgs
-from hybrid_trader.bench.segments import SegmentTimer, compare, format_comparison, format_table
+from hybrid_trader.bench.segments import SegmentTimer, compare, format_comparison, segments_table
 from hybrid_trader.config import merge_overrides
 from hybrid_trader.run.config import RunConfig
 from hybrid_trader.run.market import load_market
 from hybrid_trader.training.callbacks import EnvTimeCallback
-from hybrid_trader.training.runner import train_run
+from hybrid_trader.training.runner import TrainHooks, train_run
 
 
 def _last_record(run_dir: Path, key: str) -> Any:
@@ -71,8 +71,8 @@ def build_tiny_student(run_dir: Path, run_config: Any, market: Any, max_states: 
     llm = collect_llm_config(run_config, backend="mock", batch=256)
     policy = RunPolicy(run_dir)
     for split, n in (("train", max_states), ("val", max_states // 4)):
-        collect_split(run_dir, split, llm, market=market, run_config=run_config, policy=policy, max_states=n,
-                      progress=False, say=lambda s: None)
+        collect_split(run_dir, split, llm, CollectRequest(market=market, run_config=run_config, policy=policy,
+                                                          max_states=n, progress=False, say=lambda s: None))
     out = distill(run_dir, DistillConfig(epochs=10, hidden=(64, 64)), say=lambda s: None)
     return out["metrics"].get("val", {})
 
@@ -135,8 +135,9 @@ def run(args: TrainBenchArgs) -> int:
                 # the same timing callbacks (each costs a little per step).
                 same = merge_overrides(config, {"env.phase": 2})
                 same_segments = SegmentTimer() if args.breakdown else None
-                s2 = train_run(same, tmp_dir / f"p2-same-{r}", market=market, init=init, quiet=True,
-                               extra_callbacks=[EnvTimeCallback(), *([same_segments] if same_segments else [])])
+                s2 = train_run(
+                    same, tmp_dir / f"p2-same-{r}", market=market, init=init, quiet=True,
+                    hooks=TrainHooks(extra_callbacks=[EnvTimeCallback(), *([same_segments] if same_segments else [])]))
                 p2_times.append(float(s2["wall_seconds"]))
                 cpu_times[0].append(float(s2["cpu_seconds"]))
                 if same_segments is not None:
@@ -146,7 +147,7 @@ def run(args: TrainBenchArgs) -> int:
             start = time.perf_counter()
             run_dir = tmp_dir / f"run-{r}"
             status = train_run(config, run_dir, market=market, init=init, quiet=True,
-                               extra_callbacks=[timer, *([run_segments] if run_segments else [])])
+                               hooks=TrainHooks(extra_callbacks=[timer, *([run_segments] if run_segments else [])]))
             wall = time.perf_counter() - start
             p3_times.append(float(status["wall_seconds"]))
             cpu_times[1].append(float(status["cpu_seconds"]))
@@ -198,7 +199,7 @@ def run(args: TrainBenchArgs) -> int:
         if phase == 3:
             print(format_comparison(result["segments_us_per_step"]))
         else:
-            print(format_table(result["segments_us_per_step"]))
+            print(segments_table(result["segments_us_per_step"]))
     print(json.dumps(result))
     return 0
 

@@ -111,7 +111,7 @@ def _splits(choice: str) -> list[str]:
 
 def _collect(args: argparse.Namespace) -> int:
     # collect pulls in torch, sb3 and the features (~3 s); the CLI's --help must not pay it
-    from hybrid_trader.advise.collect import collect_llm_config, collect_split
+    from hybrid_trader.advise.collect import CollectRequest, collect_llm_config, collect_split
     from hybrid_trader.run.market import load_market  # same reason as above
     from hybrid_trader.training.runner import load_run_config  # same reason as above
 
@@ -129,9 +129,10 @@ def _collect(args: argparse.Namespace) -> int:
     market = load_market(run_config.data, run_config.split)
     results = []
     for split in _splits(args.split):
-        r = collect_split(args.run_dir, split, llm_config, market=market, run_config=run_config,
-                          workers=args.workers, max_states=args.max_states, sampled=args.sampled, chunk=args.chunk,
-                          progress=not args.no_progress, calibrate=args.calibrate)
+        request = CollectRequest(market=market, run_config=run_config, workers=args.workers,
+                                 max_states=args.max_states, sampled=args.sampled, chunk=args.chunk,
+                                 progress=not args.no_progress, calibrate=args.calibrate)
+        r = collect_split(args.run_dir, split, llm_config, request)
         if r.asked:
             print(f"{split}: asked {r.asked:,} contexts in {r.seconds:.1f} s: {r.contexts_per_s:.1f} contexts/s "
                   f"({r.steady_contexts_per_s:.1f}/s after the first batch; {r.backend}); "
@@ -143,7 +144,7 @@ def _collect(args: argparse.Namespace) -> int:
 
 def _calibrate(args: argparse.Namespace) -> int:
     # calibrate loads the back end and the features (~3 s); the CLI's --help must not pay it
-    from hybrid_trader.advise.calibrate import calibrate_run
+    from hybrid_trader.advise.calibrate import CalibrationFit, calibrate_run
     from hybrid_trader.advise.collect import collect_llm_config  # same reason as above
     from hybrid_trader.run.market import load_market  # same reason as above
     from hybrid_trader.training.runner import load_run_config  # same reason as above
@@ -154,8 +155,8 @@ def _calibrate(args: argparse.Namespace) -> int:
     run_config = load_run_config(args.run_dir)
     llm_config = collect_llm_config(run_config, args.config, args.llm, args.batch, adapter=args.adapter)
     market = load_market(run_config.data, run_config.split)
-    cal, table = calibrate_run(args.run_dir, run_config, llm_config, market, max_states=args.max_states,
-                               min_states=args.min_states, batch=args.batch, force=args.force)
+    fit = CalibrationFit(max_states=args.max_states, min_states=args.min_states, batch=args.batch)
+    cal, table = calibrate_run(args.run_dir, run_config, llm_config, market, fit, force=args.force)
     print(f"batch calibration of {llm_config.backend} on {len(cal.days)} training day(s): "
           + ", ".join(f"{k} {n} states" for k, n in cal.counts.items()))
     for key, mean in cal.means.items():
@@ -201,7 +202,7 @@ def _check(args: argparse.Namespace) -> int:
 
 def _distill(args: argparse.Namespace) -> int:
     # distill pulls in torch (~1.5 s); the CLI's --help must not pay it
-    from hybrid_trader.advise.distill import DistillConfig, distill, metrics_table
+    from hybrid_trader.advise.distill import DistillConfig, distill, fidelity_table
 
     try:
         hidden = tuple(int(h) for h in args.hidden.split(",") if h.strip())
@@ -216,7 +217,7 @@ def _distill(args: argparse.Namespace) -> int:
     print(f"student: {info['train_rows']:,} training rows, validation on {info['validation']}, "
           f"best epoch {info['best_epoch']}/{info['epochs']}, {info['seconds']} s "
           f"-> {args.run_dir / 'advice' / 'student.pt'}")
-    print(metrics_table(out["metrics"]))
+    print(fidelity_table(out["metrics"]))
     print(json.dumps(out))
     return 0
 
@@ -236,7 +237,7 @@ def _shuffle(args: argparse.Namespace) -> int:
 def _compare(args: argparse.Namespace) -> int:
     # compare pulls in torch (~1.5 s); the CLI's --help must not pay it
     from hybrid_trader.advise.compare import compare_split, confusion_table
-    from hybrid_trader.advise.distill import load_run_student, metrics_table  # same reason as above
+    from hybrid_trader.advise.distill import fidelity_table, load_run_student  # same reason as above
     from hybrid_trader.run.advice_dataset import part_files  # same reason as above
 
     student = load_run_student(args.run_dir)
@@ -251,7 +252,7 @@ def _compare(args: argparse.Namespace) -> int:
         r = compare_split(args.run_dir, split, student)
         print(f"== {split}: {r['rows']:,} rows, {r['abstained']:,} abstained"
               + (f"; RAW advice ({r['raw']}): the model's constant lean is in the LLM column" if r["raw"] else ""))
-        print(metrics_table({split: r["fidelity"]}))
+        print(fidelity_table({split: r["fidelity"]}))
         if r.get("by_position"):
             print("Top-1 agreement by position [%]: " + ", ".join(f"{k} {v:.1f}" for k, v in r["by_position"].items()))
         print(confusion_table(r["confusion"]))

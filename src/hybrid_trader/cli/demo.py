@@ -54,12 +54,12 @@ def headline_line(metrics: dict, dates: tuple[str, str]) -> str:
 def run(args: argparse.Namespace) -> int:
     # Training and evaluation load torch, gymnasium and TA-Lib: 1.9 s (measured) that
     # `hybrid-trader --help` (0.1 s) must not pay; the same holds for each line below.
-    from hybrid_trader.evaluation.evaluate import HEADLINE, evaluate_run, format_table  # torch
+    from hybrid_trader.evaluation.evaluate import HEADLINE, EvaluationRequest, evaluate_run, format_table  # torch
     from hybrid_trader.evaluation.report import write_report  # torch
     from hybrid_trader.evaluation.runner import validation_fn  # torch
     from hybrid_trader.run.config import RunConfig  # torch (via the agent's fusion)
     from hybrid_trader.run.market import load_market  # gymnasium, TA-Lib
-    from hybrid_trader.training.runner import train_run  # torch, stable-baselines3
+    from hybrid_trader.training.runner import TrainHooks, train_run  # torch, stable-baselines3
 
     started = time.perf_counter()
     out = Path(args.out) if args.out else Path("runs") / f"demo-{time.strftime('%Y%m%d-%H%M%S')}"
@@ -85,11 +85,11 @@ def run(args: argparse.Namespace) -> int:
     market = load_market(cfg1.data, cfg1.split)
     print(f"== demo: {market.bars.source}")
     print("== phase 1: entries (HOLD/BUY/SELL, fixed ATR stop and target)")
-    train_run(cfg1, out / "phase1", market=market, validation=validation_fn)
+    train_run(cfg1, out / "phase1", market=market, hooks=TrainHooks(validation=validation_fn))
     print("== phase 2: position management (6 actions), initialised from phase 1")
-    train_run(cfg2, out / "phase2", init=out / "phase1", market=market, validation=validation_fn)
+    train_run(cfg2, out / "phase2", init=out / "phase1", market=market, hooks=TrainHooks(validation=validation_fn))
     print("== evaluation on the test split (days neither phase trained on)")
-    result = evaluate_run(out / "phase2", split="test", seeds=3, market=market)
+    result = evaluate_run(out / "phase2", EvaluationRequest(split="test", seeds=3, market=market))
     report = write_report(out / "phase2")
     print(format_table(result.metrics, HEADLINE))
     assert result.dates is not None  # evaluate_run always sets the split's first and last day

@@ -75,19 +75,20 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     # evaluation loads torch, SB3 and the environment (about 2 s): `hybrid-trader --help` must not pay it
-    from hybrid_trader.evaluation.evaluate import HEADLINE, evaluate_run, format_table
+    from hybrid_trader.evaluation.evaluate import HEADLINE, EvaluationRequest, evaluate_run, format_table
     from hybrid_trader.evaluation.metrics import jsonable  # same reason
     from hybrid_trader.evaluation.verdict import VERDICT_FIGURES, VerdictConfig  # same reason
 
     if args.ablation:
         return _ablation(args)
     overrides = {"path": args.data, "tz": args.tz, "time_shift": args.time_shift} if args.data else None
-    out = evaluate_run(Path(args.run_dir), split=args.split, seeds=args.seeds, data_overrides=overrides,
-                       quiet=args.json, llm_overrides=llm_key_overrides(overrides_from(args, ("--llm",))) or None,
-                       strategy=args.strategy, ablation=not args.no_ablation, explain=args.explain,
-                       explain_llm=args.explain_llm, fresh_days=args.fresh_days, verdict=args.verdict,
-                       verdict_config=VerdictConfig(args.evaluation_fee, args.reset_fee, args.pass_value,
-                                                    args.max_days) if args.verdict else None, symbol=args.market)
+    request = EvaluationRequest(
+        split=args.split, seeds=args.seeds, data_overrides=overrides, symbol=args.market, quiet=args.json,
+        llm_overrides=llm_key_overrides(overrides_from(args, ("--llm",))) or None, strategy=args.strategy,
+        ablation=not args.no_ablation, explain=args.explain, explain_llm=args.explain_llm, fresh_days=args.fresh_days,
+        verdict=args.verdict, verdict_config=VerdictConfig(args.evaluation_fee, args.reset_fee, args.pass_value,
+                                                           args.max_days) if args.verdict else None)
+    out = evaluate_run(Path(args.run_dir), request)
     if not args.json:
         print(format_table(out.metrics, HEADLINE))
         if out.extra.get("llm"):

@@ -241,11 +241,13 @@ def _finetune(args: argparse.Namespace) -> int:
 
 def _eval(args: argparse.Namespace) -> int:
     # torch and transformers load ~3 s; only this command pays them
+    from hybrid_trader.finetune.evaluate import LlmEvalRequest
     from hybrid_trader.finetune.pipeline import evaluate_llm
 
-    result = evaluate_llm(args.run_dir, args.split, max_states=args.max_states, batch=args.batch, cot=args.cot,
-                          train_states=args.train_states, retrieval=args.retrieval, retrieval_mode=args.retrieval_mode,
-                          calibration_states=args.calibration_states, calibrate=args.calibrate)
+    result = evaluate_llm(args.run_dir, args.split, LlmEvalRequest(
+        max_states=args.max_states, batch=args.batch, cot=args.cot, train_states=args.train_states,
+        retrieval=args.retrieval, retrieval_mode=args.retrieval_mode, calibration_states=args.calibration_states,
+        calibrate=args.calibrate))
     adapter = result["adapter"]
     print(f"# {result['split']} split, {result['states']} labelled states ({result['source']}); "
           + (f"adapter best step {adapter['best_step']}" if adapter else "no adapter")

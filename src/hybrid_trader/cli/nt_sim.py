@@ -53,7 +53,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     # imported only when it runs: `hybrid-trader --help` does not load the live package
     from hybrid_trader.live.nt_sim import NinjaTraderSim
-    from hybrid_trader.live.nt_sim_market import FileMarket, Market
+    from hybrid_trader.live.nt_sim_market import FileMarket, SimMarket
+    from hybrid_trader.live.nt_sim_settings import SimSettings
 
     if args.duration is not None and not (math.isfinite(args.duration) and args.duration > 0):
         raise UserError(f"--duration {args.duration}: a positive number of seconds", fix="e.g. --duration 3600")
@@ -61,11 +62,12 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--price {args.price}: a positive price", fix="e.g. --price 21000.25")
     if args.prices is not None and not Path(args.prices).expanduser().parent.is_dir():
         raise UserError("the folder of --prices does not exist", file=args.prices, fix="pass the bars file's path")
-    market = Market(args.price) if args.price is not None else FileMarket(Path(args.prices).expanduser())
+    market = SimMarket(args.price) if args.price is not None else FileMarket(Path(args.prices).expanduser())
+    settings = SimSettings(exchange=args.exchange, connection=args.connection or None, poll_s=args.poll_s,
+                           latency_s=args.latency_s, tick_size=args.tick_size, slippage_ticks=args.slippage_ticks,
+                           seed=args.seed, state_file_style=args.state_files)
     sim = NinjaTraderSim(Path(args.folder).expanduser(), args.account or ["Sim101"], args.instrument.strip(),
-                         market, exchange=args.exchange, connection=args.connection or None, poll_s=args.poll_s,
-                         latency_s=args.latency_s, tick_size=args.tick_size, slippage_ticks=args.slippage_ticks,
-                         seed=args.seed, state_file_style=args.state_files)
+                         market, settings)
     print(f"simulated NinjaTrader 8 on {sim.folder} (accounts {', '.join(sim.accounts)}, {sim.instrument}); "
           "Ctrl-C stops it", flush=True)
     shown = [0, 0]

@@ -40,7 +40,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _report(args: argparse.Namespace) -> int:
     # Evaluation loads torch and SB3 (about 2 s): `hybrid-trader --help` registers this module and must not pay it.
     from hybrid_trader.evaluation.ablation_report import is_ablation_dir, write_ablation_report  # same reason
-    from hybrid_trader.evaluation.evaluate import evaluate_run  # same reason
+    from hybrid_trader.evaluation.evaluate import EvaluationRequest, evaluate_run  # same reason
     from hybrid_trader.evaluation.report import write_report  # same reason
     from hybrid_trader.live.journal_report import is_journal, write_journal_report  # same reason
 
@@ -60,7 +60,7 @@ def _report(args: argparse.Namespace) -> int:
         if why is not None:
             print(f"{run.path} {why} {args.split} split: evaluating it first "
                   f"(hybrid-trader evaluate {run.path} --split {args.split})", flush=True)
-            evaluate_run(run.path, split=args.split)
+            evaluate_run(run.path, EvaluationRequest(split=args.split))
     path = write_report(args.run_dir, args.eval_dir, split=args.split, out=args.out, static=args.static)
     print(f"report: {path}")
     return 0

@@ -85,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
     # Training loads torch and SB3 (about 2 s): `hybrid-trader --help` registers this module and must not pay it.
     from hybrid_trader.advise.calibrate import advice_calibration  # same reason (loads the env and the LLM layer)
     from hybrid_trader.evaluation.runner import validation_fn
-    from hybrid_trader.training.runner import default_run_dir, load_run_config, train_run  # same reason
+    from hybrid_trader.training.runner import TrainHooks, default_run_dir, load_run_config, train_run  # same reason
 
     if args.resume:
         if not args.out:
@@ -111,8 +111,9 @@ def run(args: argparse.Namespace) -> int:
             print(f"phase {phase}{'' if args.phase is not None else ' (no --phase given)'}: {_PHASES[phase]}",
                   flush=True)
     try:
-        train_run(config, run_dir, init=Path(args.init) if args.init else None, resume=args.resume, quiet=args.quiet,
-                  validation=validation_fn, calibrate=partial(advice_calibration, calibrate=args.calibrate))
+        train_run(
+            config, run_dir, init=Path(args.init) if args.init else None, resume=args.resume, quiet=args.quiet,
+            hooks=TrainHooks(validation=validation_fn, calibrate=partial(advice_calibration, calibrate=args.calibrate)))
     except KeyboardInterrupt:
         return 130
     print(f"run directory: {run_dir}")

@@ -38,7 +38,7 @@ from hybrid_trader.config.core import (
     ConfigError,
     check,
     from_dict,
-    redact,
+    secret_hint,
     to_dict,
     type_name,
 )
@@ -58,7 +58,7 @@ __all__ = [
     "merge_overrides",
     "parse_overrides",
     "read_yaml",
-    "redact",
+    "secret_hint",
     "save_config",
     "to_dict",
     "type_name",

@@ -72,7 +72,7 @@ def check(cond: Any, path: str, message: str, *, value: Any = None, fix: str | N
         raise ConfigError(message, key=path, value=value, fix=fix)
 
 
-def redact(value: Any) -> str:
+def secret_hint(value: Any) -> str:
     """A secret shown safely in a message: its first 3 characters and an ellipsis."""
     text = str(value)
     return (text[:3] + "…") if text else "''"
@@ -84,7 +84,7 @@ def _refused_key_error(cls: type | None, key: str, path: str, value: Any, *, fil
     refused = getattr(cls, "REFUSED_KEYS", None) or {}
     if key not in refused:
         return None
-    shown = f" (value {redact(value)})" if value not in (None, "") else ""
+    shown = f" (value {secret_hint(value)})" if value not in (None, "") else ""
     return ConfigError(f"is not accepted in a config file or --set{shown}", key=path, file=file, line=line,
                        fix=refused[key])
 

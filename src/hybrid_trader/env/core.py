@@ -62,23 +62,22 @@ class CoreSeries:
 class TradingCore:
     """The broker, the account, the mask and the observation at the current bar ``t``.
 
-    ``open``, ``high``, ``low``, ``close`` and ``atr`` are indexable by bar (Python lists in
+    The series' ``open``, ``high``, ``low``, ``close`` and ``atr`` are indexable by bar (Python lists in
     the hot loop; the executor appends to them as bars arrive). ``last_entry`` is the last
     bar whose close may decide an entry (set by the caller for each day's window).
     """
 
     def __init__(self, broker: Broker, account: PropFirmAccount, observer: ObservationBuilder, n_actions: int,
-                 open: Sequence[float], high: Sequence[float], low: Sequence[float], close: Sequence[float],
-                 atr: Sequence[float], risk_veto: RiskVeto | None = None) -> None:
+                 series: CoreSeries, risk_veto: RiskVeto | None = None) -> None:
         self.broker = broker
         self.account = account
         self.observer = observer
         self.n_actions = n_actions
-        self._open = open
-        self._high = high
-        self._low = low
-        self._close = close
-        self._atr = atr
+        self._open: Sequence[float] = series.open
+        self._high: Sequence[float] = series.high
+        self._low: Sequence[float] = series.low
+        self._close: Sequence[float] = series.close
+        self._atr: Sequence[float] = series.atr
         self.risk_veto = risk_veto
         self.mask = np.zeros(n_actions, dtype=bool)
         self.t = -1
@@ -97,8 +96,7 @@ class TradingCore:
         broker = make_broker(config, contract)
         observer = ObservationBuilder(config.phase, series.windows, series.llm_market, series.atr, series.close,
                                       account.rules.trailing_drawdown)
-        return cls(broker, account, observer, n_actions(config.phase), series.open, series.high, series.low,
-                   series.close, series.atr, veto)
+        return cls(broker, account, observer, n_actions(config.phase), series, veto)
 
     def state(self) -> dict[str, Any]:
         """The core's own state (:data:`CORE_STATE`: the bar, the mask, the equity, the counters), without the

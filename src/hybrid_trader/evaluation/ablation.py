@@ -45,7 +45,7 @@ import numpy as np
 
 from hybrid_trader.config import merge_overrides
 from hybrid_trader.errors import UserError
-from hybrid_trader.evaluation.evaluate import evaluate_run
+from hybrid_trader.evaluation.evaluate import EvaluationRequest, evaluate_run
 from hybrid_trader.evaluation.metrics import jsonable, metrics_from_json
 from hybrid_trader.evaluation.policies import GATE_LABELS
 from hybrid_trader.evaluation.results import load_index, read_json
@@ -203,8 +203,9 @@ def evaluate_variants(runs: dict[str, list[Path]], *, split: str = "test", say: 
             if stored is None:
                 say(f"{name}: evaluating {run_dir.name} on {split}" + (f" with {backend} (minutes for a local LLM)"
                                                                     if backend else ""))
-                ev = evaluate_run(run_dir, split=split, seeds=1, quiet=True, ablation=False,
-                                  llm_overrides=options.get("llm_overrides"), out_dir=where, fresh_days=True)
+                ev = evaluate_run(run_dir, EvaluationRequest(split=split, seeds=1, quiet=True, ablation=False,
+                                                             llm_overrides=options.get("llm_overrides"), out_dir=where,
+                                                             fresh_days=True))
                 stored = ev.metrics["agent"], ev.extra.get("llm") or {}, ev.dates, ev.extra["fresh_days"]
             else:
                 say(f"{name}: {run_dir.name} already evaluated on {split} ({where})")

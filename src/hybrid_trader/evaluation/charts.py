@@ -23,6 +23,7 @@ import gzip
 import html
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
@@ -245,13 +246,30 @@ def _decisions_by_position(result: StrategyResult, index: pd.DatetimeIndex) -> d
     return {int(p): d for p, d in zip(pos, ds) if p >= 0}
 
 
-def markers(go: Any, x: Any, y: Any, *, texts: Sequence[str], codes: Sequence[str], kind: str,
-            name: str, strategy: str, symbol: Any, color: Any, size: int = 9) -> Any:
+@dataclass(frozen=True)
+class MarkerStyle:
+    """What a marker trace is (its kind, legend entry and strategy) and how it is drawn."""
+
+    kind: str
+    """What the points are (``entry``, ``exit``, ``stop-move``, ...): the trace's ``meta["kind"]``."""
+    name: str
+    """The legend entry."""
+    strategy: str
+    """The strategy the points belong to: the legend group and ``meta["strategy"]``."""
+    symbol: Any
+    """A plotly marker symbol, or one per point."""
+    color: Any
+    """A colour, or one per point."""
+    size: int = 9
+    """The marker size in pixels."""
+
+
+def markers(go: Any, x: Any, y: Any, *, texts: Sequence[str], codes: Sequence[str], style: MarkerStyle) -> Any:
     """A marker trace hovering each point's text; ``customdata``: each point's reason code; ``meta``: its kind."""
-    return go.Scatter(x=x, y=y, mode="markers", name=name, legendgroup=strategy,
-                      marker={"symbol": symbol, "color": color, "size": size, "line": {"width": 0.5}},
+    return go.Scatter(x=x, y=y, mode="markers", name=style.name, legendgroup=style.strategy,
+                      marker={"symbol": style.symbol, "color": style.color, "size": style.size, "line": {"width": 0.5}},
                       hovertext=list(texts), hoverinfo="text", customdata=list(codes),
-                      meta={"kind": kind, "strategy": strategy})
+                      meta={"kind": style.kind, "strategy": style.strategy})
 
 
 def candle_trace(go: Any, ohlc: pd.DataFrame) -> tuple[Any, int]:
@@ -292,10 +310,10 @@ def _trade_traces(go: Any, r: StrategyResult, index: pd.DatetimeIndex, color: st
     xp = tr["exit_price"].to_numpy(float) if len(tr) else np.zeros(0)
     symbols = np.where(side > 0, "triangle-up", "triangle-down").tolist()
     colors = np.where(side > 0, LONG_COLOR, SHORT_COLOR).tolist()
-    traces.append(markers(go, ei, ep, texts=entry_text, codes=entry_code, kind="entry", name=f"{legend}: entries",
-                          strategy=r.name, symbol=symbols, color=colors, size=10))
+    traces.append(markers(go, ei, ep, texts=entry_text, codes=entry_code,
+                          style=MarkerStyle("entry", f"{legend}: entries", r.name, symbols, colors, size=10)))
     traces.append(markers(go, xi, xp, texts=exit_text, codes=tr["exit_reason"].astype(str).tolist() if len(tr) else [],
-                          kind="exit", name=f"{legend}: exits", strategy=r.name, symbol="x", color=EXIT_COLOR, size=8))
+                          style=MarkerStyle("exit", f"{legend}: exits", r.name, "x", EXIT_COLOR, size=8)))
     seg_x = np.stack([ei, xi, np.full(len(ei), -1)], axis=1).ravel().astype(float)
     seg_x[2::3] = np.nan
     seg_y = np.stack([ep, xp, np.full(len(ep), np.nan)], axis=1).ravel()
@@ -324,9 +342,9 @@ def _trade_traces(go: Any, r: StrategyResult, index: pd.DatetimeIndex, color: st
                          f"<br>stop {stop[m - 1]:,.2f} -> {stop[m]:,.2f}"
                          + decision_text(decisions.get(int(pos[m - 1]))))
         traces.append(markers(go, pos[moved], stop[moved], texts=texts,
-                              codes=[ACTION_NAMES[int(actions[m - 1])] for m in moved], kind="stop-move",
-                              name=f"{legend}: stop moves", strategy=r.name, symbol="diamond", color=STOP_COLOR,
-                              size=7))
+                              codes=[ACTION_NAMES[int(actions[m - 1])] for m in moved],
+                              style=MarkerStyle("stop-move", f"{legend}: stop moves", r.name, "diamond", STOP_COLOR,
+                                                size=7)))
     return traces
 
 

@@ -86,37 +86,49 @@ def sessions_for(market: Any, split: str) -> range:
     return market.sessions(split)
 
 
-def evaluate_run(
-    run_dir: Path,
-    *,
-    split: str = "test",
-    seeds: int = 3,
-    data_overrides: dict | None = None,
-    market: Any = None,
-    quiet: bool = False,
-    llm_overrides: dict | None = None,
-    strategy: Literal["prior", "rules"] | None = None,
-    ablation: bool = True,
-    out_dir: Path | None = None,
-    explain: int = 0,
-    explain_llm: str | None = None,
-    fresh_days: bool = False,
-    verdict: Literal["rolling", "sequential"] | None = None,
-    verdict_config: VerdictConfig | None = None,
-    symbol: str | None = None,
-) -> EvaluationOutput:
-    """Evaluate a run on ``split``; results in ``out_dir`` (default ``RUN_DIR/eval/<split>``, or a
-    folder named after other data). ``llm_overrides`` change the advisor's settings for this
-    evaluation only (e.g. ``{"backend": "transformers"}``: the real LLM instead of the student):
-    give such an evaluation its own ``out_dir``. ``explain``: the first ``explain`` sample
-    decisions of a phase 3 agent get the LLM's chain of thought (``evaluation.explain``;
-    ``explain_llm``: its back end). ``fresh_days``: the agent also trades each day from a
-    fresh account (``runner.run_fresh_days``; ``extra["fresh_days"]``). ``verdict``: the prop-firm
-    verdict of the agent and the baselines, attempts started every day (``rolling``) or one after
-    another (``sequential``) (``evaluation.verdict``; ``extra["prop_verdict"]``). ``symbol`` (``--market``):
-    the contract the bars are priced with, see :func:`~hybrid_trader.run.market.priced_market`; results.json
-    records the one used."""
+@dataclass(frozen=True)
+class EvaluationRequest:
+    """What ``evaluate_run`` evaluates and how: one object from the command line, studies, ablation and tests."""
+
+    split: str = "test"
+    """The split evaluated (``train``, ``validation``, ``test`` or ``all``)."""
+    seeds: int = 3
+    """Seeds of the random baseline (at least 1)."""
+    data_overrides: dict | None = None
+    """``data`` keys for other bars (``path``, ``tz``, ``time_shift``): results go beside, never over the run's own."""
+    symbol: str | None = None
+    """``--market``: the contract the bars are priced with (:func:`~hybrid_trader.run.market.priced_market`)."""
+    market: Any = None
+    """An already loaded market (tests, the demo, studies); None: loaded from the run's data."""
+    quiet: bool = False
+    """No progress lines."""
+    llm_overrides: dict | None = None
+    """The advisor's settings changed for this evaluation only (e.g. ``{"backend": "transformers"}``)."""
+    strategy: Literal["prior", "rules"] | None = None
+    """The fusion strategy instead of the run's (phase 3)."""
+    ablation: bool = True
+    """Phase 3: also the RL-only agent (llm_weight 0) on the same bars."""
+    out_dir: Path | None = None
+    """Where results go; None: ``RUN_DIR/eval/<split>`` (or a folder named after other data or advisor)."""
+    explain: int = 0
+    """The first ``explain`` sample decisions of a phase 3 agent get the LLM's chain of thought."""
+    explain_llm: str | None = None
+    """The back end that explains (``evaluation.explain``); None: the run's."""
+    fresh_days: bool = False
+    """The agent also trades each day from a fresh account (``extra["fresh_days"]``)."""
+    verdict: Literal["rolling", "sequential"] | None = None
+    """The prop-firm verdict, attempts started every day or one after another (``extra["prop_verdict"]``)."""
+    verdict_config: VerdictConfig | None = None
+    """Fees, pass value and days of the verdict; None: the defaults."""
+
+
+def evaluate_run(run_dir: Path, request: EvaluationRequest = EvaluationRequest()) -> EvaluationOutput:
+    """Evaluate a run as ``request`` says (:class:`EvaluationRequest`); results in ``request.out_dir`` (default
+    ``RUN_DIR/eval/<split>``, or a folder named after other data or another advisor: an evaluation with
+    ``llm_overrides`` never replaces the run's own). results.json records the contract the trades were priced with."""
     run_dir = Path(run_dir)
+    split, seeds, explain, verdict = request.split, request.seeds, request.explain, request.verdict
+    llm_overrides, data_overrides, out_dir = request.llm_overrides, request.data_overrides, request.out_dir
     run = RunDir(run_dir).require()
     if seeds < 1:
         raise UserError(f"--seeds {seeds}: need at least 1 seed for the random baseline")
@@ -135,7 +147,8 @@ def evaluate_run(
     if config.env.phase == 3 and not llm_overrides:  # the run's own advisor: the student or adapter it pinned
         check_pins(run_dir, doing="evaluate")
     own_data = data_identity(config.data)
-    priced_as, contract_note = priced_market(run_dir, config, (data_overrides or {}).get("path"), symbol)
+    priced_as, contract_note = priced_market(run_dir, config, (data_overrides or {}).get("path"),
+                                            request.symbol)
     pricing = {"run_market": run_market(config)[0], **({"contract_note": contract_note} if contract_note else {})}
     if priced_as is not None:  # env.market too where the run set it: it wins over the bars' market
         data_overrides = {**(data_overrides or {}), "market": priced_as}
@@ -162,10 +175,7 @@ def evaluate_run(
     check_writable(out_dir, what="evaluate")
     out_dir.mkdir(parents=True, exist_ok=True)
     with FolderLock(out_dir, f"evaluate {split}"):  # one writer per output folder; training may go on
-        return _evaluate(run, config, data, out_dir, split=split, seeds=seeds, market=market, quiet=quiet,
-                         llm_overrides=llm_overrides, strategy=strategy, ablation=ablation, explain=explain,
-                         explain_llm=explain_llm, fresh_days=fresh_days, verdict=verdict,
-                         verdict_config=verdict_config, pricing=pricing)
+        return _evaluate(run, config, data, out_dir, request, pricing)
 
 
 def contract_record(symbol: str) -> dict[str, Any]:
@@ -175,19 +185,16 @@ def contract_record(symbol: str) -> dict[str, Any]:
             "tick_value": c.tick_value}
 
 
-def _evaluate(run: RunDir, config: RunConfig, data: dict, out_dir: Path, *, split: str, seeds: int, market: Any,
-              quiet: bool, llm_overrides: dict | None,
-              strategy: Literal["prior", "rules"] | None, ablation: bool, explain: int = 0,
-              explain_llm: str | None = None, fresh_days: bool = False,
-              verdict: Literal["rolling", "sequential"] | None = None,
-              verdict_config: VerdictConfig | None = None, pricing: dict | None = None) -> EvaluationOutput:
+def _evaluate(run: RunDir, config: RunConfig, data: dict, out_dir: Path, request: EvaluationRequest,
+              pricing: dict) -> EvaluationOutput:
     run_dir = run.path
-    market = market or load_market(config.data, None if split == "all" else config.split)  # all: no folds
+    split, seeds, verdict, llm_overrides = request.split, request.seeds, request.verdict, request.llm_overrides
+    market = request.market or load_market(config.data, None if split == "all" else config.split)  # all: no folds
     sessions = sessions_for(market, split)
     if len(sessions) == 0:
         raise UserError(f"split '{split}' has no trading days in {market.bars.source}")
     model, vec, model_path = load_policy(run_dir, config.ppo.device, config.ppo.normalize_observations)
-    say = (lambda *a: None) if quiet else (lambda *a: print(*a, flush=True))
+    say = (lambda *a: None) if request.quiet else (lambda *a: print(*a, flush=True))
     say(f"evaluating {model_path} on {split}: {len(sessions)} days "
         f"({market.bars.session_dates[sessions.start]} to {market.bars.session_dates[sessions.stop - 1]})")
 
@@ -197,17 +204,15 @@ def _evaluate(run: RunDir, config: RunConfig, data: dict, out_dir: Path, *, spli
     phase3 = config.env.phase == 3
     ablation_metrics = None
     llm_info: dict[str, str] = {}
-    vcfg = verdict_config or VerdictConfig()
+    vcfg = request.verdict_config or VerdictConfig()
     agent_verdict: dict[str, float] | None = None
     if phase3:
         agent, agent_env, ablation_metrics, llm_info, agent_verdict = _phase3_agent(
-            model, vec, config, market, sessions, llm_overrides=llm_overrides, strategy=strategy, ablation=ablation,
-            explain=explain, explain_llm=explain_llm, fresh_days=fresh_days, say=say, run_dir=run_dir,
-            verdict=verdict, verdict_config=vcfg)
+            (model, vec), config, market, sessions, dataclasses.replace(request, verdict_config=vcfg), say, run_dir)
     else:
         agent_env = env()
         agent = run_policy(AgentPolicy(model, vec), agent_env, record_decisions=ALL_DECISIONS)
-        if fresh_days:
+        if request.fresh_days:
             agent.extra["fresh_days"] = run_fresh_days(lambda: AgentPolicy(model, vec), market, config.env, sessions)
     rate = entry_rate(agent, agent_env)
     results = [agent, run_policy(FlatPolicy(), env())]
@@ -268,14 +273,14 @@ def verdict_measurable(config: RunConfig, llm_overrides: dict | None = None) -> 
     return config.env.phase != 3 or (llm_overrides or {}).get("backend", config.llm.backend) == "student"
 
 
-def _phase3_agent(model: Any, vec: Any, config: RunConfig, market: Any, sessions: Any, *,
-                  llm_overrides: dict | None, strategy: Literal["prior", "rules"] | None, ablation: bool,
-                  explain: int, explain_llm: str | None, fresh_days: bool, say: Any, run_dir: Path | None = None,
-                  verdict: Literal["rolling", "sequential"] | None = None, verdict_config: VerdictConfig | None = None,
+def _phase3_agent(policy: tuple[Any, Any], config: RunConfig, market: Any, sessions: Any,
+                  request: EvaluationRequest, say: Any, run_dir: Path,
                   ) -> tuple[StrategyResult, Any, dict | None, dict[str, str], dict[str, float] | None]:
-    """The hybrid agent with its advisor over the split: ``(result, its env, RL-only ablation, llm info, its
-    prop-firm verdict or None)``; the verdict's attempts each start a fresh agent (and advisor history), with
-    the risk veto, while the advisor is open."""
+    """The hybrid agent (``policy``: the model and its normaliser) with its advisor over the split: ``(result,
+    its env, RL-only ablation, llm info, its prop-firm verdict or None)``; the verdict's attempts each start a
+    fresh agent (and advisor history), with the risk veto, while the advisor is open."""
+    model, vec = policy
+    strategy, llm_overrides, verdict = request.strategy, request.llm_overrides, request.verdict
     fusion = dataclasses.replace(config.fusion, strategy=strategy) if strategy else config.fusion
     made = run_advisor(config, llm_overrides, homes=[run_dir])
     advisor, llm_config = made.advisor, made.llm
@@ -290,22 +295,23 @@ def _phase3_agent(model: Any, vec: Any, config: RunConfig, market: Any, sessions
         hybrid = HybridAgentPolicy(model, vec, advisor, market, fusion)
         agent = run_policy(hybrid, agent_env, record_decisions=ALL_DECISIONS)
         hybrid.finish()  # learned fusion: the trust by trend and volatility (into the llm figures)
-        if explain:
+        if request.explain:
             from hybrid_trader.evaluation.explain import explain_decisions, explainer_config  # --explain only
 
             agent.extra["explained"] = explain_decisions(hybrid.samples, hybrid.sample_contexts,
-                                                         explainer_config(llm_config, explain_llm), explain, say=say)
+                                                         explainer_config(llm_config, request.explain_llm),
+                                                         request.explain, say=say)
         def hybrid_policy() -> HybridAgentPolicy:
             advisor.reset()  # a fresh account (a day, an attempt): the query history starts again too
             return HybridAgentPolicy(model, vec, advisor, market, fusion)
 
-        if fresh_days:
+        if request.fresh_days:
             agent.extra["fresh_days"] = run_fresh_days(hybrid_policy, market, config.env, sessions,
                                                        risk_veto=make_veto(config.risk))
         agent_verdict = None
         if verdict:
-            agent_verdict = prop_verdict(hybrid_policy, market, config.env, sessions, verdict_config, mode=verdict,
-                                         risk_veto=make_veto(config.risk))
+            agent_verdict = prop_verdict(hybrid_policy, market, config.env, sessions, request.verdict_config,
+                                         mode=verdict, risk_veto=make_veto(config.risk))
         if "trust" in hybrid.result_extra:
             agent.extra["trust"] = hybrid.result_extra["trust"]
         kept = ("llm/avg_latency_ms", "llm/p95_latency_ms", "llm/error_rate", "llm/label_coverage",
@@ -315,7 +321,7 @@ def _phase3_agent(model: Any, vec: Any, config: RunConfig, market: Any, sessions
         if notice:  # a failing back end: the "hybrid" figures are RL-only, and must not be read otherwise
             agent.extra["llm_warning"] = notice
             warn_loudly(notice)
-        if ablation:
+        if request.ablation:
             rl_only = run_policy(HybridAgentPolicy(model, vec, advisor, market, fusion, use_llm=False, name="RL only"),
                                  evaluation_env(market, config.env, sessions, risk_veto=make_veto(config.risk)))
             ablation_metrics = {"hybrid (RL + LLM)": compute_metrics(agent),

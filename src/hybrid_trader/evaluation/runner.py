@@ -151,7 +151,7 @@ def entry_rate(result: StrategyResult, env: TradingEnv) -> float:
 
 
 def validation_fn(market: Any, config: Any) -> Callable[[Any], dict]:
-    """Training's periodic validation (``train_run(validation=validation_fn)``).
+    """Training's periodic validation (``train_run(hooks=TrainHooks(validation=validation_fn))``).
 
     Deterministic policy over the last ``train.validation_sessions`` days of train and
     the first of validation -> ``{"train/net_pnl_per_day", "val/sharpe", ...}``. In phase 3

@@ -70,7 +70,7 @@ from hybrid_trader.features.kernels import (
     log,
     log_ratio,
     opt,
-    safe_div,
+    safe_div_one,
     zero_nonfinite,
 )
 from hybrid_trader.features.llm_features import (
@@ -338,7 +338,7 @@ class IncrementalFeatures:
             "volume_regime": log_ratio(vol60, self._vol_long.mean()),
             "momentum_20m": clip(div(c - self.c.at(t - self.k20), atr * sqrt20), -10, 10),
             "momentum_60m": clip(div(c - self.c.at(t - self.k60), atr * sqrt60), -10, 10),
-            "efficiency_ratio": clip(safe_div(net, self._path.sum()), 0, 1),
+            "efficiency_ratio": clip(safe_div_one(net, self._path.sum()), 0, 1),
             "spread_ratio": clip(div(h - lo, c) * 1000.0, 0, 10),
             "session_trend": clip(div(c - sopen, atr * float(np.sqrt(np.float64(since_open + 1.0)))), -10, 10),
             "market_regime": trend_sign * clip((adx - 20.0) / 20.0, 0, 1),
@@ -356,7 +356,7 @@ class IncrementalFeatures:
             "volume_ratio_5m": log_ratio(self._vol5.mean(), vol60),
             "volume_ratio_20m": log_ratio(self._vol20.mean(), vol60),
             "price_change_60m": clip(change60, -10, 10),
-            "sr_position_240m": clip(safe_div(2.0 * (c - lo240), hi240 - lo240, fill=1.0) - 1.0, -1, 1),
+            "sr_position_240m": clip(safe_div_one(2.0 * (c - lo240), hi240 - lo240, fill=1.0) - 1.0, -1, 1),
         }
 
         hmax, lmin = self._rolling_max(self.h, self.kswing), self._rolling_min(self.lo, self.kswing)

@@ -56,7 +56,7 @@ def div(num: float, den: float) -> float:
     return num / den
 
 
-def safe_div(num: float, den: float, fill: float = 0.0) -> float:
+def safe_div_one(num: float, den: float, fill: float = 0.0) -> float:
     """``features.base.safe_div`` of one pair: ``fill`` where den == 0, NaN in NaN out."""
     if num != num or den != den:
         return NAN

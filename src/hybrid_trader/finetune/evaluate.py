@@ -19,7 +19,8 @@ BUY, SELL for a flat state) is renormalised, and compared with the label:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -29,6 +30,35 @@ from hybrid_trader.finetune.examples import ExampleSet
 from hybrid_trader.hindsight.labels import LABEL_ACTIONS
 
 EPS = 1e-9
+
+
+@dataclass(frozen=True)
+class LlmEvalRequest:
+    """What ``llm eval`` measures and how (``hybrid-trader llm eval``'s options)."""
+
+    max_states: int = 200
+    """Labelled states of the split the models answer."""
+    batch: int = 16
+    """Prompts per model call."""
+    progress: bool = True
+    """Progress bars."""
+    cot: int = 0
+    """Also run the chain of thought (base model) on that many states: parse rate, latency, agreement."""
+    train_states: int = 400
+    """Labelled training states the controls are fitted on."""
+    draws: int = 1000
+    """Bootstrap draws of the informativeness intervals."""
+    retrieval: int = 0
+    """Also score the prompt with that many retrieved examples, alone and on the adapter; 0: not."""
+    retrieval_mode: str = "exact"
+    """How the examples are retrieved (``llm.prompt.retrieval.mode``)."""
+    calibration_states: int = 120
+    """Training states a variant without a run calibration of its identity is calibrated on."""
+    calibrate: bool = True
+    """A leaning model's batch calibration (the run's, fitted first when it has none); False: raw answers only."""
+    say: Callable[[str], None] = print
+    """Where notes go."""
+
 METRICS: tuple[str, ...] = (
     "Accuracy [%]", "Balanced accuracy [%]", "Log-loss [nats]", "Brier score", "ECE [%]", "Name coverage",
     "Label coverage [%]", "Advised HOLD [%]", "Advised BUY [%]", "Advised SELL [%]", "States",
@@ -86,7 +116,7 @@ def label_baselines(label: np.ndarray) -> dict[str, float]:
             **{f"Label {k} [%]": 100.0 * v / max(len(label), 1) for k, v in counts.items()}}
 
 
-def format_table(columns: dict[str, dict[str, float]], rows: Sequence[str] = METRICS) -> str:
+def llm_eval_table(columns: dict[str, dict[str, float]], rows: Sequence[str] = METRICS) -> str:
     """A plain-text table: one row per metric, one column per model."""
     names = list(columns)
     width = max(len(r) for r in rows) + 2

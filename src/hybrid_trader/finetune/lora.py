@@ -239,10 +239,22 @@ def checkpoint_dirs(adapter_dir: Path) -> list[Path]:
     return sorted((adapter_dir / CHECKPOINTS).glob("step-*"))
 
 
-def finetune(run_dir: Path, llm_config: LLMConfig, train: ExampleSet, val: ExampleSet, config: FinetuneConfig, *,
-             resume: bool = False, progress: bool = True, on_step: Callable[[int], None] | None = None,
-             label_config: dict | None = None) -> FinetuneResult:
-    """Train (or, with ``resume``, continue) the run's LoRA adapter; returns what happened.
+@dataclass(frozen=True)
+class FinetuneData:
+    """The labelled examples an adapter learns from, and the label settings they were built with."""
+
+    train: ExampleSet
+    """The training days' examples (the gradient steps)."""
+    val: ExampleSet
+    """The validation days' examples (the validation loss, early stopping)."""
+    labels: dict = field(default_factory=dict)
+    """The hindsight label settings (``LabelConfig`` as a dict): part of the adapter's identity."""
+
+
+def finetune(run_dir: Path, llm_config: LLMConfig, data: FinetuneData, config: FinetuneConfig, *,
+             resume: bool = False, progress: bool = True, on_step: Callable[[int], None] | None = None
+             ) -> FinetuneResult:
+    """Train (or, with ``resume``, continue) the run's LoRA adapter on ``data``; returns what happened.
 
     ``on_step(step)`` is called after each step (tests use it to interrupt). Ctrl-C
     saves a checkpoint of the last finished step and returns ``interrupted=True``.
@@ -252,10 +264,10 @@ def finetune(run_dir: Path, llm_config: LLMConfig, train: ExampleSet, val: Examp
     if not resume and (adapter_dir / ADAPTER_META).exists():
         raise UserError("this run already has a fine-tuned adapter", file=str(adapter_dir),
                         fix="add --resume to continue it, or move the folder away to start again")
-    trainer = Trainer(llm_config, config, train, val)
-    data = {"train": train.digest(), "val": val.digest()}
+    trainer = Trainer(llm_config, config, data.train, data.val)
+    digests = {"train": data.train.digest(), "val": data.val.digest()}
     identity = {"base_model": trainer.model_name, "base_model_dir": str(trainer.model_dir),
-                "base_fingerprint": trainer.fingerprint, "data": data, "labels": label_config or {},
+                "base_fingerprint": trainer.fingerprint, "data": digests, "labels": data.labels,
                 "lora": {"rank": config.rank, "alpha": config.alpha or 2 * config.rank,
                          "target_modules": list(config.target_modules)}}
     torch = trainer.torch

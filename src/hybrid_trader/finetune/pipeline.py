@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,7 +15,13 @@ from tqdm.auto import tqdm
 from hybrid_trader.advise.calibrate import advice_calibration
 from hybrid_trader.config import merge_overrides
 from hybrid_trader.errors import UserError
-from hybrid_trader.finetune.evaluate import format_table, label_baselines, outcome_metrics, score_examples
+from hybrid_trader.finetune.evaluate import (
+    LlmEvalRequest,
+    label_baselines,
+    llm_eval_table,
+    outcome_metrics,
+    score_examples,
+)
 from hybrid_trader.finetune.examples import ExampleSet, build_examples
 from hybrid_trader.finetune.informativeness import (
     LogisticControl,
@@ -28,7 +33,7 @@ from hybrid_trader.finetune.informativeness import (
     majority_probs,
     prompt_numbers,
 )
-from hybrid_trader.finetune.lora import FinetuneConfig, FinetuneResult, finetune
+from hybrid_trader.finetune.lora import FinetuneConfig, FinetuneData, FinetuneResult, finetune
 from hybrid_trader.finetune.retrieval_eval import PAIRS, retrieval_variants
 from hybrid_trader.hindsight.labels import LABEL_ACTIONS, LabelConfig
 from hybrid_trader.hindsight.retrieval_pool import attach_run_pool
@@ -81,8 +86,8 @@ def finetune_run(run_dir: str | Path, config: FinetuneConfig, labels: LabelConfi
                         fix="give the run a validation split (split.val > 0)")
     val = build_examples(run.market, run.config, run.llm, val_part, purpose="evaluate", run_dir=run.path,
                          label_config=labels, max_states=config.val_examples)
-    result = finetune(run.path, run.llm, train, val, config, resume=resume, progress=progress, on_step=on_step,
-                      label_config=dataclasses.asdict(labels))
+    result = finetune(run.path, run.llm, FinetuneData(train, val, dataclasses.asdict(labels)), config,
+                      resume=resume, progress=progress, on_step=on_step)
     return result, train, val
 
 
@@ -91,23 +96,17 @@ def adapter_config(llm: LLMConfig, adapter_dir: Path) -> LLMConfig:
     return dataclasses.replace(llm, transformers=dataclasses.replace(llm.transformers, adapter=str(adapter_dir)))
 
 
-def evaluate_llm(run_dir: str | Path, split: str = "val", *, max_states: int = 200, batch: int = 16,
-                 progress: bool = True, cot: int = 0, train_states: int = 400, draws: int = 1000,
-                 retrieval: int = 0, retrieval_mode: str = "exact", calibration_states: int = 120,
-                 calibrate: bool = True, say: Callable[[str], None] = print) -> dict[str, Any]:
+def evaluate_llm(run_dir: str | Path, split: str = "val", request: LlmEvalRequest | None = None) -> dict[str, Any]:
     """The run's LLM (raw, batch-calibrated, fine-tuned when ``RUN_DIR/llm_adapter`` exists) and three controls
-    on ``split``'s labelled states; writes ``RUN_DIR/llm_eval/<split>.json``.
+    on ``split``'s labelled states, as ``request`` says (None: the defaults); writes ``RUN_DIR/llm_eval/<split>.json``.
 
-    A leaning model's batch calibration is the run's, fitted first when it has none; ``calibrate=False``
+    A leaning model's batch calibration is the run's, fitted first when it has none; ``request.calibrate=False``
     measures the raw answers alone (``calibration: raw``) (:func:`~hybrid_trader.advise.calibrate.advice_calibration`).
-
-    ``cot``: also run the chain of thought (base model) on that many of the states, one
-    at a time, and measure its parse rate, latency and agreement with scoring mode.
-    ``train_states``: labelled training states the controls are fitted on.
-    ``retrieval``: also score the prompt with that many retrieved examples (``retrieval_mode``), alone and on
-    the adapter; variants without a run calibration of their identity are calibrated on
-    ``calibration_states`` training states (:mod:`hybrid_trader.finetune.retrieval_eval`).
+    Retrieval variants: :mod:`hybrid_trader.finetune.retrieval_eval`.
     """
+    request = request or LlmEvalRequest()
+    max_states, batch, progress, cot = request.max_states, request.batch, request.progress, request.cot
+    train_states, draws = request.train_states, request.draws
     if split not in ("val", "test"):
         raise UserError(f"--split {split!r}: evaluation is on later days", value=split, fix="use val or test")
     if max_states < 1 or batch < 1 or cot < 0 or train_states < 1:
@@ -120,9 +119,9 @@ def evaluate_llm(run_dir: str | Path, split: str = "val", *, max_states: int = 2
     meta = json.loads(meta_path.read_text(encoding="utf-8")) if meta_path.is_file() else {}
     builder = PromptBuilder(run.llm, source=str(run.path / "config.yaml"))
     attach_run_pool(builder, run.market, run.config)  # a retrieving run: its pool is part of the identity
-    choice = advice_calibration(run.path, run.llm, calibrate=calibrate, run_config=run.config, market=run.market,
-                                retrieval=builder.retrieval.identity() if builder.retrieval is not None else None,
-                                say=say)
+    choice = advice_calibration(run.path, run.llm, calibrate=request.calibrate, run_config=run.config,
+                                market=run.market, say=request.say,
+                                retrieval=builder.retrieval.identity() if builder.retrieval is not None else None)
     calibration = choice.calibration
     labels = LabelConfig(**meta.get("labels", {})) if meta.get("labels") else LabelConfig()
     examples = build_examples(run.market, run.config, run.llm, split, purpose="evaluate", run_dir=run.path,
@@ -139,9 +138,8 @@ def evaluate_llm(run_dir: str | Path, split: str = "val", *, max_states: int = 2
         advisors["LLM calibrated"] = np.array([calibration.apply(p, c.legal, c.market, c.position)
                                                for p, c in zip(advisors["LLM raw"], contexts)])
     variants, variant_info, retrieved = retrieval_variants(
-        run.path, run.llm, run.market, run.config, contexts, k=retrieval, mode=retrieval_mode,
-        adapter=adapter_config(run.llm, adapter_dir) if meta else None, calibration_states=calibration_states,
-        batch=batch, progress=progress)
+        run.path, run.llm, run.market, run.config, contexts, adapter_config(run.llm, adapter_dir) if meta else None,
+        request)
     advisors.update(variants)
     train = build_examples(run.market, run.config, run.llm, "train", purpose="train", run_dir=run.path,
                            label_config=labels, max_states=train_states)
@@ -183,7 +181,7 @@ def evaluate_llm(run_dir: str | Path, split: str = "val", *, max_states: int = 2
     out = run.path / LLM_EVAL / f"{split}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
-    result["table"] = format_table(columns)
+    result["table"] = llm_eval_table(columns)
     result["info_table"] = format_info_table(info)
     result["path"] = str(out)
     return result

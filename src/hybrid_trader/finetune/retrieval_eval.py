@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from hybrid_trader.account_state import AccountState
-from hybrid_trader.advise.calibrate import calibration_bars
+from hybrid_trader.advise.calibrate import calibration_bars, score_contexts
 from hybrid_trader.config import merge_overrides
+from hybrid_trader.finetune.evaluate import LlmEvalRequest
 from hybrid_trader.hindsight.labels import ENTRY_MASK
 from hybrid_trader.hindsight.retrieval_pool import attach_run_pool
 from hybrid_trader.llm.backends import make_backend
@@ -35,17 +35,6 @@ from hybrid_trader.run.config import RunConfig
 from hybrid_trader.run.market import Market
 
 
-def score_contexts(backend: Backend, builder: PromptBuilder, contexts: Sequence[AdvisorContext], *, batch: int = 16,
-                   progress: bool = True, desc: str = "") -> np.ndarray:
-    """(n, 6) scoring-mode distributions of ``contexts``, each rendered by ``builder`` (its retrieval included)."""
-    out = []
-    for start in tqdm(range(0, len(contexts), batch), desc=desc or "score", unit="batch", disable=not progress,
-                      leave=False):
-        queries = [builder.query(c) for c in contexts[start:start + batch]]
-        out.append(np.asarray(backend.score(queries), dtype=np.float64))
-    return np.concatenate(out) if out else np.zeros((0, 6))
-
-
 def retrieval_config(llm: LLMConfig, k: int, mode: str) -> LLMConfig:
     """``llm`` with ``k`` retrieved examples in ``mode``."""
     return merge_overrides(llm, {"prompt.retrieval.k": int(k), "prompt.retrieval.mode": mode},
@@ -53,9 +42,9 @@ def retrieval_config(llm: LLMConfig, k: int, mode: str) -> LLMConfig:
 
 
 def variant_calibration(run_dir: Path, backend: Backend, builder: PromptBuilder, market: Market,
-                        run_config: RunConfig, *, states: int, batch: int, progress: bool,
-                        desc: str) -> tuple[BatchCalibration, str]:
-    """The variant's batch calibration and where it came from ('run' or 'fitted on N training states')."""
+                        run_config: RunConfig, request: LlmEvalRequest, desc: str) -> tuple[BatchCalibration, str]:
+    """The variant's batch calibration and where it came from ('run' or 'fitted on N training states': the
+    request's ``calibration_states``)."""
     r = builder.retrieval
     identity = advice_identity(builder.config, retrieval=r.identity() if r is not None else None)
     path = calibration_path(run_dir)
@@ -63,10 +52,11 @@ def variant_calibration(run_dir: Path, backend: Backend, builder: PromptBuilder,
         stored = BatchCalibration.load(path)
         if stored.identity.get("hash") == identity["hash"]:
             return stored, "run"
-    t = calibration_bars(market, run_config, "train", states)
+    t = calibration_bars(market, run_config, "train", request.calibration_states)
     account = AccountState(balance=50_000.0)
     contexts = [context_from_market(market.bars, market.features, int(ti), account, ENTRY_MASK) for ti in t.tolist()]
-    mass = score_contexts(backend, builder, contexts, batch=batch, progress=progress, desc=desc + " calibration")
+    mass = score_contexts(backend, builder, contexts, batch=request.batch, progress=request.progress,
+                          desc=desc + " calibration")
     legal = np.array([c.legal for c in contexts], dtype=bool)
     days = sorted({int(s) for s in market.bars.session_id[t].tolist()})
     cal = fit_batch_calibration(mass, legal, [c.market for c in contexts], [0] * len(contexts), identity=identity,
@@ -90,15 +80,16 @@ def neighbour_labels(builder: PromptBuilder, contexts: Sequence[AdvisorContext])
 
 
 def retrieval_variants(run_dir: Path, llm: LLMConfig, market: Market, run_config: RunConfig,
-                       contexts: Sequence[AdvisorContext], *, k: int, mode: str, adapter: LLMConfig | None,
-                       calibration_states: int, batch: int,
-                       progress: bool) -> tuple[dict[str, np.ndarray], dict, dict[str, np.ndarray]]:
-    """Raw and calibrated distributions of: retrieval; the adapter (when given); the adapter with retrieval.
+                       contexts: Sequence[AdvisorContext], adapter: LLMConfig | None,
+                       request: LlmEvalRequest) -> tuple[dict[str, np.ndarray], dict, dict[str, np.ndarray]]:
+    """Raw and calibrated distributions of: retrieval (``request.retrieval`` examples, ``request.retrieval_mode``);
+    the adapter (when given); the adapter with retrieval.
 
     Returns the columns (``name`` and ``name calibrated``); per variant, its advice
     identity hash and where its calibration came from; and the ``retrieved labels`` control
     (:func:`neighbour_labels`) when ``k`` > 0.
     """
+    k, mode = request.retrieval, request.retrieval_mode
     variants: list[tuple[str, LLMConfig]] = []
     if k > 0:
         variants.append(("retrieval", retrieval_config(llm, k, mode)))
@@ -116,9 +107,9 @@ def retrieval_variants(run_dir: Path, llm: LLMConfig, market: Market, run_config
             controls["retrieved labels"] = neighbour_labels(builder, contexts)
         backend = (TransformersBackend(cfg, builder) if cfg.transformers.adapter else make_backend(cfg, builder))
         try:
-            raw = score_contexts(backend, builder, contexts, batch=batch, progress=progress, desc=name)
-            cal, origin = variant_calibration(run_dir, backend, builder, market, run_config,
-                                              states=calibration_states, batch=batch, progress=progress, desc=name)
+            raw = score_contexts(backend, builder, contexts, batch=request.batch, progress=request.progress,
+                                 desc=name)
+            cal, origin = variant_calibration(run_dir, backend, builder, market, run_config, request, name)
         finally:
             backend.close()
         columns[name] = raw

@@ -28,6 +28,7 @@ from typing import Literal
 import numpy as np
 
 from hybrid_trader.actions import Action
+from hybrid_trader.data.bars import Bars
 from hybrid_trader.env import Broker, EnvConfig, TradingEnv
 from hybrid_trader.env.broker import EXIT_SESSION_END
 from hybrid_trader.errors import UserError
@@ -86,14 +87,14 @@ def label_broker(env: TradingEnv) -> Broker:
                   stop_atr=b.stop_atr, target_atr=b.target_atr, trail_atr=b.trail_atr)
 
 
-def trade_outcome(broker: Broker, o: np.ndarray, h: np.ndarray, lo: np.ndarray, c: np.ndarray, atr: np.ndarray,
-                  t: int, side: int, last: int) -> tuple[float, int]:
+def trade_outcome(broker: Broker, bars: Bars, atr: np.ndarray, t: int, side: int, last: int) -> tuple[float, int]:
     """Net P&L [$] and exit bar of an entry decided at bar t, filled at t+1, closed by bar ``last`` at the latest.
 
     Replays what :class:`TradingEnv` does bar by bar: ``Broker.open`` at t+1's open with
     bar t's ATR, ``Broker.scan_bar`` on every bar from t+1, and a close at bar ``last``'s
     close minus slippage when no stop or target was hit.
     """
+    o, h, lo, c = bars.open, bars.high, bars.low, bars.close
     broker.reset()
     broker.open(t + 1, side, float(o[t + 1]), float(atr[t]))
     for k in range(t + 1, last + 1):
@@ -165,7 +166,6 @@ def build_labels(market, env_config: EnvConfig, part: str, *, t: np.ndarray | No
     env = TradingEnv(market.bars, market.features, cfg, sessions=sessions)
     windows = env.episode_windows
     bars = market.bars
-    o, h, lo, c = bars.open, bars.high, bars.low, bars.close
     atr = np.asarray(market.features.atr, dtype=np.float64)
     if t is None:
         t = np.concatenate([np.arange(w.first, w.last_entry + 1) for w in windows if w.last_entry >= 0] or
@@ -181,8 +181,8 @@ def build_labels(market, env_config: EnvConfig, part: str, *, t: np.ndarray | No
         if w is None or not (w.first <= ti <= w.last_entry):
             continue
         last = w.last if config.horizon is None else min(w.last, ti + config.horizon)
-        buy, buy_exit = trade_outcome(broker, o, h, lo, c, atr, ti, +1, last)
-        sell, sell_exit = trade_outcome(broker, o, h, lo, c, atr, ti, -1, last)
+        buy, buy_exit = trade_outcome(broker, bars, atr, ti, +1, last)
+        sell, sell_exit = trade_outcome(broker, bars, atr, ti, -1, last)
         ok[i] = True
         kept.append(i)
         pnl_rows.append((0.0, buy, sell))

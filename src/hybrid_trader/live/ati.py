@@ -124,10 +124,33 @@ def _line(*fields: str) -> str:
     return ";".join(padded)
 
 
-def place_line(account: str, instrument: str, action: Side, qty: int, order_type: OrderType, *,
-               limit_price: float | None = None, stop_price: float | None = None, tif: str = "GTC",
-               oco_id: str = "", order_id: str = "") -> str:
-    """One PLACE line. Prices an order type does not use are written as 0."""
+@dataclass(frozen=True)
+class OifOrder:
+    """One order as a PLACE line carries it (the fields after the account and the instrument)."""
+
+    action: Side
+    """BUY or SELL."""
+    qty: int
+    """Contracts, at least 1."""
+    order_type: OrderType
+    """MARKET, LIMIT, STOPMARKET or STOPLIMIT."""
+    limit_price: float | None = None
+    """A LIMIT or STOPLIMIT order's limit, in index points."""
+    stop_price: float | None = None
+    """A STOPMARKET or STOPLIMIT order's stop, in index points."""
+    tif: str = "GTC"
+    """Time in force: DAY or GTC."""
+    oco_id: str = ""
+    """Orders sharing it cancel each other (a bracket's stop and target); '': none."""
+    order_id: str = ""
+    """The ORDER ID NinjaTrader names its state file after; '': none."""
+
+
+def place_line(account: str, instrument: str, order: OifOrder) -> str:
+    """One PLACE line of ``order`` in ``account`` and ``instrument``. Prices an order type does not use are written
+    as 0."""
+    action, qty, order_type, tif = order.action, order.qty, order.order_type, order.tif
+    limit_price, stop_price = order.limit_price, order.stop_price
     if action not in ("BUY", "SELL"):
         raise UserError("an order's action must be BUY or SELL", value=action, fix="pass side='BUY' or side='SELL'")
     if order_type not in ORDER_TYPES:
@@ -143,7 +166,8 @@ def place_line(account: str, instrument: str, action: Side, qty: int, order_type
         raise UserError(f"a {order_type} order needs a limit price", value=limit_price)
     if order_type in ("STOPMARKET", "STOPLIMIT") and stop == "0":
         raise UserError(f"a {order_type} order needs a stop price", value=stop_price)
-    return _line("PLACE", account, instrument, action, str(qty), order_type, limit, stop, tif, oco_id, order_id)
+    return _line("PLACE", account, instrument, action, str(qty), order_type, limit, stop, tif, order.oco_id,
+                 order.order_id)
 
 
 def change_line(order_id: str, *, qty: int = 0, limit_price: float = 0.0, stop_price: float = 0.0) -> str:

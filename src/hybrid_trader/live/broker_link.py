@@ -70,7 +70,7 @@ from hybrid_trader.live.broker_halts import (
     HALT,
     halt_in_force,
 )
-from hybrid_trader.live.journal import Journal
+from hybrid_trader.live.journal import CLOSE_POSITION, Journal, OrderPrices
 from hybrid_trader.live.ninjatrader import Bracket, BridgeEvent, NinjaTraderBridge, bracket_ids
 from hybrid_trader.live.nt_outgoing import PositionLost
 
@@ -205,9 +205,9 @@ class BrokerLink:
         stop_id, target_id, _ = bracket_ids(m.entry_id)
         exit_side = "SELL" if m.side == "BUY" else "BUY"
         j = self.journal
-        j.record_order(stop_id, tns, "stop", exit_side, m.qty, order_type="STOPMARKET", stop_price=m.stop,
+        j.record_order(stop_id, tns, "stop", exit_side, m.qty, prices=OrderPrices("STOPMARKET", stop_price=m.stop),
                        state="sent", note=f"OCO of {m.entry_id}")
-        j.record_order(target_id, tns, "target", exit_side, m.qty, order_type="LIMIT", limit_price=m.target,
+        j.record_order(target_id, tns, "target", exit_side, m.qty, prices=OrderPrices("LIMIT", limit_price=m.target),
                        state="sent", note=f"OCO of {m.entry_id}")
         bracket = self.bridge.enter(m.entry_id, m.side, m.qty, m.stop, m.target)  # type: ignore[arg-type]
         if not bracket.sent:
@@ -216,7 +216,7 @@ class BrokerLink:
     def _close(self, m: _Mirrored, tns: int) -> None:
         close_id = f"{m.entry_id}-close"
         self.journal.record_order(close_id, tns, "close", "SELL" if m.side == "BUY" else "BUY", m.qty,
-                                  order_type="CLOSEPOSITION", state="sent", note=f"closes {m.entry_id}")
+                                  prices=CLOSE_POSITION, state="sent", note=f"closes {m.entry_id}")
         self._close_file = self.bridge.close(m.entry_id)
         self._closing = close_id
 
@@ -284,8 +284,7 @@ class BrokerLink:
         close_id = f"{entry}-close"
         if self.journal.order(close_id) is None:
             self.journal.record_order(close_id, tns, "close", "SELL" if held > 0 else "BUY", abs(held) or 1,
-                                      order_type="CLOSEPOSITION",
-                                      state="sent", note=f"closes {entry}")
+                                      prices=CLOSE_POSITION, state="sent", note=f"closes {entry}")
             self.journal.commit()
         try:
             self._close_file = self.bridge.close(entry)
@@ -400,7 +399,7 @@ class BrokerLink:
         self._flattened = True
         close_id = f"flatten-{tns}"
         self.journal.record_order(close_id, tns, "close", "BUY" if held < 0 else "SELL", abs(held),
-                                  order_type="CLOSEPOSITION", state="sent", note=why)
+                                  prices=CLOSE_POSITION, state="sent", note=why)
         try:
             self._close_file = self.bridge.close_position(close_id)
         except (UserError, OSError) as err:

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from hybrid_trader.calendar import EASTERN, SESSION_CLOSE_MINUTE, SESSION_MINUTES, SESSION_ROLL
+from hybrid_trader.calendar import EASTERN, SESSION_CLOSE_MINUTE, SESSION_MINUTES, SESSION_ROLL, trading_date
 from hybrid_trader.errors import UserError
 
 if TYPE_CHECKING:
@@ -91,10 +91,10 @@ def flat_by_time(trading_date: Any, end_minute: int, flat_by_minute: int,
     return deadline
 
 
-def trading_date_of(utc_s: float) -> pd.Timestamp:
-    """The trading date (a session opening 18:00 ET belongs to the next day) of a wall-clock time in seconds."""
-    wall = pd.Timestamp(utc_s, unit="s", tz="UTC").tz_convert(EASTERN).tz_localize(None)
-    return (wall + SESSION_ROLL).normalize()
+def _trading_day(utc_ns: int) -> pd.Timestamp:
+    """The trading date (a session opening 18:00 ET belongs to the next day) of a bar's start, in ns since the
+    epoch (:func:`hybrid_trader.calendar.trading_date`)."""
+    return pd.Timestamp(trading_date(pd.DatetimeIndex([pd.Timestamp(int(utc_ns), tz="UTC")]))[0])
 
 
 class FlatGuard:
@@ -130,7 +130,7 @@ class FlatGuard:
         """The flat-by time (UTC) of the trading date of the bar at ``bar_ns`` (the position's session: past 18:00
         ET the clock is in the next trading date, but today's position is still late)."""
         end = self.executor.window.end
-        return flat_by_time(trading_date_of(bar_ns / 1e9), end, self.executor.account.flat_by_session_minute(),
+        return flat_by_time(_trading_day(bar_ns), end, self.executor.account.flat_by_session_minute(),
                             self.calendar)
 
     def bar_arrived(self) -> None:

@@ -160,8 +160,7 @@ class Executor(CoreViews):
     def _policy(self, opts: ExecutorOptions) -> LivePolicy:
         """The evaluation's deterministic policy of the run (``live.live_policy.live_policy``; phases 1-2 from
         the numpy cache without torch where it holds this model: ``live.policy_cache``), with its notes."""
-        live, _ = executor_policy(self.run, self.config, llm=opts.llm, budget_ms=opts.llm_budget_ms,
-                                  llm_overrides=opts.llm_overrides, calibrate=opts.calibrate, say=self.say)
+        live, _ = executor_policy(self.run, self.config, opts, say=self.say)
         self.notes.extend(live.notes)
         return live
 

@@ -113,7 +113,7 @@ class FeedPosition:
         if rejection is not None:
             self.summary.rejected += 1
             if not replayed:
-                self.journal.record_bar(bar.time, bar.open, bar.high, bar.low, bar.close, bar.volume,
+                self.journal.record_bar(bar.time, (bar.open, bar.high, bar.low, bar.close, bar.volume),
                                         accepted=False, reason=rejection.code, message=rejection.message,
                                         raw=bar.raw)
             self.batch.bar_done(False, arrived)
@@ -132,7 +132,7 @@ class FeedPosition:
         """An accepted bar journaled (a new one) and counted, with why it is not traded (``held``)."""
         summary = self.summary
         if not replayed:
-            self.journal.record_bar(tns, bar.open, bar.high, bar.low, bar.close, bar.volume,
+            self.journal.record_bar(tns, (bar.open, bar.high, bar.low, bar.close, bar.volume),
                                     reason=None if held is None else held[0], message=None if held is None else held[1])
         else:
             summary.recovered_bars += 1

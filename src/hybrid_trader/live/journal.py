@@ -36,6 +36,7 @@ import uuid
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +70,23 @@ FILL_SOURCES = ("paper", "broker")
 
 SIDES = ("BUY", "SELL")
 
+
+@dataclass(frozen=True)
+class OrderPrices:
+    """An order's type and the price levels it carries (the ``orders`` table's three columns)."""
+
+    order_type: str = "MARKET"
+    """MARKET, LIMIT, STOPMARKET, CLOSEPOSITION, ..."""
+    limit_price: float | None = None
+    """A limit order's level; None: none."""
+    stop_price: float | None = None
+    """A stop order's level; None: none."""
+
+
+MARKET = OrderPrices()
+"""A market order: no price level."""
+CLOSE_POSITION = OrderPrices("CLOSEPOSITION")
+"""NinjaTrader's CLOSEPOSITION: flatten at the market (no price level)."""
 
 
 def _plain(value: Any) -> Any:
@@ -299,13 +317,14 @@ class Journal(JournalReads):
         self.close()
 
     # ---- writes -------------------------------------------------------------------------
-    def record_bar(self, time: pd.Timestamp | int | None, open: float, high: float, low: float, close: float,
-                   volume: float, *, accepted: bool = True, reason: str | None = None,
-                   message: str | None = None, raw: str | None = None) -> None:
-        """A bar as it arrived, accepted or rejected (with the gate's reason code and message); ``time``
-        None for a line whose timestamp could not be read (``raw``: the line as written)."""
+    def record_bar(self, time: pd.Timestamp | int | None, ohlcv: Sequence[float], *, accepted: bool = True,
+                   reason: str | None = None, message: str | None = None, raw: str | None = None) -> None:
+        """A bar as it arrived (``ohlcv``: its open, high, low, close and volume), accepted or rejected (with the
+        gate's reason code and message); ``time`` None for a line whose timestamp could not be read (``raw``: the
+        line as written)."""
         if not accepted and not reason:
             raise ValueError("a rejected bar needs its reason code")
+        open, high, low, close, volume = ohlcv
         tns = None if time is None else to_ns(time)
         try:
             with self._tx() as db:
@@ -329,9 +348,9 @@ class Journal(JournalReads):
                         veto, _json(list(rule_codes)), latency_ms, _now()))
 
     def record_order(self, order_id: str, bar_time: pd.Timestamp | int, intent: str, side: str, qty: int, *,
-                     order_type: str = "MARKET", limit_price: float | None = None, stop_price: float | None = None,
-                     state: str = "new", note: str | None = None) -> OrderRow:
-        """Journal an order before it is sent; an ``order_id`` already there returns that row, unchanged."""
+                     prices: OrderPrices = MARKET, state: str = "new", note: str | None = None) -> OrderRow:
+        """Journal an order (``prices``: its type and levels) before it is sent; an ``order_id`` already there
+        returns that row, unchanged."""
         _check_state(state)
         if side not in SIDES:
             raise ValueError(f"order {order_id}: side {side!r} is not one of {SIDES}")
@@ -341,8 +360,8 @@ class Journal(JournalReads):
         with self._tx() as db:
             db.execute(f"INSERT INTO orders ({ORDER_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?) "
                        "ON CONFLICT(order_id) DO NOTHING",
-                       (order_id, to_ns(bar_time), intent, side, int(qty), order_type, limit_price, stop_price,
-                        state, note, now, now))
+                       (order_id, to_ns(bar_time), intent, side, int(qty), prices.order_type, prices.limit_price,
+                        prices.stop_price, state, note, now, now))
             row = db.execute(f"SELECT {ORDER_COLUMNS} FROM orders WHERE order_id = ?", (order_id,)).fetchone()
         return OrderRow(*row)
 

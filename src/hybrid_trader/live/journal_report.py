@@ -31,6 +31,7 @@ from hybrid_trader.evaluation.charts import (
     STOP_COLOR,
     TARGET_COLOR,
     THRESHOLD_COLOR,
+    MarkerStyle,
     bar_axis,
     candle_trace,
     chart_html,
@@ -155,16 +156,17 @@ def price_chart(tables: dict[str, pd.DataFrame], trades: pd.DataFrame, since_ns:
             codes.append(code)
             texts.append(f"<b>{'long' if r.side > 0 else 'short'} entry</b> {r.entry_time:%Y-%m-%d %H:%M}"
                          f"<br>reason: {code}<br>fill {r.entry_price:,.2f} x {r.qty}" + decision_text(d))
+        entries = MarkerStyle("entry", "entries", "journal",
+                              np.where(side > 0, "triangle-up", "triangle-down").tolist(),
+                              np.where(side > 0, LONG_COLOR, SHORT_COLOR).tolist(), size=10)
         fig.add_trace(markers(go, pos(ns("entry_time")), trades["entry_price"].to_numpy(float), texts=texts,
-                              codes=codes, kind="entry", name="entries", strategy="journal",
-                              symbol=np.where(side > 0, "triangle-up", "triangle-down").tolist(),
-                              color=np.where(side > 0, LONG_COLOR, SHORT_COLOR).tolist(), size=10), row=1, col=1)
+                              codes=codes, style=entries), row=1, col=1)
         fig.add_trace(markers(go, pos(ns("exit_time")), trades["exit_price"].to_numpy(float),
                               texts=[f"<b>exit</b> {r.exit_time:%Y-%m-%d %H:%M}<br>reason: {r.exit_reason or '?'}"
                                      f"<br>fill {r.exit_price:,.2f}, {r.pnl_points:+,.2f} points"
                                      for r in trades.itertuples(index=False)],
-                              codes=[str(c) for c in trades["exit_reason"]], kind="exit", name="exits",
-                              strategy="journal", symbol="x", color=EXIT_COLOR, size=8), row=1, col=1)
+                              codes=[str(c) for c in trades["exit_reason"]],
+                              style=MarkerStyle("exit", "exits", "journal", "x", EXIT_COLOR, size=8)), row=1, col=1)
     orders = tables["orders"]
     for intent, col, color, symbol in (("stop", "stop_price", STOP_COLOR, "line-ew-open"),
                                        ("target", "limit_price", TARGET_COLOR, "line-ew-open")):
@@ -173,16 +175,17 @@ def price_chart(tables: dict[str, pd.DataFrame], trades: pd.DataFrame, since_ns:
             fig.add_trace(markers(go, pos(mine["bar_time_ns"]), mine[col].to_numpy(float),
                                   texts=[f"<b>{intent} order</b> {o}: {p:,.2f}" for o, p in zip(mine["order_id"],
                                                                                                  mine[col])],
-                                  codes=[intent.upper()] * len(mine), kind=intent, name=f"{intent} orders",
-                                  strategy="journal", symbol=symbol, color=color, size=12), row=1, col=1)
+                                  codes=[intent.upper()] * len(mine),
+                                  style=MarkerStyle(intent, f"{intent} orders", "journal", symbol, color, size=12)),
+                          row=1, col=1)
     changes = tables.get("order_changes")
     if changes is not None and not changes.empty:
         fig.add_trace(markers(go, pos(changes["bar_time_ns"]), changes["price"].to_numpy(float),
                               texts=[f"<b>{f.replace('_price', '')} moved</b> ({o}) to {p:,.2f}" for o, f, p in
                                      zip(changes["order_id"], changes["price_field"], changes["price"])],
                               codes=[f"MOVE_{f.replace('_price', '').upper()}" for f in changes["price_field"]],
-                              kind="stop-move", name="stop/target moves", strategy="journal", symbol="diamond",
-                              color=STOP_COLOR, size=7), row=1, col=1)
+                              style=MarkerStyle("stop-move", "stop/target moves", "journal", "diamond", STOP_COLOR,
+                                                size=7)), row=1, col=1)
     account = tables["account"]
     if not account.empty:
         snaps = [json.loads(s) for s in account["snapshot"]]

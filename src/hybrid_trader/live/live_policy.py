@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from hybrid_trader.live.executor_parts import ExecutorOptions
 from hybrid_trader.live.fast_policy import numpy_policy
 from hybrid_trader.llm.context import AdvisorContext, context_from_market
 from hybrid_trader.run.advice_identity import RAW
@@ -51,20 +52,21 @@ class LivePolicy:
     (a leaning model's undivided answers, ``--no-calibrate``) or '' (no LLM, or one without a lean)."""
 
 
-def live_policy(config: Any, model: Any, vec: Any, run_dir: Any, *, llm: str = "async",
-                budget_ms: float = 0.0, llm_overrides: dict | None = None, calibrate: bool = True,
+def live_policy(config: Any, model: Any, vec: Any, run_dir: Any, options: ExecutorOptions | None = None,
                 say: Any = None) -> LivePolicy:
     """Evaluation's deterministic policy of a run for the executor.
 
     Phases 1-2: ``AgentPolicy``, through its numpy forward (``live.fast_policy``) where the
     network allows. Phase 3: ``agent.advised.AdvisedPolicy`` with the run's advisor: its distilled
     student (every bar advised, synchronously: it is a small network); any other back end
-    asked asynchronously (``budget_ms``, with the run's batch calibration)
-    unless ``llm='off'``, which decides RL-only. ``llm_overrides``: ``llm.*`` keys over the run's
+    asked asynchronously (``options.llm_budget_ms``, with the run's batch calibration)
+    unless ``options.llm='off'``, which decides RL-only. ``options.llm_overrides``: ``llm.*`` keys over the run's
     (e.g. ``{"mock": {"latency_ms": 50}}``), as ``evaluate`` takes them. A leaning model's calibration is
-    the run's, fitted first on its training days when it has none, or, ``calibrate=False``, none: raw advice,
-    said in the notes and journaled with every decision (``advise.calibrate.advice_calibration``).
+    the run's, fitted first on its training days when it has none, or, ``options.calibrate=False``, none: raw
+    advice, said in the notes and journaled with every decision (``advise.calibrate.advice_calibration``).
     """
+    options = options or ExecutorOptions()
+    llm, budget_ms, llm_overrides = options.llm, options.llm_budget_ms, options.llm_overrides
     # loads torch and SB3 (a run's model is loaded already)
     from hybrid_trader.evaluation.policies import AgentPolicy
 
@@ -86,7 +88,7 @@ def live_policy(config: Any, model: Any, vec: Any, run_dir: Any, *, llm: str = "
                           notes=[f"--advisor off: decisions were RL-only (the run's llm.backend {backend} "
                                  "was not asked)"])
     made = run_advisor(config, llm_overrides, homes=[run_dir],
-                       calibrate=partial(advice_calibration, calibrate=calibrate), say=say or (lambda *a: None))
+                       calibrate=partial(advice_calibration, calibrate=options.calibrate), say=say or (lambda *a: None))
     policy = AdvisedPolicy.of_model(model, vec, made.advisor, config.fusion, budget_ms=budget_ms,
                                     context=executor_context)
     if not policy.asynchronous:

@@ -31,6 +31,7 @@ from hybrid_trader.live.ati import (
     TEMP_PREFIX,
     TEMP_SUFFIX,
     BrokerPosition,
+    OifOrder,
     OrderState,
     Side,
     cancel_line,
@@ -246,13 +247,13 @@ class NinjaTraderBridge(OutgoingReader):
                             value={"stop": stop_price, "target": target_price},
                             fix="a BUY's stop is below its target, a SELL's stop above it")
         exit_side: Side = "SELL" if side == "BUY" else "BUY"
-        lines = [
-            place_line(self.account, self.instrument, side, qty, "MARKET", tif=self.tif, order_id=order_id),
-            place_line(self.account, self.instrument, exit_side, qty, "STOPMARKET", stop_price=stop_price,
-                       tif=self.tif, oco_id=oco_id, order_id=stop_id),
-            place_line(self.account, self.instrument, exit_side, qty, "LIMIT", limit_price=target_price,
-                       tif=self.tif, oco_id=oco_id, order_id=target_id),
-        ]
+        lines = [place_line(self.account, self.instrument, order) for order in (
+            OifOrder(side, qty, "MARKET", tif=self.tif, order_id=order_id),
+            OifOrder(exit_side, qty, "STOPMARKET", stop_price=stop_price, tif=self.tif, oco_id=oco_id,
+                     order_id=stop_id),
+            OifOrder(exit_side, qty, "LIMIT", limit_price=target_price, tif=self.tif, oco_id=oco_id,
+                     order_id=target_id),
+        )]
         sent = not self.was_sent(order_id)
         bracket = Bracket(order_id, side, qty, stop_id, target_id, oco_id, sent)
         if sent:

@@ -20,7 +20,7 @@ holds the documented layouts and the help-guide pages they come from):
   (``<instrument> <exchange>_<account>_Position.txt``: ``LONG|SHORT|FLAT;QTY;AVG``);
 * the connection state file ``<connection>.txt`` (``CONNECTED``/``DISCONNECTED``).
 
-Fills come from the simulator's own prices (:class:`Market`: bars pushed by a test, a
+Fills come from the simulator's own prices (:class:`SimMarket`: bars pushed by a test, a
 fixed price, or a followed bars file), not from the decision's bar: a MARKET order fills at
 the last price, ``slippage_ticks`` at most against it (seeded, so a run repeats); a
 STOPMARKET or LIMIT fills when a later bar reaches it (at its level, or at the bar's open
@@ -50,8 +50,9 @@ from typing import Any
 from hybrid_trader.errors import UserError
 from hybrid_trader.live.ati import FIELDS, ORDER_TYPES, is_oif_name
 from hybrid_trader.live.nt_sim_faults import FaultControls
-from hybrid_trader.live.nt_sim_market import Market, Quote, apply_fill, touched
+from hybrid_trader.live.nt_sim_market import Quote, SimMarket, apply_fill, touched
 from hybrid_trader.live.nt_sim_outgoing import OutgoingFiles, SimOrder, SimPosition
+from hybrid_trader.live.nt_sim_settings import SimSettings
 
 
 @dataclass(order=True)
@@ -65,21 +66,14 @@ class NinjaTraderSim(FaultControls):
     """NinjaTrader 8's ATI file interface, simulated on its own thread (see the module's docstring).
 
     ``accounts`` and ``instrument``: what it holds (an OIF naming another is refused), the instrument trading at
-    ``market``'s prices. ``latency_s``: the time between two states of an order (0: all at once). Thread-safe:
-    the fault methods and :meth:`settle` may be called from any thread while it runs.
+    ``market``'s prices; ``settings``: its connection, timing, fills and state-file names (:class:`SimSettings`;
+    None: the defaults). Thread-safe: the fault methods and :meth:`settle` may be called from any thread while it runs.
     """
 
-    def __init__(self, folder: str | Path, accounts: Iterable[str], instrument: str, market: Market, *,
-                 exchange: str = "Globex", connection: str | None = "Simulated", poll_s: float = 0.05,
-                 latency_s: float = 0.0, tick_size: float = 0.25, slippage_ticks: int = 0, seed: int = 0,
-                 state_file_style: str = "documented", clock: Callable[[], float] = time.monotonic) -> None:
-        if not (poll_s > 0 and latency_s >= 0 and tick_size > 0 and slippage_ticks >= 0):
-            raise UserError("the simulator needs poll_s > 0, latency_s >= 0, tick_size > 0, slippage_ticks >= 0",
-                            value={"poll_s": poll_s, "latency_s": latency_s, "tick_size": tick_size,
-                                   "slippage_ticks": slippage_ticks}, fix="e.g. --poll-s 0.05 --latency-s 0.01")
-        if state_file_style not in ("documented", "account_prefixed"):
-            raise UserError("unknown state file style", value=state_file_style,
-                            fix="documented (<id>.txt) or account_prefixed (<account>_<id>.txt)")
+    def __init__(self, folder: str | Path, accounts: Iterable[str], instrument: str, market: SimMarket,
+                 settings: SimSettings | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+        settings = settings or SimSettings()
+        exchange, state_file_style, connection = settings.exchange, settings.state_file_style, settings.connection
         self.folder = Path(folder)
         self.incoming = self.folder / "incoming"
         self.outgoing = self.folder / "outgoing"
@@ -97,10 +91,10 @@ class NinjaTraderSim(FaultControls):
         self.market = market
         self.exchange = exchange
         self.connection = connection
-        self.poll_s = float(poll_s)
-        self.latency_s = float(latency_s)
-        self.tick_size = float(tick_size)
-        self.slippage_ticks = int(slippage_ticks)
+        self.poll_s = float(settings.poll_s)
+        self.latency_s = float(settings.latency_s)
+        self.tick_size = float(settings.tick_size)
+        self.slippage_ticks = int(settings.slippage_ticks)
         self.state_file_style = state_file_style
         self.clock = clock
         self.orders: dict[str, SimOrder] = {}
@@ -112,7 +106,7 @@ class NinjaTraderSim(FaultControls):
         """NinjaTrader's Log tab: refusals and their reasons (the ATI files carry none)."""
         self.connected = True
         self.restarts = 0
-        self._rng = random.Random(seed)
+        self._rng = random.Random(settings.seed)
         self._lock = threading.RLock()
         self._due: list[_Due] = []
         self._seq = itertools.count()

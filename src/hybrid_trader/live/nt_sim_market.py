@@ -22,7 +22,7 @@ class Quote:
     close: float
 
 
-class Market:
+class SimMarket:
     """The simulator's prices: bars pushed (by a test, :class:`FileMarket`), taken in order by the simulator."""
 
     def __init__(self, price: float | None = None) -> None:
@@ -55,7 +55,7 @@ class Market:
             return not self._queue
 
 
-class FileMarket(Market):
+class FileMarket(SimMarket):
     """Prices from a bars file the simulator follows (the follow feed's reader: a CSV with a header, or
     NinjaTrader's export lines): each new complete line is a bar; unreadable lines are skipped."""
 

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from hybrid_trader.live.executor_parts import ExecutorOptions
 from hybrid_trader.live.fast_policy import NumpyAgentPolicy
 from hybrid_trader.live.live_policy import LivePolicy, live_policy
 from hybrid_trader.llm.model_cache import cache_home
@@ -173,11 +174,10 @@ def read_cache(path: Path, key: str, agent_for: Callable[[Normalizer | None], An
     return NumpyAgentPolicy(agent_for(norm), spec), ""
 
 
-def executor_policy(run: RunDir, config: Any, *, llm: str = "async", budget_ms: float = 0.0,
-                    llm_overrides: dict | None = None, calibrate: bool = True,
+def executor_policy(run: RunDir, config: Any, options: ExecutorOptions | None = None,
                     say: Any = None) -> tuple[LivePolicy, TorchModel]:
-    """The executor's policy (``live_policy``'s) and the run's torch model, loaded only if needed (see the module
-    doc)."""
+    """The executor's policy (``live_policy``'s, as ``options`` choose its advisor) and the run's torch model,
+    loaded only if needed (see the module doc)."""
     normalize = config.ppo.normalize_observations
     model_path, vec_path = final_model(run, normalize)  # a damaged or missing file fails here, cached or not
     torch_model = TorchModel(run.path, config.ppo.device, normalize)
@@ -192,8 +192,7 @@ def executor_policy(run: RunDir, config: Any, *, llm: str = "async", budget_ms: 
         if why:
             notes.append(f"{why}: ignored, and written again")
     model, vec = torch_model.get()
-    live = live_policy(config, model, vec, run.path, llm=llm, budget_ms=budget_ms, llm_overrides=llm_overrides,
-                       calibrate=calibrate, say=say)
+    live = live_policy(config, model, vec, run.path, options, say=say)
     if phase != 3 and isinstance(live.policy, NumpyAgentPolicy):
         failed = write_cache(path, key, live.policy, vec)
         if failed:

@@ -64,8 +64,8 @@ from hybrid_trader.llm.backends.base import Backend
 from hybrid_trader.llm.cache import AdviceCache
 from hybrid_trader.llm.config import LLMConfig, load_llm_config
 from hybrid_trader.llm.context import AdvisorContext
-from hybrid_trader.llm.journal import Journal
 from hybrid_trader.llm.prompt import PromptBuilder, RenderedQuery
+from hybrid_trader.llm.query_journal import QueryJournal
 from hybrid_trader.llm.query_policy import QueryPolicy, RLConfidence
 from hybrid_trader.llm.recording import Recorder
 from hybrid_trader.llm.retrieval import RetrievalPool
@@ -134,7 +134,7 @@ class Advisor:
         atexit.register(self._atexit_cb)
 
     @property
-    def journal(self) -> Journal | None:
+    def journal(self) -> QueryJournal | None:
         return self.recorder.journal
 
     @property
@@ -491,6 +491,6 @@ def build_advisor(
         backend.check()
     journal = None
     if config.journal:
-        journal = Journal(config.journal, backend=backend.name, model=backend.describe(), mode=config.mode,
-                          config=config.to_dict())
+        journal = QueryJournal(config.journal, backend=backend.name, model=backend.describe(), mode=config.mode,
+                               config=config.to_dict())
     return Advisor(config, backend, prompts=prompts, journal=journal)

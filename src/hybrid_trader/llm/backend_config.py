@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
-from hybrid_trader.config import check, redact
+from hybrid_trader.config import check, secret_hint
 from hybrid_trader.llm.backends import TEACHER_NAMES
 
 _ENV_VAR = re.compile(r"^[A-Z_][A-Z0-9_]*$")
@@ -83,7 +83,7 @@ class OpenAIConfig:
         env = self.api_key_env
         looks_like_key = env.startswith("sk-") or not _ENV_VAR.match(env)
         check(not looks_like_key, "api_key_env",
-              f"{redact(env)} is not the name of an environment variable (it looks like a key itself)",
+              f"{secret_hint(env)} is not the name of an environment variable (it looks like a key itself)",
               fix="put the key in a variable: export OPENAI_API_KEY=... and set api_key_env: OPENAI_API_KEY "
                   "(names are upper-case letters, digits and _)")
         check(self.request_timeout_s > 0, "request_timeout_s", f"{self.request_timeout_s} must be > 0",

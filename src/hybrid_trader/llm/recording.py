@@ -14,8 +14,8 @@ from hybrid_trader.llm.advice import Advice
 from hybrid_trader.llm.cache import AdviceCache
 from hybrid_trader.llm.context import AdvisorContext
 from hybrid_trader.llm.health import LLM_CIRCUIT_OPEN
-from hybrid_trader.llm.journal import Journal
 from hybrid_trader.llm.prompt import PromptBuilder, RenderedQuery
+from hybrid_trader.llm.query_journal import QueryJournal
 from hybrid_trader.llm.stats import AdvisorStats
 
 
@@ -23,7 +23,7 @@ class Recorder:
     """Statistics, cache, the answer hook and the journal of an advisor's answers."""
 
     def __init__(self, *, scored: bool, cache: AdviceCache, stats: AdvisorStats, prompts: PromptBuilder,
-                 journal: Journal | None = None) -> None:
+                 journal: QueryJournal | None = None) -> None:
         self.scored = scored
         self.cache = cache
         self.stats = stats

@@ -2,7 +2,7 @@
 
 ``hybrid-trader study S.yaml --confirm DATA`` (docs/STUDY.md): each finished trial's last phase is evaluated
 (``evaluate_run``, every day of DATA, the study's verdict and baselines) and the same tables are made
-(:func:`~hybrid_trader.study.summary.summarize`), with the study's verdicts judged again
+(:func:`~hybrid_trader.study.summary.summarize_study`), with the study's verdicts judged again
 (:func:`~hybrid_trader.study.replicate.compare_verdicts`). Everything goes to ``OUT/confirm-<DATA stem>/``
 (``trials/<trial>.json``, ``trials.parquet``, ``summary.json``, ``report.html``), beside the study's results,
 never over them; each evaluation's own files go to the trial's run under ``eval/<stem>-<hash8>/all``.
@@ -27,7 +27,7 @@ from tqdm.auto import tqdm
 from hybrid_trader.config import merge_overrides, to_dict
 from hybrid_trader.data.loader import named_market
 from hybrid_trader.errors import UserError
-from hybrid_trader.evaluation.evaluate import evaluate_run, verdict_measurable
+from hybrid_trader.evaluation.evaluate import EvaluationRequest, evaluate_run, verdict_measurable
 from hybrid_trader.evaluation.metrics import jsonable
 from hybrid_trader.evaluation.results import read_json
 from hybrid_trader.run import RunDir, sha256_file
@@ -39,7 +39,7 @@ from hybrid_trader.study.engine import STUDY_FILE, SUMMARY, TABLE, trials_of, tr
 from hybrid_trader.study.fingerprint import fingerprint, fingerprint_summary
 from hybrid_trader.study.replicate import compare_verdicts, verdicts_section
 from hybrid_trader.study.spec import StudySpec, load_study
-from hybrid_trader.study.summary import NOT_RUN, summarize
+from hybrid_trader.study.summary import NOT_RUN, summarize_study
 from hybrid_trader.study.trials import TRIALS, Trial, evaluation_row, read_trial
 
 CONFIRM_PREFIX = "confirm-"
@@ -174,12 +174,12 @@ def confirm_study(spec_path: str | Path, out: str | Path, data: str | Path, *, p
         finished = {t.slug for t, _ in done}
         waiting = [{"trial": t.slug, "variant": t.variant, "seed": t.seed, "fold": t.fold, "status": NOT_RUN}
                    for t in trials_of(spec) if t.slug not in finished and read_trial(out / TRIALS / t.slug) is None]
-        summary = summarize(spec, rows + waiting)
+        summary = summarize_study(spec, rows + waiting)
         summary["evaluated on"] = f"{data.name}, every day from {first_day}"
         summary["confirmation"] = {"data": str(data), "first day": first_day, "study's last day": seen,
                                    "study's finished trials": len(done)}
         summary["fingerprints"] = fingerprint_summary(rows)
-        study_summary = summarize(spec, [r for _, r in done] + waiting)
+        study_summary = summarize_study(spec, [r for _, r in done] + waiting)
         summary["vs study"] = compare_verdicts(study_summary, summary, label="confirmation")
         atomic_write_text(folder / SUMMARY, json.dumps(jsonable(summary), indent=1))
         from hybrid_trader.study.report import write_study_report  # matplotlib only when a report is written
@@ -218,9 +218,9 @@ def _confirm_trial(spec: StudySpec, trial: Trial, run: Path, config: RunConfig, 
     started = time.perf_counter()
     try:
         verdict = None if spec.evaluate.verdict == "none" or not verdict_measurable(config) else spec.evaluate.verdict
-        out_eval = evaluate_run(run, split="all", seeds=spec.evaluate.seeds, data_overrides={"path": str(data)},
-                                market=market, quiet=True, ablation=False, verdict=verdict, symbol=priced,
-                                verdict_config=spec.evaluate.prop)
+        out_eval = evaluate_run(run, EvaluationRequest(
+            split="all", seeds=spec.evaluate.seeds, data_overrides={"path": str(data)}, symbol=priced, market=market,
+            quiet=True, ablation=False, verdict=verdict, verdict_config=spec.evaluate.prop))
         row.update(evaluation_row(out_eval))
         row["evaluation"] = str(out_eval.out_dir)
         row["status"] = "finished"

@@ -34,7 +34,7 @@ from hybrid_trader.study.attempts import count_attempts, record_attempt
 from hybrid_trader.study.cluster import ray_init
 from hybrid_trader.study.fingerprint import fingerprint_summary
 from hybrid_trader.study.spec import StudySpec, load_study
-from hybrid_trader.study.summary import NOT_RUN, summarize
+from hybrid_trader.study.summary import NOT_RUN, summarize_study
 from hybrid_trader.study.transport import DataBars, absolute_paths, carried, land_trial, study_bars
 from hybrid_trader.study.trials import DAILY, TRIALS, Trial, forget_markets, market_for, read_trial, trial_task
 
@@ -111,7 +111,7 @@ def run_study(spec_path: str | Path | StudySpec, out: str | Path, *, workers: in
             from hybrid_trader.study.search import run_search  # only a search loads Ray Tune and Optuna
 
             return run_search(spec, out, workers=workers, address=address, progress=progress, bars=bars,
-                              only=only, static=static, say=say)
+                              only=only, say=say)  # its report has no charts to leave out: no static
         trials = trials_of(spec)
         done = {t.slug for t in trials if (read_trial(out / TRIALS / t.slug) or {}).get("status") == "finished"}
         order = {v.name: i for i, v in enumerate(spec.variants)}  # whole pairs first: an interrupted study
@@ -133,7 +133,7 @@ def run_study(spec_path: str | Path | StudySpec, out: str | Path, *, workers: in
                 for t in trials]
         table = trials_table(rows)
         table.to_parquet(out / TABLE, index=False)
-        summary = summarize(spec, rows, attempts=count_attempts(out, rows))
+        summary = summarize_study(spec, rows, attempts=count_attempts(out, rows))
         summary["fingerprints"] = fingerprint_summary(rows)
         summary["timing"] = timing
         atomic_write_text(out / SUMMARY, json.dumps(jsonable(summary), indent=1))

@@ -235,7 +235,7 @@ def _records(out: Path) -> dict[str, dict[str, Any]]:
 
 
 def run_search(spec: StudySpec, out: Path, *, workers: int, address: str | None, progress: bool,
-               bars: dict[str, DataBars], only: Sequence[str] | None = None, static: bool = False,
+               bars: dict[str, DataBars], only: Sequence[str] | None = None,
                say: Callable[[str], None] = print) -> dict[str, Any]:
     """Run (or continue) a study with a search space in ``out`` (locked, its ``study.json`` written by the
     caller): the folds' searches, the selections and their test evaluations, the table, summary and report."""

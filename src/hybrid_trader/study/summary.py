@@ -27,7 +27,7 @@ NOT_RUN = "not run"
 """A trial's status when the study ran without it (``study --only`` other variants): not a failure."""
 
 
-def summarize(spec: StudySpec, rows: Sequence[dict[str, Any]], attempts: dict[str, int] | None = None,
+def summarize_study(spec: StudySpec, rows: Sequence[dict[str, Any]], attempts: dict[str, int] | None = None,
               ) -> dict[str, Any]:
     """Per variant: trials, failures, mean, CI, median and leave-one-out range of each figure, pass count; paired
     differences (with the Wilcoxon test); the hypotheses; SPA, StepM, PBO; the DSR over ``attempts["attempts"]``

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from hybrid_trader.config import from_dict, to_dict
-from hybrid_trader.evaluation.evaluate import EvaluationOutput, evaluate_run, verdict_measurable
+from hybrid_trader.evaluation.evaluate import EvaluationOutput, EvaluationRequest, evaluate_run, verdict_measurable
 from hybrid_trader.evaluation.metrics import daily_pnl, jsonable
 from hybrid_trader.evaluation.results import load_results
 from hybrid_trader.evaluation.runner import validation_fn
@@ -30,7 +30,7 @@ from hybrid_trader.run.rundir import MODEL
 from hybrid_trader.study.fingerprint import fingerprint, make_deterministic
 from hybrid_trader.study.spec import StudySpec
 from hybrid_trader.study.transport import TRIAL_FILE, TRIALS, DataBars, data_key, pack, relocate, unpack
-from hybrid_trader.training.runner import ValidationFactory, train_run
+from hybrid_trader.training.runner import TrainHooks, ValidationFactory, train_run
 
 FIGURES = ("Net PnL [$]", "Sharpe (ann.)", "Max drawdown [$]", "Trades", "Win rate [%]", "PSR [%]",
            "Return [%]", "Days")
@@ -119,7 +119,7 @@ def run_trial(spec_data: dict, trial: Trial, out: str, *, bars: Mapping[str, Dat
                 continue
             if run.exists():  # a run a killed trial left unfinished: trained again from its start
                 shutil.rmtree(run)
-            train_run(config, run, init=init, quiet=True, market=market, validation=validation)
+            train_run(config, run, init=init, quiet=True, market=market, hooks=TrainHooks(validation=validation))
             init = run
         assert init is not None and market is not None
         row.update(evaluate_trial(spec, config, init, market, spec.evaluate.split))
@@ -138,8 +138,8 @@ def evaluate_trial(spec: StudySpec, config: Any, run: Path, market: Market, spli
     figures of :func:`evaluation_row`."""
     measurable = verdict_measurable(config)  # phase 3: with the student only
     verdict = None if spec.evaluate.verdict == "none" or not measurable else spec.evaluate.verdict
-    out_eval = evaluate_run(run, split=split, seeds=spec.evaluate.seeds, quiet=True, ablation=False,
-                            market=market, verdict=verdict, verdict_config=spec.evaluate.prop)
+    out_eval = evaluate_run(run, EvaluationRequest(split=split, seeds=spec.evaluate.seeds, market=market, quiet=True,
+                                                   ablation=False, verdict=verdict, verdict_config=spec.evaluate.prop))
     return evaluation_row(out_eval)
 
 

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 import torch as th
+from sb3_contrib.common.maskable.buffers import MaskableRolloutBufferSamples
 from stable_baselines3.common.torch_layers import FlattenExtractor
 from torch import nn
 
@@ -39,6 +40,22 @@ class LossTerms:
     value_loss: th.Tensor
     entropy_loss: th.Tensor
     approx_kl: th.Tensor
+
+
+@dataclass(frozen=True)
+class LossSettings:
+    """MaskablePPO's loss coefficients for one update (the clip ranges at the update's progress)."""
+
+    clip_range: float
+    """The policy ratio's clip range."""
+    clip_range_vf: float | None
+    """The value prediction's clip range around the old value; None: not clipped."""
+    ent_coef: float
+    """The entropy loss's weight."""
+    vf_coef: float
+    """The value loss's weight."""
+    normalize_advantage: bool
+    """Normalise the minibatch's advantages (mean 0, standard deviation 1)."""
 
 
 def _tanh(x: th.Tensor) -> th.Tensor:
@@ -106,11 +123,10 @@ class _Gate:
         grads[self.body.weight], grads[self.body.bias] = g.t().mm(self.inputs), g.sum(0)
 
 
-def loss_and_grads(lean: LeanForward, obs: th.Tensor, actions: th.Tensor, masks: th.Tensor | None,
-                   old_log_prob: th.Tensor, advantages: th.Tensor, returns: th.Tensor, old_values: th.Tensor, *,
-                   clip_range: float, clip_range_vf: float | None, ent_coef: float, vf_coef: float,
-                   normalize_advantage: bool) -> tuple[LossTerms, dict[th.Tensor, th.Tensor]]:
-    """MaskablePPO's minibatch loss and its gradient for each parameter of ``lean``'s policy (:func:`supports`).
+def loss_and_grads(lean: LeanForward, batch: MaskableRolloutBufferSamples,
+                   settings: LossSettings) -> tuple[LossTerms, dict[th.Tensor, th.Tensor]]:
+    """MaskablePPO's loss on the minibatch ``batch`` (the rollout buffer's samples) and its gradient for each
+    parameter of ``lean``'s policy (:func:`supports`).
 
     Forward as ``LeanForward.evaluate`` (phase 3: the prior on the RL logits; ``x - logsumexp(x)`` twice, masked
     logits at -1e8);
@@ -118,6 +134,10 @@ def loss_and_grads(lean: LeanForward, obs: th.Tensor, actions: th.Tensor, masks:
     gradient in halves that add up to the same), entropy ``-sum(m p l)``, value loss
     ``mean((R - v)^2)``, then the two log-softmaxes, the heads and the tanh layers.
     """
+    obs, actions, masks, old_log_prob = batch.observations, batch.actions, batch.action_masks, batch.old_log_prob
+    advantages, returns, old_values = batch.advantages, batch.returns, batch.old_values
+    clip_range, clip_range_vf, ent_coef, vf_coef = (settings.clip_range, settings.clip_range_vf, settings.ent_coef,
+                                                    settings.vf_coef)
     with th.no_grad():
         n = len(obs)
         pi = [(w, b) for w, b in lean.pi if b is not None]
@@ -147,7 +167,7 @@ def loss_and_grads(lean: LeanForward, obs: th.Tensor, actions: th.Tensor, masks:
         entropy = -lp.sum(-1)
 
         adv = advantages
-        if normalize_advantage:
+        if settings.normalize_advantage:
             adv = (adv - adv.mean()) / (adv.std() + 1e-8)
         log_ratio = log_prob - old_log_prob
         ratio = th.exp(log_ratio)

@@ -52,7 +52,7 @@ from stable_baselines3.common.utils import explained_variance, obs_as_tensor
 from stable_baselines3.common.vec_env import VecEnv
 from torch.nn import functional as F
 
-from hybrid_trader.training.lean_backward import LossTerms, loss_and_grads, supports
+from hybrid_trader.training.lean_backward import LossSettings, LossTerms, loss_and_grads, supports
 from hybrid_trader.training.lean_forward import LeanForward, LeanMaskableCategoricalDistribution
 
 
@@ -184,6 +184,7 @@ class LeanMaskablePPO(MaskablePPO):
         self._lean_forward = LeanForward.of(policy, fast_math=True)
         discrete = isinstance(self.action_space, spaces.Discrete)
         manual = self._lean_forward if discrete and supports(self._lean_forward) else None
+        settings = LossSettings(clip_range, clip_range_vf, self.ent_coef, self.vf_coef, self.normalize_advantage)
         params = list(policy.parameters())
         stats: list[th.Tensor] = []  # per minibatch: policy loss, clip fraction, value loss, entropy loss
         kls: list[th.Tensor] = []  # the last epoch's approximate KL divergences
@@ -195,10 +196,7 @@ class LeanMaskablePPO(MaskablePPO):
                 actions = data.actions.long().flatten() if discrete else data.actions
                 grads = None
                 if manual is not None:  # the loss and its gradients by hand (lean_backward), no autograd graph
-                    terms, grads = loss_and_grads(
-                        manual, data.observations, actions, data.action_masks, data.old_log_prob, data.advantages,
-                        data.returns, data.old_values, clip_range=clip_range, clip_range_vf=clip_range_vf,
-                        ent_coef=self.ent_coef, vf_coef=self.vf_coef, normalize_advantage=self.normalize_advantage)
+                    terms, grads = loss_and_grads(manual, data, settings)  # its actions as indices, as below
                 else:
                     terms = self._autograd_loss(data, actions, clip_range, clip_range_vf)
                 loss = terms.loss

@@ -12,7 +12,8 @@ import functools
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +71,35 @@ from hybrid_trader.training.transfer import transfer_normalization, transfer_wei
 from hybrid_trader.training.vec_env import LeanDummyVecEnv
 
 ValidationFactory = Callable[[Market, RunConfig], Callable[[Any], dict]]
+
+
+@dataclass(frozen=True)
+class TrainHooks:
+    """What a caller plugs into a PPO run: its own callbacks, evaluation's periodic validation, phase 3's
+    calibration rule (passed in: training never imports evaluation)."""
+
+    extra_callbacks: Sequence[Any] = ()
+    """SB3 callbacks after the run's own (tests: interrupt at a step, count, time)."""
+    validation: ValidationFactory | None = None
+    """Builds the periodic validation when ``train.validate_every`` > 0 (``evaluation.runner.validation_fn``)."""
+    calibrate: CalibrationRule | None = None
+    """Phase 3's rule for a leaning model's batch calibration
+    (:func:`~hybrid_trader.training.advisor_setup.make_advisor`)."""
+
+
+@dataclass(frozen=True)
+class _Start:
+    """Where the model's weights came from."""
+
+    resumed_from: int | None
+    """The checkpoint's step of a resumed run; None: a new run."""
+    init: Path | str | None
+    """The run a new run was initialised from (its body frozen for ``train.freeze_body_steps``); None: none."""
+
+
+def _sayer(quiet: bool) -> Callable[..., None]:
+    """``print`` (flushed), or nothing when ``quiet``."""
+    return (lambda *a: None) if quiet else (lambda *a: print(*a, flush=True))
 """Builds the periodic validation of a run: ``(market, config) -> (model -> {name: figure})``."""
 
 RESUMABLE = ("ppo.total_timesteps", "train.progress_bar", "ppo.device", "ppo.torch_threads", "ppo.vec_env",
@@ -99,11 +129,11 @@ def load_run_config(run_dir: Path) -> RunConfig:
 
 
 def build_vec_env(market: Market, config: RunConfig, sessions, n_envs: int, seed: int, *, normalize: bool,
-                  training: bool = True, wrap=None, advisor=None, teacher=None):
+                  advisor=None, teacher=None):
     """Vectorised, monitored (and optionally normalised) environments over ``sessions``.
 
     Normalisation is ``training.normalizer.LeanVecNormalize``: with ``ppo.normalizer:
-    frozen`` (or ``training`` False) its statistics never move, and :func:`make_model` (or
+    frozen`` its statistics never move, and :func:`make_model` (or
     the checkpoint, on resume) sets them; ``running``: SB3's running updates. Phase 3
     (``advisor`` given): the advisor wrapper appends the advice to each observation and
     only the 261 features are normalised; ``teacher``: the real LLM beside an always-on
@@ -113,10 +143,10 @@ def build_vec_env(market: Market, config: RunConfig, sessions, n_envs: int, seed
     risk = config.risk if config.env.phase == 3 else None
     if market.pool and sessions == market.sessions("train"):  # data.pool: each environment on one market's days
         fns: list[Callable[[], gym.Env]] = [
-            env_factory(m, config.env, m.sessions("train"), seed + i, ignore_sigint=subproc, wrap=wrap, risk=risk)
+            env_factory(m, config.env, m.sessions("train"), seed + i, ignore_sigint=subproc, risk=risk)
             for i, m in enumerate(training_markets(market, n_envs))]
     else:
-        fns = [env_factory(market, config.env, sessions, seed + i, ignore_sigint=subproc, wrap=wrap, risk=risk)
+        fns = [env_factory(market, config.env, sessions, seed + i, ignore_sigint=subproc, risk=risk)
                for i in range(n_envs)]
     venv: VecEnv
     if subproc:
@@ -126,7 +156,7 @@ def build_vec_env(market: Market, config: RunConfig, sessions, n_envs: int, seed
         venv = LeanDummyVecEnv(fns)  # monitored itself
     if advisor is not None:
         venv = AdvisorVecEnv(venv, advisor, market, max_age=advisor.config.batching.max_age_steps, teacher=teacher)
-    frozen = config.ppo.normalizer == "frozen" or not training
+    frozen = config.ppo.normalizer == "frozen"
     if not normalize:
         return venv
     return LeanVecNormalize(venv, N_FEATURES if advisor is not None else None, frozen=frozen)
@@ -218,10 +248,8 @@ def train_run(
     init: Path | None = None,
     resume: bool = False,
     market: Market | None = None,
-    extra_callbacks: list | None = None,
     quiet: bool = False,
-    validation: ValidationFactory | None = None,
-    calibrate: CalibrationRule | None = None,
+    hooks: TrainHooks = TrainHooks(),
 ) -> dict:
     """Train (or resume) one run. Returns the final status dict; raises KeyboardInterrupt after saving.
 
@@ -230,17 +258,15 @@ def train_run(
     creates ``run_dir``, and removes the folder again when it fails before its first
     checkpoint. ``resume`` refuses a ``config`` that contradicts the run's (see
     :data:`RESUMABLE`), records a new target, continues from the newest valid
-    checkpoint and drops log rows past it. ``validation`` (optional) builds the periodic
-    validation when ``train.validate_every`` > 0. ``calibrate`` (optional): phase 3's rule for a leaning
-    model's batch calibration (:func:`~hybrid_trader.training.advisor_setup.make_advisor`).
+    checkpoint and drops log rows past it. ``hooks`` (optional): the caller's callbacks, the periodic
+    validation, phase 3's calibration rule (:class:`TrainHooks`).
     """
     run = RunDir(run_dir)
-    say = (lambda *a: None) if quiet else (lambda *a: print(*a, flush=True))
+    say = _sayer(quiet)
     config.validate()
     check_writable(run.path, what="train --out")  # a file in its place, no permission, a full disk: now
     if resume:
-        return _resume(run, config, market=market, extra_callbacks=extra_callbacks, say=say, quiet=quiet,
-                       validation=validation, calibrate=calibrate)
+        return _resume(run, config, market=market, hooks=hooks, quiet=quiet)
     if not run.is_empty():
         fix = "choose another --out, or add --resume to continue the run in it"
         if run.config_path.exists() and not run.checkpoints() and not run.model_path.exists():
@@ -252,7 +278,7 @@ def train_run(
     market = market or load_market(config.data, config.split, pool=True)
     config = with_recorded_market(config, market.bars.market)  # run and evaluate read the contract from the run
     split_info = _split_info(market)
-    advisor, llm_config = make_advisor(config, say, (run_dir, init), calibrate)
+    advisor, llm_config = make_advisor(config, say, (run_dir, init), hooks.calibrate)
     venv = build_vec_env(market, config, market.sessions("train"), config.ppo.n_envs, config.ppo.seed,
                          normalize=config.ppo.normalize_observations, advisor=advisor,
                          teacher=make_teacher(config, market, say))
@@ -281,8 +307,7 @@ def train_run(
         if init is not None:
             run.write_status(init=str(init), init_notes=notes)
             say(f"initialised from {init}: " + ("; ".join(notes) or "same shapes"))
-        return _learn(run, config, model, venv, market, resumed_from=None, init=init,
-                      extra_callbacks=extra_callbacks, say=say, quiet=quiet, validation=validation)
+        return _learn(run, config, model, venv, market, start=_Start(None, init), hooks=hooks, quiet=quiet)
     except KeyboardInterrupt:
         raise
     except BaseException:
@@ -301,9 +326,9 @@ def train_run(
         venv.close()
 
 
-def _resume(run: RunDir, config: RunConfig, *, market, extra_callbacks, say, quiet, validation,
-            calibrate: CalibrationRule | None = None) -> dict:
+def _resume(run: RunDir, config: RunConfig, *, market, hooks: TrainHooks, quiet: bool) -> dict:
     run.require()
+    say = _sayer(quiet)
     with run.lock("train --resume"):
         if not run.status_path.exists():
             raise UserError(f"--resume: {run.path} has no status.json",
@@ -342,7 +367,7 @@ def _resume(run: RunDir, config: RunConfig, *, market, extra_callbacks, say, qui
         run.write_status(target_timesteps=target)
         market = market or load_market(config.data, config.split, pool=True)
         say(market.describe())
-        advisor, _ = make_advisor(config, say, (run.path, status.get("init")), calibrate)
+        advisor, _ = make_advisor(config, say, (run.path, status.get("init")), hooks.calibrate)
         venv = build_vec_env(market, config, market.sessions("train"), config.ppo.n_envs, config.ppo.seed,
                              normalize=config.ppo.normalize_observations, advisor=advisor,
                              teacher=make_teacher(config, market, say))
@@ -358,9 +383,8 @@ def _resume(run: RunDir, config: RunConfig, *, market, extra_callbacks, say, qui
             if dropped:
                 warn(f"dropped {dropped} log rows past step {ckpt.step:,} (written after the checkpoint)")
             say(f"resuming {run.path} from {ckpt.model.name} at step {model.num_timesteps:,}")
-            init = status.get("init")
-            return _learn(run, config, model, venv, market, resumed_from=ckpt.step, init=init,
-                          extra_callbacks=extra_callbacks, say=say, quiet=quiet, validation=validation)
+            return _learn(run, config, model, venv, market, start=_Start(ckpt.step, status.get("init")), hooks=hooks,
+                          quiet=quiet)
         finally:
             venv.close()
 
@@ -373,9 +397,10 @@ def _set_torch(config: RunConfig) -> None:
     torch.distributions.Distribution.set_default_validate_args(config.ppo.validate_distributions)
 
 
-def _learn(run: RunDir, config: RunConfig, model, venv, market: Market, *, resumed_from: int | None, init,
-           extra_callbacks, say, quiet: bool, validation: ValidationFactory | None) -> dict:
+def _learn(run: RunDir, config: RunConfig, model, venv, market: Market, *, start: _Start, hooks: TrainHooks,
+           quiet: bool) -> dict:
     """Train ``model`` to the target, with checkpoints, logs and status; the run's lock is held."""
+    say, validation, resumed_from = _sayer(quiet), hooks.validation, start.resumed_from
     ppo = config.ppo
     start_step = resumed_from or 0
     logger = Logger(folder=str(run.path), output_formats=[
@@ -400,9 +425,9 @@ def _learn(run: RunDir, config: RunConfig, model, venv, market: Market, *, resum
     elif config.train.select != "last" or config.train.early_stop_patience:
         warn(f"train.select {config.train.select!r} / early_stop_patience {config.train.early_stop_patience}: no "
              "periodic validation runs (no validation days, or no validation function): the last model is kept")
-    if init is not None and config.train.freeze_body_steps > 0:
+    if start.init is not None and config.train.freeze_body_steps > 0:
         callbacks.append(FreezeBodyCallback(config.train.freeze_body_steps))
-    callbacks += list(extra_callbacks or [])
+    callbacks += list(hooks.extra_callbacks)
 
     remaining = max(ppo.total_timesteps - model.num_timesteps, 0)
     run.write_status(state="running", phase=config.env.phase, target_timesteps=ppo.total_timesteps,

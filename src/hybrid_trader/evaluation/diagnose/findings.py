@@ -194,7 +194,7 @@ def _fmt(v: Any) -> str:
 # ---------------------------------------------------------------------------------------
 # Reading the run directory
 # ---------------------------------------------------------------------------------------
-def read_jsonl(path: Path, notes: list[str]) -> list[dict[str, Any]]:
+def read_run_log(path: Path, notes: list[str]) -> list[dict[str, Any]]:
     """Records of a JSON-lines file; a truncated last line (a killed writer) is skipped with a note."""
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
@@ -368,8 +368,8 @@ def read_run(run_dir: str | Path, th: Thresholds, notes: list[str]) -> RunView:
     status = _read_json_file(rd / STATUS) if (rd / STATUS).is_file() else None
     if status is not None and not isinstance(status, dict):
         raise UserError("status.json is not a JSON object", file=str(rd / STATUS))
-    progress = read_jsonl(rd / PROGRESS, notes) if (rd / PROGRESS).is_file() else []
-    validation = read_jsonl(rd / VALIDATION, notes) if (rd / VALIDATION).is_file() else []
+    progress = read_run_log(rd / PROGRESS, notes) if (rd / PROGRESS).is_file() else []
+    validation = read_run_log(rd / VALIDATION, notes) if (rd / VALIDATION).is_file() else []
     config, raw = _read_config(rd, notes)
     evals, eval_llm = _eval_agent(rd)
     ablation_path = rd / EVAL / ABLATION

@@ -38,7 +38,7 @@ from hybrid_trader.errors import UserError
 from hybrid_trader.features.names import FEATURE_NAMES
 from hybrid_trader.llm.advice import ACTION_WORDS
 from hybrid_trader.llm.backends.base import ERROR_GARBAGE, Backend, BackendError
-from hybrid_trader.llm.backends.student_kernel import CLIP, PackedStudent, block_writer, forward_into, pack
+from hybrid_trader.llm.backends.student_kernel import CLIP, PackedStudent, block_writer, forward_into, pack_student
 from hybrid_trader.llm.config import StudentConfig
 from hybrid_trader.llm.prompt import RenderedQuery
 
@@ -157,7 +157,7 @@ class Student:
     def packed(self) -> PackedStudent:
         """The weights as the CPU kernel reads them (flattened once, on first use)."""
         if self._packed is None:
-            self._packed = pack(self.net.state_dict())
+            self._packed = pack_student(self.net.state_dict())
         return self._packed
 
     def advise(self, obs: np.ndarray, masks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -11,7 +11,7 @@ the executor), so a student's advice does not depend on who asks.
 The network is :class:`~hybrid_trader.llm.backends.student_backend.StudentNet`:
 normalise and clip the inputs, ``Linear`` + ReLU layers, then one head of six action
 logits (a softmax over the legal actions; HOLD is made legal in a row where no action is)
-and one confidence logit (a sigmoid). :func:`pack` flattens its weights into one float32
+and one confidence logit (a sigmoid). :func:`pack_student` flattens its weights into one float32
 vector; :func:`forward_into` reads it. Sums run in float32 in input order, so the answers
 differ from the torch network's in the last bits only (tested against it).
 """
@@ -44,7 +44,7 @@ class PackedStudent:
     """int64: the inputs, each hidden layer's units, then ``N_ACTIONS + 1`` (the heads)."""
 
 
-def pack(state: dict[str, Any]) -> PackedStudent:
+def pack_student(state: dict[str, Any]) -> PackedStudent:
     """Flatten a ``StudentNet``'s state dict (numpy or torch values) for the kernel (its layers read from the
     keys: ``body.<i>.weight`` for each ``Linear`` of the body, in order)."""
     def arr(key: str) -> np.ndarray:
@@ -112,8 +112,9 @@ def _softmax(x, legal, probs):  # pragma: no cover  (compiled: coverage does not
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
-def _forward_into(params, widths, probs_col, conf_col, present_col, copy, obs, masks,
-                  out):  # pragma: no cover  (compiled: coverage does not see inside)
+def _forward_into(params, widths, layout, obs, masks, out):  # pragma: no cover  (compiled: coverage does not see)
+    """``layout``: the output's ``(probs_col, conf_col, present_col, copy)`` (:func:`forward_into`)."""
+    probs_col, conf_col, present_col, copy = layout
     d = widths[0]
     size = 0
     for w in widths:
@@ -153,7 +154,7 @@ def forward_into(packed: PackedStudent, obs: np.ndarray, masks: np.ndarray, out:
     per row of ``obs``).
     """
     # one compiled version: C-ordered float32 rows and bool masks (no copy when they already are)
-    _forward_into(packed.params, packed.widths, probs_col, conf_col, present_col, copy,
+    _forward_into(packed.params, packed.widths, (probs_col, conf_col, present_col, copy),
                   np.ascontiguousarray(obs, dtype=np.float32), np.ascontiguousarray(masks, dtype=np.bool_), out)
 
 
@@ -162,4 +163,4 @@ def block_writer(packed: PackedStudent, *, probs_col: int, conf_col: int, presen
     """``write(obs, masks, out)``: :func:`forward_into` with these columns, bound once (training's every step:
     no keyword handling or conversion a call). ``obs`` must be C-ordered float32 and ``masks`` bool (other
     layouts work but compile the kernel again)."""
-    return functools.partial(_forward_into, packed.params, packed.widths, probs_col, conf_col, present_col, copy)
+    return functools.partial(_forward_into, packed.params, packed.widths, (probs_col, conf_col, present_col, copy))

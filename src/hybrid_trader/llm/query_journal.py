@@ -1,7 +1,7 @@
 """SQLite journal of every query and answer, for later study.
 
-Writes never block the caller: :meth:`Journal.record` puts a row on a queue and a
-writer thread inserts rows in batches. :meth:`Journal.close` (idempotent) flushes and
+Writes never block the caller: :meth:`QueryJournal.record` puts a row on a queue and a
+writer thread inserts rows in batches. :meth:`QueryJournal.close` (idempotent) flushes and
 joins the writer.
 
 Schema (see docs/LLM.md)::
@@ -58,7 +58,7 @@ _INSERT = (
 _STOP = object()
 
 
-class Journal:
+class QueryJournal:
     """Append-only SQLite record of queries and answers, written by a background thread."""
 
     def __init__(self, path: str | Path, *, backend: str, model: str, mode: str, config: dict[str, Any]) -> None:

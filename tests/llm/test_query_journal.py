@@ -8,7 +8,7 @@ import sqlite3
 import numpy as np
 
 from hybrid_trader.llm.advice import advice_from_choice
-from hybrid_trader.llm.journal import Journal
+from hybrid_trader.llm.query_journal import QueryJournal
 from tests.llm import make_context
 
 COT = "up, RSI 60.\n2. Options: HOLD BUY SELL.\n3. Risks: chase.\n4. Decision: BUY | 0.7 | trend"
@@ -16,7 +16,7 @@ LEGAL = np.array([True, True, True, False, False, False])
 
 
 def record(path, raw: str) -> None:
-    journal = Journal(path, backend="fake", model="m", mode="generate", config={})
+    journal = QueryJournal(path, backend="fake", model="m", mode="generate", config={})
     advice = advice_from_choice(1, 0.7, LEGAL, backend="fake", reason="trend", latency_ms=5.0, raw=raw)
     journal.record(0, 1, make_context(), "ctx\n1. Market:", "prefix", advice)
     journal.close()
