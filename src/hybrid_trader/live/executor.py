@@ -245,7 +245,7 @@ class Executor(CoreViews):
 
     @property
     def rules(self) -> PropFirmRules:
-        return self.trading.core.account.rules
+        return self.trading.rules
 
     @property
     def observer(self) -> ObservationBuilder:
