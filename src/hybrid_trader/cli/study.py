@@ -48,6 +48,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "built): the study is declared whole, its identity and hypotheses unchanged; the other "
                         "variants' trials are reported 'not run' and hypotheses on them 'pending' until a later "
                         "run without --only")
+    p.add_argument("--reuse", type=Path, metavar="STUDY_DIR",
+                   help="take the finished trials this study shares with another study's folder instead of running "
+                        "them again (e.g. a variant added to a declared study makes a new study): each only when its "
+                        "configuration, pinned files, machine and evaluation are this study's; with --replicate, "
+                        "the replica's from STUDY_DIR-replicate (docs/STUDY.md, Reusing trials)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--json", action="store_true", help="print the summary as JSON, last")
     what = p.add_mutually_exclusive_group()
@@ -73,6 +78,13 @@ def run(args: argparse.Namespace) -> int:
     out = args.out or Path("studies") / args.study.stem
     say = (lambda s: None) if args.json else print
     replication = None
+    if args.reuse and args.confirm:
+        raise UserError("--reuse and --confirm: a confirmation runs no trials, it evaluates the study's own",
+                        fix="drop --reuse")
+    if args.reuse and not args.replicate:
+        from hybrid_trader.study.reuse import reuse_into  # loads the engine too
+
+        reuse_into(args.study, out, args.reuse, say=say)
     if args.confirm:
         from hybrid_trader.study.confirm import confirm_study  # loads torch, SB3 and Ray's client as the engine
 
@@ -81,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
         from hybrid_trader.study.replicate import replicate_study  # loads them too
 
         replication = replicate_study(args.study, out, workers=args.workers, address=args.address,
-                                      progress=not args.no_progress, say=say)
+                                      progress=not args.no_progress, reuse=args.reuse, say=say)
         summary = replication.pop("summary")
         summary["replication"] = replication
     else:
@@ -89,7 +101,13 @@ def run(args: argparse.Namespace) -> int:
                             progress=not args.no_progress, static=args.static, only=args.only, say=say)
     if args.json:
         print(json.dumps(jsonable(summary)))
-        return _failures(summary, out)
+    else:
+        _print_summary(summary, replication)
+    return _failures(summary, out)
+
+
+def _print_summary(summary: dict, replication: dict | None) -> None:
+    """The study's results in a few lines: each variant, the pairs, the hypotheses, a search's folds, the DSR."""
     for name, v in summary["variants"].items():
         if v["finished"] == 0 and v.get("not run"):
             print(f"{name:<24} not run yet ({v['not run']} trials; run the study without --only)")
@@ -121,8 +139,10 @@ def run(args: argparse.Namespace) -> int:
                         ("replication", (replication or {}).get("verdicts"))):
         for r in rows or ():
             print(f"{label}: {r['claim']}: {r['result']} ({r['why']})")
+    if summary.get("reused"):
+        print(f"{summary['reused']} of these trials were reused from another study's folder (their records' "
+              "reused_from)")
     print(f"table: {Path(summary['report']).parent / 'trials.parquet'}   report: {summary['report']}")
-    return _failures(summary, out)
 
 
 def _failures(summary: dict, out: Path) -> int:

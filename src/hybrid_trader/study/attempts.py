@@ -20,6 +20,8 @@ def record_attempt(out: Path, row: dict[str, Any]) -> None:
     """Append one attempt (trial, status, seconds, error, time) to ``OUT/attempts.jsonl``."""
     line = {"trial": row.get("trial"), "status": row.get("status"), "seconds": row.get("seconds"),
             "error": row.get("error"), "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    if row.get("reused_from"):  # run by another study folder, copied here (study.reuse)
+        line["reused_from"] = row["reused_from"]
     with open(Path(out) / ATTEMPTS, "a", encoding="utf-8") as f:
         f.write(json.dumps(line) + "\n")
 

@@ -36,7 +36,16 @@ from hybrid_trader.study.fingerprint import fingerprint_summary
 from hybrid_trader.study.spec import StudySpec, load_study
 from hybrid_trader.study.summary import NOT_RUN, summarize_study
 from hybrid_trader.study.transport import DataBars, absolute_paths, carried, land_trial, study_bars
-from hybrid_trader.study.trials import DAILY, TRIALS, Trial, forget_markets, market_for, read_trial, trial_task
+from hybrid_trader.study.trials import (
+    DAILY,
+    REUSED_FROM,
+    TRIALS,
+    Trial,
+    forget_markets,
+    market_for,
+    read_trial,
+    trial_task,
+)
 
 STUDY_FILE = "study.json"
 """The study as it was given (its identity and settings): a later run must match it."""
@@ -51,6 +60,20 @@ def trials_of(spec: StudySpec) -> list[Trial]:
         rng = random.Random(spec.sample_seed)
         grid = sorted(rng.sample(grid, min(spec.samples, len(grid))), key=lambda t: (t.variant, t.seed, t.fold))
     return grid
+
+
+def open_study_folder(out: Path, spec: StudySpec) -> None:
+    """``out`` made this study's folder (its ``study.json`` written), or refused when it holds another study. The
+    caller holds its lock."""
+    _check_same_study(out, spec)
+    spec.name = spec.name or out.name
+    atomic_write_text(out / STUDY_FILE, json.dumps({"identity": spec.identity(), "spec": to_dict(spec)},
+                                                   indent=1, default=str))
+
+
+def finished_trials(out: Path, trials: Sequence[Trial]) -> set[str]:
+    """The slugs of ``trials`` whose record in ``out`` says finished."""
+    return {t.slug for t in trials if (read_trial(out / TRIALS / t.slug) or {}).get("status") == "finished"}
 
 
 def _check_same_study(out: Path, spec: StudySpec) -> None:
@@ -103,17 +126,14 @@ def run_study(spec_path: str | Path | StudySpec, out: str | Path, *, workers: in
     check_variants(spec, bars, only=chosen)
     out.mkdir(parents=True, exist_ok=True)
     with FolderLock(out, "study"):
-        _check_same_study(out, spec)
-        spec.name = spec.name or out.name
-        atomic_write_text(out / STUDY_FILE, json.dumps({"identity": spec.identity(), "spec": to_dict(spec)},
-                                                       indent=1, default=str))
+        open_study_folder(out, spec)
         if spec.space:  # a search on Ray Tune, nested walk-forward (study.search)
             from hybrid_trader.study.search import run_search  # only a search loads Ray Tune and Optuna
 
             return run_search(spec, out, workers=workers, address=address, progress=progress, bars=bars,
                               only=only, say=say)  # its report has no charts to leave out: no static
         trials = trials_of(spec)
-        done = {t.slug for t in trials if (read_trial(out / TRIALS / t.slug) or {}).get("status") == "finished"}
+        done = finished_trials(out, trials)
         order = {v.name: i for i, v in enumerate(spec.variants)}  # whole pairs first: an interrupted study
         todo = sorted((t for t in trials if t.slug not in done and t.variant in chosen),  # has every variant of
                       key=lambda t: (t.seed, t.fold, order[t.variant]))  # the seeds and folds it reached
@@ -135,6 +155,7 @@ def run_study(spec_path: str | Path | StudySpec, out: str | Path, *, workers: in
         table.to_parquet(out / TABLE, index=False)
         summary = summarize_study(spec, rows, attempts=count_attempts(out, rows))
         summary["fingerprints"] = fingerprint_summary(rows)
+        summary["reused"] = sum(1 for r in rows if r.get(REUSED_FROM))  # copied from another study (--reuse)
         summary["timing"] = timing
         atomic_write_text(out / SUMMARY, json.dumps(jsonable(summary), indent=1))
         from hybrid_trader.study.report import write_study_report  # plotly only when a report is written

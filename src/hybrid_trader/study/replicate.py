@@ -26,6 +26,7 @@ from hybrid_trader.evaluation.metrics import jsonable
 from hybrid_trader.evaluation.report import _esc
 from hybrid_trader.run.files import atomic_write_text
 from hybrid_trader.study.engine import TABLE, run_study
+from hybrid_trader.study.reuse import reuse_into
 from hybrid_trader.study.spec import StudySpec, load_study
 from hybrid_trader.study.summary import PAIRED_FIGURES
 
@@ -121,10 +122,11 @@ def replica_spec(spec: StudySpec) -> StudySpec:
 
 
 def replicate_study(spec_path: str | Path, out: str | Path, *, workers: int | None = None,
-                    address: str | None = None, progress: bool = True,
+                    address: str | None = None, progress: bool = True, reuse: str | Path | None = None,
                     say: Callable[[str], None] = print) -> dict[str, Any]:
     """Run (or continue) the study in ``out``, then its replica with fresh seeds in ``OUT-replicate``; compare
-    their verdicts. Returns the replication record (also ``OUT-replicate/replication.json``)."""
+    their verdicts. Returns the replication record (also ``OUT-replicate/replication.json``). ``reuse``: another
+    study's folder whose trials the study shares (``study.reuse``); the replica reuses ``REUSE-replicate``'s."""
     from hybrid_trader.study.report import write_study_report  # matplotlib only when a report is written
 
     spec = load_study(spec_path)
@@ -134,12 +136,19 @@ def replicate_study(spec_path: str | Path, out: str | Path, *, workers: int | No
                         "replica would have no verdict to judge again", file=str(spec_path),
                         fix="replicate a search by running it again with another sample_seed (and ppo.seed in its "
                             "space or base) into another --out, and compare the folds' selections and test figures")
+    if reuse is not None:
+        reuse_into(spec, out, reuse, say=say)
     original = run_study(spec, out, workers=workers, address=address, progress=progress, say=say)
     replica = replica_spec(load_study(spec_path))
     if not replica.name:
         replica.name = out.name + REPLICA_SUFFIX
     rout = replica_folder(out)
     say(f"replication: the same trials with seeds {replica.seeds} (the study's: {spec.seeds}) in {rout}")
+    if reuse is not None:
+        if replica_folder(reuse).is_dir():
+            reuse_into(replica, rout, replica_folder(reuse), say=say)
+        else:
+            say(f"note: {replica_folder(reuse)} does not exist: the replica's trials are all run here")
     again = run_study(replica, rout, workers=workers, address=address, progress=progress, say=say)
     rows = compare_verdicts(original, again, label="replication")
     fps = {"study": sorted(original["fingerprints"]["by id"]), "replication": sorted(again["fingerprints"]["by id"])}

@@ -114,11 +114,12 @@ def unpack(data: bytes, folder: Path) -> None:
         tar.extractall(folder, filter="data")
 
 
-def relocate(folder: Path, home: str) -> list[Path]:
+def relocate(folder: Path, home: str, was: str | None = None) -> list[Path]:
     """The trial's JSON records (a run's ``status.json`` ``init``, an evaluation's ``run_dir`` and ``model``) made
-    to name ``home``, the trial's folder at the driver, instead of ``folder``, the worker's scratch copy; a file a
-    checksum manifest lists is recorded anew in it. Returns the files changed."""
-    old, new = json.dumps(str(folder))[1:-1], json.dumps(home)[1:-1]  # as the paths appear inside JSON strings
+    to name ``home``, the trial's folder at the driver, instead of ``was`` (default ``folder``: the worker's scratch
+    copy; a copied trial's: the folder it was copied from); a file a checksum manifest lists is recorded anew in
+    it. Returns the files changed."""
+    old, new = json.dumps(was or str(folder))[1:-1], json.dumps(home)[1:-1]  # as paths appear in JSON strings
     changed = []
     for path in sorted(folder.rglob("*.json")):
         text = path.read_text(encoding="utf-8")

@@ -37,6 +37,8 @@ FIGURES = ("Net PnL [$]", "Sharpe (ann.)", "Max drawdown [$]", "Trades", "Win ra
 """The agent's metrics kept in the study table (labels of evaluation.metrics, units in them)."""
 VERDICT_KEPT = ("Attempts", "Pass rate [%]", "Breach rate [%]", "Expected outcome per attempt [$]")
 """The prop-firm verdict's figures kept per trial (the agent's unlabelled, a baseline's as ``... (name)``)."""
+REUSED_FROM = "reused_from"
+"""A trial's record, when another study folder ran it and it was copied here (``study --reuse``): that folder."""
 DAILY = ("daily_returns", "daily_dates", "momentum daily_returns")
 """A trial's daily series: in ``trial.json`` and the summary's tests, not in the study table."""
 
