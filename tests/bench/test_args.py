@@ -19,8 +19,18 @@ def test_bench_flags_when_parsed_become_the_typed_arguments():
     assert args_of(EnvBenchArgs, ns) == EnvBenchArgs()
 
 
+def test_bench_train_torch_threads_reach_the_timed_runs_config():
+    from hybrid_trader.bench.train_bench import bench_config
+    from hybrid_trader.cli.bench import args_of
+
+    ns = build_parser().parse_args(["bench", "train", "--phase", "2", "--torch-threads", "2"])
+    assert bench_config(args_of(TrainBenchArgs, ns)).ppo.torch_threads == 2
+    assert bench_config(TrainBenchArgs()).ppo.torch_threads == 1  # the config's default when not given
+
+
 @pytest.mark.parametrize("make", [lambda: EnvBenchArgs(steps=0), lambda: LLMBenchArgs(batch=0),
-                                  lambda: TrainBenchArgs(llm="gpt"), lambda: TrainBenchArgs(repeats=0)])
+                                  lambda: TrainBenchArgs(llm="gpt"), lambda: TrainBenchArgs(repeats=0),
+                                  lambda: TrainBenchArgs(torch_threads=0)])
 def test_bench_arguments_when_out_of_range_are_config_errors(make):
     with pytest.raises(ConfigError):
         make()

@@ -100,11 +100,16 @@ class TrainBenchArgs(DataArgs):
     fast_math: Literal["true", "false"] | None = None
     """ppo.fast_math (false: the same bits as sb3-contrib's MaskablePPO; true: float tolerance, faster); None: the
     config's default."""
+    torch_threads: int | None = None
+    """ppo.torch_threads: torch's threads in the training process (docs/TRAINING.md, Parallel environments); None:
+    the config's default."""
     breakdown: bool = False
     """Time each segment of training (policy, prior, advice, each VecEnv layer, update) per vector step;
     phase 3: in both phases, with phase 3's extra for each."""
 
     def __post_init__(self) -> None:
+        check(self.torch_threads is None or self.torch_threads >= 1, "torch_threads",
+              f"{self.torch_threads} must be >= 1", fix="use 1 or more, or leave it out for the config's default")
         check(self.llm in BACKEND_NAMES, "llm", f"{self.llm!r} is not an LLM back end",
               fix=f"use one of: {', '.join(BACKEND_NAMES)}")
         for name in ("repeats", "n_envs", "steps"):

@@ -85,6 +85,8 @@ def bench_config(args: TrainBenchArgs) -> RunConfig:
                  "train.checkpoint_every": 10 ** 9, "train.progress_bar": False}
     if args.fast_math is not None:
         overrides["ppo.fast_math"] = args.fast_math == "true"
+    if args.torch_threads is not None:
+        overrides["ppo.torch_threads"] = args.torch_threads
     if phase == 3:
         overrides["llm.backend"] = args.llm
         overrides["fusion.mode"] = args.fusion
