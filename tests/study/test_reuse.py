@@ -84,3 +84,27 @@ def test_reuse_never_writes_into_a_folder_of_another_study(tiny, tmp_path):
     study, _ = _with(path, tmp_path, seeds=[1])
     with pytest.raises(UserError, match="holds another study"):
         reuse_into(study, old, tmp_path, **{k: v for k, v in QUIET.items() if k == "say"})
+
+
+def test_a_reused_trials_confirmations_come_with_it_and_a_failed_one_does_not(tiny, tmp_path):
+    _, path, old = tiny
+    src = tmp_path / "first"
+    shutil.copytree(old, src, ignore=shutil.ignore_patterns("confirm-*"))
+    later = src / "confirm-later"
+    (later / "trials").mkdir(parents=True)
+    (later / "confirm.json").write_text(json.dumps({"path": "/data/later.csv", "sha256": "abc"}))
+    evaluation = str(src / "trials" / "fast-s0-f0" / "p1" / "eval" / "later-1234" / "all")
+    (later / "trials" / "fast-s0-f0.json").write_text(json.dumps({"trial": "fast-s0-f0", "status": "finished",
+                                                                  "evaluation": evaluation}))
+    (later / "trials" / "slow-s0-f0.json").write_text(json.dumps({"trial": "slow-s0-f0", "status": "failed"}))
+    out = tmp_path / "again"
+    said: list[str] = []
+    reuse_into(path, out, src, say=said.append)
+    copied = json.loads((out / "confirm-later" / "trials" / "fast-s0-f0.json").read_text())
+    assert copied["evaluation"] == str(out / "trials" / "fast-s0-f0" / "p1" / "eval" / "later-1234" / "all")
+    assert not (out / "confirm-later" / "trials" / "slow-s0-f0.json").exists()  # evaluated again by --confirm
+    assert json.loads((out / "confirm-later" / "confirm.json").read_text())["sha256"] == "abc"
+    assert "1 confirmation(s)" in said[-1]
+    said.clear()
+    reuse_into(path, out, src, say=said.append)  # again: nothing new to take
+    assert said == [f"reused 0 of 0 trials from {src}"]

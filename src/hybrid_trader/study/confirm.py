@@ -40,12 +40,7 @@ from hybrid_trader.study.fingerprint import fingerprint, fingerprint_summary
 from hybrid_trader.study.replicate import compare_verdicts, verdicts_section
 from hybrid_trader.study.spec import StudySpec, load_study
 from hybrid_trader.study.summary import NOT_RUN, summarize_study
-from hybrid_trader.study.trials import TRIALS, Trial, evaluation_row, read_trial
-
-CONFIRM_PREFIX = "confirm-"
-"""The confirmation's folder in the study's: ``confirm-<DATA stem>``."""
-RECORD = "confirm.json"
-"""What the confirmation folder was made from (the file's identity): another file of the same name is refused."""
+from hybrid_trader.study.trials import CONFIRM_PREFIX, CONFIRM_RECORD, TRIALS, Trial, evaluation_row, read_trial
 
 
 def confirm_folder(out: Path, data: Path) -> Path:
@@ -192,7 +187,7 @@ def confirm_study(spec_path: str | Path, out: str | Path, data: str | Path, *, p
 def _check_same_file(folder: Path, data: Path) -> None:
     """One confirmation file per folder: another file of the same name is refused (its records would mix)."""
     folder.mkdir(parents=True, exist_ok=True)
-    record = folder / RECORD
+    record = folder / CONFIRM_RECORD
     digest = sha256_file(data)
     old = read_json(record, what="confirmation record") if record.exists() else None
     if old and old.get("sha256") != digest:

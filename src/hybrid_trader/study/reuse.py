@@ -36,7 +36,7 @@ from hybrid_trader.study.engine import finished_trials, open_study_folder, trial
 from hybrid_trader.study.fingerprint import fingerprint
 from hybrid_trader.study.spec import StudySpec, load_study
 from hybrid_trader.study.transport import TRIAL_FILE, TRIALS, absolute_paths, relocate
-from hybrid_trader.study.trials import REUSED_FROM, Trial, read_trial
+from hybrid_trader.study.trials import CONFIRM_PREFIX, CONFIRM_RECORD, REUSED_FROM, Trial, read_trial
 from hybrid_trader.training.advisor_setup import with_absolute_inputs
 from hybrid_trader.training.runner import load_run_config
 
@@ -68,7 +68,11 @@ def reuse_into(spec_path: str | Path | StudySpec, out: str | Path, source: str |
         open_study_folder(out, spec)
         trials = trials_of(spec)
         done = finished_trials(out, trials)
-        return reuse_trials(spec, out, src, [t for t in trials if t.slug not in done], say=say)
+        taken = reuse_trials(spec, out, src, [t for t in trials if t.slug not in done], say=say)
+        copied = sum(_copy_confirmations(src, out, t.slug) for t in trials)
+        if copied:
+            say(f"and {copied} confirmation(s) on later data of the reused trials ({CONFIRM_PREFIX}*)")
+        return taken
 
 
 def reuse_trials(spec: StudySpec, out: Path, source: str | Path, trials: list[Trial],
@@ -163,3 +167,34 @@ def _copy_trial(src: Path, dst: Path) -> None:
     record[REUSED_FROM] = origin
     atomic_write_text(dst / TRIAL_FILE, json.dumps(jsonable(record), indent=1))
     record_attempt(dst.parent.parent, record)
+
+
+def _copy_confirmations(src: Path, out: Path, slug: str) -> int:
+    """A trial reused from ``src``: its finished confirmations on later data (``confirm-<stem>/trials/<slug>.json``)
+    copied too, naming the trial's new folder (their evaluations are inside it, copied with it), so that ``study
+    --confirm`` reads them back instead of evaluating again; returns how many. Idempotent; a confirmation folder of
+    another file of the same name is left alone."""
+    record = read_trial(out / TRIALS / slug) or {}
+    origin = record.get(REUSED_FROM)
+    if not origin or Path(origin).parent != src / TRIALS:
+        return 0
+    copied = 0
+    for folder in sorted(p for p in src.glob(f"{CONFIRM_PREFIX}*") if p.is_dir()):
+        row_path, target = folder / TRIALS / f"{slug}.json", out / folder.name / TRIALS / f"{slug}.json"
+        try:
+            text = row_path.read_text(encoding="utf-8")
+            finished = json.loads(text).get("status") == "finished"
+            identity = (folder / CONFIRM_RECORD).read_text(encoding="utf-8")
+        except (OSError, ValueError):
+            continue
+        mine = out / folder.name / CONFIRM_RECORD
+        if not finished or target.exists() or (mine.exists() and json.loads(mine.read_text(encoding="utf-8"))
+                                                .get("sha256") != json.loads(identity).get("sha256")):
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if not mine.exists():
+            atomic_write_text(mine, identity)
+        old, new = (json.dumps(str(p))[1:-1] for p in (Path(origin), out / TRIALS / slug))
+        atomic_write_text(target, text.replace(old, new))
+        copied += 1
+    return copied

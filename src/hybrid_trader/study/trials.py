@@ -37,6 +37,10 @@ FIGURES = ("Net PnL [$]", "Sharpe (ann.)", "Max drawdown [$]", "Trades", "Win ra
 """The agent's metrics kept in the study table (labels of evaluation.metrics, units in them)."""
 VERDICT_KEPT = ("Attempts", "Pass rate [%]", "Breach rate [%]", "Expected outcome per attempt [$]")
 """The prop-firm verdict's figures kept per trial (the agent's unlabelled, a baseline's as ``... (name)``)."""
+CONFIRM_PREFIX = "confirm-"
+"""A confirmation's folder in the study's: ``confirm-<DATA stem>`` (:mod:`hybrid_trader.study.confirm`)."""
+CONFIRM_RECORD = "confirm.json"
+"""What a confirmation folder was made from (the file's identity): another file of the same name is refused."""
 REUSED_FROM = "reused_from"
 """A trial's record, when another study folder ran it and it was copied here (``study --reuse``): that folder."""
 DAILY = ("daily_returns", "daily_dates", "momentum daily_returns")
