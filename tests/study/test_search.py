@@ -164,6 +164,17 @@ def test_the_example_search_loads_and_optuna_sees_its_choices_as_indexes():
     assert encode(spec, point)["ppo.net_arch"] == 2 and decode(spec, encode(spec, point)) == point
 
 
+def test_the_example_searchs_control_differs_only_by_its_scheduler():
+    from pathlib import Path
+
+    from hybrid_trader.config import to_dict
+
+    folder = Path(__file__).resolve().parents[2] / "examples" / "studies"
+    asha, control = (to_dict(load_study(folder / n)) for n in ("nq_search.yaml", "nq_search_no_asha.yaml"))
+    assert (asha.pop("scheduler"), control.pop("scheduler")) == ("asha", "none")
+    assert {**asha, "name": None} == {**control, "name": None}
+
+
 def test_the_selection_reads_validation_figures_only(tmp_path):
     spec = load_study(search_file(tmp_path, select={"metric": "Max drawdown [$]", "mode": "min"}))
     rows = [{"trial": "c000-s0-f0", "fold": 0, "sample": 0, "status": "finished", "Max drawdown [$]": 900.0,

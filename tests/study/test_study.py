@@ -175,3 +175,14 @@ def test_example_study_files_load_when_shipped(name):
 
     spec = load_study(Path(__file__).resolve().parents[2] / "examples" / "studies" / name)
     assert len(spec.variants) == 2 and spec.seeds == [0, 1, 2] and spec.folds == 3
+
+
+def test_the_retrieval_study_is_the_llm_study_with_one_variant_and_two_hypotheses_more():
+    from pathlib import Path
+
+    folder = Path(__file__).resolve().parents[2] / "examples" / "studies"
+    first, more = (load_study(folder / n) for n in ("nq_does_llm_help.yaml", "nq_does_llm_help_retrieval.yaml"))
+    assert more.variants[:-1] == first.variants and more.variants[-1].name == "gemma-retrieval"
+    assert more.hypotheses[:-2] == first.hypotheses and len(more.hypotheses) == len(first.hypotheses) + 2
+    assert (more.base, more.seeds, more.folds, more.phases, more.evaluate) == (first.base, first.seeds, first.folds,
+                                                                               first.phases, first.evaluate)
