@@ -43,3 +43,15 @@ def test_each_trial_of_a_study_records_its_fingerprint(tiny):
     assert set(pd.read_parquet(out / "trials.parquet")["fingerprint"]) == {fp["id"]}
     summary = json.loads((out / "summary.json").read_text())
     assert summary["fingerprints"]["distinct"] == 1 and "warning" not in summary["fingerprints"]
+
+
+def test_the_code_version_names_the_package_and_its_commit_when_in_a_checkout():
+    import re
+
+    from hybrid_trader.study.fingerprint import code_label, code_version
+
+    code = code_version()
+    assert code["version"] and code_label(code).startswith(code["version"])
+    assert code["commit"] is None or re.fullmatch(r"[0-9a-f]{40}", code["commit"])
+    assert code["changes"] is None or re.fullmatch(r"[0-9a-f]{12}", code["changes"])
+    assert code_label(None) is None

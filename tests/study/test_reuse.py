@@ -13,6 +13,7 @@ import yaml
 
 from hybrid_trader.errors import UserError
 from hybrid_trader.study.engine import run_study
+from hybrid_trader.study.fingerprint import code_label, code_version
 from hybrid_trader.study.reuse import reuse_into
 from tests.study.conftest import QUIET
 
@@ -71,6 +72,17 @@ def test_a_trial_of_another_configuration_machine_or_evaluation_is_not_reused(ti
     said.clear()
     taken = reuse_into(path, tmp_path / "other-machine", src, say=said.append)
     assert [t.slug for t in taken] == ["fast-s0-f0"] and "another machine" in said[0]
+    # a trial that ran with other code: its record names another commit
+    src = tmp_path / "other-commit"
+    shutil.copytree(old, src)
+    record = json.loads((src / "trials" / "slow-s0-f0" / "trial.json").read_text())
+    assert record["code"] == code_version()  # every trial records the code that computed it
+    record["code"] = {**record["code"], "commit": "0" * 40}
+    (src / "trials" / "slow-s0-f0" / "trial.json").write_text(json.dumps(record))
+    said.clear()
+    taken = reuse_into(path, tmp_path / "other-code", src, say=said.append)
+    assert [t.slug for t in taken] == ["fast-s0-f0"]
+    assert f"slow-s0-f0: ran with other code ({code_label(record['code'])}; here" in said[0]
     # another evaluation: none of its trials is this study's
     study, _ = _with(path, tmp_path, name="eval.yaml", evaluate={"split": "val", "seeds": 1})
     with pytest.raises(UserError, match="evaluate differ"):

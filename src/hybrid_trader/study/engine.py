@@ -32,7 +32,7 @@ from hybrid_trader.run.lock import FolderLock
 from hybrid_trader.run.market import check_environment
 from hybrid_trader.study.attempts import count_attempts, record_attempt
 from hybrid_trader.study.cluster import ray_init
-from hybrid_trader.study.fingerprint import fingerprint_summary
+from hybrid_trader.study.fingerprint import code_label, fingerprint_summary
 from hybrid_trader.study.spec import StudySpec, load_study
 from hybrid_trader.study.summary import NOT_RUN, summarize_study
 from hybrid_trader.study.transport import DataBars, absolute_paths, carried, land_trial, study_bars
@@ -178,8 +178,8 @@ def _chosen_variants(spec: StudySpec, only: Sequence[str] | None) -> set[str]:
 
 def trials_table(rows: list[dict[str, Any]]) -> pd.DataFrame:
     """One row per trial for ``trials.parquet``: no daily series, the fingerprint by its id."""
-    return pd.DataFrame([{k: (v or {}).get("id") if k == "fingerprint" else v for k, v in r.items()
-                          if k not in DAILY} for r in rows])
+    return pd.DataFrame([{k: (v or {}).get("id") if k == "fingerprint" else code_label(v) if k == "code" else v
+                          for k, v in r.items() if k not in DAILY} for r in rows])
 
 
 def _check_folds(spec: StudySpec, bars: dict[str, DataBars] | None = None) -> None:

@@ -8,14 +8,17 @@ vector instructions pick torch's and MKL's kernels, library versions change nume
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
 import platform
+import subprocess
 import warnings
 from collections import Counter
 from collections.abc import Sequence
 from importlib import metadata
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -86,6 +89,38 @@ def fingerprint_id(fp: dict[str, Any]) -> str:
     """A short hash of a fingerprint (its ``id`` left out)."""
     data = {k: v for k, v in fp.items() if k != "id"}
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+@functools.lru_cache(maxsize=1)
+def code_version() -> dict[str, Any]:
+    """The code computing this process's trials: the package's version and, in a git checkout, its commit and a hash
+    of its uncommitted changes under the package (tracked diffs and untracked files; None when clean). Two trials
+    with equal records ran the same code; with a commit None (an installed package), the version alone says so."""
+    here = Path(__file__).resolve().parents[1]  # the hybrid_trader package
+
+    def git(*args: str) -> str | None:
+        try:
+            done = subprocess.run(["git", "-C", str(here), *args], capture_output=True, text=True, timeout=30,
+                                  check=False)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return done.stdout if done.returncode == 0 else None
+
+    commit = git("rev-parse", "HEAD")
+    changes = None
+    if commit:
+        diff = (git("diff", "HEAD", "--", ".") or "") + (git("status", "--porcelain", "--untracked-files=all", "--",
+                                                                 ".") or "")
+        changes = hashlib.sha256(diff.encode()).hexdigest()[:12] if diff.strip() else None
+    return {"version": _version("hybrid-trader"), "commit": commit.strip() if commit else None, "changes": changes}
+
+
+def code_label(code: dict[str, Any] | None) -> str | None:
+    """A code record in a few characters: ``0.1.0 728a42f8`` (``+ changes 8ccaeffbe42e`` when uncommitted)."""
+    if not code:
+        return None
+    commit = (code.get("commit") or "no commit")[:8]
+    return f"{code.get('version')} {commit}" + (f" + changes {code['changes']}" if code.get("changes") else "")
 
 
 UNKNOWN = "unknown"

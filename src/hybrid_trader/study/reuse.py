@@ -10,10 +10,12 @@ from the old folder instead, each only when it is the very computation the new s
 - the files a run pinned (a distilled student, an adapter) have the content they had (``run.pins``);
 - the trial ran on this machine with these libraries (its fingerprint, threads aside): on another machine its
   floating point may differ (``study.fingerprint``);
-- both studies evaluate alike (split, seeds, verdict, fees) over the same phases.
+- both studies evaluate alike (split, seeds, verdict, fees) over the same phases;
+- it ran with this code: the package's version, commit and uncommitted changes (``code`` in its record,
+  :func:`~hybrid_trader.study.fingerprint.code_version`).
 
-Not checked, because a trial does not record it: the version of this package's code. Reuse only between studies
-run by the same code. A reused trial's record says where it came from (``reused_from``), the study's
+A trial recorded before trials recorded their code (no ``code``) cannot be checked for it: reuse those only between
+studies you know ran the same code. A reused trial's record says where it came from (``reused_from``), the study's
 ``attempts.jsonl`` logs it (so the Deflated Sharpe Ratio counts it), and the summary counts the reused trials.
 """
 
@@ -33,7 +35,7 @@ from hybrid_trader.run.lock import FolderLock
 from hybrid_trader.run.pins import check_pins
 from hybrid_trader.study.attempts import record_attempt
 from hybrid_trader.study.engine import finished_trials, open_study_folder, trials_of
-from hybrid_trader.study.fingerprint import fingerprint
+from hybrid_trader.study.fingerprint import code_label, code_version, fingerprint
 from hybrid_trader.study.spec import StudySpec, load_study
 from hybrid_trader.study.transport import TRIAL_FILE, TRIALS, absolute_paths, relocate
 from hybrid_trader.study.trials import CONFIRM_PREFIX, CONFIRM_RECORD, REUSED_FROM, Trial, read_trial
@@ -128,6 +130,9 @@ def _why_not(spec: StudySpec, trial: Trial, folder: Path, here: dict[str, Any]) 
         return "not finished there"
     if _machine(record.get("fingerprint") or {}) != here:
         return "ran on another machine or with other libraries"
+    code = record.get("code")
+    if code and code != code_version():  # a trial from before the code was recorded cannot be checked
+        return f"ran with other code ({code_label(code)}; here {code_label(code_version())})"
     variant = next(v for v in spec.variants if v.name == trial.variant)
     for phase in spec.phases:
         run = folder / f"p{phase}"

@@ -21,6 +21,7 @@ from hybrid_trader.config import to_dict
 from hybrid_trader.evaluation.metrics import jsonable
 from hybrid_trader.evaluation.report import _esc, html_document
 from hybrid_trader.run.files import atomic_write_text
+from hybrid_trader.study.fingerprint import code_label
 from hybrid_trader.study.multiple_tests import pbo_cscv, robust_figures
 from hybrid_trader.study.spec import StudySpec
 from hybrid_trader.study.stats import bootstrap_ci, paired_difference
@@ -104,8 +105,10 @@ def search_table(rows: Sequence[dict[str, Any]]) -> pd.DataFrame:
     as ``test FIGURE``; no daily series."""
     out = []
     for r in sorted(rows, key=lambda r: (r.get("fold", 0), r.get("sample", 0))):
-        flat = {k: v for k, v in r.items() if k not in DAILY and k not in ("params", "test", "dates", "fingerprint")}
+        flat = {k: v for k, v in r.items() if k not in DAILY and k not in ("params", "test", "dates", "fingerprint",
+                                                                            "code")}
         flat["fingerprint"] = (r.get("fingerprint") or {}).get("id")
+        flat["code"] = code_label(r.get("code"))
         flat.update({f"param {k}": v for k, v in (r.get("params") or {}).items()})
         flat.update({f"test {k}": v for k, v in (r.get("test") or {}).items() if k not in DAILY and k != "dates"})
         out.append(flat)

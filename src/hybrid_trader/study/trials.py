@@ -27,7 +27,7 @@ from hybrid_trader.evaluation.runner import validation_fn
 from hybrid_trader.run.files import atomic_write_text
 from hybrid_trader.run.market import Market, load_market, make_split
 from hybrid_trader.run.rundir import MODEL
-from hybrid_trader.study.fingerprint import fingerprint, make_deterministic
+from hybrid_trader.study.fingerprint import code_version, fingerprint, make_deterministic
 from hybrid_trader.study.spec import StudySpec
 from hybrid_trader.study.transport import TRIAL_FILE, TRIALS, DataBars, data_key, pack, relocate, unpack
 from hybrid_trader.training.runner import TrainHooks, ValidationFactory, train_run
@@ -111,7 +111,7 @@ def run_trial(spec_data: dict, trial: Trial, out: str, *, bars: Mapping[str, Dat
     folder = Path(out) / TRIALS / trial.slug
     folder.mkdir(parents=True, exist_ok=True)
     row: dict[str, Any] = {"variant": trial.variant, "seed": trial.seed, "fold": trial.fold, "trial": trial.slug,
-                           "fingerprint": fingerprint()}
+                           "fingerprint": fingerprint(), "code": code_version()}
     started = time.perf_counter()
     try:
         variant = next(v for v in spec.variants if v.name == trial.variant)
