@@ -34,7 +34,7 @@ from hybrid_trader.run.files import atomic_write_text, check_writable
 from hybrid_trader.run.lock import FolderLock
 from hybrid_trader.run.pins import check_pins
 from hybrid_trader.study.attempts import record_attempt
-from hybrid_trader.study.engine import finished_trials, open_study_folder, trials_of
+from hybrid_trader.study.engine import STUDY_FILE, finished_trials, open_study_folder, trials_of
 from hybrid_trader.study.fingerprint import code_label, code_version, fingerprint
 from hybrid_trader.study.spec import StudySpec, load_study
 from hybrid_trader.study.transport import TRIAL_FILE, TRIALS, absolute_paths, relocate
@@ -87,7 +87,7 @@ def reuse_trials(spec: StudySpec, out: Path, source: str | Path, trials: list[Tr
     differ = [k for k in SAME_EVALUATION if old_spec.get(k) != new_data.get(k)]
     if differ:
         raise UserError(f"--reuse {src}: that study's {' and '.join(differ)} differ from this one's, so none of "
-                        "its trials is a trial of this study", file=str(src / "study.json"),
+                        "its trials is a trial of this study", file=str(src / STUDY_FILE),
                         fix="reuse a study evaluated the same way, or run the trials (drop --reuse)")
     new_spec = from_dict(StudySpec, absolute_paths(new_data), source="study")
     here = _machine(fingerprint())
@@ -108,7 +108,7 @@ def reuse_trials(spec: StudySpec, out: Path, source: str | Path, trials: list[Tr
 
 
 def _study_spec(src: Path) -> dict[str, Any]:
-    path = src / "study.json"
+    path = src / STUDY_FILE
     try:
         return json.loads(path.read_text(encoding="utf-8"))["spec"]
     except (OSError, ValueError, KeyError) as err:
@@ -164,7 +164,7 @@ def _differences(new: dict[str, Any], old: dict[str, Any], prefix: str = "") -> 
 def _copy_trial(src: Path, dst: Path) -> None:
     """The trial's folder copied, its records naming their new place, its record saying where it came from."""
     record = read_trial(src) or {}
-    origin = record.get(REUSED_FROM) or str(src)
+    origin = _origin(src)
     if dst.exists():
         shutil.rmtree(dst)
     shutil.copytree(src, dst, ignore=shutil.ignore_patterns(TRIAL_FILE))
@@ -174,14 +174,19 @@ def _copy_trial(src: Path, dst: Path) -> None:
     record_attempt(dst.parent.parent, record)
 
 
+def _origin(folder: Path) -> str:
+    """Where the trial in ``folder`` ran: the folder it was reused from, else ``folder`` itself."""
+    return (read_trial(folder) or {}).get(REUSED_FROM) or str(folder)
+
+
 def _copy_confirmations(src: Path, out: Path, slug: str) -> int:
     """A trial reused from ``src``: its finished confirmations on later data (``confirm-<stem>/trials/<slug>.json``)
     copied too, naming the trial's new folder (their evaluations are inside it, copied with it), so that ``study
     --confirm`` reads them back instead of evaluating again; returns how many. Idempotent; a confirmation folder of
     another file of the same name is left alone."""
-    record = read_trial(out / TRIALS / slug) or {}
-    origin = record.get(REUSED_FROM)
-    if not origin or Path(origin).parent != src / TRIALS:
+    origin = (read_trial(out / TRIALS / slug) or {}).get(REUSED_FROM)
+    there = src / TRIALS / slug
+    if not origin or _origin(there) != origin:  # run here, or reused from elsewhere: not this folder's computation
         return 0
     copied = 0
     for folder in sorted(p for p in src.glob(f"{CONFIRM_PREFIX}*") if p.is_dir()):
@@ -199,7 +204,7 @@ def _copy_confirmations(src: Path, out: Path, slug: str) -> int:
         target.parent.mkdir(parents=True, exist_ok=True)
         if not mine.exists():
             atomic_write_text(mine, identity)
-        old, new = (json.dumps(str(p))[1:-1] for p in (Path(origin), out / TRIALS / slug))
+        old, new = (json.dumps(str(p))[1:-1] for p in (there, out / TRIALS / slug))  # as paths appear in JSON
         atomic_write_text(target, text.replace(old, new))
         copied += 1
     return copied
