@@ -37,7 +37,7 @@ def test_a_variant_added_to_a_finished_study_runs_alone_and_the_shared_trials_ar
     assert sorted(t.slug for t in taken) == ["fast-s0-f0", "slow-s0-f0"]
     assert "reused 2 of 3 trials" in said[0] and "mid-s0-f0: not finished there" in said[0]
     summary = run_study(study, out, workers=1, progress=False, say=said.append)
-    assert "2 finished before, 1 to run" in said[1]
+    assert any("2 finished before, 1 to run" in line for line in said)  # (the fixture may hold confirmations too)
     assert summary["finished"] == 3 and summary["reused"] == 2
     new, before = pd.read_parquet(out / "trials.parquet"), pd.read_parquet(old / "trials.parquet")
     for slug in ("fast-s0-f0", "slow-s0-f0"):  # the same figures, to the bit
