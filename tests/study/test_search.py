@@ -175,6 +175,17 @@ def test_the_example_searchs_control_differs_only_by_its_scheduler():
     assert {**asha, "name": None} == {**control, "name": None}
 
 
+def test_the_example_search_with_a_longer_grace_period_differs_only_by_its_validation_interval():
+    from pathlib import Path
+
+    from hybrid_trader.config import to_dict
+
+    folder = Path(__file__).resolve().parents[2] / "examples" / "studies"
+    asha, grace = (to_dict(load_study(folder / n)) for n in ("nq_search.yaml", "nq_search_grace90k.yaml"))
+    assert (asha["base"].pop("train.validate_every"), grace["base"].pop("train.validate_every")) == (30000, 90000)
+    assert {**asha, "name": None} == {**grace, "name": None}
+
+
 def test_the_selection_reads_validation_figures_only(tmp_path):
     spec = load_study(search_file(tmp_path, select={"metric": "Max drawdown [$]", "mode": "min"}))
     rows = [{"trial": "c000-s0-f0", "fold": 0, "sample": 0, "status": "finished", "Max drawdown [$]": 900.0,

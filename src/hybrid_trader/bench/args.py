@@ -103,6 +103,9 @@ class TrainBenchArgs(DataArgs):
     torch_threads: int | None = None
     """ppo.torch_threads: torch's threads in the training process (docs/TRAINING.md, Parallel environments); None:
     the config's default."""
+    update_threads: str | None = None
+    """ppo.update_threads: torch's threads for the update's loss and gradients by hand, auto or a number
+    (docs/TRAINING.md, Fifth round); None: the config's default."""
     breakdown: bool = False
     """Time each segment of training (policy, prior, advice, each VecEnv layer, update) per vector step;
     phase 3: in both phases, with phase 3's extra for each."""
@@ -110,6 +113,9 @@ class TrainBenchArgs(DataArgs):
     def __post_init__(self) -> None:
         check(self.torch_threads is None or self.torch_threads >= 1, "torch_threads",
               f"{self.torch_threads} must be >= 1", fix="use 1 or more, or leave it out for the config's default")
+        check(self.update_threads is None or self.update_threads == "auto"
+              or (self.update_threads.isdigit() and int(self.update_threads) >= 1), "update_threads",
+              f"{self.update_threads!r} is neither auto nor a number >= 1", fix="use auto, 1 or 2")
         check(self.llm in BACKEND_NAMES, "llm", f"{self.llm!r} is not an LLM back end",
               fix=f"use one of: {', '.join(BACKEND_NAMES)}")
         for name in ("repeats", "n_envs", "steps"):

@@ -41,6 +41,7 @@ from hybrid_trader.run.config import RunConfig
 from hybrid_trader.run.market import load_market
 from hybrid_trader.training.callbacks import EnvTimeCallback
 from hybrid_trader.training.runner import TrainHooks, train_run
+from hybrid_trader.training.threads import openmp_spins, update_threads_for
 
 
 def _last_record(run_dir: Path, key: str) -> Any:
@@ -87,6 +88,9 @@ def bench_config(args: TrainBenchArgs) -> RunConfig:
         overrides["ppo.fast_math"] = args.fast_math == "true"
     if args.torch_threads is not None:
         overrides["ppo.torch_threads"] = args.torch_threads
+    if args.update_threads is not None:
+        overrides["ppo.update_threads"] = args.update_threads if args.update_threads == "auto" \
+            else int(args.update_threads)
     if phase == 3:
         overrides["llm.backend"] = args.llm
         overrides["fusion.mode"] = args.fusion
@@ -181,6 +185,9 @@ def run(args: TrainBenchArgs) -> int:
         "n_epochs": config.ppo.n_epochs,
         "batch_size": config.ppo.batch_size,
         "fast_math": config.ppo.fast_math,
+        "torch_threads": config.ppo.torch_threads,
+        "update_threads": update_threads_for(config.ppo.update_threads),
+        "openmp_spins": openmp_spins(),
         "data": args.data or "synthetic",
         **extra,
     }

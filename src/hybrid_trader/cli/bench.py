@@ -102,7 +102,7 @@ def register_train(bsub: argparse._SubParsersAction) -> None:
     t = bsub.add_parser("train", help="training steps per second and the share of time spent in the environment; "
                         "--phase 3: the time phase 3 takes against phase 2")
     add_dataclass_flags(t, TrainBenchArgs, skip=("market",), choices={"llm": BACKEND_NAMES})
-    t.set_defaults(func=_bench_train)
+    t.set_defaults(func=_bench_train, trains=True)
 
 
 def _bench_train(args: argparse.Namespace) -> int:

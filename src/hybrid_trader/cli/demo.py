@@ -29,7 +29,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", metavar="DIR", help="where the two runs go (default runs/demo-<time>)")
     p.add_argument("--fast", action="store_true", help="a much shorter run (smoke test of the pipeline)")
     p.add_argument("--seed", type=int, default=0, help="seed (default 0)")
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, trains=True)  # main() prepares OpenMP for the update (training/threads.py)
 
 
 # Training budgets [steps]: (phase 1, phase 2).

@@ -70,7 +70,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="--ablation: also evaluate the learned-fusion runs with this LLM back end in the student's "
                         "place, asked when the query policy says so (e.g. transformers: the real Gemma)")
     p.add_argument("--json", action="store_true", help="print one JSON object with everything as the last line")
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, trains=True)  # --ablation trains (training/threads.py)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -12,15 +12,17 @@ import argparse
 import importlib
 import os
 import sys
-from pathlib import Path
-
-# OpenMP threads that spin while waiting steal the CPU from the other threads of this
-# process (training, the LLM worker); set before torch is imported.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 from collections.abc import Sequence
+from pathlib import Path
 
 from hybrid_trader import __version__
 from hybrid_trader.errors import WRITE_ERRORS, UserError, os_error
+
+# OpenMP threads that spin while waiting steal the CPU from the other threads of this
+# process (training, the LLM worker); set before torch is imported. A command that trains
+# imports torch with them spinning instead, for the update's second core (training/threads.py).
+WAIT_POLICY_CHOSEN = os.environ.get("OMP_WAIT_POLICY")
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 COMMAND_MODULES = [
     "hybrid_trader.cli.data",
@@ -79,6 +81,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args, extras = parser.parse_known_args(argv)
     if extras:
         parser.error(f"unrecognized arguments: {' '.join(extras)}{glob_hint(argv, extras)}")
+    if getattr(args, "trains", False):  # before torch is imported: the update's second core spins, not sleeps
+        from hybrid_trader.training.threads import prepare_openmp
+
+        prepare_openmp(WAIT_POLICY_CHOSEN)
     try:
         code = int(args.func(args) or 0)
         sys.stdout.flush()  # a closed pipe fails here, inside the handlers below, not at interpreter exit

@@ -43,7 +43,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="override any config value, e.g. --set ppo.learning_rate=1e-4 (repeatable)")
     add_options(p, ("--quiet", "--llm", "--teacher"))
     add_no_calibrate(p)
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, trains=True)  # main() prepares OpenMP for the update (training/threads.py)
 
 
 def resolve_config(args: argparse.Namespace, base: Any = None) -> Any:

@@ -111,7 +111,12 @@ class PPOConfig:
     """Where environments run: dummy (all in the main process; fastest for this ~20 us numpy env, measured)
     or subproc (one process each, SubprocVecEnv)."""
     torch_threads: int = 1
-    """Torch CPU threads (1 is fastest for these small networks on a busy machine)."""
+    """Torch CPU threads (1 is fastest for these small networks, measured on an idle and a busy machine)."""
+    update_threads: int | Literal["auto"] = "auto"
+    """Torch threads for the update's loss and gradients by hand (fast_math; its matrix products split over cores,
+    equal to float tolerance): auto = 2 in a command that trains (the CLI lets OpenMP's idle thread spin) where the
+    process may use 2 CPUs and OMP_NUM_THREADS allows it (1 in each Ray study worker), else 1; the rest of training
+    keeps torch_threads."""
     fast_math: bool = True
     """Faster training arithmetic, equal to sb3-contrib's MaskablePPO to float tolerance: the rollout's decisions
     in numpy (phases 1-2), numpy's tanh and fused Adam in the update (docs/TRAINING.md, "fast_math"); false: the
@@ -157,6 +162,8 @@ class PPOConfig:
         for name in ("total_timesteps", "n_envs", "n_steps", "batch_size", "n_epochs", "torch_threads",
                      "normalizer_warmup_steps"):
             check(getattr(self, name) >= 1, name, f"{getattr(self, name)!r} must be >= 1", fix="use 1 or more")
+        check(self.update_threads == "auto" or self.update_threads >= 1, "update_threads",
+              f"{self.update_threads!r} must be >= 1", fix="use auto, or 1 or more")
         check(0 < self.learning_rate < math.inf, "learning_rate", f"{self.learning_rate!r} must be a positive number",
               fix="use e.g. 3e-4")
         for name in ("gamma", "gae_lambda"):

@@ -31,6 +31,10 @@ sampled as ``torch.multinomial`` samples: the same draws).
 ``tests/training/test_fast_math.py`` compares one update on fixed data with
 ``MaskablePPO``'s (losses, gradients, parameters, Adam's moments to float tolerance).
 
+``update_threads`` (``ppo.update_threads``, :mod:`~hybrid_trader.training.threads`): the loss and gradients by
+hand run on that many torch threads, the rest of the loop on ``ppo.torch_threads``; OpenMP's idle threads are
+handed back after each update.
+
 Saved models are unchanged (``MaskablePPO.save``'s format; the algorithm class is not
 stored, nor ``fast_math``, nor Adam's ``fused`` flag): ``MaskablePPO.load`` reads them, and
 :meth:`LeanMaskablePPO.load` reads theirs.
@@ -38,6 +42,7 @@ stored, nor ``fast_math``, nor Adam's ``fused`` flag): ``MaskablePPO.load`` read
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import numpy as np
@@ -54,6 +59,7 @@ from torch.nn import functional as F
 
 from hybrid_trader.training.lean_backward import LossSettings, LossTerms, loss_and_grads, supports
 from hybrid_trader.training.lean_forward import LeanForward, LeanMaskableCategoricalDistribution
+from hybrid_trader.training.threads import ThreadChooser, release_idle_threads
 
 
 class LeanMaskableRolloutBuffer(MaskableRolloutBuffer):
@@ -109,13 +115,18 @@ class LeanMaskablePPO(MaskablePPO):
     """MaskablePPO with :mod:`this module <hybrid_trader.training.lean_ppo>`'s cuts (the same numbers).
 
     ``fast_math``: also the cuts exact only to float tolerance (the module's docstring), in the
-    rollout and the update. Not saved with the model: the runner sets it from ``ppo.fast_math``.
+    rollout and the update. ``update_threads``: torch's threads while the loss and gradients are computed by hand
+    (``fast_math``), the process's own setting restored after each minibatch's. Neither is saved with the model:
+    the runner sets them from ``ppo.fast_math`` and ``ppo.update_threads``.
     """
 
     fast_math: bool = False
+    update_threads: int = 1
+    _threads: ThreadChooser | None = None
 
-    def __init__(self, *args: Any, fast_math: bool = False, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, fast_math: bool = False, update_threads: int = 1, **kwargs: Any) -> None:
         self.fast_math = fast_math
+        self.update_threads = update_threads
         super().__init__(*args, **kwargs)
 
     def _setup_model(self) -> None:
@@ -134,7 +145,7 @@ class LeanMaskablePPO(MaskablePPO):
 
     def _excluded_save_params(self) -> list[str]:
         # the lean forward is rebuilt each rollout and holds the policy; fast_math is the run's setting
-        return [*super()._excluded_save_params(), "_lean_forward", "fast_math"]
+        return [*super()._excluded_save_params(), "_lean_forward", "fast_math", "update_threads", "_threads"]
 
     def get_parameters(self) -> dict[str, dict]:
         """SB3's, with Adam's ``fused`` flag as ``Adam()`` leaves it (None): the saved optimizer is MaskablePPO's."""
@@ -159,6 +170,23 @@ class LeanMaskablePPO(MaskablePPO):
         return lean.evaluate(obs, actions, action_masks) if lean is not None \
             else self.policy.evaluate_actions(obs, actions, action_masks=action_masks)
 
+    def _by_hand(self, lean: LeanForward, data: MaskableRolloutBufferSamples, settings: LossSettings
+                 ) -> tuple[LossTerms, dict[th.Tensor, th.Tensor]]:
+        """:func:`loss_and_grads`, on ``update_threads`` torch threads where :class:`ThreadChooser` finds that
+        faster now (the process's count restored after)."""
+        threads = th.get_num_threads()
+        chooser = self._threads
+        if chooser is None or chooser.more <= threads:
+            return loss_and_grads(lean, data, settings)
+        count = chooser.next_count()
+        start = time.perf_counter()
+        th.set_num_threads(count)
+        try:
+            return loss_and_grads(lean, data, settings)
+        finally:
+            th.set_num_threads(threads)
+            chooser.record(count, time.perf_counter() - start)
+
     def train(self) -> None:
         """sb3-contrib's update; with ``fast_math``, :meth:`_train_fast`."""
         for group in self.policy.optimizer.param_groups:  # Adam reads the flag at each step
@@ -169,7 +197,14 @@ class LeanMaskablePPO(MaskablePPO):
         if not self.fast_math:
             super().train()
             return
+        threads = th.get_num_threads()
+        if self.update_threads > threads:
+            if self._threads is None or self._threads.more != self.update_threads:
+                self._threads = ThreadChooser(self.update_threads)
+            self._threads.begin(threads)
         self._train_fast()
+        if self.update_threads > threads:
+            release_idle_threads()  # OpenMP's second thread would spin through the rollout
 
     def _train_fast(self) -> None:
         """sb3-contrib's ``MaskablePPO.train``, loss for loss, with the lean forward (:func:`fast_tanh`), fused
@@ -196,7 +231,7 @@ class LeanMaskablePPO(MaskablePPO):
                 actions = data.actions.long().flatten() if discrete else data.actions
                 grads = None
                 if manual is not None:  # the loss and its gradients by hand (lean_backward), no autograd graph
-                    terms, grads = loss_and_grads(manual, data, settings)  # its actions as indices, as below
+                    terms, grads = self._by_hand(manual, data, settings)  # its actions as indices, as below
                 else:
                     terms = self._autograd_loss(data, actions, clip_range, clip_range_vf)
                 loss = terms.loss

@@ -67,6 +67,7 @@ from hybrid_trader.training.lean_ppo import LeanMaskablePPO
 from hybrid_trader.training.normalizer import LeanVecNormalize, freeze_statistics, warmup_statistics
 from hybrid_trader.training.policy import HybridMaskablePolicy
 from hybrid_trader.training.selection import METRIC, BestKeeper
+from hybrid_trader.training.threads import update_threads_for
 from hybrid_trader.training.transfer import transfer_normalization, transfer_weights
 from hybrid_trader.training.vec_env import LeanDummyVecEnv
 
@@ -103,7 +104,7 @@ def _sayer(quiet: bool) -> Callable[..., None]:
 """Builds the periodic validation of a run: ``(market, config) -> (model -> {name: figure})``."""
 
 RESUMABLE = ("ppo.total_timesteps", "train.progress_bar", "ppo.device", "ppo.torch_threads", "ppo.vec_env",
-             "ppo.fast_math")
+             "ppo.fast_math", "ppo.update_threads")
 """Settings ``--resume`` may change; any other difference from the run's config.yaml is refused."""
 
 
@@ -190,6 +191,7 @@ def make_model(config: RunConfig, venv, init: Path | None = None, market: Market
     cls = algo or LeanMaskablePPO
     if hasattr(cls, "fast_math"):  # LeanMaskablePPO (the tests pass sb3-contrib's MaskablePPO)
         hyper["fast_math"] = ppo.fast_math
+        hyper["update_threads"] = update_threads_for(ppo.update_threads)
     model = cls(policy, venv, seed=ppo.seed, device=ppo.device, verbose=0, policy_kwargs=policy_kwargs, **hyper)
     notes: list[str] = []
     src_norm = None
@@ -374,7 +376,8 @@ def _resume(run: RunDir, config: RunConfig, *, market, hooks: TrainHooks, quiet:
         try:
             _set_torch(config)
             model = load_model(run, ckpt.model, env=venv, device=config.ppo.device, algo=LeanMaskablePPO)
-            model.fast_math = config.ppo.fast_math  # the run's setting, not saved with the model
+            model.fast_math = config.ppo.fast_math  # the run's settings, not saved with the model
+            model.update_threads = update_threads_for(config.ppo.update_threads)
             if config.ppo.normalize_observations and isinstance(venv, LeanVecNormalize) and venv.frozen:
                 freeze_statistics(venv, load_normalizer(run, ckpt.vecnormalize), None)  # the checkpoint's, frozen
             elif config.ppo.normalize_observations and isinstance(venv, VecNormalize):
