@@ -104,6 +104,7 @@ def test_update_threads_auto_takes_two_cpus_only_where_openmp_spins_and_the_envi
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.setattr(threads, "_spins", True)
     assert threads.update_threads_for("auto") == 2
+    assert threads.update_threads_for("auto", model_in_process=True) == 1  # a local LLM in this process (phase 3)
     assert threads.update_threads_for(1) == 1 and threads.update_threads_for(3) == 3  # a number is itself
     monkeypatch.setenv("OMP_NUM_THREADS", "1")  # a Ray study worker
     assert threads.update_threads_for("auto") == 1

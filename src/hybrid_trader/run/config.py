@@ -114,9 +114,9 @@ class PPOConfig:
     """Torch CPU threads (1 is fastest for these small networks, measured on an idle and a busy machine)."""
     update_threads: int | Literal["auto"] = "auto"
     """Torch threads for the update's loss and gradients by hand (fast_math; its matrix products split over cores,
-    equal to float tolerance): auto = 2 in a command that trains (the CLI lets OpenMP's idle thread spin) where the
-    process may use 2 CPUs and OMP_NUM_THREADS allows it (1 in each Ray study worker), else 1; the rest of training
-    keeps torch_threads."""
+    equal to float tolerance; an update drops back to one while another process takes the core): auto = 2 in a
+    command that trains (the CLI lets OpenMP's idle thread spin) where the process may use 2 CPUs, OMP_NUM_THREADS
+    allows it (1 in each Ray study worker) and no local LLM shares the process, else 1; the rest keeps torch_threads."""
     fast_math: bool = True
     """Faster training arithmetic, equal to sb3-contrib's MaskablePPO to float tolerance: the rollout's decisions
     in numpy (phases 1-2), numpy's tanh and fused Adam in the update (docs/TRAINING.md, "fast_math"); false: the

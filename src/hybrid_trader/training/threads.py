@@ -18,7 +18,8 @@ set by ``OMP_WAIT_POLICY=ACTIVE``, which OpenMP reads once, when torch loads it.
 * :func:`release_idle_threads`, after each update, hands OpenMP's threads back (``omp_pause_resource_all``), so
   nothing spins during the rollout;
 * :func:`update_threads_for` resolves ``auto``: 2 where the process may use two CPUs, ``OMP_NUM_THREADS`` (1 in
-  each Ray study worker) allows it and OpenMP spins; else 1.
+  each Ray study worker) allows it, OpenMP spins and no local LLM shares the process; else 1;
+* :class:`ThreadChooser` probes each update and drops back to one thread while another process takes the core.
 """
 
 from __future__ import annotations
@@ -78,12 +79,13 @@ def usable_cpus() -> int:
     return cpus
 
 
-def update_threads_for(setting: int | Literal["auto"]) -> int:
+def update_threads_for(setting: int | Literal["auto"], *, model_in_process: bool = False) -> int:
     """The torch threads of the update's loss and gradients for ``ppo.update_threads``: a number is itself;
-    ``auto`` is 2 when :func:`usable_cpus` is 2 or more and :func:`openmp_spins`, else 1."""
+    ``auto`` is 2 when :func:`usable_cpus` is 2 or more and :func:`openmp_spins`, else 1. ``model_in_process``: a
+    local LLM runs in this process (``llm.process: false``), whose threads the spinning would slow: 1."""
     if setting != "auto":
         return int(setting)
-    return 2 if usable_cpus() >= 2 and openmp_spins() else 1
+    return 2 if usable_cpus() >= 2 and openmp_spins() and not model_in_process else 1
 
 
 def _openmp() -> ctypes.CDLL | None:
