@@ -144,7 +144,7 @@ class LeanMaskablePPO(MaskablePPO):
     _lean_forward: LeanForward | None = None
 
     def _excluded_save_params(self) -> list[str]:
-        # the lean forward is rebuilt each rollout and holds the policy; fast_math is the run's setting
+        # the lean forward is rebuilt each rollout and holds the policy; fast_math and update_threads are the run's
         return [*super()._excluded_save_params(), "_lean_forward", "fast_math", "update_threads", "_threads"]
 
     def get_parameters(self) -> dict[str, dict]:
