@@ -82,7 +82,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if extras:
         parser.error(f"unrecognized arguments: {' '.join(extras)}{glob_hint(argv, extras)}")
     if getattr(args, "trains", False):  # before torch is imported: the update's second core spins, not sleeps
-        from hybrid_trader.training.threads import prepare_openmp
+        from hybrid_trader.training.threads import prepare_openmp  # only to train; must run before torch loads
 
         prepare_openmp(WAIT_POLICY_CHOSEN)
     try:
