@@ -40,8 +40,8 @@ from hybrid_trader.config import merge_overrides
 from hybrid_trader.run.config import RunConfig
 from hybrid_trader.run.market import load_market
 from hybrid_trader.training.callbacks import EnvTimeCallback
-from hybrid_trader.training.runner import TrainHooks, train_run
-from hybrid_trader.training.threads import openmp_spins, update_threads_for
+from hybrid_trader.training.runner import TrainHooks, train_run, update_threads_of
+from hybrid_trader.training.threads import openmp_spins
 
 
 def _last_record(run_dir: Path, key: str) -> Any:
@@ -186,7 +186,7 @@ def run(args: TrainBenchArgs) -> int:
         "batch_size": config.ppo.batch_size,
         "fast_math": config.ppo.fast_math,
         "torch_threads": config.ppo.torch_threads,
-        "update_threads": update_threads_for(config.ppo.update_threads),
+        "update_threads": update_threads_of(config),  # the runner's rule, as the timed runs used it
         "openmp_spins": openmp_spins(),
         "data": args.data or "synthetic",
         **extra,

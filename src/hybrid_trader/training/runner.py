@@ -192,7 +192,7 @@ def make_model(config: RunConfig, venv, init: Path | None = None, market: Market
     cls = algo or LeanMaskablePPO
     if hasattr(cls, "fast_math"):  # LeanMaskablePPO (the tests pass sb3-contrib's MaskablePPO)
         hyper["fast_math"] = ppo.fast_math
-        hyper["update_threads"] = _update_threads(config)
+        hyper["update_threads"] = update_threads_of(config)
     model = cls(policy, venv, seed=ppo.seed, device=ppo.device, verbose=0, policy_kwargs=policy_kwargs, **hyper)
     notes: list[str] = []
     src_norm = None
@@ -378,7 +378,7 @@ def _resume(run: RunDir, config: RunConfig, *, market, hooks: TrainHooks, quiet:
             _set_torch(config)
             model = load_model(run, ckpt.model, env=venv, device=config.ppo.device, algo=LeanMaskablePPO)
             model.fast_math = config.ppo.fast_math  # the run's settings, not saved with the model
-            model.update_threads = _update_threads(config)
+            model.update_threads = update_threads_of(config)
             if config.ppo.normalize_observations and isinstance(venv, LeanVecNormalize) and venv.frozen:
                 freeze_statistics(venv, load_normalizer(run, ckpt.vecnormalize), None)  # the checkpoint's, frozen
             elif config.ppo.normalize_observations and isinstance(venv, VecNormalize):
@@ -393,7 +393,7 @@ def _resume(run: RunDir, config: RunConfig, *, market, hooks: TrainHooks, quiet:
             venv.close()
 
 
-def _update_threads(config: RunConfig) -> int:
+def update_threads_of(config: RunConfig) -> int:
     """``ppo.update_threads`` resolved (training/threads.py); ``auto`` gives 1 beside a local LLM in this process."""
     model_in_process = (config.env.phase == 3 and config.llm.process is False
                         and backend_spec(config.llm.backend).local)

@@ -25,6 +25,7 @@ set by ``OMP_WAIT_POLICY=ACTIVE``, which OpenMP reads once, when torch loads it.
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import sys
 from pathlib import Path
@@ -32,7 +33,6 @@ from typing import Literal
 
 WAIT_POLICY = "OMP_WAIT_POLICY"
 _spins: bool | None = None  # set by prepare_openmp
-_runtime: list[ctypes.CDLL | None] = []  # torch's OpenMP with omp_pause_resource_all, once looked for
 _OMP_PAUSE_SOFT = 1  # omp_pause_resource_t's omp_pause_soft (OpenMP 5.0)
 
 
@@ -88,6 +88,7 @@ def update_threads_for(setting: int | Literal["auto"], *, model_in_process: bool
     return 2 if usable_cpus() >= 2 and openmp_spins() and not model_in_process else 1
 
 
+@functools.cache
 def _openmp() -> ctypes.CDLL | None:
     """The OpenMP runtime torch loaded (its Linux wheels ship GNU OpenMP as ``torch/lib/libgomp*``) where it has
     ``omp_pause_resource_all``, or None."""
@@ -108,9 +109,7 @@ def _openmp() -> ctypes.CDLL | None:
 def release_idle_threads() -> bool:
     """Hand back OpenMP's idle threads (they would otherwise spin through the rollout); the next parallel
     operation starts them again. False where torch's OpenMP cannot be found or does not support it."""
-    if not _runtime:
-        _runtime.append(_openmp())
-    lib = _runtime[0]
+    lib = _openmp()
     return lib is not None and lib.omp_pause_resource_all(_OMP_PAUSE_SOFT) == 0
 
 
