@@ -110,6 +110,8 @@ def _check_against_autograd(policy, d, clip_range_vf: float | None) -> None:
     assert set(grads) == set(policy.parameters())
     for (name, p), g in ((np_, grads[np_[1]]) for np_ in policy.named_parameters()):
         assert g.shape == p.shape and not g.requires_grad, name
+        # the parameter's own layout: Adam's fused CPU kernel reads a transposed gradient in the wrong order
+        assert g.stride() == p.stride(), name
         assert th.allclose(g, ref_grads[p], rtol=RTOL, atol=ATOL), name
         assert float(ref_grads[p].abs().max()) > 100 * ATOL, name  # every gradient is far from the tolerance
 

@@ -26,7 +26,7 @@ from torch import nn
 
 from hybrid_trader.agent.advice_block import N_FEATURES, OBS_ADVICE
 from hybrid_trader.agent.fusion import fused_logits, log_prior, obs_fused_logits
-from hybrid_trader.training.lean_forward import HUGE_NEG, LeanForward, fast_tanh
+from hybrid_trader.training.lean_forward import HUGE_NEG, LeanForward, fast_tanh, log_normalise
 from hybrid_trader.training.policy import AdviceFreeFeatures, HybridMaskablePolicy
 
 
@@ -123,6 +123,76 @@ class _Gate:
         grads[self.body.weight], grads[self.body.bias] = g.t().mm(self.inputs), g.sum(0)
 
 
+def _f32(value: Any) -> th.Tensor:
+    """A 0-d float32 tensor of a numpy scalar."""
+    return th.from_numpy(np.asarray(value, dtype=np.float32))
+
+
+def _head(z: np.ndarray, values: np.ndarray, batch: MaskableRolloutBufferSamples, settings: LossSettings,
+          llm_weight: float | None) -> tuple[LossTerms, th.Tensor, th.Tensor]:
+    """The loss of a minibatch from its logits ``z`` ``(n, 6)`` and values ``(n,)``, and the loss's gradients with
+    respect to them, ``(terms, d loss / d z, d loss / d values (n, 1))``, in float32 numpy.
+
+    ``llm_weight``: phase 3's constant prior, added to ``z`` first (``obs_fused_logits``; its gradient is the fused
+    logits'); None: ``z`` are the distribution's logits already. The same formulas as torch's on these 512 x 6
+    values, where each of torch's calls costs more than its arithmetic (a fifth of a minibatch's time on one thread
+    went to them); the results agree to float32 rounding.
+    """
+    obs = batch.observations.numpy()
+    n = len(z)
+    if llm_weight is not None:
+        z = obs_fused_logits(z, obs.reshape(n, -1), llm_weight)
+    m = None if batch.action_masks is None else batch.action_masks.numpy().astype(bool).reshape(z.shape)
+    n1 = log_normalise(z)  # in place: z is this minibatch's own (the products' output, or the prior's sum)
+    logits = log_normalise(n1.copy() if m is None else np.where(m, n1, np.float32(HUGE_NEG)))
+    probs = np.exp(logits)
+    idx = batch.actions.numpy().astype(np.int64).reshape(-1)
+    rows = np.arange(n)
+    log_prob = logits[rows, idx]
+    lp = logits * probs
+    entropy = -(lp if m is None else np.where(m, lp, np.float32(0.0))).sum(-1)
+
+    adv = batch.advantages.numpy()
+    if settings.normalize_advantage:
+        adv = (adv - adv.mean()) / (adv.std(ddof=1) + np.float32(1e-8))  # torch's std: the unbiased one
+    log_ratio = log_prob - batch.old_log_prob.numpy()
+    ratio = np.exp(log_ratio)
+    clip_range, clip_range_vf = settings.clip_range, settings.clip_range_vf
+    loss1, loss2 = adv * ratio, adv * np.clip(ratio, 1 - clip_range, 1 + clip_range)
+    policy_loss = -np.minimum(loss1, loss2).mean()
+    clip_fraction = (np.abs(ratio - 1) > clip_range).astype(np.float32).mean()
+    returns, old_values = batch.returns.numpy(), batch.old_values.numpy()
+    if clip_range_vf is None:
+        pred, vf_pass = values, None
+    else:
+        diff = values - old_values
+        pred = old_values + np.clip(diff, -clip_range_vf, clip_range_vf)
+        vf_pass = (diff >= -clip_range_vf) & (diff <= clip_range_vf)
+    value_loss = np.mean((returns - pred) ** 2)
+    entropy_loss = -np.mean(entropy)
+    loss = policy_loss + np.float32(settings.ent_coef) * entropy_loss + np.float32(settings.vf_coef) * value_loss
+    terms = LossTerms(_f32(loss), _f32(policy_loss), _f32(clip_fraction), _f32(value_loss), _f32(entropy_loss),
+                      _f32(np.mean((ratio - 1) - log_ratio)))
+
+    # d loss / d log_prob: the surrogate's branch that min() took (a tie: both halves, the same sum)
+    takes_ratio = (loss1 <= loss2) | ((ratio >= 1 - clip_range) & (ratio <= 1 + clip_range))
+    g_logp = np.where(takes_ratio, adv * ratio, np.float32(0.0)) * np.float32(-1.0 / n)
+    # d loss / d entropy, then through entropy = -sum(m p l), p = softmax(l): -p (m (1 + l) + entropy); the
+    # -p entropy term is p times a row's constant, which the log-softmax's backward below removes exactly
+    inner = 1 + logits if m is None else np.where(m, 1 + logits, np.float32(0.0))
+    g_l = probs * inner * np.float32(settings.ent_coef / n)
+    g_l[rows, idx] += g_logp
+    # through l = log_softmax(w), w = where(m, n1, -1e8), n1 = log_softmax(z)
+    g_w = g_l - probs * g_l.sum(-1, keepdims=True)
+    g_n1 = g_w if m is None else np.where(m, g_w, np.float32(0.0))
+    g_z = g_n1 - np.exp(n1) * g_n1.sum(-1, keepdims=True)
+    g_v = (pred - returns) * np.float32(2 * settings.vf_coef / n)
+    if vf_pass is not None:
+        g_v = np.where(vf_pass, g_v, np.float32(0.0))
+    return terms, th.from_numpy(g_z.astype(np.float32, copy=False)), \
+        th.from_numpy(g_v.astype(np.float32, copy=False)).unsqueeze(1)
+
+
 def loss_and_grads(lean: LeanForward, batch: MaskableRolloutBufferSamples,
                    settings: LossSettings) -> tuple[LossTerms, dict[th.Tensor, th.Tensor]]:
     """MaskablePPO's loss on the minibatch ``batch`` (the rollout buffer's samples) and its gradient for each
@@ -132,14 +202,11 @@ def loss_and_grads(lean: LeanForward, batch: MaskableRolloutBufferSamples,
     logits at -1e8);
     the backward by hand: policy loss ``-mean(min(A r, A clamp(r)))`` (torch splits a tie's
     gradient in halves that add up to the same), entropy ``-sum(m p l)``, value loss
-    ``mean((R - v)^2)``, then the two log-softmaxes, the heads and the tanh layers.
+    ``mean((R - v)^2)``, then the two log-softmaxes (these on the 512 x 6 logits in numpy, :func:`_head`), the
+    heads and the tanh layers (torch's matrix products).
     """
-    obs, actions, masks, old_log_prob = batch.observations, batch.actions, batch.action_masks, batch.old_log_prob
-    advantages, returns, old_values = batch.advantages, batch.returns, batch.old_values
-    clip_range, clip_range_vf, ent_coef, vf_coef = (settings.clip_range, settings.clip_range_vf, settings.ent_coef,
-                                                    settings.vf_coef)
+    obs, masks = batch.observations, batch.action_masks
     with th.no_grad():
-        n = len(obs)
         pi = [(w, b) for w, b in lean.pi if b is not None]
         vf = [(w, b) for w, b in lean.vf if b is not None]
         policy: Any = lean.policy
@@ -155,55 +222,8 @@ def loss_and_grads(lean: LeanForward, batch: MaskableRolloutBufferSamples,
         if hybrid and policy.gate is not None:  # the learned gate's w(s) (it reads the legal actions)
             gate = _Gate(policy, obs, z, m)
             z = fused_logits(z, gate.advice, gate.trust)
-        elif hybrid:  # the constant prior: no parameter in it, the RL logits' gradient is the fused logits'
-            z = obs_fused_logits(z, obs, policy.llm_weight)
-        n1 = z - z.logsumexp(dim=-1, keepdim=True)
-        w = n1 if m is None else th.where(m, n1, th.tensor(HUGE_NEG, dtype=n1.dtype))
-        logits = w - w.logsumexp(dim=-1, keepdim=True)
-        probs = th.softmax(logits, dim=-1)
-        idx = actions.long().reshape(-1, 1)
-        log_prob = logits.gather(1, idx).flatten()
-        lp = logits * probs if m is None else th.where(m, logits * probs, th.zeros((), dtype=logits.dtype))
-        entropy = -lp.sum(-1)
-
-        adv = advantages
-        if settings.normalize_advantage:
-            adv = (adv - adv.mean()) / (adv.std() + 1e-8)
-        log_ratio = log_prob - old_log_prob
-        ratio = th.exp(log_ratio)
-        clipped = th.clamp(ratio, 1 - clip_range, 1 + clip_range)
-        loss1, loss2 = adv * ratio, adv * clipped
-        policy_loss = -th.min(loss1, loss2).mean()
-        clip_fraction = th.mean((th.abs(ratio - 1) > clip_range).float())
-        if clip_range_vf is None:
-            pred, vf_pass = values, None
-        else:
-            diff = values - old_values
-            pred = old_values + th.clamp(diff, -clip_range_vf, clip_range_vf)
-            vf_pass = (diff >= -clip_range_vf) & (diff <= clip_range_vf)
-        value_loss = th.mean((returns - pred) ** 2)
-        entropy_loss = -th.mean(entropy)
-        loss = policy_loss + ent_coef * entropy_loss + vf_coef * value_loss
-        terms = LossTerms(loss, policy_loss, clip_fraction, value_loss, entropy_loss,
-                          th.mean((ratio - 1) - log_ratio))
-
-        # d loss / d log_prob: the surrogate's branch that min() took (a tie: both halves, the same sum)
-        takes_ratio = (loss1 <= loss2) | ((ratio >= 1 - clip_range) & (ratio <= 1 + clip_range))
-        g_logp = th.where(takes_ratio, adv * ratio, th.zeros((), dtype=ratio.dtype)) * (-1.0 / n)
-        # d loss / d entropy, then through entropy = -sum(m p l), p = softmax(l): -p (m (1 + l) + entropy); the
-        # -p entropy term is p times a row's constant, which the log-softmax's backward below removes exactly
-        g_ent = -ent_coef / n
-        inner = 1 + logits if m is None else th.where(m, 1 + logits, th.zeros((), dtype=logits.dtype))
-        g_l = probs * inner * -g_ent
-        g_l.scatter_add_(1, idx, g_logp.unsqueeze(1))
-        # through l = log_softmax(w), w = where(m, n1, -1e8), n1 = log_softmax(z)
-        g_w = g_l - probs * g_l.sum(-1, keepdim=True)
-        g_n1 = g_w if m is None else th.where(m, g_w, th.zeros((), dtype=g_w.dtype))
-        g_z = g_n1 - th.exp(n1) * g_n1.sum(-1, keepdim=True)
-        g_v = (pred - returns) * (2 * vf_coef / n)
-        if vf_pass is not None:
-            g_v = th.where(vf_pass, g_v, th.zeros((), dtype=g_v.dtype))
-        g_v = g_v.unsqueeze(1)
+        terms, g_z, g_v = _head(z.numpy(), values.numpy(), batch, settings,
+                                llm_weight=policy.llm_weight if hybrid and gate is None else None)
 
         grads: dict[th.Tensor, th.Tensor] = {
             lean.action_w: g_z.t().mm(hp[-1]), lean.action_b: g_z.sum(0),

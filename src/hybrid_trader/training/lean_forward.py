@@ -151,7 +151,7 @@ def _lean_layers(seq: nn.Module) -> list[tuple[th.Tensor, th.Tensor | None]] | N
     return out
 
 
-def _log_normalise(x: np.ndarray) -> np.ndarray:
+def log_normalise(x: np.ndarray) -> np.ndarray:
     """``x - logsumexp(x)`` along the last axis, in place (float32, the maximum subtracted first)."""
     top = x.max(axis=-1, keepdims=True)
     x -= top
@@ -267,9 +267,9 @@ class LeanForward:
             policy: Any = self.policy
             object.__setattr__(policy, "last_rl_logits", th.from_numpy(logits))  # as _get_action_dist_from_latent
             logits = obs_fused_logits(logits, obs_np, policy.llm_weight)  # a new array: the RL logits stay as kept
-        logits = _log_normalise(logits)
+        logits = log_normalise(logits)
         if action_masks is not None:
-            logits = _log_normalise(np.where(np.asarray(action_masks, dtype=bool).reshape(logits.shape), logits,
+            logits = log_normalise(np.where(np.asarray(action_masks, dtype=bool).reshape(logits.shape), logits,
                                              np.float32(HUGE_NEG)))
         probs = np.exp(logits)
         if not np.isfinite(probs).all():  # torch.multinomial's own refusal
