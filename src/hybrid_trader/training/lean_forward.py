@@ -18,6 +18,7 @@ from torch.nn import functional as F
 from hybrid_trader.agent.advice_block import N_FEATURES
 from hybrid_trader.agent.fusion import obs_fused_logits
 from hybrid_trader.agent.numpy_forward import NumpyMLP, torch_layers
+from hybrid_trader.training.decide_kernel import ALL_LEGAL, decide_into
 from hybrid_trader.training.policy import AdviceFreeFeatures, HybridMaskablePolicy
 
 HUGE_NEG = -1e8
@@ -252,8 +253,9 @@ class LeanForward:
         return values, dist.log_prob(actions), dist.entropy()
 
     def _numpy_decide(self, obs: th.Tensor, action_masks: np.ndarray | None) -> tuple[th.Tensor, th.Tensor, th.Tensor]:
-        """``__call__``'s decisions in numpy (``fast_math``): the same formulas in float32 (the layers,
-        ``MaskableCategorical``'s two normalisations, masked logits at -1e8), sampled as ``torch.multinomial`` samples
+        """``__call__``'s decisions in numpy (``fast_math``): the same formulas in float32 (the layers, then
+        ``MaskableCategorical``'s two normalisations, masked logits at -1e8, in one compiled call:
+        :func:`~hybrid_trader.training.decide_kernel.decide_into`), sampled as ``torch.multinomial`` samples
         one action (``argmax(p / q)``, ``q`` exponential draws from torch's generator: the same draws), equal to the
         torch path to float tolerance. Phase 3 (constant prior): ``rl + llm_weight * log(clip(p_llm, 1e-4, 1))`` as
         ``obs_fused_logits``, the RL logits kept as the policy's ``last_rl_logits`` for its ``after_decision``."""
@@ -267,18 +269,14 @@ class LeanForward:
             policy: Any = self.policy
             object.__setattr__(policy, "last_rl_logits", th.from_numpy(logits))  # as _get_action_dist_from_latent
             logits = obs_fused_logits(logits, obs_np, policy.llm_weight)  # a new array: the RL logits stay as kept
-        logits = log_normalise(logits)
-        if action_masks is not None:
-            logits = log_normalise(np.where(np.asarray(action_masks, dtype=bool).reshape(logits.shape), logits,
-                                             np.float32(HUGE_NEG)))
-        probs = np.exp(logits)
-        if not np.isfinite(probs).all():  # torch.multinomial's own refusal
-            raise RuntimeError("probability tensor contains either `inf`, `nan` or element < 0")
+        masks = ALL_LEGAL if action_masks is None else np.asarray(action_masks, dtype=bool).reshape(logits.shape)
         # torch.multinomial(probs, 1) as it draws one sample: argmax(probs / q), q ~ Exp(1) from torch's generator
         # (the same draws, without its checks' half-dozen small kernels: 4 against 13 us a vector step)
-        queue = th.empty(probs.shape, dtype=th.float32).exponential_(1).numpy()
-        chosen = np.argmax(np.divide(probs, queue, out=queue), axis=-1)
-        log_prob = logits[np.arange(len(logits)), chosen]
+        queue = th.empty(logits.shape, dtype=th.float32).exponential_(1).numpy()
+        n = len(logits)
+        chosen, log_prob = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.float32)
+        if not decide_into(logits, masks, HUGE_NEG, queue, chosen, log_prob):  # the normalisations and the draw
+            raise RuntimeError("probability tensor contains either `inf`, `nan` or element < 0")  # torch's refusal
         return th.from_numpy(chosen), th.from_numpy(values), th.from_numpy(log_prob)
 
     def __call__(self, obs: th.Tensor, action_masks: np.ndarray | None) -> tuple[th.Tensor, th.Tensor, th.Tensor]:
