@@ -9,13 +9,14 @@ import pytest
 import torch as th
 from sb3_contrib import MaskablePPO
 from sb3_contrib.common.maskable.distributions import MaskableCategorical
+from stable_baselines3.common.callbacks import BaseCallback, CallbackList, EveryNTimesteps
 
 from hybrid_trader.config import merge_overrides
 from hybrid_trader.run.config import RunConfig
 from hybrid_trader.run.market import load_market
 from hybrid_trader.training import runner
 from hybrid_trader.training.lean_forward import LeanForward, LeanMaskableCategoricalDistribution
-from hybrid_trader.training.lean_ppo import LeanMaskablePPO
+from hybrid_trader.training.lean_ppo import LeanMaskablePPO, locals_updater
 from hybrid_trader.training.runner import build_vec_env, make_model
 from tests.training.conftest import student_cfg
 
@@ -128,3 +129,58 @@ def test_phase3_with_the_student_trains_bit_for_bit_as_maskable_ppo(tmp_path, mo
                 for line in (tmp_path / run / "progress.jsonl").read_text().splitlines()]
 
     assert rows("lean") == rows("plain") and any("train/loss" in r for r in rows("lean"))
+
+
+class _SeesLocals(BaseCallback):
+    """Records what a callback reads from ``self.locals`` on each step."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[tuple] = []
+
+    def _on_step(self) -> bool:
+        loc = self.locals
+        self.seen.append((int(loc["n_steps"]), loc["actions"].tolist(), loc["rewards"].tolist(),
+                          loc["dones"].tolist(), len(loc["infos"])))
+        return True
+
+
+def test_callbacks_see_the_same_locals_each_step_as_with_maskable_ppo(market):
+    """The rollout updates a callback tree's shared locals dict once a step (``locals_updater``): every callback
+    still reads that step's values, as under sb3-contrib's MaskablePPO."""
+    seen = []
+    for cls in (MaskablePPO, LeanMaskablePPO):
+        config = merge_overrides(RunConfig(), {**TINY, "env.phase": 2, "ppo.total_timesteps": 256})
+        venv = build_vec_env(market, config, market.sessions("train"), 4, 0, normalize=True)
+        model, _ = make_model(config, venv, None, market, algo=cls)
+        first, second = _SeesLocals(), _SeesLocals()
+        model.learn(config.ppo.total_timesteps, callback=[first, second])
+        venv.close()
+        assert first.seen == second.seen and len(first.seen) == 64
+        seen.append(first.seen)
+    assert seen[0] == seen[1]
+
+
+def test_locals_updater_updates_once_only_where_the_tree_shares_one_dict():
+    class _Model:
+        num_timesteps = 0
+
+    def started(callback):
+        for cb in (callback, *getattr(callback, "callbacks", ()), *filter(None, [getattr(callback, "callback", None)])):
+            cb.model = _Model()
+        callback.on_training_start({}, {})
+        return callback
+
+    plain = started(CallbackList([_SeesLocals(), _SeesLocals()]))
+    assert locals_updater(plain) == plain.locals.update
+    plain.locals.update({"x": 1})
+    assert all(cb.locals["x"] == 1 for cb in plain.callbacks)
+    event = started(EveryNTimesteps(10, _SeesLocals()))  # a child with a dict of its own
+    assert locals_updater(event) == event.update_locals
+
+    class _Own(_SeesLocals):
+        def update_locals(self, locals_):
+            super().update_locals({**locals_, "own": True})
+
+    custom = started(CallbackList([_SeesLocals(), _Own()]))
+    assert locals_updater(custom) == custom.update_locals

@@ -35,6 +35,8 @@ from hybrid_trader.config import check
 
 PROB_FLOOR = 1e-4
 """Smallest probability inside the log of the prior (keeps it finite)."""
+_clip: Any = vars(np)["_core"].umath.clip
+"""The clip ufunc itself (``np.clip`` wraps it in argument checks that cost more than a rollout step's clip)."""
 
 # Reason codes of a decision.
 REASON_PRIOR = "PRIOR"
@@ -145,8 +147,10 @@ def obs_fused_logits(rl_logits: Array, obs: Array, llm_weight: float) -> Array:
     start = OBS_ADVICE.start + ADVICE.probs.start
     logits: Any = rl_logits
     if not _is_tensor(obs):
-        prior = np.log(np.clip(obs[:, start:start + N_ACTIONS], PROB_FLOOR, 1.0))
-        return logits + np.float32(llm_weight) * prior
+        prior = _clip(obs[:, start:start + N_ACTIONS], PROB_FLOOR, 1.0)  # a new array: the rest in place
+        np.log(prior, out=prior)
+        prior *= np.float32(llm_weight)
+        return logits + prior
     if not llm_weight:
         return rl_logits
     probs = obs.narrow(-1, start, N_ACTIONS)

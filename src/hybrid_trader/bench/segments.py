@@ -123,15 +123,22 @@ class SegmentTimer(TimingCallback):
         self._wrap(policy.optimizer, "zero_grad", OPTIMIZER)
         self._wrap(policy.optimizer, "step", OPTIMIZER)
         self._wrap(model.logger, "dump", LOGGING)
-        rollouts = sys.modules[type(model).collect_rollouts.__module__]  # the functions as that module calls them
+        rollouts: Any = sys.modules[type(model).collect_rollouts.__module__]  # the functions as it calls them
         self._patch(rollouts, "obs_as_tensor", OBS_TENSOR)
         self._patch(rollouts, "get_action_masks", MASKS)
         self._patch(torch.Tensor, "backward", BACKWARD)
         if hasattr(rollouts, "loss_and_grads"):  # LeanMaskablePPO's fast_math update by hand
             self._patch(rollouts, "loss_and_grads", LOSS_GRADS)
         self._patch(torch.nn.utils, "clip_grad_norm_", CLIPPING)
-        for attr in ("on_step", "update_locals", "on_rollout_start", "on_rollout_end"):
+        for attr in ("on_step", "on_rollout_start", "on_rollout_end"):
             self._patch(CallbackList, attr, CALLBACKS)
+        if hasattr(rollouts, "locals_updater"):  # LeanMaskablePPO: the step's update of the callbacks' locals, timed
+            updater = rollouts.locals_updater
+            timed = self._timed  # resolved on the callbacks as they are (the class untouched), then timed
+            rollouts.locals_updater = lambda callback: timed(updater(callback), CALLBACKS)
+            self._restore.append(lambda: setattr(rollouts, "locals_updater", updater))
+        else:
+            self._patch(CallbackList, "update_locals", CALLBACKS)
         venv: VecEnv | None = self.training_env
         self._layers = []
         while venv is not None:

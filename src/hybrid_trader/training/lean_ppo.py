@@ -43,7 +43,8 @@ stored, nor ``fast_math``, nor Adam's ``fused`` flag): ``MaskablePPO.load`` read
 from __future__ import annotations
 
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, cast
 
 import numpy as np
 import torch as th
@@ -52,7 +53,7 @@ from sb3_contrib import MaskablePPO
 from sb3_contrib.common.maskable.buffers import MaskableRolloutBuffer, MaskableRolloutBufferSamples
 from sb3_contrib.common.maskable.distributions import MaskableCategoricalDistribution
 from sb3_contrib.common.maskable.utils import get_action_masks, is_masking_supported
-from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.callbacks import BaseCallback, CallbackList
 from stable_baselines3.common.utils import explained_variance, obs_as_tensor
 from stable_baselines3.common.vec_env import VecEnv
 from torch.nn import functional as F
@@ -60,6 +61,27 @@ from torch.nn import functional as F
 from hybrid_trader.training.lean_backward import LossSettings, LossTerms, loss_and_grads, supports
 from hybrid_trader.training.lean_forward import LeanForward, LeanMaskableCategoricalDistribution
 from hybrid_trader.training.threads import ThreadChooser, release_idle_threads
+
+
+def locals_updater(callback: BaseCallback) -> Callable[[dict[str, Any]], None]:
+    """``callback.update_locals``, or one ``dict.update`` where it would update the same dict several times.
+
+    SB3's ``CallbackList`` hands its own ``locals`` dict to each of its callbacks when training starts, and then
+    updates that one dict once for itself and once for every callback on each step (3.5 us for six callbacks,
+    against 0.4 for one update). Where every callback in the tree shares the root's dict and none changes how it
+    is updated, one update is the same; anything else gets the callback's own ``update_locals``.
+    """
+    shared = callback.locals
+    todo = [callback]
+    while todo:
+        cb = todo.pop()
+        if cb.locals is not shared or type(cb).update_locals is not BaseCallback.update_locals:
+            return callback.update_locals
+        if type(cb).update_child_locals is CallbackList.update_child_locals:
+            todo.extend(cast(CallbackList, cb).callbacks)
+        elif type(cb).update_child_locals is not BaseCallback.update_child_locals:  # a child of its own
+            return callback.update_locals
+    return shared.update
 
 
 class LeanMaskableRolloutBuffer(MaskableRolloutBuffer):
@@ -309,6 +331,7 @@ class LeanMaskablePPO(MaskablePPO):
         self._lean_forward = LeanForward.of(policy, self.fast_math)  # the weights, read once a rollout
         forward = self.rollout_forward
         discrete = isinstance(self.action_space, spaces.Discrete)
+        update_locals = locals_updater(callback)
         callback.on_rollout_start()
         while n_steps < n_rollout_steps:
             with th.no_grad():
@@ -319,7 +342,7 @@ class LeanMaskablePPO(MaskablePPO):
             actions = action_t.cpu().numpy()
             new_obs, rewards, dones, infos = env.step(actions)
             self.num_timesteps += env.num_envs
-            callback.update_locals(locals())
+            update_locals(locals())
             if not callback.on_step():
                 return False
             ended = bool(dones.any())
