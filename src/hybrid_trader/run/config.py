@@ -119,8 +119,8 @@ class PPOConfig:
     allows it (1 in each Ray study worker) and no local LLM shares the process, else 1; the rest keeps torch_threads."""
     fast_math: bool = True
     """Faster training arithmetic, equal to sb3-contrib's MaskablePPO to float tolerance: the rollout's decisions
-    in numpy (phases 1-2), numpy's tanh and fused Adam in the update (docs/TRAINING.md, "fast_math"); false: the
-    same bits as MaskablePPO."""
+    in numpy and one compiled call (phase 3 with the constant prior too), the update's loss and gradients by hand,
+    numpy's tanh and fused Adam (docs/TRAINING.md, "fast_math"); false: the same bits as MaskablePPO."""
     validate_distributions: bool = False
     """torch.distributions argument checks, process-wide (a third of each policy step; true for debugging)."""
     learning_rate: float = 3e-4

@@ -13,8 +13,9 @@ trains both on fixed seeds and compares every parameter and rollout array exactl
 * :meth:`LeanMaskablePPO.collect_rollouts` runs the plain MLP policy's rollout forward as
   direct ``linear``/activation calls on the cached weights (no ``nn.Module`` dispatch; phase
   3's :class:`~hybrid_trader.training.policy.HybridMaskablePolicy` keeps its prior and its
-  records around each decision), and skips the per-environment timeout and episode
-  bookkeeping on steps where no episode ended. Other policies keep their own ``forward``.
+  records around each decision), skips the per-environment timeout and episode
+  bookkeeping on steps where no episode ended, and updates the callbacks' shared locals once
+  a step (:func:`locals_updater`). Other policies keep their own ``forward``.
 * :class:`LeanMaskableRolloutBuffer` stores a step without SB3's defensive copies, makes a
   minibatch's tensors without a second copy, and computes GAE with the non-recursive terms
   vectorised over the rollout.
@@ -26,8 +27,8 @@ forward as direct calls (:meth:`LeanForward.evaluate`) and the statistics kept a
 read once an update; for a tanh MLP (phases 1-2's plain policy, phase 3's with its prior or
 learned gate), the loss and its gradients written out by hand
 (:func:`~hybrid_trader.training.lean_backward.loss_and_grads`, no autograd graph); in the
-rollout, a plain tanh policy's decisions in numpy (:meth:`LeanForward._numpy_decide`,
-sampled as ``torch.multinomial`` samples: the same draws).
+rollout, a plain tanh policy's decisions in numpy (:meth:`LeanForward._numpy_decide`, the distribution and the
+draw in one compiled call, sampled as ``torch.multinomial`` samples: the same draws).
 ``tests/training/test_fast_math.py`` compares one update on fixed data with
 ``MaskablePPO``'s (losses, gradients, parameters, Adam's moments to float tolerance).
 

@@ -43,7 +43,8 @@ def normalize_into(obs: np.ndarray, mean: np.ndarray, std: np.ndarray, clip: flo
                    out: np.ndarray) -> None:  # pragma: no cover (compiled)
     """``out[:, :n] = float32(clip((obs[:, :n] - mean) / std, -clip, clip))`` in float64 (``n = len(mean)``), the
     rest of each row copied: numpy's expression value for value (IEEE subtraction, division and comparisons, NaN
-    kept), without its temporaries (four calls and a float64 array a step, 5.5 us for four rows, against 1)."""
+    kept), without its temporaries (four calls and a float64 array a step: ``normalize_obs`` took 5.5 us for four
+    rows, 2.4 now)."""
     n = mean.shape[0]
     low, high = -clip, clip
     for i in range(obs.shape[0]):
