@@ -17,7 +17,7 @@ from hybrid_trader.errors import UserError
 from hybrid_trader.run.config import SplitConfig
 from hybrid_trader.run.market import make_split
 from hybrid_trader.study.engine import run_study
-from hybrid_trader.study.search import selection_of
+from hybrid_trader.study.search import fold_end_idle, selection_of
 from hybrid_trader.study.space import parse_dimension, points
 from hybrid_trader.study.spec import load_study
 from tests.study.test_study import TINY, study_file
@@ -68,6 +68,20 @@ def test_an_optuna_asha_search_records_stopped_trials_with_their_step_and_tests_
     attempts = [json.loads(line) for line in (out / "attempts.jsonl").read_text().splitlines()]
     assert sorted(a["status"] for a in attempts) == sorted(table["status"])
     assert "search" in (out / "report.html").read_text()
+    timing = summary["timing"]  # the workers' idle time: Tune's own per trial, and at the fold's end
+    assert timing["trials"] == 4 and timing["fold_end_idle_s"] >= 0
+    assert timing["tune_overhead_pct"] + timing["fold_end_idle_pct"] == pytest.approx(timing["worker_idle_pct"],
+                                                                                     abs=0.11)
+
+
+def test_the_idle_time_at_a_folds_end_counts_the_workers_free_after_its_last_trial_started():
+    # two workers; fold 0: trials [0, 10] and [1, 4], then [4, 6] starts last (at 4); its search ends at 11:
+    # from 4 to 11 the workers could give 14 s, its trials ran 6 (4 to 10) + 2 (4 to 6): 6 s idle
+    spans = [(0, 0.0, 10.0), (0, 1.0, 4.0), (0, 4.0, 6.0), (1, 12.0, 20.0), (1, 12.5, 20.5)]
+    windows = {0: (0.0, 11.0), 1: (11.5, 21.0)}
+    assert fold_end_idle(spans, windows, 2) == pytest.approx(6.0 + (2 * 8.5 - 7.5 - 8.0))  # fold 1: 1.5 s
+    assert fold_end_idle([(0, 0.0, 5.0), (0, 5.0, 10.0)], {0: (0.0, 11.0)}, 1) == pytest.approx(1.0)  # one worker
+    assert fold_end_idle([], windows, 2) == 0.0
 
 
 def test_a_rerun_skips_finished_and_stopped_trials_and_optuna_proposes_only_the_missing_ones(searched, monkeypatch):

@@ -301,6 +301,14 @@ def _run_tune(spec: StudySpec, out: Path, folds: list[int], records: dict[str, d
         bar.update(1)
         bar.set_postfix(last=f"{row.get('trial')} {row.get('status')}")
 
+    spans: list[tuple[int, float, float]] = []  # each landed trial's (fold, start, end) on this clock
+    windows: dict[int, tuple[float, float]] = {}  # each fold's Tuner, from its start to its end
+
+    def timed(row: dict) -> None:
+        now = time.perf_counter()
+        spans.append((int(row.get("fold", -1)), now - float(row.get("seconds") or 0.0), now))
+        landed(row)
+
     started = time.perf_counter()
     try:
         shipped = ray.put(bars)
@@ -343,8 +351,10 @@ def _run_tune(spec: StudySpec, out: Path, folds: list[int], records: dict[str, d
                                             scheduler=scheduler, max_concurrent_trials=workers,
                                             reuse_actors=True),  # one process per worker: torch imported once
                 run_config=tune.RunConfig(storage_path=str(scratch), name=f"fold{fold}", verbose=0,
-                                          callbacks=[_recorder(out, spec, fold, collector, fixed, landed)]))
+                                          callbacks=[_recorder(out, spec, fold, collector, fixed, timed)]))
+            begun = time.perf_counter()
             tuner.fit()
+            windows[fold] = (begun, time.perf_counter())
             ray.kill(collector)
     finally:
         bar.close()
@@ -352,10 +362,35 @@ def _run_tune(spec: StudySpec, out: Path, folds: list[int], records: dict[str, d
         shutil.rmtree(scratch, ignore_errors=True)
     wall = time.perf_counter() - started
     used = min(workers, max(ran, 1))
-    overhead = max(wall * used - seconds, 0.0) / max(ran, 1)
+    idle = max(wall * used - seconds, 0.0)
+    tails = min(fold_end_idle(spans, windows, used), idle)
+
+    def pct(worker_seconds: float) -> float:
+        return round(100.0 * worker_seconds / (wall * used), 1) if wall > 0 else 0.0
+
     return {"wall_s": round(wall, 2), "trial_s_total": round(seconds, 2), "workers": used, "trials": ran,
-            "tune_overhead_s_per_trial": round(overhead, 2),
-            "tune_overhead_pct": round(100.0 * overhead * ran / (wall * used), 1) if wall > 0 else 0.0}
+            "tune_overhead_s_per_trial": round((idle - tails) / max(ran, 1), 2),
+            "tune_overhead_pct": pct(idle - tails), "fold_end_idle_s": round(tails, 1),
+            "fold_end_idle_pct": pct(tails), "worker_idle_pct": pct(idle)}
+
+
+def fold_end_idle(spans: Sequence[tuple[int, float, float]], windows: Mapping[int, tuple[float, float]],
+                  workers: int) -> float:
+    """Worker-seconds left idle at the folds' ends: from the start of a fold's last trial to the end of its search,
+    the workers not running one of its trials (the folds are searched one after another, so nothing else could use
+    them). ``spans``: each trial's ``(fold, start, end)``; ``windows``: each fold's ``(start, end)``.
+
+    The rest of the workers' idle time (``wall x workers - trial seconds``) is Tune's own, per trial: starting each
+    fold's Tuner and its trials, handing results back."""
+    idle = 0.0
+    for fold, (_, end) in windows.items():
+        mine = [(a, b) for f, a, b in spans if f == fold]
+        if not mine:
+            continue
+        last = max(a for a, _ in mine)
+        busy = sum(max(0.0, min(b, end) - max(a, last)) for a, b in mine)
+        idle += max(workers * (end - last) - busy, 0.0)
+    return idle
 
 
 def _point(spec: StudySpec, row: Mapping[str, Any]) -> dict[str, Any]:
