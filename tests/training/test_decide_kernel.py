@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from hybrid_trader.training.decide_kernel import ALL_LEGAL, decide_into
-from hybrid_trader.training.lean_forward import HUGE_NEG, log_normalise
+from hybrid_trader.training.lean_backward import log_normalise
+from hybrid_trader.training.lean_forward import HUGE_NEG
 
 
 def _reference(logits: np.ndarray, masks: np.ndarray | None, queue: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

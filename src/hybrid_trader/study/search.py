@@ -294,20 +294,17 @@ def _run_tune(spec: StudySpec, out: Path, folds: list[int], records: dict[str, d
     seconds = 0.0
     ran = 0
 
-    def landed(row: dict) -> None:
-        nonlocal seconds, ran
-        seconds += float(row.get("seconds") or 0.0)
-        ran += 1
-        bar.update(1)
-        bar.set_postfix(last=f"{row.get('trial')} {row.get('status')}")
-
     spans: list[tuple[int, float, float]] = []  # each landed trial's (fold, start, end) on this clock
     windows: dict[int, tuple[float, float]] = {}  # each fold's Tuner, from its start to its end
 
-    def timed(row: dict) -> None:
-        now = time.perf_counter()
-        spans.append((int(row.get("fold", -1)), now - float(row.get("seconds") or 0.0), now))
-        landed(row)
+    def landed(row: dict) -> None:
+        nonlocal seconds, ran
+        now, took = time.perf_counter(), float(row.get("seconds") or 0.0)
+        spans.append((int(row.get("fold", -1)), now - took, now))
+        seconds += took
+        ran += 1
+        bar.update(1)
+        bar.set_postfix(last=f"{row.get('trial')} {row.get('status')}")
 
     started = time.perf_counter()
     try:
@@ -351,7 +348,7 @@ def _run_tune(spec: StudySpec, out: Path, folds: list[int], records: dict[str, d
                                             scheduler=scheduler, max_concurrent_trials=workers,
                                             reuse_actors=True),  # one process per worker: torch imported once
                 run_config=tune.RunConfig(storage_path=str(scratch), name=f"fold{fold}", verbose=0,
-                                          callbacks=[_recorder(out, spec, fold, collector, fixed, timed)]))
+                                          callbacks=[_recorder(out, spec, fold, collector, fixed, landed)]))
             begun = time.perf_counter()
             tuner.fit()
             windows[fold] = (begun, time.perf_counter())

@@ -20,6 +20,20 @@ ALL_LEGAL = np.zeros((0, 0), dtype=np.bool_)
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
+def _log_normalise(row: np.ndarray) -> None:  # pragma: no cover (compiled)
+    """``row - logsumexp(row)`` in place, float32, the maximum subtracted first (``lean_backward.log_normalise``'s
+    order)."""
+    top = row.max()
+    total = np.float32(0.0)
+    for j in range(row.shape[0]):
+        row[j] = row[j] - top
+        total += np.exp(row[j])
+    shift = np.log(total)
+    for j in range(row.shape[0]):
+        row[j] = row[j] - shift
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
 def decide_into(logits: np.ndarray, masks: np.ndarray, masked: float, queue: np.ndarray, chosen: np.ndarray,
                 log_prob: np.ndarray) -> bool:  # pragma: no cover (compiled)
     """One action a row of ``logits`` ``(n, k)`` float32 into ``chosen`` (int64) and its log-probability into
@@ -33,24 +47,13 @@ def decide_into(logits: np.ndarray, masks: np.ndarray, masked: float, queue: np.
     row = np.empty(k, dtype=np.float32)
     low = np.float32(masked)
     for i in range(n):
-        for j in range(k):
-            row[j] = logits[i, j]
-        for norm in range(2 if masks.shape[0] else 1):  # without masks, sb3-contrib normalises once
-            if norm == 1 and masks.shape[0]:
-                for j in range(k):
-                    if not masks[i, j]:
-                        row[j] = low
-            top = row[0]
-            for j in range(1, k):
-                if row[j] > top:
-                    top = row[j]
-            total = np.float32(0.0)
+        row[:] = logits[i]
+        _log_normalise(row)
+        if masks.shape[0]:  # then the illegal actions at ``masked`` and again (without masks, once)
             for j in range(k):
-                row[j] = row[j] - top
-                total += np.exp(row[j])
-            shift = np.log(total)
-            for j in range(k):
-                row[j] = row[j] - shift
+                if not masks[i, j]:
+                    row[j] = low
+            _log_normalise(row)
         best = -1
         best_ratio = np.float32(0.0)
         for j in range(k):

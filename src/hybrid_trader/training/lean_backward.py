@@ -26,7 +26,7 @@ from torch import nn
 
 from hybrid_trader.agent.advice_block import N_FEATURES, OBS_ADVICE
 from hybrid_trader.agent.fusion import fused_logits, log_prior, obs_fused_logits
-from hybrid_trader.training.lean_forward import HUGE_NEG, LeanForward, fast_tanh, log_normalise
+from hybrid_trader.training.lean_forward import HUGE_NEG, LeanForward, fast_tanh
 from hybrid_trader.training.policy import AdviceFreeFeatures, HybridMaskablePolicy
 
 
@@ -123,6 +123,14 @@ class _Gate:
         grads[self.body.weight], grads[self.body.bias] = g.t().mm(self.inputs), g.sum(0)
 
 
+def log_normalise(x: np.ndarray) -> np.ndarray:
+    """``x - logsumexp(x)`` along the last axis, in place (float32, the maximum subtracted first)."""
+    top = x.max(axis=-1, keepdims=True)
+    x -= top
+    x -= np.log(np.exp(x).sum(axis=-1, keepdims=True))
+    return x
+
+
 def _f32(value: Any) -> th.Tensor:
     """A 0-d float32 tensor of a numpy scalar."""
     return th.from_numpy(np.asarray(value, dtype=np.float32))
@@ -138,10 +146,9 @@ def _head(z: np.ndarray, values: np.ndarray, batch: MaskableRolloutBufferSamples
     values, where each of torch's calls costs more than its arithmetic (a fifth of a minibatch's time on one thread
     went to them); the results agree to float32 rounding.
     """
-    obs = batch.observations.numpy()
     n = len(z)
     if llm_weight is not None:
-        z = obs_fused_logits(z, obs.reshape(n, -1), llm_weight)
+        z = obs_fused_logits(z, batch.observations.numpy().reshape(n, -1), llm_weight)
     m = None if batch.action_masks is None else batch.action_masks.numpy().astype(bool).reshape(z.shape)
     n1 = log_normalise(z)  # in place: z is this minibatch's own (the products' output, or the prior's sum)
     logits = log_normalise(n1.copy() if m is None else np.where(m, n1, np.float32(HUGE_NEG)))

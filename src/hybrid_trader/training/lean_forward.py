@@ -152,14 +152,6 @@ def _lean_layers(seq: nn.Module) -> list[tuple[th.Tensor, th.Tensor | None]] | N
     return out
 
 
-def log_normalise(x: np.ndarray) -> np.ndarray:
-    """``x - logsumexp(x)`` along the last axis, in place (float32, the maximum subtracted first)."""
-    top = x.max(axis=-1, keepdims=True)
-    x -= top
-    x -= np.log(np.exp(x).sum(axis=-1, keepdims=True))
-    return x
-
-
 class LeanForward:
     """The rollout forward of an MLP ``MaskableActorCriticPolicy`` with the layers as direct torch calls.
 
