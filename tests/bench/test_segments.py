@@ -6,7 +6,6 @@ import pickle
 
 import pytest
 import torch
-from sb3_contrib.common.maskable.utils import get_action_masks
 from stable_baselines3.common.callbacks import CallbackList
 
 from hybrid_trader.bench.segments import (
@@ -29,7 +28,7 @@ from hybrid_trader.bench.segments import (
 )
 from hybrid_trader.config import merge_overrides
 from hybrid_trader.run.config import RunConfig
-from hybrid_trader.training import lean_backward, lean_ppo
+from hybrid_trader.training import lean_backward, lean_ppo, vec_env
 from hybrid_trader.training.callbacks import EnvTimeCallback
 from hybrid_trader.training.runner import TrainHooks, train_run
 
@@ -77,7 +76,7 @@ def test_segments_add_up_and_leave_nothing_wrapped_when_training_ends(tmp_path):
     assert "step" not in vars(timer.model.policy.optimizer)
     # the patched functions are the originals again
     assert torch.Tensor.backward is backward and torch.nn.utils.clip_grad_norm_ is clip
-    assert "on_step" not in vars(CallbackList) and lean_ppo.get_action_masks is get_action_masks
+    assert "on_step" not in vars(CallbackList) and lean_ppo.rollout_masks is vec_env.rollout_masks
     assert lean_ppo.loss_and_grads is lean_backward.loss_and_grads
     pickle.dumps(timer.training_env)
 

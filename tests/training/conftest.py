@@ -3,8 +3,11 @@ tests/conftest.py, shared with tests/faults."""
 
 from __future__ import annotations
 
+import numpy as np
+
 from hybrid_trader.config import merge_overrides
 from hybrid_trader.run.config import RunConfig
+from hybrid_trader.run.market import env_factory
 from hybrid_trader.training.runner import train_run
 
 STUDENT_TINY = {"data.synthetic_days": 12, "data.synthetic_edge": 0.3, "ppo.n_steps": 128, "ppo.batch_size": 128,
@@ -26,3 +29,14 @@ def train_phase2(root, cfg_of, market, steps: int = 256):
     train_run(cfg_of(1, steps), root / "p1", market=market, quiet=True)
     train_run(cfg_of(2, steps), root / "p2", init=root / "p1", market=market, quiet=True)
     return root / "p2"
+
+
+def env_fns(market, config: RunConfig, n: int = 2, seed: int = 3) -> list:
+    """``n`` environment constructors on ``market``'s training days (seeds ``seed``, ``seed + 1``, ...)."""
+    return [env_factory(market, config.env, market.sessions("train"), seed + i) for i in range(n)]
+
+
+def legal_actions(venv, rng: np.random.Generator) -> np.ndarray:
+    """One random legal action of each environment of ``venv``."""
+    masks = np.stack(venv.env_method("action_masks"))
+    return np.array([rng.choice(np.flatnonzero(m)) for m in masks])

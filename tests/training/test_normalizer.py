@@ -1,4 +1,4 @@
-"""The lean normaliser (``training.normalizer``) and the lean in-process environments (``training.vec_env``)."""
+"""The lean normaliser (``training.normalizer``)."""
 
 from __future__ import annotations
 
@@ -8,67 +8,23 @@ from dataclasses import replace
 import numpy as np
 import pytest
 from stable_baselines3.common.running_mean_std import RunningMeanStd
-from stable_baselines3.common.vec_env import DummyVecEnv, VecMonitor, VecNormalize
+from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
 
-from hybrid_trader.run.market import Market, env_factory
+from hybrid_trader.run.market import Market
 from hybrid_trader.training.advice_env import PartialVecNormalize
 from hybrid_trader.training.normalizer import LeanVecNormalize, freeze_statistics, warmup_statistics
 from hybrid_trader.training.runner import build_vec_env, make_model, train_run
-from hybrid_trader.training.vec_env import LeanDummyVecEnv
-from tests.training.conftest import student_cfg
-
-
-def _fns(market, config, n: int = 2, seed: int = 3):
-    return [env_factory(market, config.env, market.sessions("train"), seed + i) for i in range(n)]
-
-
-def _legal_actions(venv, rng) -> np.ndarray:
-    masks = np.stack(venv.env_method("action_masks"))
-    return np.array([rng.choice(np.flatnonzero(m)) for m in masks])
-
-
-def test_lean_environments_step_exactly_as_monitored_dummy_vec_env_when_episodes_end(student_market):
-    config = student_cfg(2)
-    lean, plain = LeanDummyVecEnv(_fns(student_market, config)), VecMonitor(DummyVecEnv(_fns(student_market, config)))
-    rng = np.random.default_rng(0)
-    np.testing.assert_array_equal(lean.reset(), plain.reset())
-    ends = 0
-    for _ in range(1500):
-        actions = _legal_actions(plain, rng)
-        a, b = lean.step(actions), plain.step(actions)
-        for x, y in zip(a[:3], b[:3], strict=True):
-            np.testing.assert_array_equal(x, y)
-        assert a[0].dtype == b[0].dtype == np.float32
-        for info_a, info_b in zip(a[3], b[3], strict=True):
-            assert info_a.keys() == info_b.keys()
-            if "terminal_observation" in info_b:
-                np.testing.assert_array_equal(info_a["terminal_observation"], info_b["terminal_observation"])
-                assert info_a["episode"]["r"] == info_b["episode"]["r"]
-                assert info_a["episode"]["l"] == info_b["episode"]["l"]
-        ends += int(b[2].sum())
-    assert ends >= 2  # the auto-reset path ran
-
-
-def test_lean_environments_hand_out_new_arrays_when_stepped_again(student_market):
-    """The learner keeps the last observation while stepping: a reused buffer would change it under it."""
-    venv = LeanDummyVecEnv(_fns(student_market, student_cfg(2)))
-    venv.reset()
-    rng = np.random.default_rng(1)
-    first = venv.step(_legal_actions(venv, rng))[0]
-    kept = first.copy()
-    second = venv.step(_legal_actions(venv, rng))[0]
-    assert second is not first
-    np.testing.assert_array_equal(first, kept)
+from tests.training.conftest import env_fns, legal_actions, student_cfg
 
 
 def test_running_normaliser_gives_vec_normalize_numbers_when_stepped(student_market):
     config = student_cfg(2)
-    lean = LeanVecNormalize(DummyVecEnv(_fns(student_market, config)))
-    sb3 = VecNormalize(DummyVecEnv(_fns(student_market, config)), norm_obs=True, norm_reward=False, clip_obs=10.0)
+    lean = LeanVecNormalize(DummyVecEnv(env_fns(student_market, config)))
+    sb3 = VecNormalize(DummyVecEnv(env_fns(student_market, config)), norm_obs=True, norm_reward=False, clip_obs=10.0)
     rng = np.random.default_rng(2)
     np.testing.assert_array_equal(lean.reset(), sb3.reset())
     for _ in range(300):
-        actions = _legal_actions(sb3, rng)
+        actions = legal_actions(sb3, rng)
         a, b = lean.step(actions), sb3.step(actions)
         np.testing.assert_array_equal(a[0], b[0])
         for info_a, info_b in zip(a[3], b[3], strict=True):
@@ -81,14 +37,14 @@ def test_running_normaliser_gives_vec_normalize_numbers_when_stepped(student_mar
 
 def test_frozen_normaliser_never_moves_when_stepped(student_market):
     config = student_cfg(2)
-    vec = LeanVecNormalize(DummyVecEnv(_fns(student_market, config)), frozen=True)
+    vec = LeanVecNormalize(DummyVecEnv(env_fns(student_market, config)), frozen=True)
     dim = vec.n_normalized
     mean, var = np.linspace(-1, 1, dim), np.linspace(0.5, 2, dim)
     vec.set_statistics(mean, var, 100.0)
     rng = np.random.default_rng(3)
     vec.reset()
     for _ in range(50):
-        obs = vec.step(_legal_actions(vec, rng))[0]
+        obs = vec.step(legal_actions(vec, rng))[0]
     np.testing.assert_array_equal(vec.obs_rms.mean, mean)
     np.testing.assert_array_equal(vec.obs_rms.var, var)
     raw = vec.get_original_obs()
@@ -96,7 +52,7 @@ def test_frozen_normaliser_never_moves_when_stepped(student_market):
 
 
 def test_prefix_normaliser_leaves_the_rest_as_it_is_when_frozen(student_market):
-    vec = LeanVecNormalize(DummyVecEnv(_fns(student_market, student_cfg(2))), n_normalized=200, frozen=True)
+    vec = LeanVecNormalize(DummyVecEnv(env_fns(student_market, student_cfg(2))), n_normalized=200, frozen=True)
     vec.set_statistics(np.full(200, 5.0), np.full(200, 4.0), 1.0)
     raw = np.random.default_rng(4).normal(size=(3, vec.observation_space.shape[0])).astype(np.float32)
     out = vec.normalize_obs(raw)
@@ -107,7 +63,7 @@ def test_prefix_normaliser_leaves_the_rest_as_it_is_when_frozen(student_market):
 
 def test_frozen_normaliser_gives_the_bits_of_the_clip_formula_when_given_any_input(student_market):
     """float64 arithmetic then float32, as VecNormalize: bit for bit, float64 and NaN inputs included."""
-    vec = LeanVecNormalize(DummyVecEnv(_fns(student_market, student_cfg(2))), n_normalized=200, frozen=True)
+    vec = LeanVecNormalize(DummyVecEnv(env_fns(student_market, student_cfg(2))), n_normalized=200, frozen=True)
     dim = vec.observation_space.shape[0]
     mean, var = np.linspace(-1, 1, 200), np.linspace(0.5, 2, 200)
     vec.set_statistics(mean, var, 1.0)
@@ -123,17 +79,6 @@ def test_frozen_normaliser_gives_the_bits_of_the_clip_formula_when_given_any_inp
     other.mean[:] = 2.0
     vec.obs_rms = other
     np.testing.assert_allclose(vec.normalize_obs(raw)[:, :200], np.clip(raw[:, :200] - 2.0, -10, 10), rtol=1e-5)
-
-
-def test_lean_environments_answer_env_method_as_dummy_vec_env_when_asked(student_market):
-    config = student_cfg(2)
-    lean, plain = LeanDummyVecEnv(_fns(student_market, config)), DummyVecEnv(_fns(student_market, config))
-    lean.reset(), plain.reset()
-    for args, kwargs in [((), {}), ((), {"indices": [1]})]:
-        for a, b in zip(lean.env_method("action_masks", *args, **kwargs),
-                        plain.env_method("action_masks", *args, **kwargs), strict=True):
-            np.testing.assert_array_equal(a, b)
-    assert lean.env_method("reset", seed=9)[0][0].tobytes() == plain.env_method("reset", seed=9)[0][0].tobytes()
 
 
 def test_warmup_statistics_read_only_training_days_when_later_days_change(student_market):
@@ -154,9 +99,9 @@ def test_warmup_statistics_read_only_training_days_when_later_days_change(studen
 
 
 def test_freeze_statistics_keeps_the_earlier_runs_and_fits_the_rest_when_wider(student_market):
-    vec = LeanVecNormalize(DummyVecEnv(_fns(student_market, student_cfg(2))))
+    vec = LeanVecNormalize(DummyVecEnv(env_fns(student_market, student_cfg(2))))
     dim = vec.n_normalized
-    src = LeanVecNormalize(DummyVecEnv(_fns(student_market, student_cfg(2))), n_normalized=200)
+    src = LeanVecNormalize(DummyVecEnv(env_fns(student_market, student_cfg(2))), n_normalized=200)
     src.set_statistics(np.full(200, 2.0), np.full(200, 3.0), 50.0)
     src.obs_rms.var[7] = 0.0  # an input that never varied in the earlier run
     fitted = RunningMeanStd(shape=(dim,))
@@ -171,11 +116,11 @@ def test_freeze_statistics_keeps_the_earlier_runs_and_fits_the_rest_when_wider(s
 
 
 def test_saved_normaliser_normalises_the_same_when_loaded(student_market, tmp_path):
-    vec = LeanVecNormalize(DummyVecEnv(_fns(student_market, student_cfg(2))), n_normalized=100, frozen=True)
+    vec = LeanVecNormalize(DummyVecEnv(env_fns(student_market, student_cfg(2))), n_normalized=100, frozen=True)
     vec.set_statistics(np.full(100, 1.5), np.full(100, 2.0), 7.0)
     path = tmp_path / "vecnormalize.pkl"
     vec.save(str(path))
-    loaded = VecNormalize.load(str(path), DummyVecEnv(_fns(student_market, student_cfg(2))))
+    loaded = VecNormalize.load(str(path), DummyVecEnv(env_fns(student_market, student_cfg(2))))
     assert isinstance(loaded, LeanVecNormalize) and loaded.frozen and loaded.n_normalized == 100
     raw = np.random.default_rng(5).normal(size=(2, loaded.observation_space.shape[0])).astype(np.float32)
     np.testing.assert_array_equal(loaded.normalize_obs(raw), vec.normalize_obs(raw))
@@ -183,7 +128,7 @@ def test_saved_normaliser_normalises_the_same_when_loaded(student_market, tmp_pa
 
 def test_old_phase3_normaliser_loads_when_pickled_before(student_market):
     """Runs trained before saved ``PartialVecNormalize`` objects (no cached values): they still normalise."""
-    old = PartialVecNormalize(DummyVecEnv(_fns(student_market, student_cfg(2))), n_normalized=200)
+    old = PartialVecNormalize(DummyVecEnv(env_fns(student_market, student_cfg(2))), n_normalized=200)
     state = old.__getstate__()
     state.pop("_std", None)
     restored = PartialVecNormalize.__new__(PartialVecNormalize)
@@ -197,7 +142,7 @@ def test_training_keeps_its_normaliser_setting_when_it_trains(student_market, tm
     config = student_cfg(2, 256, **{"ppo.normalizer": normalizer})
     train_run(config, tmp_path / "run", market=student_market, quiet=True)
     saved = VecNormalize.load(str(tmp_path / "run" / "vecnormalize.pkl"),
-                              DummyVecEnv(_fns(student_market, config)))
+                              DummyVecEnv(env_fns(student_market, config)))
     assert isinstance(saved, LeanVecNormalize)
     fitted = warmup_statistics(student_market, config)
     if normalizer == "frozen":  # the warm-up fit, unchanged by training

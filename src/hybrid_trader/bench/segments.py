@@ -14,8 +14,9 @@ segment                     time spent in
                             the masking, sampling, log-probabilities, entropy), in the rollout
                             and the update (inside ``policy forward`` and ``update forward``)
 ``obs to tensor``           the observations as a tensor (``obs_as_tensor``)
-``action masks``            every environment's ``action_masks()`` through the VecEnv layers
-                            (``get_action_masks``)
+``action masks``            the legal actions of every environment: as ``LeanDummyVecEnv``
+                            recorded them with the observations (``rollout_masks``), else
+                            ``action_masks()`` through the VecEnv layers (``get_action_masks``)
 ``<VecEnv class>``          each layer's ``step``, *without* the layers it wraps
                             (``DummyVecEnv``: the environments themselves; ``AdvisorVecEnv``:
                             the advice wrapper, without the student's forward; ``VecNormalize``:
@@ -125,7 +126,8 @@ class SegmentTimer(TimingCallback):
         self._wrap(model.logger, "dump", LOGGING)
         rollouts: Any = sys.modules[type(model).collect_rollouts.__module__]  # the functions as it calls them
         self._patch(rollouts, "obs_as_tensor", OBS_TENSOR)
-        self._patch(rollouts, "get_action_masks", MASKS)
+        # LeanMaskablePPO reads the masks recorded with the observations (rollout_masks), else asks the environments
+        self._patch(rollouts, "rollout_masks" if hasattr(rollouts, "rollout_masks") else "get_action_masks", MASKS)
         self._patch(torch.Tensor, "backward", BACKWARD)
         if hasattr(rollouts, "loss_and_grads"):  # LeanMaskablePPO's fast_math update by hand
             self._patch(rollouts, "loss_and_grads", LOSS_GRADS)

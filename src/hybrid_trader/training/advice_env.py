@@ -62,6 +62,7 @@ from hybrid_trader.env.trading_env import ADVISOR_ACCOUNT, ADVISOR_MASK
 from hybrid_trader.features.names import FEATURE_NAMES
 from hybrid_trader.llm.context import context_from_market
 from hybrid_trader.training.normalizer import LeanVecNormalize
+from hybrid_trader.training.vec_env import recorded_masks
 
 BLOCK_COLUMNS = {"probs_col": OBS_ADVICE.start + ADVICE.probs.start, "conf_col": OBS_ADVICE.start + ADVICE.confidence,
                  "present_col": OBS_ADVICE.start + ADVICE.present, "copy": N_FEATURES}
@@ -121,6 +122,9 @@ class AdvisorVecEnv(VecEnvWrapper):
         (``ADVISOR_MASK``): the student reads nothing else, so no account snapshot is built a step."""
         if self.masks_only:
             venv.env_method("set_advisor_info", ADVISOR_MASK)
+        self._recorded = recorded_masks(venv) if self.advise_into is not None else None
+        """Always-on: the layer below that records the legal actions with the observations (one array a step,
+        read instead of each environment's mask in its info), or None."""
 
     def follow(self, policy: Any) -> None:
         """Give the query policy (or the teacher) the RL confidence of ``policy``'s rollout decisions.
@@ -171,19 +175,24 @@ class AdvisorVecEnv(VecEnvWrapper):
         n = self.num_envs
         out = np.zeros((n, PHASE3_OBS_DIM), dtype=np.float32)
         snaps: list[Any] = []
-        if self.masks_only:
-            rows = [info.get(ADVISOR_MASK) if info else None for info in infos]
+        missing: list[int] = []
+        recorded = self._recorded.masks if self._recorded is not None and self.masks_only else None
+        if recorded is not None and all(infos):  # every step of training: the masks the environments recorded
+            masks = recorded
         else:
-            snaps = [info.get(ADVISOR_ACCOUNT) if info else None for info in infos]
-            rows = [None if snap is None else snap.mask for snap in snaps]
-        missing = [i for i, row in enumerate(rows) if row is None] if None in rows else []
-        if missing:  # an environment without its legal actions (no info): all legal, and no advice below
-            masks = np.ones((n, N_ACTIONS), dtype=bool)
-            for i, row in enumerate(rows):
-                if row is not None:
-                    masks[i] = row
-        else:  # every step of training: one array from the mask tuples
-            masks = np.array(rows, dtype=np.bool_)
+            if self.masks_only:
+                rows = [info.get(ADVISOR_MASK) if info else None for info in infos]
+            else:
+                snaps = [info.get(ADVISOR_ACCOUNT) if info else None for info in infos]
+                rows = [None if snap is None else snap.mask for snap in snaps]
+            missing = [i for i, row in enumerate(rows) if row is None] if None in rows else []
+            if missing:  # an environment without its legal actions (no info): all legal, and no advice below
+                masks = np.ones((n, N_ACTIONS), dtype=bool)
+                for i, row in enumerate(rows):
+                    if row is not None:
+                        masks[i] = row
+            else:  # one array from the mask tuples
+                masks = np.array(rows, dtype=np.bool_)
         self.advise_into(obs, masks, out)
         if missing:
             out[missing, OBS_ADVICE] = 0.0

@@ -53,7 +53,7 @@ from gymnasium import spaces
 from sb3_contrib import MaskablePPO
 from sb3_contrib.common.maskable.buffers import MaskableRolloutBuffer, MaskableRolloutBufferSamples
 from sb3_contrib.common.maskable.distributions import MaskableCategoricalDistribution
-from sb3_contrib.common.maskable.utils import get_action_masks, is_masking_supported
+from sb3_contrib.common.maskable.utils import is_masking_supported
 from stable_baselines3.common.callbacks import BaseCallback, CallbackList
 from stable_baselines3.common.utils import explained_variance, obs_as_tensor
 from stable_baselines3.common.vec_env import VecEnv
@@ -62,6 +62,7 @@ from torch.nn import functional as F
 from hybrid_trader.training.lean_backward import LossSettings, LossTerms, loss_and_grads, supports
 from hybrid_trader.training.lean_forward import LeanForward, LeanMaskableCategoricalDistribution
 from hybrid_trader.training.threads import ThreadChooser, release_idle_threads
+from hybrid_trader.training.vec_env import recorded_masks, rollout_masks
 
 
 def locals_updater(callback: BaseCallback) -> Callable[[dict[str, Any]], None]:
@@ -333,12 +334,13 @@ class LeanMaskablePPO(MaskablePPO):
         forward = self.rollout_forward
         discrete = isinstance(self.action_space, spaces.Discrete)
         update_locals = locals_updater(callback)
+        recorded = recorded_masks(env) if use_masking else None
         callback.on_rollout_start()
         while n_steps < n_rollout_steps:
             with th.no_grad():
                 obs_tensor = obs_as_tensor(self._last_obs, self.device)  # type: ignore[arg-type]
                 if use_masking:
-                    action_masks = get_action_masks(env)
+                    action_masks = rollout_masks(env, recorded)
                 action_t, values, log_probs = forward(obs_tensor, action_masks=action_masks)  # type: ignore[arg-type]
             actions = action_t.cpu().numpy()
             new_obs, rewards, dones, infos = env.step(actions)
