@@ -17,7 +17,8 @@ from hybrid_trader.errors import UserError
 from hybrid_trader.run.config import SplitConfig
 from hybrid_trader.run.market import make_split
 from hybrid_trader.study.engine import run_study
-from hybrid_trader.study.search import fold_end_idle, selection_of
+from hybrid_trader.study.search import fold_end_idle
+from hybrid_trader.study.search_results import selection_of
 from hybrid_trader.study.space import parse_dimension, points
 from hybrid_trader.study.spec import load_study
 from tests.study.test_study import TINY, study_file
@@ -130,6 +131,9 @@ def test_a_malformed_space_is_refused_naming_the_key_and_the_fix(tmp_path, space
       "variants": [{"name": "a", "set": {}}, {"name": "b", "set": {}}]}, "judges no hypotheses"),
     ({"base": {**SEARCH, "train.validate_every": 0}}, "validate_every is 0"),
     ({"select": {"metric": "profit"}}, "not a figure"),
+    ({"reduction_factor": 1}, "1/reduction_factor"),
+    ({"grace_period": 300}, "a multiple of train.validate_every"),
+    ({"scheduler": "none", "reduction_factor": 2}, "reduction_factor sets ASHA's rungs"),
 ])
 def test_a_search_the_study_cannot_run_is_refused(tmp_path, over, match):
     with pytest.raises((UserError, ConfigError), match=match):
@@ -144,6 +148,13 @@ def test_the_space_is_part_of_the_identity_and_a_plain_study_keeps_its_own(tmp_p
     assert len({a.identity(), b.identity(), c.identity(), d.identity()}) == 4
     # a study without a space: the identity the code before searches gave it (folders made then stay valid)
     assert load_study(study_file(tmp_path)).identity() == "6b9ee38f1a9a8dd2"
+    # a search with ASHA's defaults: the identity it had before they could be set; other values, another study
+    assert a.identity() == "9ac25a8df43c53c9"
+    assert load_study(search_file(tmp_path, name="e.yaml", reduction_factor=3, grace_period=0)).identity() == \
+        a.identity()
+    others = {load_study(search_file(tmp_path, name=f"{k}.yaml", **{k: v})).identity()
+              for k, v in (("reduction_factor", 2), ("grace_period", 512))}
+    assert len(others | {a.identity()}) == 3
 
 
 def test_an_environment_the_space_reaches_is_checked_before_ray_starts(tmp_path, monkeypatch):
@@ -198,6 +209,18 @@ def test_the_example_search_with_a_longer_grace_period_differs_only_by_its_valid
     asha, grace = (to_dict(load_study(folder / n)) for n in ("nq_search.yaml", "nq_search_grace90k.yaml"))
     assert (asha["base"].pop("train.validate_every"), grace["base"].pop("train.validate_every")) == (30000, 90000)
     assert {**asha, "name": None} == {**grace, "name": None}
+
+
+def test_the_replayed_search_is_one_fold_of_the_example_as_a_random_search_without_a_scheduler():
+    from pathlib import Path
+
+    from hybrid_trader.config import to_dict
+
+    folder = Path(__file__).resolve().parents[2] / "examples" / "studies"
+    example, replay = (to_dict(load_study(folder / n)) for n in ("nq_search.yaml", "nq_search_replay.yaml"))
+    differ = ("name", "folds", "search", "scheduler")
+    assert [replay[k] for k in differ] == ["nq-search-replay", 1, "random", "none"]
+    assert {k: v for k, v in example.items() if k not in differ} == {k: v for k, v in replay.items() if k not in differ}
 
 
 def test_the_selection_reads_validation_figures_only(tmp_path):

@@ -62,6 +62,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     what.add_argument("--replicate", action="store_true",
                       help="run (or continue) the study, then the same trials with fresh seeds in OUT-replicate, "
                            "and say whether each verdict survives (OUT-replicate/replication.json)")
+    what.add_argument("--replay-schedulers", action="store_true",
+                      help="train nothing: replay ASHA and synchronous successive halving (reduction factors 2-4, "
+                           "grace periods of 1-5 validations) on the finished search in OUT, run with scheduler: "
+                           "none; per setting, the trial-steps it would save and whether each fold keeps its "
+                           "selection (OUT/replay.json; docs/STUDY.md, Which early stopping keeps the selection)")
     p.add_argument("--static", action="store_true",
                    help="OUT/report.html with tables only and no scripts; default: with interactive charts (each "
                         "variant's trials, a forest plot of the paired differences), plotly.js inlined once, offline")
@@ -85,6 +90,12 @@ def run(args: argparse.Namespace) -> int:
         from hybrid_trader.study.reuse import reuse_into  # loads the engine too
 
         reuse_into(args.study, out, args.reuse, say=say)
+    if args.replay_schedulers:
+        from hybrid_trader.study.scheduler_replay import replay_study  # loads the study's readers (and torch)
+
+        record = replay_study(args.study, out, args.workers)
+        print(json.dumps(record) if args.json else _replay_text(record, out))
+        return 0
     if args.confirm:
         from hybrid_trader.study.confirm import confirm_study  # loads torch, SB3 and Ray's client as the engine
 
@@ -104,6 +115,22 @@ def run(args: argparse.Namespace) -> int:
     else:
         _print_summary(summary, replication)
     return _failures(summary, out)
+
+
+def _replay_text(record: dict, out: Path) -> str:
+    """The replay's table, the rungs' rank correlations and the settings that meet the target."""
+    from hybrid_trader.study.scheduler_replay import REPLAY, replay_table  # it loads torch and SB3: only when asked
+
+    lines = [f"replayed on {record['trials']} finished trials ({record['workers']} workers, a validation every "
+             f"{record['validate_every']:,} steps)", replay_table(record)]
+    for fold, rhos in record["rung_spearman"].items():
+        lines.append(f"fold {fold}: rank correlation of the validation at each rung with the selection figure: "
+                     + ", ".join(f"{int(m):,}: {'-' if r is None else r}" for m, r in rhos.items()))
+    meeting = record["meeting_target"]
+    lines.append(f"settings saving at least {record['save_target_pct']:.0f}% of the trial-steps with every fold's "
+                 f"selection kept: {', '.join(meeting) if meeting else 'none'}")
+    lines.append(f"record: {out / REPLAY}")
+    return "\n".join(lines)
 
 
 def _print_summary(summary: dict, replication: dict | None) -> None:

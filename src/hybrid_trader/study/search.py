@@ -44,7 +44,14 @@ from hybrid_trader.run.files import atomic_write_text
 from hybrid_trader.run.market import check_environment
 from hybrid_trader.study.attempts import count_attempts, record_attempt
 from hybrid_trader.study.cluster import ray_init
-from hybrid_trader.study.search_results import STOPPED, search_table, summarize_search, write_search_report
+from hybrid_trader.study.scheduler_replay import asha_max_t
+from hybrid_trader.study.search_results import (
+    STOPPED,
+    search_table,
+    selection_of,
+    summarize_search,
+    write_search_report,
+)
 from hybrid_trader.study.space import VARIANT, decode, dimensions, encode, points, trial_keys, tune_space
 from hybrid_trader.study.spec import StudySpec
 from hybrid_trader.study.transport import TRIALS, DataBars, absolute_paths, land_trial, study_bars
@@ -340,8 +347,9 @@ def _run_tune(spec: StudySpec, out: Path, folds: list[int], records: dict[str, d
                                         points_to_evaluate=[encode(spec, _point(spec, r)) for r, _ in known] or None,
                                         evaluated_rewards=[float(v) for _, v in known] or None)
                 samples = count
-            scheduler = (ASHAScheduler(time_attr="step", grace_period=max(validate_every, 1), reduction_factor=3,
-                                       max_t=2 * steps + 2) if spec.scheduler == "asha" else FIFOScheduler())
+            scheduler = (ASHAScheduler(time_attr="step", grace_period=spec.grace_period or max(validate_every, 1),
+                                       reduction_factor=spec.reduction_factor, max_t=asha_max_t(steps))
+                         if spec.scheduler == "asha" else FIFOScheduler())
             tuner = tune.Tuner(
                 trainable, param_space=space,
                 tune_config=tune.TuneConfig(metric=METRIC, mode="max", num_samples=samples, search_alg=searcher,
@@ -396,17 +404,6 @@ def _point(spec: StudySpec, row: Mapping[str, Any]) -> dict[str, Any]:
     if len(spec.variants) > 1:
         point[VARIANT] = row["variant"]
     return point
-
-
-def selection_of(spec: StudySpec, rows: Sequence[dict[str, Any]], fold: int) -> dict[str, Any] | None:
-    """The fold's selected trial: the finished one best by ``select`` on validation days (ties: the lowest sample);
-    None when none finished with the figure. Reads validation figures only: a trial's ``test`` never."""
-    metric, sign = spec.select.metric, (1.0 if spec.select.mode == "max" else -1.0)
-    candidates = [r for r in rows if r.get("fold") == fold and r.get("status") == "finished"
-                  and r.get(metric) is not None and not math.isnan(float(r[metric]))]
-    if not candidates:
-        return None
-    return max(candidates, key=lambda r: (sign * float(r[metric]), -int(r["sample"])))
 
 
 def _select_and_test(spec: StudySpec, out: Path, rows: list[dict[str, Any]], bars: dict[str, DataBars]

@@ -32,6 +32,17 @@ STOPPED = "stopped"
 """The status of a trial ASHA stopped (recorded with the step it reached, never rerun)."""
 
 
+def selection_of(spec: StudySpec, rows: Sequence[dict[str, Any]], fold: int) -> dict[str, Any] | None:
+    """The fold's selected trial: the finished one best by ``select`` on validation days (ties: the lowest sample);
+    None when none finished with the figure. Reads validation figures only: a trial's ``test`` never."""
+    metric, sign = spec.select.metric, (1.0 if spec.select.mode == "max" else -1.0)
+    candidates = [r for r in rows if r.get("fold") == fold and r.get("status") == "finished"
+                  and r.get(metric) is not None and not math.isnan(float(r[metric]))]
+    if not candidates:
+        return None
+    return max(candidates, key=lambda r: (sign * float(r[metric]), -int(r["sample"])))
+
+
 def summarize_search(spec: StudySpec, rows: Sequence[dict[str, Any]], chosen: Mapping[int, str | None],
                      attempts: dict[str, int]) -> dict[str, Any]:
     """The nested walk-forward's summary: per fold the selection (its point, validation figure, test figures);

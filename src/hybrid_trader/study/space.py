@@ -115,9 +115,19 @@ def check_search(spec: StudySpec) -> None:
               value=d.kind, fix=f"{d.key}: {{choice: [...]}}")
         for value in d.extremes():  # an unknown key (with "did you mean"), a value its section refuses
             merge_overrides(base, {d.key: value}, source=f"study space ({d.key}: {value!r})")
+    every = base.train.validate_every
     if spec.scheduler == "asha":
-        check(base.train.validate_every > 0, "scheduler", "asha stops trials by their periodic validation, and "
+        check(every > 0, "scheduler", "asha stops trials by their periodic validation, and "
               "train.validate_every is 0", fix="set base: {train.validate_every: N} (a few validations a trial)")
+        check(spec.reduction_factor >= 2, "reduction_factor", f"{spec.reduction_factor}: ASHA keeps 1/reduction_factor "
+              "of the trials at each rung", value=spec.reduction_factor, fix="2 or more (3 by default)")
+        check(spec.grace_period >= 0 and spec.grace_period % every == 0, "grace_period",
+              f"{spec.grace_period}: the first rung is judged at a validation, every {every:,} steps",
+              value=spec.grace_period, fix=f"0 (one validation) or a multiple of train.validate_every ({every})")
+    else:
+        for key, default in (("reduction_factor", 3), ("grace_period", 0)):
+            check(getattr(spec, key) == default, key, f"{key} sets ASHA's rungs, and the scheduler is "
+                  f"{spec.scheduler}", value=getattr(spec, key), fix=f"scheduler: asha, or drop {key}")
 
 
 def points(spec: StudySpec, fold: int) -> list[dict[str, Any]]:

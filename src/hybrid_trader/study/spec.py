@@ -110,6 +110,11 @@ class StudySpec:
     ``{randint: [lo, hi]}`` (:mod:`hybrid_trader.study.space`); empty: the variants x seeds x folds grid."""
     scheduler: Literal["none", "asha"] = "none"
     """A search with a space: ``asha`` stops trials whose periodic validation trails (recorded as stopped)."""
+    reduction_factor: int = 3
+    """``scheduler: asha``: at each rung a trial goes on when it is in the best 1/reduction_factor of those judged there
+    before it; the rungs are at grace_period x reduction_factor^k steps."""
+    grace_period: int = 0
+    """``scheduler: asha``: the first rung, in steps, a multiple of ``train.validate_every`` (0: one validation)."""
     select: SelectSpec = field(default_factory=SelectSpec)
     """A search with a space: the validation figure each fold's configuration is selected by."""
     evaluate: EvaluateSpec = field(default_factory=EvaluateSpec)
@@ -153,6 +158,9 @@ class StudySpec:
             data["evaluate"].pop("prop", None)
         if not self.space:  # and a study without a search space (the Tune path's keys)
             for key in ("space", "scheduler", "select"):
+                data.pop(key, None)
+        for key, default in (("reduction_factor", 3), ("grace_period", 0)):  # and a search with ASHA's defaults
+            if data.get(key) == default:
                 data.pop(key, None)
         return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
