@@ -221,6 +221,15 @@ def test_the_replayed_search_is_one_fold_of_the_example_as_a_random_search_witho
     differ = ("name", "folds", "search", "scheduler")
     assert [replay[k] for k in differ] == ["nq-search-replay", 1, "random", "none"]
     assert {k: v for k, v in example.items() if k not in differ} == {k: v for k, v in replay.items() if k not in differ}
+    # its two companions: the replay's best setting run for real, and the whole month at every validation
+    asha, full = (to_dict(load_study(folder / n)) for n in ("nq_search_replay_asha.yaml",
+                                                             "nq_search_replay_fullval.yaml"))
+    assert (asha.pop("scheduler"), asha.pop("reduction_factor"), asha.pop("grace_period")) == ("asha", 2, 60_000)
+    assert [d["base"].pop("train.validation_sessions") for d in (replay, asha, full)] == [5, 5, 23]
+    mine = ("name", "scheduler", "reduction_factor", "grace_period")
+    same = {k: v for k, v in replay.items() if k not in mine}
+    for other in (asha, full):
+        assert {k: v for k, v in other.items() if k not in mine} == same
 
 
 def test_the_selection_reads_validation_figures_only(tmp_path):
