@@ -267,20 +267,20 @@ def replay_search(spec: StudySpec, out: Path, rows: Sequence[Mapping[str, Any]],
         raise UserError(f"{out}: no finished trial of a search to replay", fix="run the study first")
     settings: list[dict[str, Any]] = []
     correlations: dict[int, dict[int, float | None]] = {}
-    for fold in folds:
-        mine = [c for c in curves if int(c.row["fold"]) == fold]
-        max_t = asha_max_t(max(c.steps for c in mine))
+    by_fold = {fold: [c for c in curves if int(c.row["fold"]) == fold] for fold in folds}
+    max_t = {fold: asha_max_t(max(c.steps for c in mine)) for fold, mine in by_fold.items()}
+    for fold, mine in by_fold.items():
+        end = max(c.steps for c in mine)
         milestones = sorted({m for rf in REDUCTION_FACTORS for g in GRACE_MULTIPLES
-                             for m in asha_rungs(g * every, rf, max_t) if m < max(c.steps for c in mine)})
+                             for m in asha_rungs(g * every, rf, max_t[fold]) if m < end})
         correlations[fold] = rung_correlations(spec, mine, milestones)
     for kind in ("asha", "sha"):
         for rf in REDUCTION_FACTORS:
             for multiple in GRACE_MULTIPLES:
                 grace = multiple * every
                 per_fold = {}
-                for fold in folds:
-                    mine = [c for c in curves if int(c.row["fold"]) == fold]
-                    rungs = asha_rungs(grace, rf, asha_max_t(max(c.steps for c in mine)))
+                for fold, mine in by_fold.items():
+                    rungs = asha_rungs(grace, rf, max_t[fold])
                     per_fold[fold] = replay_asha(spec, mine, rungs, rf, workers) if kind == "asha" \
                         else replay_sha(spec, mine, rungs, rf)
                 settings.append(_setting_record(kind, rf, grace, per_fold))

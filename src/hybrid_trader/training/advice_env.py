@@ -122,9 +122,9 @@ class AdvisorVecEnv(VecEnvWrapper):
         (``ADVISOR_MASK``): the student reads nothing else, so no account snapshot is built a step."""
         if self.masks_only:
             venv.env_method("set_advisor_info", ADVISOR_MASK)
-        self._recorded = recorded_masks(venv) if self.advise_into is not None else None
-        """Always-on: the layer below that records the legal actions with the observations (one array a step,
-        read instead of each environment's mask in its info), or None."""
+        self._recorded = recorded_masks(venv) if self.masks_only else None
+        """Always-on without a teacher: the layer below that records the legal actions with the observations (one
+        array a step, read instead of each environment's mask in its info), or None."""
 
     def follow(self, policy: Any) -> None:
         """Give the query policy (or the teacher) the RL confidence of ``policy``'s rollout decisions.
@@ -176,7 +176,7 @@ class AdvisorVecEnv(VecEnvWrapper):
         out = np.zeros((n, PHASE3_OBS_DIM), dtype=np.float32)
         snaps: list[Any] = []
         missing: list[int] = []
-        recorded = self._recorded.masks if self._recorded is not None and self.masks_only else None
+        recorded = self._recorded.masks if self._recorded is not None else None
         if recorded is not None and all(infos):  # every step of training: the masks the environments recorded
             masks = recorded
         else:
