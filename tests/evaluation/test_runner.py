@@ -25,3 +25,13 @@ def test_fresh_days_trade_every_usable_day_when_some_sessions_cannot_be_traded()
     assert 0 < len(usable) < len(every_session)
     figures = run_fresh_days(lambda: RandomPolicy(0.05, seed=1), market, EnvConfig(phase=1), every_session)
     assert figures["Days, fresh"] == len(usable)
+
+
+def test_fresh_days_count_the_trades_of_every_day():
+    bars = generate_bars(days=4, seed=3, market="NQ")
+    market = SimpleNamespace(bars=bars, features=compute_features(bars))
+    sessions = list(range(len(bars.session_bounds)))
+    flat = run_fresh_days(lambda: RandomPolicy(0.0, seed=1), market, EnvConfig(phase=1), sessions)
+    busy = run_fresh_days(lambda: RandomPolicy(0.05, seed=1), market, EnvConfig(phase=1), sessions)
+    assert flat["Trades, fresh"] == 0 and flat["Net PnL, fresh days [$]"] == 0
+    assert busy["Trades, fresh"] >= busy["Days, fresh"]  # at 5% of the bars, every day of ~390 bars trades

@@ -39,3 +39,38 @@ def test_validation_when_phase3_trains_runs_the_hybrid_policy_without_advice(tmp
     rows = [json.loads(line) for line in (tmp_path / "p3" / "validation.jsonl").read_text().splitlines()]
     assert [r["time/total_timesteps"] for r in rows] == [128, 256]
     assert all(isinstance(r["val/trades"], int) and "val/net_pnl_per_day" in r for r in rows)
+
+
+def test_fresh_validation_scores_each_day_from_a_fresh_account_as_run_fresh_days_does(tmp_path, market):
+    """``train.validation_account: fresh``: the validation's figures are run_fresh_days' on the same sessions, with
+    the model as it is at that validation; carried: the one account's, as ``evaluate`` runs it."""
+    from hybrid_trader.evaluation.metrics import compute_metrics
+    from hybrid_trader.evaluation.policies import AgentPolicy
+    from hybrid_trader.evaluation.runner import evaluation_env, run_fresh_days, run_policy
+
+    seen: list[tuple[dict, dict, dict]] = []
+
+    def checking(market_, config):
+        evaluate = validation_fn(market_, config)
+        val = list(market_.sessions("val"))[:config.train.validation_sessions]
+
+        def run(model):
+            row = evaluate(model)
+            policy = lambda: AgentPolicy(model, model.get_vec_normalize_env())  # noqa: E731
+            fresh = run_fresh_days(policy, market_, config.env, val)
+            carried = compute_metrics(run_policy(policy(), evaluation_env(market_, config.env, val)))
+            seen.append((row, fresh, carried))
+            return row
+
+        return run
+
+    for account in ("fresh", "carried"):
+        c = merge_overrides(cfg(1, 128), {"train.validation_account": account, "data.synthetic_days": 12})
+        train_run(c, tmp_path / account, market=market, quiet=True, hooks=TrainHooks(validation=checking))
+    assert len(seen) == 4
+    for row, fresh, _ in seen[:2]:
+        assert row["val/net_pnl_per_day"] == pytest.approx(fresh["Mean day, fresh [$]"])
+        assert row["val/trades"] == fresh["Trades, fresh"]
+    for row, _, carried in seen[2:]:
+        assert row["val/net_pnl_per_day"] == pytest.approx(carried["Net PnL [$]"] / carried["Days"])
+        assert row["val/trades"] == carried["Trades"]

@@ -131,6 +131,7 @@ def test_a_malformed_space_is_refused_naming_the_key_and_the_fix(tmp_path, space
       "variants": [{"name": "a", "set": {}}, {"name": "b", "set": {}}]}, "judges no hypotheses"),
     ({"base": {**SEARCH, "train.validate_every": 0}}, "validate_every is 0"),
     ({"select": {"metric": "profit"}}, "not a figure"),
+    ({"select": {"metric": "Net PnL, fresh days [$]"}}, "evaluate: {fresh_days: true}"),
     ({"reduction_factor": 1}, "1/reduction_factor"),
     ({"grace_period": 300}, "a multiple of train.validate_every"),
     ({"scheduler": "none", "reduction_factor": 2}, "reduction_factor sets ASHA's rungs"),
@@ -221,14 +222,21 @@ def test_the_replayed_search_is_one_fold_of_the_example_as_a_random_search_witho
     differ = ("name", "folds", "search", "scheduler")
     assert [replay[k] for k in differ] == ["nq-search-replay", 1, "random", "none"]
     assert {k: v for k, v in example.items() if k not in differ} == {k: v for k, v in replay.items() if k not in differ}
-    # its two companions: the replay's best setting run for real, and the whole month at every validation
-    asha, full = (to_dict(load_study(folder / n)) for n in ("nq_search_replay_asha.yaml",
-                                                             "nq_search_replay_fullval.yaml"))
+    # its companions: the replay's best setting run for real, the whole month at every validation, and the month's
+    # days each from a fresh account (validation and selection)
+    asha, full, fresh = (to_dict(load_study(folder / n)) for n in ("nq_search_replay_asha.yaml",
+                                                                    "nq_search_replay_fullval.yaml",
+                                                                    "nq_search_replay_fresh.yaml"))
     assert (asha.pop("scheduler"), asha.pop("reduction_factor"), asha.pop("grace_period")) == ("asha", 2, 60_000)
-    assert [d["base"].pop("train.validation_sessions") for d in (replay, asha, full)] == [5, 5, 23]
+    assert [d["base"].pop("train.validation_sessions") for d in (replay, asha, full, fresh)] == [5, 5, 23, 23]
+    assert (fresh["base"].pop("train.validation_account"), fresh["select"].pop("metric"),
+            fresh["evaluate"].pop("fresh_days")) == ("fresh", "Net PnL, fresh days [$]", True)
+    for d in (replay, asha, full):
+        d["select"].pop("metric")
+        d["evaluate"].pop("fresh_days")
     mine = ("name", "scheduler", "reduction_factor", "grace_period")
     same = {k: v for k, v in replay.items() if k not in mine}
-    for other in (asha, full):
+    for other in (asha, full, fresh):
         assert {k: v for k, v in other.items() if k not in mine} == same
 
 

@@ -34,7 +34,8 @@ def study_file(tmp_path, **over) -> str:
 def finished(tmp_path_factory):
     root = tmp_path_factory.mktemp("study")
     out = root / "out"
-    prop = {"split": "test", "seeds": 1, "prop": {"pass_value": 1000.0}}  # what a pass is worth, from the study file
+    prop = {"split": "test", "seeds": 1, "prop": {"pass_value": 1000.0},  # what a pass is worth, from the study file
+            "fresh_days": True}
     summary = run_study(study_file(root, evaluate=prop), out, workers=2, progress=False, say=lambda s: None)
     return root, out, summary
 
@@ -58,6 +59,9 @@ def test_a_small_study_runs_every_trial_on_two_workers_and_tabulates_them(finish
     fees = (167.0 + 80.0 * (table["Attempts"] - 1)) / table["Attempts"]
     expected = table["Pass rate [%]"] / 100.0 * 1000.0 - fees
     assert (table["Expected outcome per attempt [$]"] - expected).abs().max() < 1e-6
+    # evaluate.fresh_days: each trial's days also traded from a fresh account, the figures a selection may name
+    assert table["Net PnL, fresh days [$]"].notna().all() and (table["Breached days, fresh"] >= 0).all()
+    assert (table["Mean day, fresh [$]"] * table["Days"] - table["Net PnL, fresh days [$]"]).abs().max() < 1e-6
 
 
 def test_the_verdicts_fees_and_pass_value_are_part_of_the_identity_only_when_set(tmp_path):
@@ -68,6 +72,18 @@ def test_the_verdicts_fees_and_pass_value_are_part_of_the_identity_only_when_set
     assert worth.evaluate.prop.pass_value == 3000
     with pytest.raises(UserError, match="pass_value"):
         load_study(study_file(tmp_path, evaluate={"prop": {"pass_value": -1}}))
+
+
+def test_fresh_day_figures_are_part_of_the_identity_only_when_traded_and_named_only_then(tmp_path):
+    plain = load_study(study_file(tmp_path))
+    off = load_study(study_file(tmp_path, evaluate={"split": "test", "seeds": 1, "fresh_days": False}))
+    fresh = load_study(study_file(tmp_path, evaluate={"split": "test", "seeds": 1, "fresh_days": True}))
+    assert plain.identity() == off.identity() != fresh.identity()
+    named = {"hypotheses": [{"name": "h", "variant": "fast", "against": "slow", "metric": "Mean day, fresh [$]"}]}
+    with pytest.raises(UserError, match="fresh_days: true"):
+        load_study(study_file(tmp_path, **named))
+    assert load_study(study_file(tmp_path, evaluate={"fresh_days": True}, **named)).hypotheses[0].metric == \
+        "Mean day, fresh [$]"
 
 
 def test_a_rerun_skips_finished_trials_and_a_failing_trial_is_recorded_without_stopping(finished, monkeypatch):

@@ -109,6 +109,7 @@ FRESH_DAY_FIGURES = {
     "Sharpe, fresh days (ann.)": "mean / standard deviation of those days' P&L x sqrt(252)",
     "Breached days, fresh": "days on which the fresh account breached the trailing threshold",
     "Days, fresh": "days traded from a fresh account",
+    "Trades, fresh": "trades over the days traded from a fresh account",
 }
 """The figures of :func:`run_fresh_days` and their definitions."""
 
@@ -123,7 +124,7 @@ def run_fresh_days(make_policy: Callable[[], Policy], market: Any, env_config: E
     cfg = dataclasses.replace(env_config, episode_sessions=1, terminate_on_breach=True)
     env = TradingEnv(market.bars, market.features, cfg, sessions=list(sessions), **env_kwargs)
     pnl: list[float] = []
-    breached = 0
+    breached = trades = 0
     for day in range(len(env.episode_windows)):  # the usable days: a session too short to trade has none
         policy = make_policy()
         obs, _ = env.reset(seed=0, options={"start": day})
@@ -133,6 +134,7 @@ def run_fresh_days(make_policy: Callable[[], Policy], market: Any, env_config: E
                 break
         pnl.append(env.equity() - float(env.rules.account_size))
         breached += int(terminated)
+        trades += len(env.broker.trades)
     days = np.asarray(pnl, dtype=float)
     std = float(days.std(ddof=1)) if len(days) > 1 else 0.0
     return {
@@ -141,6 +143,7 @@ def run_fresh_days(make_policy: Callable[[], Policy], market: Any, env_config: E
         "Sharpe, fresh days (ann.)": float(days.mean() / std * np.sqrt(252)) if std > 0 else float("nan"),
         "Breached days, fresh": float(breached),
         "Days, fresh": float(len(days)),
+        "Trades, fresh": float(trades),
     }
 
 
@@ -154,12 +157,15 @@ def validation_fn(market: Any, config: Any) -> Callable[[Any], dict]:
     """Training's periodic validation (``train_run(hooks=TrainHooks(validation=validation_fn))``).
 
     Deterministic policy over the last ``train.validation_sessions`` days of train and
-    the first of validation -> ``{"train/net_pnl_per_day", "val/sharpe", ...}``. In phase 3
-    the policy runs without advice (the RL-only ablation's view: what the agent does when
-    the LLM is silent), so validation never waits for a model and costs what phase 2's does.
+    the first of validation -> ``{"train/net_pnl_per_day", "val/sharpe", ...}``: on one account
+    carried from day to day, or each day from a fresh account (``train.validation_account``,
+    :func:`run_fresh_days`: the mean day, the days' Sharpe, the trades). In phase 3 the policy
+    runs without advice (the RL-only ablation's view: what the agent does when the LLM is
+    silent), so validation never waits for a model and costs what phase 2's does.
     """
     k = config.train.validation_sessions
     parts = {"train": list(market.sessions("train"))[-k:], "val": list(market.sessions("val"))[:k]}
+    fresh = config.train.validation_account == "fresh"
 
     def policy_of(model: Any) -> Policy:
         if config.env.phase == 3:
@@ -173,6 +179,12 @@ def validation_fn(market: Any, config: Any) -> Callable[[Any], dict]:
             if not sessions:
                 continue
             veto = {"risk_veto": make_veto(config.risk)} if config.env.phase == 3 else {}
+            if fresh:
+                each = run_fresh_days(lambda: policy_of(model), market, config.env, sessions, **veto)
+                out[f"{name}/net_pnl_per_day"] = each["Mean day, fresh [$]"]
+                out[f"{name}/sharpe"] = _finite(each["Sharpe, fresh days (ann.)"])
+                out[f"{name}/trades"] = int(each["Trades, fresh"])
+                continue
             env = evaluation_env(market, config.env, sessions, **veto)
             result = run_policy(policy_of(model), env)
             m = compute_metrics(result)

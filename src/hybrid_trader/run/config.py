@@ -198,6 +198,10 @@ class TrainConfig:
     """Evaluate on the last training days and the validation split every this many steps; 0: never."""
     validation_sessions: int = 10
     """Trading days of each split used by periodic validation (the most recent ones)."""
+    validation_account: Literal["carried", "fresh"] = "carried"
+    """carried: the validation days traded on one account carried from day to day (as ``evaluate`` reports); fresh:
+    each day from a fresh account, the mean day (the policy free of the path: on one account a pass or a breach
+    on the first days decides the rest; ``evaluation.runner.run_fresh_days``)."""
     select: Literal["last", "best_val"] = "last"
     """The model the run keeps (model.zip): the last, or the one with the best validation net P&L per day."""
     early_stop_patience: int = 0

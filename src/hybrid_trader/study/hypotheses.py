@@ -32,9 +32,15 @@ from hybrid_trader.config import check
 from hybrid_trader.study.multiple_tests import wilcoxon_p
 from hybrid_trader.study.stats import paired_difference
 
+FRESH_METRICS = ("Net PnL, fresh days [$]", "Mean day, fresh [$]", "Sharpe, fresh days (ann.)",
+                 "Breached days, fresh")
+"""The figures of each day traded from a fresh account (``evaluation.runner.FRESH_DAY_FIGURES``): a trial has them
+when the study sets ``evaluate.fresh_days``."""
 HYPOTHESIS_METRICS = ("Net PnL [$]", "Sharpe (ann.)", "Max drawdown [$]", "Trades", "Win rate [%]", "PSR [%]",
-                      "Return [%]", "Pass rate [%]", "Breach rate [%]", "Expected outcome per attempt [$]")
-"""The figures a hypothesis may name: labels of a trial's row (``study.trials.FIGURES`` and ``VERDICT_KEPT``)."""
+                      "Return [%]", "Pass rate [%]", "Breach rate [%]", "Expected outcome per attempt [$]",
+                      *FRESH_METRICS)
+"""The figures a hypothesis may name: labels of a trial's row (``study.trials.FIGURES``, ``VERDICT_KEPT`` and
+:data:`FRESH_METRICS`)."""
 
 MIN_PAIRS = 2
 """Fewer pairs than this: the hypothesis is not supported (no interval)."""

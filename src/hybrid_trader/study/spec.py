@@ -32,7 +32,7 @@ from hybrid_trader.config import check, load_yaml_config, merge_overrides, to_di
 from hybrid_trader.errors import UserError
 from hybrid_trader.evaluation.verdict import VerdictConfig
 from hybrid_trader.run.config import RunConfig
-from hybrid_trader.study.hypotheses import HYPOTHESIS_METRICS, HypothesisSpec, check_hypotheses
+from hybrid_trader.study.hypotheses import FRESH_METRICS, HYPOTHESIS_METRICS, HypothesisSpec, check_hypotheses
 from hybrid_trader.study.space import check_search
 
 
@@ -77,6 +77,10 @@ class EvaluateSpec:
     prop: VerdictConfig = field(default_factory=VerdictConfig)
     """The verdict's fees, pass value and day limit (evaluate --evaluation-fee, --reset-fee, --pass-value,
     --max-days); set ``pass_value`` so the expected outcome per attempt ranks the variants (0: the fees alone)."""
+    fresh_days: bool = False
+    """The agent also trades each day from a fresh account: the figures ``Net PnL, fresh days [$]``, ``Mean day,
+    fresh [$]``, ``Sharpe, fresh days (ann.)`` and ``Breached days, fresh``, which a selection or hypothesis may
+    name (the policy free of the path: on one account a pass or a breach on the first days decides the rest)."""
 
 
 @dataclass
@@ -140,6 +144,10 @@ class StudySpec:
         if self.space or self.search == "optuna" or self.scheduler != "none":
             check_search(self)  # the Tune path's own rules
         check_hypotheses(self.hypotheses, names)
+        fresh = [m for m in (self.select.metric, *(h.metric for h in self.hypotheses)) if m in FRESH_METRICS]
+        check(not fresh or self.evaluate.fresh_days, "evaluate.fresh_days", f"{fresh[0] if fresh else ''!r} is a "
+              "figure of the days traded from a fresh account, which the trials do not trade",
+              fix="set evaluate: {fresh_days: true}, or name another figure")
 
     def run_config(self, variant: VariantSpec, seed: int, fold: int, phase: int) -> RunConfig:
         """The configuration of one phase of one trial (refused, naming the key, when a key is unknown)."""
@@ -156,6 +164,8 @@ class StudySpec:
             data.pop("hypotheses", None)
         if self.evaluate.prop == VerdictConfig():  # likewise a study with the default fees and pass value
             data["evaluate"].pop("prop", None)
+        if not self.evaluate.fresh_days:  # and one whose trials do not trade fresh days
+            data["evaluate"].pop("fresh_days", None)
         if not self.space:  # and a study without a search space (the Tune path's keys)
             for key in ("space", "scheduler", "select"):
                 data.pop(key, None)

@@ -28,6 +28,7 @@ from hybrid_trader.run.files import atomic_write_text
 from hybrid_trader.run.market import Market, load_market, make_split
 from hybrid_trader.run.rundir import MODEL
 from hybrid_trader.study.fingerprint import code_version, fingerprint, make_deterministic
+from hybrid_trader.study.hypotheses import FRESH_METRICS
 from hybrid_trader.study.spec import StudySpec
 from hybrid_trader.study.transport import TRIAL_FILE, TRIALS, DataBars, data_key, pack, relocate, unpack
 from hybrid_trader.training.runner import TrainHooks, ValidationFactory, train_run
@@ -145,16 +146,19 @@ def evaluate_trial(spec: StudySpec, config: Any, run: Path, market: Market, spli
     measurable = verdict_measurable(config)  # phase 3: with the student only
     verdict = None if spec.evaluate.verdict == "none" or not measurable else spec.evaluate.verdict
     out_eval = evaluate_run(run, EvaluationRequest(split=split, seeds=spec.evaluate.seeds, market=market, quiet=True,
-                                                   ablation=False, verdict=verdict, verdict_config=spec.evaluate.prop))
+                                                   ablation=False, verdict=verdict, verdict_config=spec.evaluate.prop,
+                                                   fresh_days=spec.evaluate.fresh_days))
     return evaluation_row(out_eval)
 
 
 def evaluation_row(out_eval: EvaluationOutput) -> dict[str, Any]:
-    """A trial's figures from its evaluation: the agent's metrics, the baselines' net P&L, the prop-firm verdict's
-    figures, daily returns and dates (a study's trial and its confirmation on later data alike)."""
+    """A trial's figures from its evaluation: the agent's metrics (and its fresh days' where it traded them), the
+    baselines' net P&L, the prop-firm verdict's figures, daily returns and dates (a study's trial and its
+    confirmation on later data alike)."""
     agent = out_eval.metrics["agent"]
     row: dict[str, Any] = {k: agent.get(k) for k in FIGURES}
     row["Apex verdict"] = agent.get("Apex verdict")
+    row.update({k: v for k, v in (out_eval.extra.get("fresh_days") or {}).items() if k in FRESH_METRICS})
     for name in ("flat", "random", "momentum"):
         if name in out_eval.metrics:
             row[f"{name} Net PnL [$]"] = out_eval.metrics[name].get("Net PnL [$]")
