@@ -260,3 +260,9 @@ def test_phase3_info_carries_only_the_mask_when_advisor_info_is_mask():
     assert info["advisor_mask"] == tuple(env.action_masks().tolist()) and "advisor_account" not in info
     with pytest.raises(ValueError, match="advisor_info"):
         env.set_advisor_info("everything")
+
+
+def test_phase3_info_carries_nothing_for_the_advisor_when_the_vectorised_environment_records_the_masks():
+    env = make_env(flat_session(), phase=3)
+    env.set_advisor_info("advisor_nothing")
+    assert env.reset(seed=0)[1] == {} and env.step(Action.BUY)[4] == {}

@@ -58,6 +58,9 @@ ADVISOR_ACCOUNT = "advisor_account"
 """The account snapshot (``AccountState``): what the query policy, the prompts and a teacher read."""
 ADVISOR_MASK = "advisor_mask"
 """The legal actions only (a tuple of bools): all an always-on student without a teacher reads."""
+ADVISOR_NOTHING = "advisor_nothing"
+"""Nothing (never a key of the info): the vectorised environment records the legal actions with the observations
+(``training.vec_env.LeanDummyVecEnv.masks``), where the always-on student without a teacher reads them."""
 
 
 class TradingEnv(CoreViews, gym.Env):
@@ -330,16 +333,18 @@ class TradingEnv(CoreViews, gym.Env):
         return obs, float(reward), terminated, truncated, info
 
     def set_advisor_info(self, kind: str) -> None:
-        """Choose what phase 3 infos carry for the advisor: ``ADVISOR_ACCOUNT`` or ``ADVISOR_MASK``."""
-        if kind not in (ADVISOR_ACCOUNT, ADVISOR_MASK):
-            raise ValueError(f"advisor_info {kind!r} is neither {ADVISOR_ACCOUNT!r} nor {ADVISOR_MASK!r}")
+        """Choose what phase 3 infos carry for the advisor: ``ADVISOR_ACCOUNT``, ``ADVISOR_MASK`` or
+        ``ADVISOR_NOTHING``."""
+        if kind not in (ADVISOR_ACCOUNT, ADVISOR_MASK, ADVISOR_NOTHING):
+            raise ValueError(f"advisor_info {kind!r} is none of {ADVISOR_ACCOUNT!r}, {ADVISOR_MASK!r}, "
+                             f"{ADVISOR_NOTHING!r}")
         self.advisor_info = kind
 
     def _advisor_info(self, info: dict[str, Any]) -> dict[str, Any]:
         """Phase 3: ``info`` with what the advisor reads of this step (:attr:`advisor_info`)."""
         if self.advisor_info == ADVISOR_MASK:
             info[ADVISOR_MASK] = tuple(self.core.mask.tolist())  # no snapshot built: a mask is all it reads
-        else:
+        elif self.advisor_info == ADVISOR_ACCOUNT:
             info[ADVISOR_ACCOUNT] = self.account_snapshot()
         return info
 

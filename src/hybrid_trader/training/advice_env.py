@@ -27,8 +27,10 @@ waiting, age 0 (the query rate is 100%).
 A teacher (``llm.student.teacher``, :mod:`hybrid_trader.training.teacher`) may run beside
 it: offered each step's decisions, it answers those its query policy picks, in its own
 worker, into the run's advice dataset. Without a teacher the student reads nothing of a
-step but the legal actions, so the environments are switched to carry those alone
-(``TradingEnv.set_advisor_info("advisor_mask")``: no account snapshot built a step).
+step but the legal actions: no account snapshot is built a step, and the environments'
+infos carry nothing where ``LeanDummyVecEnv`` records the legal actions with the
+observations (``TradingEnv.set_advisor_info("advisor_nothing")``), else those alone
+(``"advisor_mask"``).
 (The student inside the policy network was measured slower: PPO's update would run it
 again on every minibatch of every epoch; here it runs once a step and its advice is
 stored with the observation.)
@@ -58,11 +60,11 @@ from hybrid_trader.agent.advice_block import (
     write_advice,
 )
 from hybrid_trader.agent.fusion import rl_confidence
-from hybrid_trader.env.trading_env import ADVISOR_ACCOUNT, ADVISOR_MASK
+from hybrid_trader.env.trading_env import ADVISOR_ACCOUNT, ADVISOR_MASK, ADVISOR_NOTHING
 from hybrid_trader.features.names import FEATURE_NAMES
 from hybrid_trader.llm.context import context_from_market
 from hybrid_trader.training.normalizer import LeanVecNormalize
-from hybrid_trader.training.vec_env import recorded_masks
+from hybrid_trader.training.vec_env import recorded_masks, rollout_masks
 
 BLOCK_COLUMNS = {"probs_col": OBS_ADVICE.start + ADVICE.probs.start, "conf_col": OBS_ADVICE.start + ADVICE.confidence,
                  "present_col": OBS_ADVICE.start + ADVICE.present, "copy": N_FEATURES}
@@ -118,13 +120,14 @@ class AdvisorVecEnv(VecEnvWrapper):
         self.teacher = teacher
         """Always-on: the real LLM beside the student (``training.teacher.TeacherLog``), or None."""
         self.masks_only = self.advise_into is not None and teacher is None and venv.has_attr("set_advisor_info")
-        """Always-on without a teacher: the environments' infos carry their legal actions only
-        (``ADVISOR_MASK``): the student reads nothing else, so no account snapshot is built a step."""
-        if self.masks_only:
-            venv.env_method("set_advisor_info", ADVISOR_MASK)
+        """Always-on without a teacher: the student reads the legal actions and nothing else, so no account
+        snapshot is built a step."""
         self._recorded = recorded_masks(venv) if self.masks_only else None
         """Always-on without a teacher: the layer below that records the legal actions with the observations (one
-        array a step, read instead of each environment's mask in its info), or None."""
+        array a step; the infos then carry nothing, ``ADVISOR_NOTHING``), or None (each info carries its
+        environment's, ``ADVISOR_MASK``)."""
+        if self.masks_only:
+            venv.env_method("set_advisor_info", ADVISOR_MASK if self._recorded is None else ADVISOR_NOTHING)
 
     def follow(self, policy: Any) -> None:
         """Give the query policy (or the teacher) the RL confidence of ``policy``'s rollout decisions.
@@ -176,9 +179,8 @@ class AdvisorVecEnv(VecEnvWrapper):
         out = np.zeros((n, PHASE3_OBS_DIM), dtype=np.float32)
         snaps: list[Any] = []
         missing: list[int] = []
-        recorded = self._recorded.masks if self._recorded is not None else None
-        if recorded is not None and all(infos):  # every step of training: the masks the environments recorded
-            masks = recorded
+        if self._recorded is not None:  # every step of training: the masks the environments recorded
+            masks = rollout_masks(self.venv, self._recorded)
         else:
             if self.masks_only:
                 rows = [info.get(ADVISOR_MASK) if info else None for info in infos]
