@@ -109,6 +109,12 @@ class TrainBenchArgs(DataArgs):
     breakdown: bool = False
     """Time each segment of training (policy, prior, advice, each VecEnv layer, update) per vector step;
     phase 3: in both phases, with phase 3's extra for each."""
+    against: str | None = None
+    """Time this code against another (a git revision of this checkout, or a folder with another copy), in pairs
+    that run at once on a core each with one thread, the cores swapped each pair (``bench.paired``); None: this
+    code alone."""
+    pairs: int = 6
+    """With --against: the pairs timed; the verdict is the median of their ratios."""
 
     def __post_init__(self) -> None:
         check(self.torch_threads is None or self.torch_threads >= 1, "torch_threads",
@@ -118,7 +124,9 @@ class TrainBenchArgs(DataArgs):
               f"{self.update_threads!r} is neither auto nor a number >= 1", fix="use auto, 1 or 2")
         check(self.llm in BACKEND_NAMES, "llm", f"{self.llm!r} is not an LLM back end",
               fix=f"use one of: {', '.join(BACKEND_NAMES)}")
-        for name in ("repeats", "n_envs", "steps"):
+        check(self.against is None or not self.breakdown, "against", "--against times whole runs; --breakdown "
+              "times each segment of one", fix="drop one of them")
+        for name in ("repeats", "n_envs", "steps", "pairs"):
             check(getattr(self, name) >= 1, name, f"{getattr(self, name)} must be >= 1", fix="use 1 or more")
 
 

@@ -52,6 +52,11 @@ def args_of(cls: type, ns: argparse.Namespace, **extra: Any) -> Any:
     return cls(**given, **extra)
 
 
+CONSOLE_SCRIPT = ["-c", "import sys; from hybrid_trader.cli.main import main; sys.exit(main())"]
+"""What the ``hybrid-trader`` console script runs, as interpreter arguments: ``bench train --against`` starts each
+timed run so, on the copy of the code its ``PYTHONPATH`` names."""
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("bench", help="measure throughput; the last line of output is JSON")
     bsub = p.add_subparsers(dest="bench", metavar="WHAT")
@@ -106,7 +111,13 @@ def register_train(bsub: argparse._SubParsersAction) -> None:
 
 
 def _bench_train(args: argparse.Namespace) -> int:
+    bench = args_of(TrainBenchArgs, args)
+    if bench.against is not None:
+        # loads the standard library only: the timed runs are subprocesses
+        from hybrid_trader.bench.paired import run as run_paired
+
+        return run_paired(bench, CONSOLE_SCRIPT + ["bench", "train"])
     # measured: 0.09 s (numpy) on top of the parsers, then torch (1.5 s) when it runs
     from hybrid_trader.bench.train_bench import run
 
-    return run(args_of(TrainBenchArgs, args))
+    return run(bench)
