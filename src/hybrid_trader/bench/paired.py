@@ -3,8 +3,8 @@
 On a shared or virtual machine the speed of one run moves by 10-35% from minute to minute,
 so two codes timed one after the other differ by more than most changes are worth. Here each
 pair runs both codes **at the same time**, each pinned to its own core with one torch thread
-(``--torch-threads 1 --update-threads 1``), and the cores are swapped from one pair to the
-next: whatever slows the machine slows both alike. Each pair gives the ratio of their
+(``--torch-threads 1 --update-threads 1``), and the cores and the order they start in are
+swapped from one pair to the next: whatever slows the machine slows both alike. Each pair gives the ratio of their
 ``model.learn`` wall times (this code over the other: below 1, this code is faster); the
 verdict is the median ratio over ``--pairs`` pairs, with the sign test's two-sided p-value of
 "faster in k of n pairs". A first, untimed pair of one step each lets each copy compile and
@@ -152,7 +152,11 @@ def run_pairs(args: TrainBenchArgs, command: list[str], say: Callable[[str], Non
         reported(procs[0], "this code"), reported(procs[1], args.against)
         for i in range(args.pairs):
             mine, theirs = (cores[0], cores[1]) if i % 2 == 0 else (cores[1], cores[0])
-            procs = time_once(command, this, mine, flags), time_once(command, other, theirs, flags)
+            if i % 2 == 0:  # the start order swapped with the cores: neither code always starts first
+                procs = time_once(command, this, mine, flags), time_once(command, other, theirs, flags)
+            else:
+                procs = tuple(reversed((time_once(command, other, theirs, flags),
+                                        time_once(command, this, mine, flags))))
             a, b = reported(procs[0], "this code"), reported(procs[1], args.against)
             pair = PairResult(float(a[FIGURE]), float(b[FIGURE]), mine)
             pairs.append(pair)
