@@ -4,11 +4,13 @@ On a shared or virtual machine the speed of one run moves by 10-35% from minute 
 so two codes timed one after the other differ by more than most changes are worth. Here each
 pair runs both codes **at the same time**, each pinned to its own core with one torch thread
 (``--torch-threads 1 --update-threads 1``), and the cores and the order they start in are
-swapped from one pair to the next: whatever slows the machine slows both alike. Each pair gives the ratio of their
-``model.learn`` wall times (this code over the other: below 1, this code is faster); the
-verdict is the median ratio over ``--pairs`` pairs, with the sign test's two-sided p-value of
-"faster in k of n pairs". A first, untimed pair of one step each lets each copy compile and
-cache its numba kernels, so that no timed run pays a compilation the other does not.
+swapped from one pair to the next: whatever slows the machine slows both alike. Each pair
+gives the ratio of their ``model.learn`` wall times (this code over the other: below 1, this
+code is faster); the verdict is the median ratio over ``--pairs`` pairs, with the sign test's
+two-sided p-value of "faster in k of n pairs". A first, untimed pair of one step each lets
+each copy compile and cache its numba kernels, so that no timed run pays a compilation the
+other does not. Against itself (docs/TRAINING.md) six pairs gave a median of 0.98 on a quiet
+machine and 1.08 on a loaded one: compare with the null of the same sitting.
 
 ``REF`` is a git revision of the checkout this package runs from (its ``src`` is exported
 with ``git archive`` into a temporary folder), or a folder holding another copy of the
