@@ -55,6 +55,7 @@ def test_hypotheses_are_part_of_the_identity_and_fixed_once_trials_ran(tmp_path,
     data.pop("name")
     data.pop("hypotheses")
     data["evaluate"].pop("prop")  # so do the verdict's default fees and pass value
+    data["evaluate"].pop("fresh_days")  # and trials that trade no fresh days
     for key in ("space", "scheduler", "select"):  # and a study without a search space (study.search)
         data.pop(key)
     for key in ("reduction_factor", "grace_period"):  # and ASHA's default settings
