@@ -132,7 +132,8 @@ class AlwaysBuy:
 
 
 def test_fresh_days_trade_every_day_when_one_account_would_stop_on_the_first(student_p2):
-    from hybrid_trader.evaluation.runner import FRESH_DAY_FIGURES, evaluation_env, run_fresh_days, run_policy
+    from hybrid_trader.evaluation.metrics import FRESH_DAY_FIGURES
+    from hybrid_trader.evaluation.runner import evaluation_env, run_fresh_days, run_policy
     from hybrid_trader.run import RunDir
     from hybrid_trader.run.config import RunConfig
     from hybrid_trader.run.market import load_market

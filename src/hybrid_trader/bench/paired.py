@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import statistics
 import subprocess
 import sys
 import tarfile
@@ -93,7 +94,7 @@ def two_cores() -> tuple[int, int]:
 def run_flags(args: TrainBenchArgs) -> list[str]:
     """``bench train``'s flags for one timed run: those given, less the pairing's, on one thread."""
     flags: list[str] = []
-    pinned = replace(args, against=None, torch_threads=1, update_threads="1")
+    pinned = replace(args, torch_threads=1, update_threads="1")
     for f in fields(pinned):
         value = getattr(pinned, f.name)
         if f.name in PAIRED_FLAGS or value is None or value == f.default:
@@ -123,16 +124,19 @@ def reported(proc: subprocess.Popen, which: str) -> dict[str, Any]:
     return json.loads(lines[-1])
 
 
+def start_pair(command: list[str], jobs: list[tuple[Path, int]], flags: list[str],
+               first: int) -> list[subprocess.Popen]:
+    """Start each ``(src, core)`` of ``jobs`` (job ``first`` first); their processes, in ``jobs``' order."""
+    procs: dict[int, subprocess.Popen] = {}
+    for k in (first, 1 - first):
+        procs[k] = time_once(command, *jobs[k], flags)
+    return [procs[0], procs[1]]
+
+
 def sign_test_p(faster: int, n: int) -> float:
     """Two-sided exact sign test: the chance of a split at least this uneven if neither code were faster."""
     k = min(faster, n - faster)
     return min(1.0, 2 * sum(math.comb(n, i) for i in range(k + 1)) / 2 ** n)
-
-
-def median(values: list[float]) -> float:
-    ordered = sorted(values)
-    mid = len(ordered) // 2
-    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
 
 
 def run_pairs(args: TrainBenchArgs, command: list[str], say: Callable[[str], None] = print) -> dict[str, Any]:
@@ -149,16 +153,12 @@ def run_pairs(args: TrainBenchArgs, command: list[str], say: Callable[[str], Non
             f"({this}) against {args.against} ({other}); bench train {' '.join(flags)}")
         # untimed: each copy compiles and caches its numba kernels (and byte code), and a flag the other code lacks
         # fails here, before any pair is timed
-        warm = run_flags(replace(args, steps=1))
-        procs = time_once(command, this, cores[0], warm), time_once(command, other, cores[1], warm)
+        procs = start_pair(command, [(this, cores[0]), (other, cores[1])], run_flags(replace(args, steps=1)), 0)
         reported(procs[0], "this code"), reported(procs[1], args.against)
         for i in range(args.pairs):
             mine, theirs = (cores[0], cores[1]) if i % 2 == 0 else (cores[1], cores[0])
-            if i % 2 == 0:  # the start order swapped with the cores: neither code always starts first
-                procs = time_once(command, this, mine, flags), time_once(command, other, theirs, flags)
-            else:
-                procs = tuple(reversed((time_once(command, other, theirs, flags),
-                                        time_once(command, this, mine, flags))))
+            # the start order swapped with the cores: neither code always starts first
+            procs = start_pair(command, [(this, mine), (other, theirs)], flags, i % 2)
             a, b = reported(procs[0], "this code"), reported(procs[1], args.against)
             pair = PairResult(float(a[FIGURE]), float(b[FIGURE]), mine)
             pairs.append(pair)
@@ -169,7 +169,7 @@ def run_pairs(args: TrainBenchArgs, command: list[str], say: Callable[[str], Non
     return {"against": args.against, "pairs": len(pairs), "figure": FIGURE,
             "this_seconds": [p.this_seconds for p in pairs], "against_seconds": [p.against_seconds for p in pairs],
             "this_cores": [p.this_core for p in pairs], "ratios": [round(r, 4) for r in ratios],
-            "median_ratio": round(median(ratios), 4), "this_faster_in": faster,
+            "median_ratio": round(statistics.median(ratios), 4), "this_faster_in": faster,
             "sign_test_p": round(sign_test_p(faster, len(pairs)), 4), "flags": flags}
 
 

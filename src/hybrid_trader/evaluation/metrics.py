@@ -81,6 +81,16 @@ METRICS: tuple[MetricSpec, ...] = (
 METRIC_KEYS: tuple[str, ...] = tuple(m.key for m in METRICS)
 SPECS: dict[str, MetricSpec] = {m.key: m for m in METRICS}
 
+FRESH_DAY_FIGURES = {
+    "Net PnL, fresh days [$]": "sum over the days of the net P&L of each day traded from a fresh account",
+    "Mean day, fresh [$]": "mean net P&L of a day traded from a fresh account",
+    "Sharpe, fresh days (ann.)": "mean / standard deviation of those days' P&L x sqrt(252)",
+    "Breached days, fresh": "days on which the fresh account breached the trailing threshold",
+    "Days, fresh": "days traded from a fresh account",
+    "Trades, fresh": "trades over the days traded from a fresh account",
+}
+"""The figures of :func:`~hybrid_trader.evaluation.runner.run_fresh_days` and their definitions."""
+
 
 # ---------------------------------------------------------------------------------------
 # Building blocks

@@ -103,17 +103,6 @@ def collect_result(env: TradingEnv, name: str, extra: dict | None = None) -> Str
     )
 
 
-FRESH_DAY_FIGURES = {
-    "Net PnL, fresh days [$]": "sum over the days of the net P&L of each day traded from a fresh account",
-    "Mean day, fresh [$]": "mean net P&L of a day traded from a fresh account",
-    "Sharpe, fresh days (ann.)": "mean / standard deviation of those days' P&L x sqrt(252)",
-    "Breached days, fresh": "days on which the fresh account breached the trailing threshold",
-    "Days, fresh": "days traded from a fresh account",
-    "Trades, fresh": "trades over the days traded from a fresh account",
-}
-"""The figures of :func:`run_fresh_days` and their definitions."""
-
-
 def run_fresh_days(make_policy: Callable[[], Policy], market: Any, env_config: EnvConfig, sessions: Sequence[int],
                    **env_kwargs: Any) -> dict[str, float]:
     """Trade each day of ``sessions`` from a fresh account with a new policy from ``make_policy``; the figures.

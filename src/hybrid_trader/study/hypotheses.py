@@ -29,13 +29,13 @@ from typing import Any, Literal
 import numpy as np
 
 from hybrid_trader.config import check
+from hybrid_trader.evaluation.metrics import FRESH_DAY_FIGURES
 from hybrid_trader.study.multiple_tests import wilcoxon_p
 from hybrid_trader.study.stats import paired_difference
 
-FRESH_METRICS = ("Net PnL, fresh days [$]", "Mean day, fresh [$]", "Sharpe, fresh days (ann.)",
-                 "Breached days, fresh")
-"""The figures of each day traded from a fresh account (``evaluation.runner.FRESH_DAY_FIGURES``): a trial has them
-when the study sets ``evaluate.fresh_days``."""
+FRESH_METRICS = tuple(k for k in FRESH_DAY_FIGURES if k not in ("Days, fresh", "Trades, fresh"))
+"""The figures of each day traded from a fresh account (:data:`~hybrid_trader.evaluation.metrics.FRESH_DAY_FIGURES`,
+less its counts of days and trades): a trial has them when the study sets ``evaluate.fresh_days``."""
 HYPOTHESIS_METRICS = ("Net PnL [$]", "Sharpe (ann.)", "Max drawdown [$]", "Trades", "Win rate [%]", "PSR [%]",
                       "Return [%]", "Pass rate [%]", "Breach rate [%]", "Expected outcome per attempt [$]",
                       *FRESH_METRICS)
