@@ -10,6 +10,7 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -265,3 +266,81 @@ def test_second_writer_is_refused_while_a_journal_is_open_and_admitted_after_clo
     first.close()  # a second close does nothing
     with Journal(path) as j:
         assert j.integrity_check() == "ok"
+
+
+# ---- Ctrl-C at any line of a write ------------------------------------------------------------------------------
+_JOURNAL_SOURCE = str(Path(Journal.__init__.__code__.co_filename))
+
+
+def _traded_bars(j: Journal) -> None:
+    """What the executor writes for two bars: a traded one in a batch, a lone order, a stop change, an untraded one."""
+    j.begin()
+    j.record_bar(_t(0), (1, 2, 0.5, 1.5, 10))
+    j.record_order("a", _t(0), "entry", "BUY", 1)
+    j.record_fill("a", 1, 100.0, _t(0), fill_id="fa")
+    j.commit()
+    j.record_order("s", _t(0), "stop", "SELL", 1, prices=OrderPrices("STOPMARKET", stop_price=90.0))
+    j.record_change("s", _t(1), "stop_price", 95.0)
+    j.begin()
+    j.record_bar(_t(1), (1, 2, 0.5, 1.5, 10))
+    j.record_account(_t(1), "active", {"balance": 50_000.0})
+    j.commit()
+
+
+class _InterruptAt:
+    """A trace function raising KeyboardInterrupt at the ``at``-th line the journal's module runs (as Ctrl-C's handler
+    does between two lines); with ``at`` None it only counts them."""
+
+    def __init__(self, at: int | None) -> None:
+        self.at, self.lines = at, 0
+
+    def __call__(self, frame: Any, event: str, arg: Any) -> Any:
+        if frame.f_code.co_filename != _JOURNAL_SOURCE:
+            return None
+        if event == "line":
+            if self.lines == self.at:
+                sys.settrace(None)
+                raise KeyboardInterrupt
+            self.lines += 1
+        return self
+
+
+def _interrupted_then_stopped(path: Path, at: int | None) -> bool:
+    """The writes interrupted at line ``at``, then what the run does after Ctrl-C: the stop journaled and committed,
+    the journal closed. True when the interrupt came."""
+    j = Journal(path)
+    tracer = _InterruptAt(at)
+    interrupted = False
+    sys.settrace(tracer)
+    try:
+        _traded_bars(j)
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        sys.settrace(None)
+    j.record_error("stop", "flatten after the bar", _t(1), code="stop:flatten")
+    j.commit()
+    j.close()
+    return interrupted
+
+
+def test_a_ctrl_c_at_any_line_of_a_write_leaves_the_stop_journaled_and_every_write_whole(tmp_path: Path) -> None:
+    counter = _InterruptAt(None)
+    with Journal(tmp_path / "count.sqlite") as j:
+        sys.settrace(counter)
+        try:
+            _traded_bars(j)
+        finally:
+            sys.settrace(None)
+    assert counter.lines > 50, counter.lines
+    for at in range(counter.lines):
+        path = tmp_path / f"j{at}.sqlite"
+        assert _interrupted_then_stopped(path, at), at
+        with Journal(path) as j:
+            assert j.integrity_check() == "ok"
+            assert j.stops() == {to_ns(_t(1)): "flatten"}, at
+            fills = j._db.execute("SELECT order_id FROM fills").fetchall()
+            assert all(j.order(o) is not None for (o,) in fills), at
+            changes = j._db.execute("SELECT price FROM order_changes").fetchall()
+            stop = j.order("s")
+            assert (stop is None and not changes) or stop.stop_price == (changes[-1][0] if changes else 90.0), at
