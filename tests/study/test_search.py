@@ -18,7 +18,7 @@ from hybrid_trader.run.config import SplitConfig
 from hybrid_trader.run.market import make_split
 from hybrid_trader.study.engine import run_study
 from hybrid_trader.study.search import fold_end_idle
-from hybrid_trader.study.search_results import selection_of
+from hybrid_trader.study.search_results import FRESH_TEST, selection_of
 from hybrid_trader.study.space import parse_dimension, points
 from hybrid_trader.study.spec import load_study
 from tests.study.test_study import TINY, study_file
@@ -276,16 +276,26 @@ def test_the_test_days_never_inform_the_selection(tmp_path):
         test_days = _bars_file(root / "bars.csv", perturb)
         base = {**{k: v for k, v in SEARCH.items() if k != "data.synthetic_days"}, "data.path": str(root / "bars.csv"),
                 "train.validate_every": 0, "env.reward_scale": 20.0}  # the default reads every day's ATR (below)
-        path = search_file(root, base=base, search="random", scheduler="none", samples=2)
+        path = search_file(root, base=base, search="random", scheduler="none", samples=2,
+                           evaluate={"split": "test", "seeds": 1, "fresh_days": True},
+                           select={"metric": "Net PnL, fresh days [$]", "mode": "max"})
         summaries.append((run_study(path, root / "out", workers=2, **QUIET),
                           pd.read_parquet(root / "out" / "trials.parquet")))
     (plain, t0), (moved, t1) = summaries
     assert plain["finished"] == moved["finished"] == 2
     assert plain["folds"][0]["selected"] == moved["folds"][0]["selected"]
-    for col in ("Net PnL [$]", "val/net_pnl_per_day", "Trades"):  # every trial's validation, unchanged
-        assert t0[col].tolist() == t1[col].tolist()
+    for col in ("Net PnL [$]", "val/net_pnl_per_day", "Trades", "Net PnL, fresh days [$]"):  # every trial's
+        assert t0[col].tolist() == t1[col].tolist()  # validation, unchanged
     assert plain["folds"][0]["test"]["Net PnL [$]"] != moved["folds"][0]["test"]["Net PnL [$]"]
     assert test_days and not math.isnan(plain["selected on test"]["Net PnL [$]"]["mean"])
+    # the selection's test days, each from a fresh account: every test day, beside momentum's, with CIs
+    fresh, moved_fresh = (s[FRESH_TEST] for s in (plain, moved))
+    assert fresh["days"] == len(test_days) and (fresh["first"], fresh["last"]) == (test_days[0], test_days[-1])
+    agent, momentum = fresh["agent mean day [$]"], fresh["momentum mean day [$]"]
+    assert agent["mean"] * fresh["days"] == pytest.approx(plain["folds"][0]["test"]["Net PnL, fresh days [$]"])
+    assert fresh["agent - momentum, paired by day [$]"]["mean"] == pytest.approx(agent["mean"] - momentum["mean"])
+    assert momentum["mean"] != moved_fresh["momentum mean day [$]"]["mean"]  # the moved days, traded fresh
+    assert "Each test day from a fresh account" in (root / "out" / "report.html").read_text()
 
 
 def test_confirm_and_replicate_refuse_a_search_naming_what_to_do_instead(tmp_path):

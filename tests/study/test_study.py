@@ -14,7 +14,13 @@ from hybrid_trader.cli.study import EXIT_SOME_FAILED
 from hybrid_trader.errors import UserError
 from hybrid_trader.study.engine import run_study, trials_of
 from hybrid_trader.study.spec import load_study
-from hybrid_trader.study.stats import bootstrap_ci, deflated_sharpe_ratio, expected_max_sharpe, paired_difference
+from hybrid_trader.study.stats import (
+    bootstrap_ci,
+    deflated_sharpe_ratio,
+    expected_max_sharpe,
+    fresh_day_comparison,
+    paired_difference,
+)
 
 TINY = {"data.synthetic_days": 14, "ppo.total_timesteps": 256, "ppo.n_steps": 128, "ppo.batch_size": 128,
         "ppo.n_envs": 2, "ppo.n_epochs": 1, "train.validate_every": 0, "train.progress_bar": False,
@@ -159,6 +165,18 @@ def test_statistics_match_hand_computed_values():
     assert expected_max_sharpe(10, 0.04) == pytest.approx(0.31491966, abs=1e-7)
     # DSR of SR 0.3 over 250 days, skew -0.5, kurtosis 4, against it: Phi(-0.21337)
     assert deflated_sharpe_ratio(0.3, 250, -0.5, 4.0, 10, 0.04) == pytest.approx(0.41552096, abs=1e-7)
+
+
+def test_fresh_days_are_compared_with_momentum_day_by_day():
+    days = ["2024-08-01", "2024-08-02", "2024-08-05"]
+    out = fresh_day_comparison(days, [100.0, -50.0, 250.0], [10.0, 20.0, -30.0])
+    assert (out["days"], out["first"], out["last"]) == (3, "2024-08-01", "2024-08-05")
+    assert out["agent mean day [$]"]["mean"] == 100.0 and out["momentum mean day [$]"]["mean"] == 0.0
+    diff = out["agent - momentum, paired by day [$]"]  # 90, -70, 280: the pairs, not the two means' CIs
+    assert diff["mean"] == 100.0 and -70.0 <= diff["ci_low"] < 100.0 < diff["ci_high"] <= 280.0
+    assert (diff["ci_low"], diff["ci_high"]) == bootstrap_ci([90.0, -70.0, 280.0])[1:]
+    with pytest.raises(ValueError, match="one each"):
+        fresh_day_comparison(days, [1.0, 2.0], [1.0, 2.0, 3.0])
 
 
 def test_study_json_prints_the_summary_last(finished, capsys):

@@ -106,9 +106,13 @@ def run(args: argparse.Namespace) -> int:
             if pv.get("warning"):
                 print(f"warning: {pv['warning']}")
         if out.extra.get("fresh_days"):
+            from hybrid_trader.study.stats import fresh_day_comparison  # numpy's bootstrap: only with --fresh-days
+
             print("\nThe agent, each day from a fresh account:")
             for key, value in out.extra["fresh_days"].items():
                 print(f"  {key:<28} {value:,.2f}")
+            days = out.extra["fresh_day_pnl"]
+            print(fresh_day_text(fresh_day_comparison(days["dates"], days["agent"], days["momentum"])))
         if out.extra.get("explained"):
             e = out.extra["explained"]
             print(f"\nExplained {e['explained']} sample decisions (chain of thought): decision parsed "
@@ -152,3 +156,13 @@ def _ablation(args: argparse.Namespace) -> int:
         print(ablation_markdown(table))
         print(f"ablation: {Path(args.ablation) / 'ablation.json'}   {Path(args.ablation) / 'ABLATION.md'}   {report}")
     return 0
+
+
+def fresh_day_text(comparison: dict) -> str:
+    """``study.stats.fresh_day_comparison``'s figures in lines: the mean days and the paired difference, with CIs."""
+    lines = [f"  {comparison['days']} days ({comparison['first']} to {comparison['last']}), each from a fresh "
+             "account, 95% bootstrap CI over the days:"]
+    for key, v in comparison.items():
+        if isinstance(v, dict):
+            lines.append(f"  {key:<38} {v['mean']:>10,.2f}  [{v['ci_low']:,.2f}, {v['ci_high']:,.2f}]")
+    return "\n".join(lines)

@@ -10,6 +10,7 @@ import json
 import sys
 from pathlib import Path
 
+from hybrid_trader.cli.evaluate import fresh_day_text
 from hybrid_trader.errors import UserError
 
 EXIT_SOME_FAILED = 3
@@ -135,6 +136,8 @@ def _replay_text(record: dict, out: Path) -> str:
 
 def _print_summary(summary: dict, replication: dict | None) -> None:
     """The study's results in a few lines: each variant, the pairs, the hypotheses, a search's folds, the DSR."""
+    from hybrid_trader.study.search_results import FRESH_TEST  # pandas: loaded only after a study ran
+
     for name, v in summary["variants"].items():
         if v["finished"] == 0 and v.get("not run"):
             print(f"{name:<24} not run yet ({v['not run']} trials; run the study without --only)")
@@ -155,8 +158,12 @@ def _print_summary(summary: dict, replication: dict | None) -> None:
               f"[{h['ci_low']:,.2f}, {h['ci_high']:,.2f}]: {h['reason']}")
     for f in summary.get("folds") or []:  # a search (study.search): each fold's selection and its test
         test = (f.get("test") or {}).get("Net PnL [$]")
+        fresh = (f.get("test") or {}).get("Mean day, fresh [$]")
         print(f"fold {f['fold']}: {f['finished']} finished, {f['stopped']} stopped, {f['failed']} failed; selected "
-              f"{f['selected']} {json.dumps(f.get('params'))}: test net P&L {'-' if test is None else f'{test:,.0f}'}")
+              f"{f['selected']} {json.dumps(f.get('params'))}: test net P&L {'-' if test is None else f'{test:,.0f}'}"
+              + ("" if fresh is None else f", mean day from a fresh account {fresh:,.0f}"))
+    if summary.get(FRESH_TEST):
+        print(f"{FRESH_TEST}:\n{fresh_day_text(summary[FRESH_TEST])}")
     dsr = summary["deflated sharpe"]
     print(f"Deflated Sharpe Ratio of the best trial ({dsr.get('best')}) over {dsr.get('trials')} trials: "
           f"{dsr.get('dsr')}")

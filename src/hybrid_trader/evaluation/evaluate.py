@@ -31,7 +31,7 @@ from hybrid_trader.errors import UserError
 from hybrid_trader.evaluation.metrics import compute_metrics, jsonable
 from hybrid_trader.evaluation.policies import AgentPolicy, FlatPolicy, HybridAgentPolicy, MomentumPolicy, RandomPolicy
 from hybrid_trader.evaluation.results import StrategyResult, metrics_table, save_results
-from hybrid_trader.evaluation.runner import ALL_DECISIONS, entry_rate, evaluation_env, run_fresh_days, run_policy
+from hybrid_trader.evaluation.runner import ALL_DECISIONS, entry_rate, evaluation_env, run_policy, trade_fresh_days
 from hybrid_trader.evaluation.verdict import VerdictConfig, prop_verdict, small_sample_warning
 from hybrid_trader.llm.health import HEALTH_STAT_NAMES
 from hybrid_trader.markets import get_contract
@@ -115,7 +115,9 @@ class EvaluationRequest:
     explain_llm: str | None = None
     """The back end that explains (``evaluation.explain``); None: the run's."""
     fresh_days: bool = False
-    """The agent also trades each day from a fresh account (``extra["fresh_days"]``)."""
+    """The agent also trades each day from a fresh account: ``extra["fresh_days"]`` its figures,
+    ``extra["fresh_day_pnl"]`` each day's net P&L beside momentum's, traded alike (``dates``, ``agent``,
+    ``momentum``)."""
     verdict: Literal["rolling", "sequential"] | None = None
     """The prop-firm verdict, attempts started every day or one after another (``extra["prop_verdict"]``)."""
     verdict_config: VerdictConfig | None = None
@@ -213,7 +215,7 @@ def _evaluate(run: RunDir, config: RunConfig, data: dict, out_dir: Path, request
         agent_env = env()
         agent = run_policy(AgentPolicy(model, vec), agent_env, record_decisions=ALL_DECISIONS)
         if request.fresh_days:
-            agent.extra["fresh_days"] = run_fresh_days(lambda: AgentPolicy(model, vec), market, config.env, sessions)
+            _fresh_days_into(agent, lambda: AgentPolicy(model, vec), market, config.env, sessions)
     rate = entry_rate(agent, agent_env)
     results = [agent, run_policy(FlatPolicy(), env())]
     randoms = [run_policy(RandomPolicy(rate, seed=s), env()) for s in range(seeds)]
@@ -261,10 +263,23 @@ def _evaluate(run: RunDir, config: RunConfig, data: dict, out_dir: Path, request
     if phase3:
         extra["llm"] = agent.extra.get("llm")
         extra["ablation"] = ablation_metrics
-    extra.update({k: agent.extra[k] for k in ("trust", "llm_warning", "explained", "fresh_days") if agent.extra.get(k)})
+    extra.update({k: agent.extra[k] for k in ("trust", "llm_warning", "explained", "fresh_days", "fresh_day_pnl")
+                  if agent.extra.get(k)})
     if prop:
         extra["prop_verdict"] = prop
     return EvaluationOutput(split, out_dir, metrics, random_stats, dates, per_seed, extra)
+
+
+def _fresh_days_into(agent: StrategyResult, make_policy: Callable[[], Any], market: Any, env_config: Any,
+                    sessions: Any, **env_kwargs: Any) -> None:
+    """The agent's days each traded from a fresh account (``runner.trade_fresh_days``) and momentum's alike, into
+    ``agent.extra`` (saved with it): ``fresh_days`` the figures, ``fresh_day_pnl`` the days (``dates``, ``agent``,
+    ``momentum``)."""
+    fresh = trade_fresh_days(make_policy, market, env_config, sessions, **env_kwargs)
+    momentum = trade_fresh_days(MomentumPolicy, market, env_config, sessions)
+    agent.extra["fresh_days"] = fresh.figures()
+    agent.extra["fresh_day_pnl"] = {"dates": list(fresh.dates), "agent": list(fresh.pnl),
+                                    "momentum": list(momentum.pnl)}
 
 
 def verdict_measurable(config: RunConfig, llm_overrides: dict | None = None) -> bool:
@@ -306,8 +321,7 @@ def _phase3_agent(policy: tuple[Any, Any], config: RunConfig, market: Any, sessi
             return HybridAgentPolicy(model, vec, advisor, market, fusion)
 
         if request.fresh_days:
-            agent.extra["fresh_days"] = run_fresh_days(hybrid_policy, market, config.env, sessions,
-                                                       risk_veto=make_veto(config.risk))
+            _fresh_days_into(agent, hybrid_policy, market, config.env, sessions, risk_veto=make_veto(config.risk))
         agent_verdict = None
         if verdict:
             agent_verdict = prop_verdict(hybrid_policy, market, config.env, sessions, request.verdict_config,

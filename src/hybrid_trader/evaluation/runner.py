@@ -103,9 +103,36 @@ def collect_result(env: TradingEnv, name: str, extra: dict | None = None) -> Str
     )
 
 
-def run_fresh_days(make_policy: Callable[[], Policy], market: Any, env_config: EnvConfig, sessions: Sequence[int],
-                   **env_kwargs: Any) -> dict[str, float]:
-    """Trade each day of ``sessions`` from a fresh account with a new policy from ``make_policy``; the figures.
+@dataclasses.dataclass(frozen=True)
+class FreshDays:
+    """Each day of a split traded from a fresh account: the days' dates and net P&L, the breaches and trades."""
+
+    dates: tuple[str, ...]
+    """The trading days' session dates (``YYYY-MM-DD``), in order."""
+    pnl: tuple[float, ...]
+    """Each day's net P&L [$], costs included: the equity at the day's end less the account size."""
+    breached: int
+    """Days on which the fresh account breached the trailing threshold."""
+    trades: int
+    """Trades over the days."""
+
+    def figures(self) -> dict[str, float]:
+        """The figures of :data:`~hybrid_trader.evaluation.metrics.FRESH_DAY_FIGURES`."""
+        days = np.asarray(self.pnl, dtype=float)
+        std = float(days.std(ddof=1)) if len(days) > 1 else 0.0
+        return {
+            "Net PnL, fresh days [$]": float(days.sum()),
+            "Mean day, fresh [$]": float(days.mean()) if len(days) else float("nan"),
+            "Sharpe, fresh days (ann.)": float(days.mean() / std * np.sqrt(252)) if std > 0 else float("nan"),
+            "Breached days, fresh": float(self.breached),
+            "Days, fresh": float(len(days)),
+            "Trades, fresh": float(self.trades),
+        }
+
+
+def trade_fresh_days(make_policy: Callable[[], Policy], market: Any, env_config: EnvConfig, sessions: Sequence[int],
+                     **env_kwargs: Any) -> FreshDays:
+    """Trade each day of ``sessions`` from a fresh account with a new policy from ``make_policy``.
 
     The day's P&L is the equity at its end (positions are closed at the trading window's
     end, or at the breach) less the account size, costs included.
@@ -113,8 +140,9 @@ def run_fresh_days(make_policy: Callable[[], Policy], market: Any, env_config: E
     cfg = dataclasses.replace(env_config, episode_sessions=1, terminate_on_breach=True)
     env = TradingEnv(market.bars, market.features, cfg, sessions=list(sessions), **env_kwargs)
     pnl: list[float] = []
+    dates: list[str] = []
     breached = trades = 0
-    for day in range(len(env.episode_windows)):  # the usable days: a session too short to trade has none
+    for day, window in enumerate(env.episode_windows):  # the usable days: a session too short to trade has none
         policy = make_policy()
         obs, _ = env.reset(seed=0, options={"start": day})
         while True:
@@ -122,18 +150,16 @@ def run_fresh_days(make_policy: Callable[[], Policy], market: Any, env_config: E
             if terminated or truncated:
                 break
         pnl.append(env.equity() - float(env.rules.account_size))
+        dates.append(str(market.bars.session_dates[window.session]))
         breached += int(terminated)
         trades += len(env.broker.trades)
-    days = np.asarray(pnl, dtype=float)
-    std = float(days.std(ddof=1)) if len(days) > 1 else 0.0
-    return {
-        "Net PnL, fresh days [$]": float(days.sum()),
-        "Mean day, fresh [$]": float(days.mean()) if len(days) else float("nan"),
-        "Sharpe, fresh days (ann.)": float(days.mean() / std * np.sqrt(252)) if std > 0 else float("nan"),
-        "Breached days, fresh": float(breached),
-        "Days, fresh": float(len(days)),
-        "Trades, fresh": float(trades),
-    }
+    return FreshDays(tuple(dates), tuple(pnl), breached, trades)
+
+
+def run_fresh_days(make_policy: Callable[[], Policy], market: Any, env_config: EnvConfig, sessions: Sequence[int],
+                   **env_kwargs: Any) -> dict[str, float]:
+    """The figures of :func:`trade_fresh_days` (:data:`~hybrid_trader.evaluation.metrics.FRESH_DAY_FIGURES`)."""
+    return trade_fresh_days(make_policy, market, env_config, sessions, **env_kwargs).figures()
 
 
 def entry_rate(result: StrategyResult, env: TradingEnv) -> float:

@@ -24,12 +24,15 @@ from hybrid_trader.run.files import atomic_write_text
 from hybrid_trader.study.fingerprint import code_label
 from hybrid_trader.study.multiple_tests import pbo_cscv, robust_figures
 from hybrid_trader.study.spec import StudySpec
-from hybrid_trader.study.stats import bootstrap_ci, paired_difference
+from hybrid_trader.study.stats import bootstrap_ci, fresh_day_comparison, paired_difference
 from hybrid_trader.study.summary import SUMMARY_FIGURES, daily_sharpe, deflated_best
-from hybrid_trader.study.trials import DAILY
+from hybrid_trader.study.trials import DAILY, FRESH_DAILY
 
 STOPPED = "stopped"
 """The status of a trial ASHA stopped (recorded with the step it reached, never rerun)."""
+FRESH_TEST = "selected on test, fresh days (paired with momentum by day)"
+"""The summary's figures of the selections' test days each traded from a fresh account (``evaluate.fresh_days``):
+the days joined over the folds, the mean day and momentum's with their CIs, and the paired difference."""
 
 
 def selection_of(spec: StudySpec, rows: Sequence[dict[str, Any]], fold: int) -> dict[str, Any] | None:
@@ -77,6 +80,9 @@ def summarize_search(spec: StudySpec, rows: Sequence[dict[str, Any]], chosen: Ma
     if pairs:
         mean, lo, hi = paired_difference([a for a, _ in pairs], [b for _, b in pairs])
         vs_momentum.update({"mean difference": mean, "ci_low": lo, "ci_high": hi})
+    fresh = [t for t in tests if t.get("fresh day_pnl")]
+    fresh_days = (fresh_day_comparison(*([x for t in fresh for x in t[k]] for k in FRESH_DAILY)) if fresh
+                  else None)  # the selections' test days, each from a fresh account, joined over the folds
     sharpes = [s for r in rows if r.get("status") == "finished"
                and (s := daily_sharpe(r.get("daily_returns") or [])) is not None]
     variance = float(np.var(sharpes, ddof=1)) if len(sharpes) > 1 else 0.0
@@ -92,6 +98,7 @@ def summarize_search(spec: StudySpec, rows: Sequence[dict[str, Any]], chosen: Ma
         "failed": sum(1 for r in rows if r.get("status") == "failed"), "not run": 0, "variants not run": [],
         "trial-steps": sum(int(r.get("steps") or 0) for r in rows),
         "folds": folds, "selected on test": selected, "selected - momentum (test, paired by fold)": vs_momentum,
+        **({FRESH_TEST: fresh_days} if fresh_days else {}),
         "deflated sharpe": dsr, "PBO of the search (validation days)": _pbo(rows),
         "trials run by the folder": attempts, "variants": {}, "paired vs baseline": {}, "hypotheses": [],
         "errors": [{"trial": r["trial"], "error": r.get("error")} for r in rows if r.get("status") == "failed"]}
@@ -143,6 +150,13 @@ def write_search_report(out: Path, spec: StudySpec, summary: dict[str, Any], tab
              f"{num(summary['deflated sharpe'].get('dsr'))}; PBO of the search (mean over folds): "
              f"{num(summary['PBO of the search (validation days)']['mean'])}; selected - momentum on test: "
              f"{_esc(json.dumps(jsonable(summary['selected - momentum (test, paired by fold)'])))}</p>")
+    fresh = summary.get(FRESH_TEST)
+    if fresh:
+        rows = "".join(f"<tr><td>{_esc(k)}</td><td>{num(v['mean'])}</td><td>[{num(v['ci_low'])}, "
+                       f"{num(v['ci_high'])}]</td></tr>" for k, v in fresh.items() if isinstance(v, dict))
+        stats += (f"<h3>Each test day from a fresh account ({fresh['days']} days, {_esc(fresh['first'])} to "
+                  f"{_esc(fresh['last'])}, the folds joined)</h3><table><tr><th>figure</th><th>mean</th>"
+                  f"<th>95% CI (bootstrap over days)</th></tr>{rows}</table>")
     sections = [
         f"<h1>Study {_esc(summary['study'])}: search</h1>",
         f"<p>{summary['trials']} trials ({summary['finished']} finished, {summary[STOPPED]} stopped by ASHA, "

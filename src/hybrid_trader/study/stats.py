@@ -32,6 +32,22 @@ def paired_difference(a: Sequence[float], b: Sequence[float], **kwargs) -> tuple
     return bootstrap_ci(d, **kwargs)
 
 
+def fresh_day_comparison(dates: Sequence[str], agent: Sequence[float], momentum: Sequence[float]
+                         ) -> dict[str, object]:
+    """Days each traded from a fresh account (``evaluate(fresh_days=True)``'s ``fresh_day_pnl``): the agent's mean
+    day, momentum's on the same days, and their paired difference day by day, each with its 95% bootstrap CI over
+    the days."""
+    if not len(dates) == len(agent) == len(momentum):
+        raise ValueError(f"{len(dates)} dates, {len(agent)} agent days and {len(momentum)} momentum days: one each")
+
+    def ci(values: tuple[float, float, float]) -> dict[str, float]:
+        return dict(zip(("mean", "ci_low", "ci_high"), values))
+
+    return {"days": len(dates), "first": dates[0] if dates else None, "last": dates[-1] if dates else None,
+            "agent mean day [$]": ci(bootstrap_ci(agent)), "momentum mean day [$]": ci(bootstrap_ci(momentum)),
+            "agent - momentum, paired by day [$]": ci(paired_difference(agent, momentum))}
+
+
 def expected_max_sharpe(trials: int, variance: float) -> float:
     """The Sharpe ratio the best of ``trials`` independent skill-less trials reaches by luck (Bailey & Lopez de
     Prado 2014): ``sqrt(V) * ((1 - g) Z^-1(1 - 1/N) + g Z^-1(1 - 1/(N e)))``."""

@@ -44,7 +44,10 @@ CONFIRM_RECORD = "confirm.json"
 """What a confirmation folder was made from (the file's identity): another file of the same name is refused."""
 REUSED_FROM = "reused_from"
 """A trial's record, when another study folder ran it and it was copied here (``study --reuse``): that folder."""
-DAILY = ("daily_returns", "daily_dates", "momentum daily_returns")
+FRESH_DAILY = ("fresh day_dates", "fresh day_pnl", "momentum fresh day_pnl")
+"""A trial's days each traded from a fresh account (``evaluate.fresh_days``): the dates, its net P&L [$] and
+momentum's on the same days."""
+DAILY = ("daily_returns", "daily_dates", "momentum daily_returns", *FRESH_DAILY)
 """A trial's daily series: in ``trial.json`` and the summary's tests, not in the study table."""
 
 
@@ -159,6 +162,9 @@ def evaluation_row(out_eval: EvaluationOutput) -> dict[str, Any]:
     row: dict[str, Any] = {k: agent.get(k) for k in FIGURES}
     row["Apex verdict"] = agent.get("Apex verdict")
     row.update({k: v for k, v in (out_eval.extra.get("fresh_days") or {}).items() if k in FRESH_METRICS})
+    fresh = out_eval.extra.get("fresh_day_pnl")
+    if fresh:
+        row.update(zip(FRESH_DAILY, (fresh["dates"], fresh["agent"], fresh["momentum"])))
     for name in ("flat", "random", "momentum"):
         if name in out_eval.metrics:
             row[f"{name} Net PnL [$]"] = out_eval.metrics[name].get("Net PnL [$]")
