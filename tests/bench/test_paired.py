@@ -43,6 +43,7 @@ def test_against_and_breakdown_together_are_refused():
         TrainBenchArgs(against="HEAD", breakdown=True)
 
 
+@pytest.mark.slow  # 30-45 s: pairs of two codes trained at once (make test-slow)
 @pytest.mark.skipif(len(getattr(os, "sched_getaffinity", lambda _: ())(0)) < 2,
                     reason="pairs run both codes at once on a core each: needs 2 cores")
 def test_a_pair_times_both_codes_at_once_on_swapped_cores_and_reports_the_median_ratio(capsys):

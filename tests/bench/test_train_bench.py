@@ -27,6 +27,7 @@ def test_bench_train_when_phase_3_reports_ratio_against_phase_2_and_llm_share(ca
     assert lines[-2].startswith("in CPU time")
 
 
+@pytest.mark.slow  # 30-35 s: a student distilled, then phase 3 timed (make test-slow)
 def test_bench_train_when_llm_is_student_builds_one_advises_every_decision_and_breaks_the_time_down(capsys):
     code = main(["bench", "train", "--phase", "3", "--llm", "student", "--steps", "256", "--n-envs", "2",
                  "--breakdown"])

@@ -14,6 +14,7 @@ from hybrid_trader.run import RunDir
 from hybrid_trader.run.config import RunConfig
 
 
+@pytest.mark.slow  # 30-40 s: five variants trained on two seeds (make test-slow)
 def test_ablation_trains_evaluates_and_tabulates_every_variant_when_given_a_phase2_run(tmp_path, student_p2,
                                                                                        monkeypatch):
     out = tmp_path / "ablation"

@@ -47,6 +47,7 @@ def test_replica_seeds_are_fresh_and_stable():
     assert replica_folder("/x/studies/nq").name == "nq-replicate"
 
 
+@pytest.mark.slow  # 30-40 s: a study and its replica (make test-slow)
 def test_replicate_reruns_the_trials_with_fresh_seeds_beside_the_study(tmp_path, capsys):
     path = study_file(tmp_path, seeds=[0])
     out = tmp_path / "nq"

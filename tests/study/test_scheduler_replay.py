@@ -116,6 +116,7 @@ def test_the_replay_refuses_what_it_cannot_replay(tmp_path):
         replay_study(search_file(tmp_path, name="n.yaml", scheduler="none"), tmp_path / "missing")
 
 
+@pytest.mark.slow  # 75-110 s: a real ASHA search beside its replay (make test-slow)
 def test_a_replayed_asha_stops_the_trials_a_real_asha_search_stops(tmp_path):
     """The same random search (the same points) run without a scheduler, replayed, and run with ASHA (reduction
     factor 2, the first rung at the second validation; one worker, so the order is fixed): the replay's stopped
