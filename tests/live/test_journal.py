@@ -19,6 +19,7 @@ import pytest
 from hybrid_trader.errors import UserError
 from hybrid_trader.live.journal import Journal, OrderPrices
 from hybrid_trader.live.journal_read import SCHEMA_VERSION, to_ns
+from hybrid_trader.live.journal_tx import WriteUnit
 
 T0 = pd.Timestamp("2024-03-04 09:30", tz="America/New_York")
 
@@ -271,7 +272,8 @@ def test_second_writer_is_refused_while_a_journal_is_open_and_admitted_after_clo
 
 
 # ---- Ctrl-C at any line of a write ------------------------------------------------------------------------------
-_JOURNAL_SOURCE = str(Path(Journal.__init__.__code__.co_filename))
+_JOURNAL_SOURCES = {Journal.__init__.__code__.co_filename, WriteUnit.__enter__.__code__.co_filename}
+"""The journal's modules: its writes and their transactions (``live.journal_tx``)."""
 
 
 def _traded_bars(j: Journal) -> None:
@@ -290,14 +292,14 @@ def _traded_bars(j: Journal) -> None:
 
 
 class _InterruptAt:
-    """A trace function raising KeyboardInterrupt at the ``at``-th line the journal's module runs (as Ctrl-C's handler
+    """A trace function raising KeyboardInterrupt at the ``at``-th line the journal's modules run (as Ctrl-C's handler
     does between two lines); with ``at`` None it only counts them."""
 
     def __init__(self, at: int | None) -> None:
         self.at, self.lines = at, 0
 
     def __call__(self, frame: Any, event: str, arg: Any) -> Any:
-        if frame.f_code.co_filename != _JOURNAL_SOURCE:
+        if frame.f_code.co_filename not in _JOURNAL_SOURCES:
             return None
         if event == "line":
             if self.lines == self.at:

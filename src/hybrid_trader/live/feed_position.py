@@ -20,7 +20,8 @@ from hybrid_trader.features.incremental import IncrementalFeatures
 from hybrid_trader.live.bar_gate import CODE_HISTORY, BarGate
 from hybrid_trader.live.executor_parts import ExecutorSummary
 from hybrid_trader.live.feeds import Bar
-from hybrid_trader.live.journal import CommitBatch, Journal
+from hybrid_trader.live.journal import Journal
+from hybrid_trader.live.journal_tx import CommitBatch
 from hybrid_trader.live.live_point import Held, LivePoint
 
 if TYPE_CHECKING:

@@ -1,9 +1,10 @@
 """The live journal: every bar, decision, order, fill, account snapshot and error, in SQLite.
 
 One file per run (``--journal FILE``), in WAL mode. Every write is one transaction
-(``BEGIN IMMEDIATE`` ... ``COMMIT``) or one savepoint of the executor's batch of bars (:class:`CommitBatch`), so a
-kill -9 at any moment leaves the journal as it was after the last completed commit, and a Ctrl-C between any two
-lines leaves no write in part: the recovery reads (:meth:`Journal.last_bar_time`,
+(``BEGIN IMMEDIATE`` ... ``COMMIT``) or one savepoint of the executor's batch of bars
+(:mod:`~hybrid_trader.live.journal_tx`), so a kill -9 at any moment leaves the journal as it was after
+the last completed commit, and a Ctrl-C between any two lines leaves no write in part: the recovery
+reads (:meth:`Journal.last_bar_time`,
 :meth:`Journal.open_orders`, :meth:`Journal.position_from_fills`,
 :meth:`Journal.orders_sent_for`) are what the executor restarts from, and
 :meth:`Journal.record_order` is idempotent on ``order_id`` so a restart never sends an
@@ -56,6 +57,7 @@ from hybrid_trader.live.journal_read import (
     journal_error,
     to_ns,
 )
+from hybrid_trader.live.journal_tx import WriteUnit
 from hybrid_trader.run.lock import FolderLock
 
 IDENTITY_CHECKED = ("run_tag", "model", "config", "market")
@@ -244,11 +246,11 @@ class Journal(JournalReads):
         return out
 
     # ---- plumbing -----------------------------------------------------------------------
-    def _tx(self, *, one_statement: bool = False) -> _Unit:
-        """One unit of writes (``with self._tx() as db:``), committed as a whole or not at all (:class:`_Unit`);
-        ``one_statement``: the unit is a single INSERT, atomic by itself, so inside a batch it needs no savepoint
-        (the rows of every bar: about 3 us a write saved)."""
-        return _Unit(self, one_statement)
+    def _tx(self, *, one_statement: bool = False) -> WriteUnit:
+        """One unit of writes (``with self._tx() as db:``), committed as a whole or not at all
+        (:class:`~hybrid_trader.live.journal_tx.WriteUnit`); ``one_statement``: the unit is a single INSERT, atomic by
+        itself, so inside a batch it needs no savepoint (the rows of every bar: about 3 us a write saved)."""
+        return WriteUnit(self._db, self._error, one_statement)
 
     def begin(self) -> None:
         """Start one transaction for the writes up to :meth:`commit` (one fsync for many rows).
@@ -412,7 +414,6 @@ MANUAL_EXIT = "MANUAL_EXIT"
 """Exit reason of a position flattened when the executor stops (``--on-exit flatten``)."""
 
 
-
 def _real(x: Any) -> float | None:
     """A number for a REAL column (NaN, which SQLite cannot hold, as NULL)."""
     try:
@@ -429,99 +430,3 @@ def _check_state(state: str) -> None:
 
 def _now() -> int:
     return time.time_ns()
-
-
-BATCH_BARS = 1000
-BATCH_S = 1.0
-"""Journal rows of bars outside the trading window are committed together, at most this many or this old:
-one fsync for many (a kill loses the batch, and the restart's replay writes it again)."""
-
-
-class _Unit:
-    """One unit of writes, committed as a whole or not at all: its own transaction (``BEGIN IMMEDIATE`` ...
-    ``COMMIT``), or inside an open one (:meth:`Journal.begin`'s batch) a savepoint of it, released or rolled back to
-    (none for a single INSERT, atomic by itself).
-
-    Whether a transaction is open is SQLite's own state (``Connection.in_transaction``), never a flag kept beside
-    it: a Ctrl-C or SIGTERM raised between a statement and the next line (after ``BEGIN``, before ``COMMIT``)
-    leaves an open transaction that the next write joins and the stop's :meth:`Journal.commit` commits, never a
-    "cannot start a transaction within a transaction" that would lose the stop's rows. A class, not a generator: an
-    interrupted generator closed later by the garbage collector would roll back whatever joined its transaction.
-    """
-
-    __slots__ = ("journal", "one_statement", "opened")
-
-    def __init__(self, journal: Journal, one_statement: bool) -> None:
-        self.journal = journal
-        self.one_statement = one_statement
-        self.opened = ""
-        """What :meth:`__enter__` opened: ``BEGIN IMMEDIATE``, ``SAVEPOINT unit``, or nothing (one statement)."""
-
-    def __enter__(self) -> sqlite3.Connection:
-        db = self.journal._db
-        if not db.in_transaction:
-            self.opened = "BEGIN IMMEDIATE"
-        elif not self.one_statement:
-            self.opened = "SAVEPOINT unit"
-        if self.opened:
-            try:
-                db.execute(self.opened)
-            except sqlite3.Error as err:
-                raise self.journal._error(err, "write") from None
-        return db
-
-    def __exit__(self, kind: type[BaseException] | None, err: BaseException | None, tb: Any) -> None:
-        db = self.journal._db
-        savepoint = self.opened == "SAVEPOINT unit"
-        if kind is None:
-            try:
-                if self.opened:
-                    db.execute("RELEASE unit" if savepoint else "COMMIT")
-            except sqlite3.Error as failed:
-                raise self.journal._error(failed, "write") from None
-            return
-        try:
-            if self.opened and db.in_transaction:  # SQLite may have rolled back itself (a full disk)
-                if savepoint:
-                    db.execute("ROLLBACK TO unit")
-                    db.execute("RELEASE unit")
-                else:
-                    db.execute("ROLLBACK")
-        except sqlite3.Error as failed:  # the write's own error, when it has one, says more (a full disk ...)
-            if not isinstance(err, sqlite3.Error):
-                raise self.journal._error(failed, "write") from None
-        if isinstance(err, sqlite3.Error) and not isinstance(err, sqlite3.IntegrityError):
-            raise self.journal._error(err, "write") from None
-
-
-class CommitBatch:
-    """The executor's open transaction of bars: committed after a traded bar, or when :data:`BATCH_BARS` bars are in
-    it or the first is :data:`BATCH_S` old, or when the feed waits (:meth:`commit`)."""
-
-    def __init__(self, journal: Journal) -> None:
-        self.journal = journal
-        self._bars = 0
-        self._started: float | None = None
-
-    def begin(self, arrived: float) -> None:
-        """A bar arrived (``time.perf_counter()``): its rows go into the open transaction."""
-        self.journal.begin()
-        if self._started is None:
-            self._started = arrived
-
-    def bar_done(self, traded: bool, arrived: float) -> None:
-        """The bar's rows are written: commit after a traded bar, or when the batch is full or old."""
-        self._bars += 1
-        started = self._started if self._started is not None else arrived
-        if traded or self._bars >= BATCH_BARS or arrived - started >= BATCH_S:
-            self._commit()
-
-    def commit(self) -> None:
-        """Commit the batch now, if it holds a bar."""
-        if self._bars:
-            self._commit()
-
-    def _commit(self) -> None:
-        self.journal.commit()
-        self._bars = 0
-        self._started = None
