@@ -4,12 +4,14 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 EXTRAS ?= llm,llama,dev,study,watch
+# The default suite runs on this many processes (pytest-xdist; each test file stays on one): 0 runs it in one process
+TEST_WORKERS ?= 2
 
 .PHONY: install lock demo test test-slow test-all lint bench clean help chromium
 
 help:
 	@echo "make demo       create .venv, install, train phase 1+2 on the built-in market, evaluate, report"
-	@echo "make test       create .venv if missing, install (+ headless Chromium), run the default test suite (~20 min)"
+	@echo "make test       create .venv if missing, install (+ headless Chromium), run the default test suite (~20 min on 2 cores)"
 	@echo "make lint       ruff (style, import order, complexity) and mypy on src/"
 	@echo "make test-slow  the slow tests (training proofs on real data, real-model checks)"
 	@echo "make bench      environment, training and LLM throughput benchmarks"
@@ -56,7 +58,7 @@ chromium:
 	fi
 
 test: install chromium
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(BIN)/python -m pytest -q -m "not slow" -n $(TEST_WORKERS) --dist loadfile
 
 lint: install
 	$(BIN)/ruff check src tests

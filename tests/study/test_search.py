@@ -18,7 +18,13 @@ from hybrid_trader.run.config import SplitConfig
 from hybrid_trader.run.market import make_split
 from hybrid_trader.study.engine import run_study
 from hybrid_trader.study.search import fold_end_idle
-from hybrid_trader.study.search_results import FRESH_TEST, selection_of
+from hybrid_trader.study.search_results import (
+    FRESH_TEST,
+    fold_label,
+    selection_of,
+    summarize_search,
+    write_search_report,
+)
 from hybrid_trader.study.space import parse_dimension, points
 from hybrid_trader.study.spec import load_study
 from tests.study.test_study import TINY, study_file
@@ -249,6 +255,21 @@ def test_the_selection_reads_validation_figures_only(tmp_path):
             {"trial": "c002-s0-f0", "fold": 0, "sample": 2, "status": "stopped", "Max drawdown [$]": 1.0}]
     assert selection_of(spec, rows, 0)["trial"] == "c001-s0-f0"
     assert selection_of(spec, rows, 1) is None
+
+
+@pytest.mark.parametrize(("over", "labels"), [
+    ({"folds": 0, "base": {**SEARCH, "split.folds": 3, "split.fold": 2}}, ["0 (split.fold 2)"]),  # a later fold alone
+    ({"folds": 2}, ["0", "1"]),  # the study's own folds are the data's
+])
+def test_a_searchs_folds_name_the_datas_fold_they_searched(tmp_path, over, labels):
+    spec = load_study(search_file(tmp_path, **over))
+    rows = [{"trial": f"c000-s0-f{k}", "fold": k, "sample": 0, "status": "finished", "variant": "a",
+             "Net PnL [$]": 1.0, "test": {"Net PnL [$]": 2.0}} for k in range(len(labels))]
+    summary = summarize_search(spec, rows, {k: f"c000-s0-f{k}" for k in range(len(labels))}, {"attempts": 1})
+    assert [fold_label(f) for f in summary["folds"]] == labels
+    assert [f["split fold"] for f in summary["folds"]] == ([2] if over["folds"] == 0 else [0, 1])
+    report = write_search_report(tmp_path, spec, summary, pd.DataFrame(rows))
+    assert all(f"<td>{label}</td>" in report.read_text() for label in labels)
 
 
 def _bars_file(path, perturb: bool) -> list[str]:

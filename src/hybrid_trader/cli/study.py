@@ -136,7 +136,7 @@ def _replay_text(record: dict, out: Path) -> str:
 
 def _print_summary(summary: dict, replication: dict | None) -> None:
     """The study's results in a few lines: each variant, the pairs, the hypotheses, a search's folds, the DSR."""
-    from hybrid_trader.study.search_results import FRESH_TEST  # pandas: loaded only after a study ran
+    from hybrid_trader.study.search_results import FRESH_TEST, fold_label  # pandas: loaded only after a study ran
 
     for name, v in summary["variants"].items():
         if v["finished"] == 0 and v.get("not run"):
@@ -159,7 +159,7 @@ def _print_summary(summary: dict, replication: dict | None) -> None:
     for f in summary.get("folds") or []:  # a search (study.search): each fold's selection and its test
         test = (f.get("test") or {}).get("Net PnL [$]")
         fresh = (f.get("test") or {}).get("Mean day, fresh [$]")
-        print(f"fold {f['fold']}: {f['finished']} finished, {f['stopped']} stopped, {f['failed']} failed; selected "
+        print(f"fold {fold_label(f)}: {f['finished']} finished, {f['stopped']} stopped, {f['failed']} failed; selected "
               f"{f['selected']} {json.dumps(f.get('params'))}: test net P&L {'-' if test is None else f'{test:,.0f}'}"
               + ("" if fresh is None else f", mean day from a fresh account {fresh:,.0f}"))
     if summary.get(FRESH_TEST):

@@ -58,7 +58,8 @@ def summarize_search(spec: StudySpec, rows: Sequence[dict[str, Any]], chosen: Ma
         mine = [r for r in rows if r.get("fold") == fold]
         row = by_slug.get(chosen.get(fold) or "")
         test = (row or {}).get("test") or {}
-        entry: dict[str, Any] = {"fold": fold, "trials": len(mine),
+        split = spec.run_config(spec.variants[0], spec.seeds[0], fold, 1).split  # a one-fold study: the base's
+        entry: dict[str, Any] = {"fold": fold, "split fold": split.fold, "trials": len(mine),
                                  **{s: sum(1 for r in mine if r.get("status") == s) for s in ("finished", STOPPED,
                                                                                                 "failed")},
                                  "selected": row["trial"] if row else None}
@@ -133,6 +134,12 @@ def search_table(rows: Sequence[dict[str, Any]]) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
+def fold_label(entry: Mapping[str, Any]) -> str:
+    """A summary fold's name: ``0``, or ``0 (split.fold 2)`` for a one-fold study of a later fold of the data."""
+    data_fold = entry.get("split fold", entry["fold"])
+    return str(entry["fold"]) + ("" if data_fold == entry["fold"] else f" (split.fold {data_fold})")
+
+
 def write_search_report(out: Path, spec: StudySpec, summary: dict[str, Any], table: pd.DataFrame) -> Path:
     """``OUT/report.html``: the folds' selections and their test figures, the statistics, every trial."""
     def num(x: Any) -> str:
@@ -140,7 +147,7 @@ def write_search_report(out: Path, spec: StudySpec, summary: dict[str, Any], tab
             f"{x:,.2f}" if isinstance(x, float) else _esc(str(x)))
 
     folds = "".join(
-        f"<tr><td>{f['fold']}</td><td>{f['finished']}/{f[STOPPED]}/{f['failed']}</td><td>{num(f['selected'])}</td>"
+        f"<tr><td>{_esc(fold_label(f))}</td><td>{f['finished']}/{f[STOPPED]}/{f['failed']}</td><td>{num(f['selected'])}</td>"
         f"<td>{_esc(json.dumps(f.get('params')))}</td><td>{num(f.get(f'validation {spec.select.metric}'))}</td>"
         f"<td>{num((f.get('test') or {}).get('Net PnL [$]'))}</td>"
         f"<td>{num((f.get('test') or {}).get('momentum Net PnL [$]'))}</td></tr>" for f in summary["folds"])
