@@ -18,10 +18,10 @@ from hybrid_trader.features import compute_features
 def test_fresh_days_trade_every_usable_day_when_some_sessions_cannot_be_traded():
     full = generate_bars(days=5, seed=2, market="NQ")
     last_day = full.frame.index[-1].normalize()
-    cut = full.frame[full.frame.index < last_day + pd.Timedelta(hours=9, minutes=35)]  # a last day of 5 bars
+    cut = full.frame[full.frame.index < last_day + pd.Timedelta(hours=9, minutes=31)]  # a last day of 1 bar
     bars = Bars(frame=cut, market="NQ", bar_minutes=1, source="cut", findings=[])
     market = SimpleNamespace(bars=bars, features=compute_features(bars))
-    every_session = list(range(len(bars.session_bounds)))  # the last has 5 bars in its window: no episode
+    every_session = list(range(len(bars.session_bounds)))  # the last has 1 bar in its window: nothing to trade
     usable = TradingEnv(bars, market.features, EnvConfig(phase=1), sessions=every_session).episode_windows
     assert 0 < len(usable) < len(every_session)
     figures = run_fresh_days(lambda: RandomPolicy(0.05, seed=1), market, EnvConfig(phase=1), every_session)

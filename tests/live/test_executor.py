@@ -218,3 +218,21 @@ def test_day_ends_at_the_last_bar_that_came_when_the_windows_last_bars_are_missi
     db = sqlite3.connect(journal)
     errors = [r[0] for r in db.execute("SELECT message FROM errors WHERE location = 'window'")]
     assert len(errors) == 1 and "15:29" in errors[0]
+
+
+def test_a_day_with_a_few_bars_in_its_window_is_traded_by_evaluate_as_by_the_executor(tiny, tmp_path):
+    run, csv, market = tiny
+    frame = pd.read_csv(csv)
+    times = pd.to_datetime(frame["timestamp"])
+    day = pd.Timestamp(split_dates(run, "test")[0])
+    hhmm = times.dt.strftime("%H:%M")
+    cut = (times.dt.normalize() == day) & (hhmm >= "09:36") & (hhmm < "16:00")  # the feed lost the day from 09:36
+    short = tmp_path / "short.csv"
+    frame[~cut].to_csv(short, index=False)
+    ex = replay(run, short, tmp_path / "journal.sqlite")
+    out = evaluate_run(run, EvaluationRequest(split="test", seeds=1, data_overrides={"path": str(short)}, quiet=True,
+                                              ablation=False, out_dir=tmp_path / "eval"))
+    assert_same_trades(ex.trade_log(), pd.read_csv(out.out_dir / "agent.trades.csv"))
+    curve = pd.read_csv(out.out_dir / "agent.curve.csv")
+    kept = [t[11:16] for t in curve["time"] if t.startswith(day.strftime("%Y-%m-%d"))]
+    assert kept == ["09:30", "09:31", "09:32", "09:33", "09:34", "09:35"]  # six bars: a trading day of evaluate too

@@ -25,8 +25,10 @@ from hybrid_trader.env.account import PropFirmAccount
 from hybrid_trader.env.config import EnvConfig
 from hybrid_trader.features.names import WINDOW
 
-MIN_EPISODE_BARS = 10
-"""Sessions whose trading window holds fewer bars are not used as the environment's episodes."""
+MIN_EPISODE_BARS = 2
+"""Sessions whose trading window holds fewer bars are not used as the environment's episodes: with one bar, an entry
+decided at its close has no bar of the window to fill on, so nothing can be traded (the executor, which cannot know a
+window will be short, decides and cancels as the environment would). A short day is otherwise traded by both."""
 
 
 @dataclass(frozen=True)
