@@ -18,6 +18,7 @@ from hybrid_trader.bench.segments import (
     ROLLOUT,
     ROLLOUT_LOOP,
     ROLLOUT_PARTS,
+    STUDENT,
     UPDATE,
     UPDATE_FORWARD,
     UPDATE_LOOP,
@@ -31,6 +32,7 @@ from hybrid_trader.run.config import RunConfig
 from hybrid_trader.training import lean_backward, lean_ppo, vec_env
 from hybrid_trader.training.callbacks import EnvTimeCallback
 from hybrid_trader.training.runner import TrainHooks, train_run
+from tests.training.conftest import student_cfg
 
 TINY = {"data.synthetic_days": 8, "ppo.n_steps": 64, "ppo.batch_size": 64, "ppo.n_envs": 2, "ppo.n_epochs": 1,
         "ppo.total_timesteps": 256, "train.validate_every": 0, "train.progress_bar": False,
@@ -79,6 +81,22 @@ def test_segments_add_up_and_leave_nothing_wrapped_when_training_ends(tmp_path):
     assert "on_step" not in vars(CallbackList) and lean_ppo.rollout_masks is vec_env.rollout_masks
     assert lean_ppo.loss_and_grads is lean_backward.loss_and_grads
     pickle.dumps(timer.training_env)
+
+
+def test_the_environments_time_leaves_out_the_advice_layer_in_phase_3(tmp_path, student_market, student_p2):
+    timer, env_timer = SegmentTimer(), EnvTimeCallback()
+    train_run(student_cfg(3, 256), tmp_path / "p3", init=student_p2, market=student_market, quiet=True,
+              hooks=TrainHooks(extra_callbacks=[env_timer, timer]))
+    table = timer.table()
+    advice = table["AdvisorVecEnv"]["seconds"] + table[STUDENT]["seconds"]  # the layer's own, the student's forward
+    assert env_timer.advice_seconds > 0 and env_timer.advice_seconds == pytest.approx(advice, rel=0.25, abs=2e-3)
+    assert env_timer.env_seconds + env_timer.advice_seconds == pytest.approx(env_timer.seconds["env"])
+    environments = table["VecNormalize"]["seconds"] + table["DummyVecEnv"]["seconds"]
+    assert env_timer.env_seconds == pytest.approx(environments, rel=0.25, abs=2e-3)
+    venv = timer.training_env
+    while venv is not None:  # every wrapper gone again
+        assert not {"step_wait", "step_async", "env_method"} & set(vars(venv))
+        venv = getattr(venv, "venv", None)
 
 
 def test_compare_when_given_runs_of_both_phases_gives_medians_and_the_extra():

@@ -180,6 +180,7 @@ def run(args: TrainBenchArgs) -> int:
         "load_average": [round(x, 2) for x in os.getloadavg()],
         "env_time_share_pct": round(100 * timer.env_seconds / learn, 1),
         "env_seconds": round(timer.env_seconds, 2),
+        "advice_time_share_pct": round(100 * timer.advice_seconds / learn, 1),  # phase 3's advice layer (else 0)
         "wall_seconds": round(wall, 2),
         "learn_seconds": learn,
         "steps": steps,
@@ -198,7 +199,8 @@ def run(args: TrainBenchArgs) -> int:
     }
     print(f"{result['train_steps_per_s']:,.0f} training steps/s "
           f"({result['train_steps_per_cpu_s'] or 0:,.0f} per CPU second, 1-minute load {result['load_average'][0]}); "
-          f"environment {result['env_time_share_pct']}% of wall time")
+          f"environments and normaliser {result['env_time_share_pct']}% of wall time"
+          + (f", the advice layer {result['advice_time_share_pct']}%" if phase == 3 else ""))
     if phase == 3:
         route = "input and prior" if result["advice_input"] else "prior alone"
         print(f"phase 3 ({result['llm_backend']}, advice as {route}) took {result['phase3_over_phase2']:.2f}x "

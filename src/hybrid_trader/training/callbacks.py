@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.logger import KVWriter, TensorBoardOutputFormat
+from stable_baselines3.common.vec_env import VecEnvWrapper
 from torch import nn
 from torch.utils.tensorboard import SummaryWriter
 
@@ -277,17 +278,32 @@ def _unwrap(owner: Any, attr: str) -> None:
 
 
 class EnvTimeCallback(TimingCallback):
-    """Measures the share of wall time spent inside ``VecEnv.step`` (for ``bench train``)."""
+    """Measures the wall time spent in the environments and the normaliser (for ``bench train``): the outermost
+    VecEnv's ``step`` and ``env_method``, less what an advice layer inside it (phase 3's ``AdvisorVecEnv``: the
+    advisor's bookkeeping and the student's forward) adds to the environments it wraps."""
 
     def _on_training_start(self) -> None:
-        # action_masks() is fetched through env_method every step
+        # action_masks() is fetched through env_method every step (unless LeanDummyVecEnv recorded them)
         for attr in ("step_async", "step_wait", "env_method"):
             self._wrap(self.training_env, attr, "env")
+        layer: Any = self.training_env
+        while isinstance(layer, VecEnvWrapper):
+            if hasattr(layer, "advisor"):  # the advice layer: its step_wait steps the environments, then advises
+                self._wrap(layer, "step_wait", "advice")
+                self._wrap(layer.venv, "step_wait", "advised environments")
+                break
+            layer = layer.venv
+
+    @property
+    def advice_seconds(self) -> float:
+        """Seconds the advice layer added to the environments' steps (0 without one)."""
+        return self.seconds.get("advice", 0.0) - self.seconds.get("advised environments", 0.0)
 
     @property
     def env_seconds(self) -> float:
-        """Seconds spent in the VecEnv's step and env_method calls."""
-        return self.seconds.get("env", 0.0)
+        """Seconds spent in the environments and the normaliser: the VecEnv's step and env_method calls, less the
+        advice layer's own."""
+        return self.seconds.get("env", 0.0) - self.advice_seconds
 
 
 class StopOnSignal(BaseCallback):
