@@ -152,8 +152,8 @@ def run(args: TrainBenchArgs) -> int:
                     p2_segments.append(same_segments.table())
             timer = EnvTimeCallback()
             run_segments = SegmentTimer() if args.breakdown else None
-            # The set-up (the student's distillation above all) leaves ~400,000 objects: the full collection they
-            # are due cost 0.2-0.3 s inside whichever timed run came first (phase 3's logger.dump with --breakdown)
+            # The set-up (imports, the market, the short runs, the student) leaves ~400,000 objects: a full collection
+            # over them costs 0.2-0.3 s in whichever run it falls (it fell in phase 3's logger.dump with --breakdown)
             gc.collect()
             start = time.perf_counter()
             run_dir = tmp_dir / f"run-{r}"
