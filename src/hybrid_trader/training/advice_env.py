@@ -265,3 +265,12 @@ def always_on_advice(advisor: Any) -> Callable[[np.ndarray, np.ndarray, np.ndarr
     features copied, the advice block filled, in :data:`BLOCK_COLUMNS`), or None when it has none."""
     make = getattr(getattr(advisor, "backend", None), "block_writer", None)
     return make(**BLOCK_COLUMNS) if callable(make) else None
+
+
+def advice_layer(venv: Any) -> AdvisorVecEnv | None:
+    """The :class:`AdvisorVecEnv` inside a VecEnv wrapper stack (None without one: phases 1-2)."""
+    while isinstance(venv, VecEnvWrapper):
+        if isinstance(venv, AdvisorVecEnv):
+            return venv
+        venv = venv.venv
+    return None

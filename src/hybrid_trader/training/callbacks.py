@@ -18,12 +18,12 @@ from typing import Any
 import numpy as np
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.logger import KVWriter, TensorBoardOutputFormat
-from stable_baselines3.common.vec_env import VecEnvWrapper
 from torch import nn
 from torch.utils.tensorboard import SummaryWriter
 
 from hybrid_trader.run import RunDir
 from hybrid_trader.run.models import save_model
+from hybrid_trader.training.advice_env import advice_layer
 
 
 class JsonlWriter(KVWriter):
@@ -286,13 +286,10 @@ class EnvTimeCallback(TimingCallback):
         # action_masks() is fetched through env_method every step (unless LeanDummyVecEnv recorded them)
         for attr in ("step_async", "step_wait", "env_method"):
             self._wrap(self.training_env, attr, "env")
-        layer: Any = self.training_env
-        while isinstance(layer, VecEnvWrapper):
-            if hasattr(layer, "advisor"):  # the advice layer: its step_wait steps the environments, then advises
-                self._wrap(layer, "step_wait", "advice")
-                self._wrap(layer.venv, "step_wait", "advised environments")
-                break
-            layer = layer.venv
+        layer = advice_layer(self.training_env)
+        if layer is not None:  # its step_wait steps the environments, then advises
+            self._wrap(layer, "step_wait", "advice")
+            self._wrap(layer.venv, "step_wait", "advised environments")
 
     @property
     def advice_seconds(self) -> float:

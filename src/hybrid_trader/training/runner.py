@@ -45,7 +45,7 @@ from hybrid_trader.run.models import (
 )
 from hybrid_trader.run.pins import check_pins, pin_inputs
 from hybrid_trader.run.rundir import LLM_CONFIG, SPLIT
-from hybrid_trader.training.advice_env import AdvisorVecEnv
+from hybrid_trader.training.advice_env import AdvisorVecEnv, advice_layer
 from hybrid_trader.training.advisor_setup import (
     CalibrationRule,
     keep_calibration,
@@ -423,7 +423,8 @@ def _learn(run: RunDir, config: RunConfig, model, venv, market: Market, *, start
     if config.env.phase == 3:
         from hybrid_trader.training.hybrid_stats import HybridStatsCallback  # phase 3 only
 
-        wrapper = _find_wrapper(venv)
+        wrapper = advice_layer(venv)
+        assert wrapper is not None  # a phase 3 stack always holds one (build_vec_env)
         wrapper.follow(model.policy)  # the query policy reads the RL confidence of its decisions
         if wrapper.teacher is not None:
             wrapper.teacher.bind(run.path)  # the folder exists now: the teacher's rows go to its dataset
@@ -486,13 +487,6 @@ def _learn(run: RunDir, config: RunConfig, model, venv, market: Market, *, start
             warn(f"{folder} evaluated the previous model: marked stale (evaluate again)")
     say(f"trained {steps:,} steps in {elapsed:.0f} s ({status['steps_per_second']} steps/s) -> {run.path}")
     return status
-
-
-def _find_wrapper(venv):
-    """The AdvisorVecEnv inside a wrapper stack."""
-    while not isinstance(venv, AdvisorVecEnv):
-        venv = venv.venv
-    return venv
 
 
 def _yaml_dump(data: dict) -> str:
