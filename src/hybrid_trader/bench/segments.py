@@ -179,7 +179,7 @@ class SegmentTimer(TimingCallback):
                  EPISODES, BUFFER, GAE, ROLLOUT_LOOP, UPDATE, MINIBATCHES, UPDATE_FORWARD, BACKWARD, LOSS_GRADS,
                  CLIPPING, OPTIMIZER, UPDATE_LOOP, LOGGING, "other"]
         steps = max(self.vector_steps, 1)
-        return {name: {"seconds": round(own[name], 4), "us_per_step": round(1e6 * own[name] / steps, 1)}
+        return {name: {"seconds": round(own[name], 6), "us_per_step": round(1e6 * own[name] / steps, 1)}
                 for name in dict.fromkeys([*order, *own]) if name in own}
 
 
