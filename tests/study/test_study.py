@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import math
+import socket
+from datetime import datetime, timedelta
 
 import pandas as pd
 import pytest
@@ -142,6 +144,29 @@ def test_a_cluster_address_that_does_not_answer_is_a_clear_error(tmp_path, capsy
     code = main(["study", study_file(tmp_path), "--out", str(tmp_path / "o"), "--address", "127.0.0.1:1",
                  "--no-progress"])
     assert code == 2 and "does not answer" in capsys.readouterr().err
+
+
+def test_a_study_on_the_ray_its_caller_runs_keeps_that_ray_and_runs_its_workers_trials_at_a_time(tmp_path,
+                                                                                                 local_ray):
+    """The process's Ray (2 CPUs, tests/study/conftest.py) is kept, and a 1-worker study runs one trial at a time on
+    it: the second trial starts after the first ended."""
+    summary = run_study(study_file(tmp_path, seeds=[0]), tmp_path / "out", workers=1, progress=False,
+                        say=lambda s: None)
+    assert summary["finished"] == 2 and summary["timing"]["workers"] == 1 and local_ray.is_initialized()
+    rows = sorted((json.loads(p.read_text()) for p in (tmp_path / "out" / "trials").glob("*/trial.json")),
+                  key=lambda r: r["started"])
+    first_end = datetime.fromisoformat(rows[0]["started"]) + timedelta(seconds=rows[0]["seconds"])
+    assert datetime.fromisoformat(rows[1]["started"]) >= first_end - timedelta(milliseconds=20), rows
+
+
+def test_a_study_cannot_join_a_cluster_from_a_process_that_runs_ray_already(tmp_path, local_ray):
+    with socket.socket() as answering:  # an address that answers: the refusal is Ray's, not the network's
+        answering.bind(("127.0.0.1", 0))
+        answering.listen()
+        address = f"127.0.0.1:{answering.getsockname()[1]}"
+        with pytest.raises(UserError, match="already runs Ray") as err:
+            run_study(study_file(tmp_path), tmp_path / "out", address=address, progress=False, say=lambda s: None)
+    assert "ray.shutdown()" in err.value.fix and local_ray.is_initialized()
 
 
 def test_the_reward_is_a_study_dimension(tmp_path):

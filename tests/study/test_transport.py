@@ -20,7 +20,7 @@ from hybrid_trader.study.transport import (
     study_bars,
     unpack,
 )
-from hybrid_trader.study.trials import Trial, forget_markets, trial_task
+from hybrid_trader.study.trials import Trial, forget_markets, market_for, trial_task
 from tests.study.test_study import TINY
 
 
@@ -112,3 +112,25 @@ def test_a_trial_task_runs_from_the_shipped_bars_in_a_scratch_folder_it_removes(
     results = json.loads((landed / "p1" / "eval" / "test" / "results.json").read_text())
     assert results["info"]["run_dir"] == str(landed / "p1")
     assert Manifest(landed / "p1" / "eval" / "test").problem(landed / "p1" / "eval" / "test" / "results.json") is None
+
+
+def test_a_worker_kept_between_studies_builds_its_market_from_each_studys_own_load_of_a_file(tmp_path):
+    """On a Ray its caller keeps, a worker outlives a study: a file rewritten before the next study is traded as
+    that study loaded it, not as the market the worker built from the earlier load."""
+    from hybrid_trader.data.synthetic import generate_bars
+    from hybrid_trader.run.config import RunConfig
+
+    csv = tmp_path / "NQ_bars.csv"
+    config = RunConfig(data=DataConfig(path=str(csv)))
+    markets = []
+    forget_markets()
+    try:
+        for seed in (1, 2):  # the same path, other bars
+            generate_bars(days=14, seed=seed).frame.rename_axis("timestamp").to_csv(csv)
+            markets.append(market_for(config, study_bars([config.data])))
+        again = market_for(config, {data_key(config.data): study_bars([config.data])[data_key(config.data)]})
+    finally:
+        forget_markets()
+    first, second = (m.bars.frame["close"].to_numpy() for m in markets)
+    assert not (len(first) == len(second) and (first == second).all())
+    assert (again.bars.frame["close"].to_numpy() == second).all()  # a third load of the unchanged file: its bars

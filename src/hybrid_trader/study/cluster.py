@@ -7,6 +7,10 @@ the driver authenticates with it, so a head started with token authentication (`
 ray start --head``, or any ``ray start --head`` while ``~/.ray/auth_token`` exists) accepts it; a
 head without authentication ignores the token. ``RAY_AUTH_MODE=disabled`` turns this off.
 
+A process that already runs Ray (a notebook's ``ray.init()``, a test session's) keeps it: a study
+runs its trials on that Ray, at most ``workers`` at a time, and leaves it running
+(:func:`ray_for_study`).
+
 Before Ray's own connection (which retries a dead or refusing address for a minute), the address
 is checked: a port that does not answer, and a cluster that refuses this driver's token (or
 its lack of one), are each refused with their own message and fix.
@@ -16,6 +20,7 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Callable
 from typing import Any
 
 from hybrid_trader.errors import UserError
@@ -104,3 +109,22 @@ def ray_init(workers: int, address: str | None) -> Any:
         raise UserError(f"could not start or join Ray ({type(err).__name__}: {str(err)[:200]})",
                         value=address or f"local, {workers} CPUs", fix=ADDRESS_FIX) from None
     return ray
+
+
+def ray_for_study(workers: int, address: str | None,
+                  start: Callable[[int, str | None], Any] = ray_init) -> tuple[Any, bool]:
+    """Ray for one study, and whether this call started it (then the study shuts it down when it ends).
+
+    The Ray this process already runs (a caller's ``ray.init()``) is used as it is and left running; the study
+    then keeps at most ``workers`` trials in flight itself. Otherwise Ray is started on this machine or joined at
+    ``address`` (``start``: :func:`ray_init`)."""
+    import ray  # only when trials run (see ray_init)
+
+    if not ray.is_initialized():
+        return start(workers, address), True
+    if address:
+        probe(address)  # a dead address is said as such first
+        raise UserError(f"this process already runs Ray, so a study cannot join the cluster at {address} from it",
+                        value=address, fix="call ray.shutdown() before running the study with an address, or "
+                        "leave the address out to run the study on the Ray this process runs")
+    return ray, False

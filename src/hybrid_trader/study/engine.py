@@ -31,7 +31,7 @@ from hybrid_trader.run.files import atomic_write_text, check_writable
 from hybrid_trader.run.lock import FolderLock
 from hybrid_trader.run.market import check_environment
 from hybrid_trader.study.attempts import count_attempts, record_attempt
-from hybrid_trader.study.cluster import ray_init
+from hybrid_trader.study.cluster import ray_for_study, ray_init
 from hybrid_trader.study.fingerprint import code_label, fingerprint_summary
 from hybrid_trader.study.spec import StudySpec, load_study
 from hybrid_trader.study.summary import NOT_RUN, summarize_study
@@ -266,22 +266,29 @@ def _keys_of(spec: StudySpec, variant: Any, prefixes: tuple[str, ...], message: 
 def _run_on_ray(spec: StudySpec, todo: list[Trial], out: Path, workers: int, address: str | None,
                 progress: bool, bars: dict[str, DataBars]) -> dict[str, float]:
     """Each trial a Ray task (:func:`trial_task`): the bars go out once through the object store, each trial's
-    row and folder come back as its return value, and this process alone writes them into ``out``."""
-    ray = _ray_init(workers, address)
+    row and folder come back as its return value, and this process alone writes them into ``out``. A Ray this
+    process already ran is kept (:func:`~hybrid_trader.study.cluster.ray_for_study`)."""
+    ray, ours = ray_for_study(workers, address, _ray_init)
     remote = ray.remote(num_cpus=1, max_retries=0)(trial_task)
     data = absolute_paths(to_dict(spec))
     started = time.perf_counter()
     shipped = ray.put(bars)
-    submitted = {remote.remote(data, t, carried(out / TRIALS / t.slug), shipped, str(out / TRIALS / t.slug)):
-                 (t, time.perf_counter()) for t in todo}
-    pending = list(submitted)
+    queue = list(todo)
+    cap = len(todo) if address else workers  # a cluster runs what its CPUs allow; this machine `workers` at a time
+    submitted: dict[Any, Trial] = {}
+    pending: list[Any] = []
     trial_seconds = 0.0
     bar = tqdm(total=len(todo), desc="trials", unit="trial", disable=not progress)
     try:
-        while pending:
+        while queue or pending:
+            while queue and len(pending) < cap:
+                t = queue.pop(0)
+                ref = remote.remote(data, t, carried(out / TRIALS / t.slug), shipped, str(out / TRIALS / t.slug))
+                submitted[ref] = t
+                pending.append(ref)
             done, pending = ray.wait(pending, num_returns=1)
             for ref in done:
-                t = submitted[ref][0]
+                t = submitted[ref]
                 files: bytes | None
                 try:
                     row, files = ray.get(ref)
@@ -298,7 +305,8 @@ def _run_on_ray(spec: StudySpec, todo: list[Trial], out: Path, workers: int, add
                 bar.set_postfix(last=f"{row.get('trial')} {row.get('status')}")
     finally:
         bar.close()
-        ray.shutdown()
+        if ours:
+            ray.shutdown()
     wall = time.perf_counter() - started
     used = min(workers, len(todo))
     overhead = max(wall * used - trial_seconds, 0.0) / len(todo)

@@ -43,7 +43,7 @@ from hybrid_trader.run.config import RunConfig
 from hybrid_trader.run.files import atomic_write_text
 from hybrid_trader.run.market import check_environment
 from hybrid_trader.study.attempts import count_attempts, record_attempt
-from hybrid_trader.study.cluster import ray_init
+from hybrid_trader.study.cluster import ray_for_study
 from hybrid_trader.study.scheduler_replay import asha_max_t
 from hybrid_trader.study.search_results import (
     STOPPED,
@@ -289,7 +289,7 @@ def _run_tune(spec: StudySpec, out: Path, folds: list[int], records: dict[str, d
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
     logging.getLogger("ray.tune.analysis.experiment_analysis").setLevel(logging.ERROR)  # no result files: said
     logging.getLogger("optuna").setLevel(logging.WARNING)
-    ray = ray_init(workers, address)
+    ray, ours = ray_for_study(workers, address)
     from ray import tune
     from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
     from ray.tune.search.optuna import OptunaSearch
@@ -363,7 +363,8 @@ def _run_tune(spec: StudySpec, out: Path, folds: list[int], records: dict[str, d
             ray.kill(collector)
     finally:
         bar.close()
-        ray.shutdown()
+        if ours:
+            ray.shutdown()
         shutil.rmtree(scratch, ignore_errors=True)
     wall = time.perf_counter() - started
     used = min(workers, max(ran, 1))

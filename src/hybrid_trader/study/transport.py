@@ -24,6 +24,7 @@ import io
 import json
 import os
 import tarfile
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -49,6 +50,9 @@ class DataBars:
 
     bars: Bars
     pool: list[Bars] = field(default_factory=list)
+    loaded: str = field(default_factory=lambda: uuid.uuid4().hex)
+    """Which load these are: a worker that outlives a study (on a Ray its caller keeps) never trades a later
+    study's trials on a market it built from an earlier load of the same file."""
 
 
 def data_key(data: DataConfig) -> str:

@@ -16,6 +16,7 @@ import time
 import traceback
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -60,14 +61,14 @@ def market_for(config: Any, bars: Mapping[str, DataBars] | None = None) -> Marke
 
     ``bars``: the study's bars by data configuration (:func:`hybrid_trader.study.transport.study_bars`, shipped
     with the trial): the market is built from them, never from the files the configuration names."""
-    key = data_key(config.data)
+    given = bars.get(data_key(config.data)) if bars is not None else None
+    if bars is not None and given is None:
+        raise KeyError(f"no bars shipped for the trial's data configuration {data_key(config.data)}")
+    key = data_key(config.data) + (given.loaded if given else "")
     if config.data.pool:  # the pooled days end where this split's validation starts: one market per split
         key += json.dumps(to_dict(config.split), sort_keys=True)
     known = _MARKETS.get(key)
     if known is None:
-        given = bars.get(data_key(config.data)) if bars is not None else None
-        if bars is not None and given is None:
-            raise KeyError(f"no bars shipped for the trial's data configuration {data_key(config.data)}")
         known = _MARKETS[key] = load_market(config.data, config.split, pool=True,
                                             bars=given.bars if given else None,
                                             pool_bars=given.pool if given else None)
@@ -115,7 +116,8 @@ def run_trial(spec_data: dict, trial: Trial, out: str, *, bars: Mapping[str, Dat
     folder = Path(out) / TRIALS / trial.slug
     folder.mkdir(parents=True, exist_ok=True)
     row: dict[str, Any] = {"variant": trial.variant, "seed": trial.seed, "fold": trial.fold, "trial": trial.slug,
-                           "fingerprint": fingerprint(), "code": code_version()}
+                           "fingerprint": fingerprint(), "code": code_version(),
+                           "started": datetime.now(UTC).isoformat(timespec="milliseconds")}
     started = time.perf_counter()
     try:
         variant = next(v for v in spec.variants if v.name == trial.variant)
