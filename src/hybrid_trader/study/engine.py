@@ -267,7 +267,7 @@ def _run_on_ray(spec: StudySpec, todo: list[Trial], out: Path, workers: int, add
                 progress: bool, bars: dict[str, DataBars]) -> dict[str, float]:
     """Each trial a Ray task (:func:`trial_task`): the bars go out once through the object store, each trial's
     row and folder come back as its return value, and this process alone writes them into ``out``. A Ray this
-    process already ran is kept (:func:`~hybrid_trader.study.cluster.ray_for_study`)."""
+    process already runs is used and left running (:func:`~hybrid_trader.study.cluster.ray_for_study`)."""
     ray, ours = ray_for_study(workers, address, _ray_init)
     remote = ray.remote(num_cpus=1, max_retries=0)(trial_task)
     data = absolute_paths(to_dict(spec))
