@@ -261,6 +261,22 @@ def test_position_is_flat_when_ninjatrader_has_written_no_file(nt):
     assert bridge_for(nt).order_state(ENTRY) is None
 
 
+def test_the_position_read_looks_at_the_position_files_alone_however_many_order_files_outgoing_holds(nt,
+                                                                                                      monkeypatch):
+    """NinjaTrader keeps a state file for every order in outgoing/: the read of the position (every bar) picks the
+    position files by name before it asks the disk about them (it stat'ed every file: a seventh of a long replay)."""
+    bridge = bridge_for(nt)
+    bridge.enter(ENTRY, "BUY", 1, stop_price=20990, target_price=21030)
+    nt.process(bar(21000, 21004, 20996, 21001))
+    for i in range(50):
+        (nt.outgoing / f"run1-20261125T{i:06d}-entry.txt").write_text("FILLED;1;21000.00\n")
+    asked: list[str] = []
+    is_file = Path.is_file
+    monkeypatch.setattr(Path, "is_file", lambda self: asked.append(self.name) or is_file(self))
+    assert bridge.position().side == "LONG"
+    assert asked and all(position_file_matches(name, ACCOUNT, INSTRUMENT) for name in asked), asked
+
+
 def test_partial_fill_reports_each_part_when_the_market_fills_in_two_bars(nt):
     bridge = bridge_for(nt)
     nt.partial_fill_next(1)

@@ -96,8 +96,8 @@ class OutgoingReader:
     def position(self) -> BrokerPosition:
         """The account's position in the instrument from outgoing/; FLAT with no ``file`` (not ``known``) when
         NinjaTrader has written none."""
-        names = [p for p in self._listing(self.outgoing)
-                 if p.is_file() and position_file_matches(p.name, self.account, self.instrument)]
+        names = [p for p in self._listing(self.outgoing)  # the name first: a stat of every order's file a bar is
+                 if position_file_matches(p.name, self.account, self.instrument) and p.is_file()]  # O(orders)
         if not names:
             if self._position_seen:  # NinjaTrader restarted (it empties outgoing/) or the file was removed
                 raise PositionLost(f"NinjaTrader's position file for {self.instrument} in {self.account} has "
