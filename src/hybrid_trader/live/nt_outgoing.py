@@ -96,8 +96,9 @@ class OutgoingReader:
     def position(self) -> BrokerPosition:
         """The account's position in the instrument from outgoing/; FLAT with no ``file`` (not ``known``) when
         NinjaTrader has written none."""
-        names = [p for p in self._listing(self.outgoing)  # the name first: a stat of every order's file a bar is
-                 if position_file_matches(p.name, self.account, self.instrument) and p.is_file()]  # O(orders)
+        # the name before the disk: outgoing/ holds a state file for every order of the session
+        names = [p for p in self._listing(self.outgoing)
+                 if position_file_matches(p.name, self.account, self.instrument) and p.is_file()]
         if not names:
             if self._position_seen:  # NinjaTrader restarted (it empties outgoing/) or the file was removed
                 raise PositionLost(f"NinjaTrader's position file for {self.instrument} in {self.account} has "

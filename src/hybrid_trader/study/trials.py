@@ -61,10 +61,11 @@ def market_for(config: Any, bars: Mapping[str, DataBars] | None = None) -> Marke
 
     ``bars``: the study's bars by data configuration (:func:`hybrid_trader.study.transport.study_bars`, shipped
     with the trial): the market is built from them, never from the files the configuration names."""
-    given = bars.get(data_key(config.data)) if bars is not None else None
+    key = data_key(config.data)
+    given = bars.get(key) if bars is not None else None
     if bars is not None and given is None:
-        raise KeyError(f"no bars shipped for the trial's data configuration {data_key(config.data)}")
-    key = data_key(config.data) + (given.loaded if given else "")
+        raise KeyError(f"no bars shipped for the trial's data configuration {key}")
+    key += given.loaded if given else ""
     if config.data.pool:  # the pooled days end where this split's validation starts: one market per split
         key += json.dumps(to_dict(config.split), sort_keys=True)
     known = _MARKETS.get(key)
