@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import socket
 from datetime import datetime, timedelta
 
@@ -157,6 +158,15 @@ def test_a_study_on_the_ray_its_caller_runs_keeps_that_ray_and_runs_its_workers_
                   key=lambda r: r["started"])
     first_end = datetime.fromisoformat(rows[0]["started"]) + timedelta(seconds=rows[0]["seconds"])
     assert datetime.fromisoformat(rows[1]["started"]) >= first_end - timedelta(milliseconds=20), rows
+
+
+def test_a_study_given_no_workers_runs_as_many_trials_at_a_time_as_the_ray_its_caller_runs_has_cpus(
+        tmp_path, local_ray, monkeypatch):
+    """On a caller's Ray (2 CPUs here; a cluster's, joined from Python) the default is its CPUs, not the driver
+    machine's cores (1, as patched)."""
+    monkeypatch.setattr(os, "cpu_count", lambda: 1)
+    summary = run_study(study_file(tmp_path, seeds=[0]), tmp_path / "out", progress=False, say=lambda s: None)
+    assert summary["finished"] == 2 and summary["timing"]["workers"] == 2
 
 
 def test_a_study_cannot_join_a_cluster_from_a_process_that_runs_ray_already(tmp_path, local_ray):

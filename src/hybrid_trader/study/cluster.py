@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -109,6 +110,19 @@ def ray_init(workers: int, address: str | None) -> Any:
         raise UserError(f"could not start or join Ray ({type(err).__name__}: {str(err)[:200]})",
                         value=address or f"local, {workers} CPUs", fix=ADDRESS_FIX) from None
     return ray
+
+
+def running_ray_cpus() -> int | None:
+    """The CPUs of the Ray this process already runs (all of its cluster's, when it joined one); None without one.
+
+    A study given no ``workers`` runs that many trials at a time on it, not this machine's core count."""
+    if "ray" not in sys.modules:  # no Ray imported, so none running: importing it here would cost seconds
+        return None
+    import ray  # already imported (above): free
+
+    if not ray.is_initialized():
+        return None
+    return int(ray.cluster_resources().get("CPU", 0)) or None
 
 
 def ray_for_study(workers: int, address: str | None,

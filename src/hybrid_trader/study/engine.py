@@ -31,7 +31,7 @@ from hybrid_trader.run.files import atomic_write_text, check_writable
 from hybrid_trader.run.lock import FolderLock
 from hybrid_trader.run.market import check_environment
 from hybrid_trader.study.attempts import count_attempts, record_attempt
-from hybrid_trader.study.cluster import ray_for_study, ray_init
+from hybrid_trader.study.cluster import ray_for_study, ray_init, running_ray_cpus
 from hybrid_trader.study.fingerprint import code_label, fingerprint_summary
 from hybrid_trader.study.spec import StudySpec, load_study
 from hybrid_trader.study.summary import NOT_RUN, summarize_study
@@ -114,12 +114,14 @@ def run_study(spec_path: str | Path | StudySpec, out: str | Path, *, workers: in
     chosen = _chosen_variants(spec, only)
     out = Path(out).resolve()
     check_writable(out, what="study --out")
-    cores = os.cpu_count() or 1
+    ray_cpus = running_ray_cpus()
+    cores = ray_cpus or os.cpu_count() or 1
     workers = workers or cores
     if workers < 1:
         raise UserError(f"--workers {workers} must be 1 or more")
     if workers > cores and not address:
-        say(f"note: --workers {workers} capped at {cores}, the number of cores (one trial per CPU)")
+        where = "the CPUs of the Ray this process runs" if ray_cpus else "the number of cores"
+        say(f"note: --workers {workers} capped at {cores}, {where} (one trial per CPU)")
         workers = cores
     bars: dict[str, DataBars] = {}  # every bar file the variants name, loaded once: checked here, shipped to trials
     _check_folds(spec, bars)
