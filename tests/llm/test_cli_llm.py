@@ -218,3 +218,35 @@ def test_eval_when_the_runs_own_prompt_retrieves_uses_its_calibration_fitted_wit
     code, out, err = run(capsys, "llm", "eval", str(run_dir), "--max-states", "40", "--train-states", "60")
     assert code == 0, err
     assert json.loads(out.strip().splitlines()[-1])["calibration"] == "batch"
+
+
+def test_eval_of_another_llm_config_is_measured_beside_the_runs_own_and_leaves_the_runs_calibration(
+        capsys, tmp_path, monkeypatch):
+    """``--config``: another model's advice on the run's states, calibrated (a lean) without touching the run's
+    calibration or its own results; the run's calibration is used only where it was fitted for that advice."""
+    make_mock_lean(monkeypatch)
+    run_dir = mock_run(tmp_path, "llm eval --config")
+    assert run(capsys, "advise", "calibrate", str(run_dir), "--max-states", "40")[0] == 0
+    stored = (run_dir / "llm_calibration.json").read_bytes()
+    assert run(capsys, "llm", "eval", str(run_dir), "--max-states", "40", "--train-states", "60")[0] == 0
+    own = (run_dir / "llm_eval" / "val.json").read_bytes()
+    other = tmp_path / "retrieving.yaml"
+    other.write_text("backend: mock\nprompt:\n  retrieval:\n    k: 2\n")
+    code, out, err = run(capsys, "llm", "eval", str(run_dir), "--config", str(other), "--max-states", "40",
+                         "--train-states", "60", "--calibration-states", "30")
+    assert code == 0, err
+    assert f"LLM config {other}" in out and "calibration fitted on 30 training states (not stored)" in out
+    summary = json.loads(out.strip().splitlines()[-1])
+    assert summary["calibration"] == "batch" and "LLM calibrated" in summary["informativeness"]
+    written = json.loads((run_dir / "llm_eval" / "val-retrieving.json").read_text())
+    assert written["llm_config"] == "retrieving" and written["adapter"] is None
+    assert (run_dir / "llm_calibration.json").read_bytes() == stored  # the run's own model's, untouched
+    assert (run_dir / "llm_eval" / "val.json").read_bytes() == own
+    code, out, err = run(capsys, "llm", "eval", str(run_dir), "--config", str(other), "--max-states", "40",
+                         "--train-states", "60", "--no-calibrate")
+    assert code == 0 and json.loads(out.strip().splitlines()[-1])["calibration"] == "raw"
+    same = tmp_path / "same.yaml"  # the run's own advice under another file name: the run's calibration fits it
+    same.write_text("backend: mock\n")
+    code, out, err = run(capsys, "llm", "eval", str(run_dir), "--config", str(same), "--max-states", "40",
+                         "--train-states", "60")
+    assert code == 0 and "calibration the run's (fitted for this advice)" in out, out + err

@@ -96,6 +96,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="exact: each state's nearest; clusters: its group's cached examples (default exact)")
     e.add_argument("--calibration-states", type=int, default=120,
                    help="training states a variant without a run calibration is calibrated on (default 120)")
+    e.add_argument("--config", metavar="LLM_YAML",
+                   help="measure this LLM config (merged over the packaged default, as llm ask) on the run's states "
+                        "instead of the run's llm section: the run's adapter is not used, its calibration only when "
+                        "fitted for this advice (else one is fitted on --calibration-states and not stored); "
+                        "results in RUN_DIR/llm_eval/<split>-<config name>.json, the run's own left as they are")
     add_no_calibrate(e)
     e.set_defaults(func=_eval)
 
@@ -243,13 +248,16 @@ def _eval(args: argparse.Namespace) -> int:
     # torch and transformers load ~3 s; only this command pays them
     from hybrid_trader.finetune.evaluate import LlmEvalRequest
     from hybrid_trader.finetune.pipeline import evaluate_llm
+    from hybrid_trader.llm import load_llm_config
 
+    other = load_llm_config(args.config) if args.config else None
     result = evaluate_llm(args.run_dir, args.split, LlmEvalRequest(
         max_states=args.max_states, batch=args.batch, cot=args.cot, train_states=args.train_states,
         retrieval=args.retrieval, retrieval_mode=args.retrieval_mode, calibration_states=args.calibration_states,
-        calibrate=args.calibrate))
+        calibrate=args.calibrate, llm=other, name=Path(args.config).stem if args.config else None))
     adapter = result["adapter"]
     print(f"# {result['split']} split, {result['states']} labelled states ({result['source']}); "
+          + (f"LLM config {args.config}; " if args.config else "")
           + (f"adapter best step {adapter['best_step']}" if adapter else "no adapter")
           + f"; calibration {result['calibration_label']}")
     print(result["table"])

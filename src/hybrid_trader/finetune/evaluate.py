@@ -28,6 +28,7 @@ from tqdm.auto import tqdm
 from hybrid_trader.actions import Action
 from hybrid_trader.finetune.examples import ExampleSet
 from hybrid_trader.hindsight.labels import LABEL_ACTIONS
+from hybrid_trader.llm.config import LLMConfig
 
 EPS = 1e-9
 
@@ -58,6 +59,12 @@ class LlmEvalRequest:
     """A leaning model's batch calibration (the run's, fitted first when it has none); False: raw answers only."""
     say: Callable[[str], None] = print
     """Where notes go."""
+    llm: LLMConfig | None = None
+    """Another LLM configuration to measure on the run's states instead of the run's own (``llm eval --config``):
+    the run's adapter is not used (it was trained for the run's model), the run's calibration only where it was
+    fitted for this very advice, else one is fitted on ``calibration_states`` training states and not stored."""
+    name: str | None = None
+    """With ``llm``: the name of its results, ``RUN_DIR/llm_eval/<split>-<name>.json`` (the config file's stem)."""
 
 METRICS: tuple[str, ...] = (
     "Accuracy [%]", "Balanced accuracy [%]", "Log-loss [nats]", "Brier score", "ECE [%]", "Name coverage",

@@ -34,17 +34,20 @@ from hybrid_trader.finetune.informativeness import (
     prompt_numbers,
 )
 from hybrid_trader.finetune.lora import FinetuneConfig, FinetuneData, FinetuneResult, finetune
-from hybrid_trader.finetune.retrieval_eval import PAIRS, retrieval_variants
+from hybrid_trader.finetune.retrieval_eval import PAIRS, retrieval_variants, variant_calibration
 from hybrid_trader.hindsight.labels import LABEL_ACTIONS, LabelConfig
 from hybrid_trader.hindsight.retrieval_pool import attach_run_pool
 from hybrid_trader.llm.backends import make_backend
+from hybrid_trader.llm.backends.base import Backend
 from hybrid_trader.llm.backends.transformers_backend import TransformersBackend
 from hybrid_trader.llm.backends.trend_rule_backend import TrendRuleBackend
+from hybrid_trader.llm.batch_calibration import BatchCalibration
 from hybrid_trader.llm.config import LLMConfig
 from hybrid_trader.llm.model_cache import ADAPTER_META
 from hybrid_trader.llm.parsing import ParseError, parse_answer, parse_cot_steps
 from hybrid_trader.llm.prompt import PromptBuilder
 from hybrid_trader.run.advice_identity import RAW
+from hybrid_trader.run.calibration import needs_calibration
 from hybrid_trader.run.config import RunConfig
 from hybrid_trader.run.files import check_writable
 from hybrid_trader.run.market import Market, load_market
@@ -113,32 +116,34 @@ def evaluate_llm(run_dir: str | Path, split: str = "val", request: LlmEvalReques
         raise UserError(f"llm eval: --max-states {max_states}, --batch {batch} and --cot {cot}: states and batch "
                         "must be 1 or more, --cot 0 or more", fix="e.g. --max-states 200 --batch 16 --cot 0")
     run = load_run(run_dir)
-    check_writable(run.path / LLM_EVAL, what="llm eval")  # before minutes of model calls, not after
+    llm = request.llm or run.llm
+    out = run.path / LLM_EVAL / (f"{split}.json" if request.llm is None else f"{split}-{request.name or 'config'}.json")
+    check_writable(out.parent, what="llm eval")  # before minutes of model calls, not after
     adapter_dir = run.path / ADAPTER
     meta_path = adapter_dir / ADAPTER_META
     meta = json.loads(meta_path.read_text(encoding="utf-8")) if meta_path.is_file() else {}
-    builder = PromptBuilder(run.llm, source=str(run.path / "config.yaml"))
+    builder = PromptBuilder(llm, source=str(run.path / "config.yaml"))
     attach_run_pool(builder, run.market, run.config)  # a retrieving run: its pool is part of the identity
-    choice = advice_calibration(run.path, run.llm, calibrate=request.calibrate, run_config=run.config,
-                                market=run.market, say=request.say,
-                                retrieval=builder.retrieval.identity() if builder.retrieval is not None else None)
-    calibration = choice.calibration
     labels = LabelConfig(**meta.get("labels", {})) if meta.get("labels") else LabelConfig()
-    examples = build_examples(run.market, run.config, run.llm, split, purpose="evaluate", run_dir=run.path,
+    if request.llm is not None:
+        meta = {}  # the run's adapter was trained for the run's model, not this one (its labels are kept)
+    examples = build_examples(run.market, run.config, llm, split, purpose="evaluate", run_dir=run.path,
                               label_config=labels, max_states=max_states)
     coverage = examples.labelled / max(examples.candidates, 1)
     contexts = [q.context for q in examples.queries]
     advisors: dict[str, np.ndarray] = {}
-    backend = make_backend(run.llm, builder)
+    own = eval_calibration(run, None, builder, request) if request.llm is None else None  # before the model loads
+    backend = make_backend(llm, builder)
     try:
         advisors["LLM raw"] = score_examples(backend, examples, batch=batch, progress=progress, desc="base")
+        calibration, cal_kind, cal_label = own or eval_calibration(run, backend, builder, request)
     finally:
         backend.close()
     if calibration is not None:
         advisors["LLM calibrated"] = np.array([calibration.apply(p, c.legal, c.market, c.position)
                                                for p, c in zip(advisors["LLM raw"], contexts)])
     variants, variant_info, retrieved = retrieval_variants(
-        run.path, run.llm, run.market, run.config, contexts, adapter_config(run.llm, adapter_dir) if meta else None,
+        run.path, llm, run.market, run.config, contexts, adapter_config(llm, adapter_dir) if meta else None,
         request)
     advisors.update(variants)
     train = build_examples(run.market, run.config, run.llm, "train", purpose="train", run_dir=run.path,
@@ -164,27 +169,53 @@ def evaluate_llm(run_dir: str | Path, split: str = "val", request: LlmEvalReques
     trend = np.array([c.trend_score for c in contexts])
     dependence = {name: label_dependence(p, rule, trend) for name, p in advisors.items()}
     probs = {name: p.round(5).tolist() for name, p in advisors.items()}
-    cot_result = cot_study(run.llm, examples, advisors["LLM raw"], cot, progress=progress) if cot else None
+    cot_result = cot_study(llm, examples, advisors["LLM raw"], cot, progress=progress) if cot else None
     result = {
         "split": split, "states": len(examples), "source": examples.source, "labels": dataclasses.asdict(labels),
         "baselines": label_baselines(examples.labels.label), "metrics": columns,
         "informativeness": {n: {k: list(v) for k, v in m.items()} for n, m in info.items()},
         "ic_difference": ic_diff, "label_dependence": dependence,
-        "calibration": "batch" if calibration is not None else RAW if choice.raw else None,
-        "calibration_label": choice.label, "variants": variant_info,
+        "calibration": cal_kind, "calibration_label": cal_label, "variants": variant_info,
+        "llm_config": request.name if request.llm is not None else None,
         "train_states": len(train), "horizon": labels.horizon or 60,
         "adapter": {"dir": str(adapter_dir), "best_step": meta.get("best_step"),
                     "best_val_loss": meta.get("best_val_loss"), "base_model": meta.get("base_model")} if meta else None,
         "t": examples.labels.t.tolist(), "label": examples.labels.label.tolist(), "probs": probs,
         **({"cot": cot_result} if cot_result else {}),
     }
-    out = run.path / LLM_EVAL / f"{split}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
     result["table"] = llm_eval_table(columns)
     result["info_table"] = format_info_table(info)
     result["path"] = str(out)
     return result
+
+
+def eval_calibration(run: RunData, backend: Backend | None, builder: PromptBuilder,
+                     request: LlmEvalRequest) -> tuple[BatchCalibration | None, str | None, str]:
+    """The batch calibration ``llm eval`` applies to its model's answers: ``(calibration, kind, label)``, kind
+    ``batch``, ``raw`` or None (a model without a lean, uncalibrated).
+
+    The run's own model: the run's rule (:func:`~hybrid_trader.advise.calibrate.advice_calibration`: the run's
+    calibration, fitted and stored first when it has none). Another configuration (``request.llm``): the run's only
+    when it was fitted for this very advice (its identity), else fitted here on ``request.calibration_states``
+    training states with ``backend`` (that model, loaded) and not stored: the run's calibration stays its own
+    model's."""
+    llm = builder.config
+    retrieval = builder.retrieval.identity() if builder.retrieval is not None else None
+    if request.llm is None:
+        choice = advice_calibration(run.path, llm, calibrate=request.calibrate, run_config=run.config,
+                                    market=run.market, say=request.say, retrieval=retrieval)
+        kind = "batch" if choice.calibration is not None else RAW if choice.raw else None
+        return choice.calibration, kind, choice.label
+    if not request.calibrate and needs_calibration(llm):
+        request.say(f"note: --no-calibrate: the {llm.backend} back end's raw answers are used, its lean undivided")
+        return None, RAW, "raw (--no-calibrate)"
+    if not needs_calibration(llm):
+        return None, None, f"none ({llm.backend} has no answer lean)"
+    assert backend is not None  # another configuration's calibration is fitted on the model already loaded
+    cal, origin = variant_calibration(run.path, backend, builder, run.market, run.config, request, "LLM")
+    return cal, "batch", f"{origin} (not stored)" if origin != "run" else "the run's (fitted for this advice)"
 
 
 def cot_study(llm: LLMConfig, examples: ExampleSet, base_probs: np.ndarray, n: int, *, max_new_tokens: int = 200,

@@ -26,6 +26,7 @@ One training run owns one folder (``hybrid-trader train --out RUN_DIR``)::
                                  placebo's teacher, seed and permutation (advise shuffle)
     RUN_DIR/llm_adapter/         llm finetune: the LoRA adapter, its metadata and checkpoints/
     RUN_DIR/llm_eval/<split>.json  llm eval: base vs fine-tuned against hindsight labels
+    RUN_DIR/llm_eval/<split>-<name>.json  llm eval --config NAME.yaml: another LLM config on the same states
 
 Rules every writer follows (``hybrid_trader.run``):
 
