@@ -49,7 +49,7 @@ from hybrid_trader.llm.prompt import PromptBuilder
 from hybrid_trader.run.advice_identity import RAW
 from hybrid_trader.run.calibration import needs_calibration
 from hybrid_trader.run.config import RunConfig
-from hybrid_trader.run.files import check_writable
+from hybrid_trader.run.files import atomic_write_text, check_writable
 from hybrid_trader.run.market import Market, load_market
 from hybrid_trader.run.rundir import ADAPTER, LLM_EVAL
 from hybrid_trader.training.runner import load_run_config
@@ -183,8 +183,7 @@ def evaluate_llm(run_dir: str | Path, split: str = "val", request: LlmEvalReques
         "t": examples.labels.t.tolist(), "label": examples.labels.label.tolist(), "probs": probs,
         **({"cot": cot_result} if cot_result else {}),
     }
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    atomic_write_text(out, json.dumps(result, indent=1) + "\n")  # whole or not at all: a crash leaves the old file
     result["table"] = llm_eval_table(columns)
     result["info_table"] = format_info_table(info)
     result["path"] = str(out)
