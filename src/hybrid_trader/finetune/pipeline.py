@@ -202,14 +202,11 @@ def eval_calibration(run: RunData, backend: Backend | None, builder: PromptBuild
     model's."""
     llm = builder.config
     retrieval = builder.retrieval.identity() if builder.retrieval is not None else None
-    if request.llm is None:
+    if request.llm is None or (needs_calibration(llm) and not request.calibrate):  # (raw: nothing read or written)
         choice = advice_calibration(run.path, llm, calibrate=request.calibrate, run_config=run.config,
                                     market=run.market, say=request.say, retrieval=retrieval)
         kind = "batch" if choice.calibration is not None else RAW if choice.raw else None
         return choice.calibration, kind, choice.label
-    if not request.calibrate and needs_calibration(llm):
-        request.say(f"note: --no-calibrate: the {llm.backend} back end's raw answers are used, its lean undivided")
-        return None, RAW, "raw (--no-calibrate)"
     if not needs_calibration(llm):
         return None, None, f"none ({llm.backend} has no answer lean)"
     assert backend is not None  # another configuration's calibration is fitted on the model already loaded
