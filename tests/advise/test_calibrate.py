@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from hybrid_trader.account_state import AccountState
-from hybrid_trader.advise.calibrate import CalibrationFit, calibrate_run
+from hybrid_trader.advise.calibrate import CalibrationFit, calibrate_run, calibration_contexts, fit_calibration
 from hybrid_trader.advise.collect import CollectRequest, collect_split
 from hybrid_trader.cli.main import main
 from hybrid_trader.config import merge_overrides
@@ -42,6 +42,23 @@ def test_calibration_removes_the_lean_of_flat_states_when_fitted(run_dir, run_pa
     assert raw_buy > 85.0 and cal_top < 70.0, (raw_buy, cal_top)
     down = [r for r in flat if "downtrend" in r["trend"]]
     assert down and all(r["calibrated"]["SELL"] > r["raw"]["SELL"] for r in down)  # the trend shows through
+
+
+def test_a_flat_only_fit_gives_the_flat_means_of_the_full_fit_and_stores_nothing(run_dir, run_parts, mock_config):
+    from hybrid_trader.llm.prompt import PromptBuilder
+
+    cfg, market, _ = run_parts
+    full, _ = calibrate_run(run_dir, cfg, mock_config, market,
+                            CalibrationFit(max_states=60, backend=leaning(mock_config)))
+    stored = calibration_path(run_dir).read_bytes()
+    flat, contexts, mass = fit_calibration(PromptBuilder(mock_config), market, cfg,
+                                           CalibrationFit(max_states=60, positions=(0,), backend=leaning(mock_config)))
+    assert flat.counts == {"NQ/flat": 60} and flat.means["NQ/flat"] == full.means["NQ/flat"]
+    assert flat.identity == full.identity and flat.days == full.days
+    assert len(contexts) == len(mass) == 60 and all(c.position == 0 for c in contexts)
+    assert calibration_path(run_dir).read_bytes() == stored
+    with pytest.raises(ValueError, match="some of"):
+        calibration_contexts(market, [int(min(market.split.part("train")))], positions=(2,))
 
 
 def test_calibration_ignores_later_days_when_val_and_test_bars_change(run_dir, run_parts, mock_config, tmp_path):

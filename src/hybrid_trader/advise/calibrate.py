@@ -30,6 +30,7 @@ from hybrid_trader.account_state import AccountState
 from hybrid_trader.actions import Action
 from hybrid_trader.env import TradingEnv
 from hybrid_trader.errors import UserError
+from hybrid_trader.hindsight.labels import ENTRY_MASK
 from hybrid_trader.hindsight.retrieval_pool import attach_run_pool
 from hybrid_trader.llm.backends import backend_spec, make_backend
 from hybrid_trader.llm.backends.base import Backend
@@ -57,7 +58,6 @@ from hybrid_trader.run.files import check_writable
 from hybrid_trader.run.market import Market, load_market
 from hybrid_trader.training.runner import load_run_config
 
-FLAT_MASK = np.array([True, True, True, False, False, False])
 ENTERED_BARS_AGO = 10
 """A long or short calibration state entered this many bars before the decision bar."""
 
@@ -77,15 +77,24 @@ def calibration_bars(market: Market, run_config: RunConfig, part: str = "train",
     return t
 
 
-def calibration_contexts(market: Market, t: Sequence[int] | np.ndarray) -> list[AdvisorContext]:
-    """Flat, long and short contexts at every bar of ``t`` (in that order per bar)."""
+ALL_POSITIONS = (0, 1, -1)
+"""The position states a calibration is fitted on unless told otherwise: flat, long and short."""
+
+
+def calibration_contexts(market: Market, t: Sequence[int] | np.ndarray,
+                         positions: Sequence[int] = ALL_POSITIONS) -> list[AdvisorContext]:
+    """The contexts at every bar of ``t`` in each of ``positions`` (0 flat, 1 long, -1 short), in that order per
+    bar."""
+    if not positions or not set(positions) <= set(ALL_POSITIONS):
+        raise ValueError(f"positions {tuple(positions)} must be some of {ALL_POSITIONS}")
     bars, features = market.bars, market.features
     point_value = get_contract(bars.market).point_value
     out: list[AdvisorContext] = []
     for ti in (int(x) for x in t):
-        out.append(context_from_market(bars, features, ti, AccountState(balance=50_000.0), FLAT_MASK))
+        if 0 in positions:
+            out.append(context_from_market(bars, features, ti, AccountState(balance=50_000.0), ENTRY_MASK))
         entry = float(bars.close[ti - ENTERED_BARS_AGO])
-        for pos in (1, -1):
+        for pos in (p for p in positions if p):
             pnl = (float(bars.close[ti]) - entry) * pos * point_value
             mask = np.array([True, False, False, pnl > 0, True, False])
             account = AccountState(position=pos, contracts=1, entry_price=entry, unrealized_pnl=pnl,
@@ -131,7 +140,10 @@ class CalibrationFit:
     """How a batch calibration is fitted: on how many training states, asked how, of which model."""
 
     max_states: int = 200
-    """Training bars sampled (each asked flat, long and short)."""
+    """Training bars sampled (each asked in every one of ``positions``)."""
+    positions: tuple[int, ...] = ALL_POSITIONS
+    """The position states each bar is asked in (0 flat, 1 long, -1 short): a state the advice is read in needs its
+    own mean."""
     min_states: int = MIN_STATES
     """Fewer states of a market or position than this: a UserError (too few to divide a lean by)."""
     batch: int = 16
@@ -140,14 +152,47 @@ class CalibrationFit:
     """The model asked (tests); None: the LLM configuration's back end, made and closed here."""
 
 
+def fit_calibration(prompts: PromptBuilder, market: Market, run_config: RunConfig,
+                    fit: CalibrationFit = CalibrationFit(), *, say: Callable[[str], None] | None = None,
+                    progress: bool = False, desc: str = "",
+                    ) -> tuple[BatchCalibration, list[AdvisorContext], np.ndarray]:
+    """The batch calibration of the advice ``prompts`` renders (its LLM config and retrieval: the identity), fitted
+    on the training days as ``fit`` says; with the contexts asked and the model's raw answers to them.
+
+    The one recipe of every fitted calibration (``advise calibrate``, a missing one fitted on first use, ``llm eval``'s
+    variants): ``fit.max_states`` training bars (:func:`calibration_bars`), each asked in ``fit.positions``, scored by
+    ``fit.backend`` (None: the config's back end, made here after ``say`` is told how many states, and closed);
+    nothing is stored. ``progress``: a progress bar named ``desc``.
+    """
+    t = calibration_bars(market, run_config, "train", fit.max_states)
+    contexts = calibration_contexts(market, t, fit.positions)
+    if say is not None:
+        asked = ", ".join(POSITION_NAMES[p] for p in fit.positions)
+        say(f"fitting the batch calibration of {prompts.config.backend} on {len(contexts):,} states of the training "
+            f"days ({len(t):,} bars, each {asked})")
+    own = fit.backend is None
+    backend = fit.backend or make_backend(prompts.config, prompts)
+    try:
+        mass = score_contexts(backend, prompts, contexts, batch=fit.batch, progress=progress, desc=desc)
+    finally:
+        if own:
+            backend.close()
+    legal = np.array([c.legal for c in contexts], dtype=bool)
+    retrieval = prompts.retrieval.identity() if prompts.retrieval is not None else None
+    cal = fit_batch_calibration(mass, legal, [c.market for c in contexts], [c.position for c in contexts],
+                                identity=advice_identity(prompts.config, retrieval=retrieval),
+                                days=market.bars.session_id[t].tolist() if len(t) else [],
+                                min_states=fit.min_states)
+    return cal, contexts, mass
+
+
 def calibrate_run(run_dir: Path, run_config: RunConfig, llm_config: LLMConfig, market: Market,
                   fit: CalibrationFit = CalibrationFit(), *, force: bool = False,
                   say: Callable[[str], None] | None = None) -> tuple[BatchCalibration, list[dict[str, Any]]]:
-    """Fit (as ``fit`` says) and store ``RUN_DIR/llm_calibration.json`` on the training days; returns it and the
+    """Fit (:func:`fit_calibration`, as ``fit`` says) and store ``RUN_DIR/llm_calibration.json``; returns it and the
     lean table.
 
     ``say``: told how many states are asked, before the model is loaded."""
-    max_states, min_states, batch, backend = fit.max_states, fit.min_states, fit.batch, fit.backend
     if llm_config.mode != "score":
         raise UserError("batch calibration divides scoring-mode distributions; llm.mode is 'generate'",
                         fix="set llm.mode: score")
@@ -156,26 +201,10 @@ def calibrate_run(run_dir: Path, run_config: RunConfig, llm_config: LLMConfig, m
         raise UserError("the run already has a batch calibration", file=str(path),
                         fix="add --force to fit it again (advice collected with the old one keeps it)")
     check_writable(path, what="advise calibrate")
-    t = calibration_bars(market, run_config, "train", max_states)
-    contexts = calibration_contexts(market, t)
-    if say is not None:
-        say(f"fitting the batch calibration of {llm_config.backend} on {len(contexts):,} states of the training "
-            f"days ({len(t):,} bars, each flat, long and short) -> {path}")
     prompts = PromptBuilder(llm_config, source="the run's llm config")
     attach_run_pool(prompts, market, run_config)  # retrieval: the pool of the training days (nothing when off)
-    own = backend is None
-    backend = backend or make_backend(llm_config, prompts)
-    try:
-        mass = score_contexts(backend, prompts, contexts, batch=batch)
-    finally:
-        if own:
-            backend.close()
-    legal = np.array([c.legal for c in contexts], dtype=bool)
-    cal = fit_batch_calibration(mass, legal, [c.market for c in contexts], [c.position for c in contexts],
-                                identity=advice_identity(llm_config, retrieval=prompts.retrieval.identity()
-                                                         if prompts.retrieval is not None else None),
-                                days=market.bars.session_id[t].tolist() if len(t) else [],
-                                min_states=min_states)
+    tell = None if say is None else (lambda line: say(f"{line} -> {path}"))
+    cal, contexts, mass = fit_calibration(prompts, market, run_config, fit, say=tell)
     cal.save(path)
     return cal, lean_table(contexts, mass, cal)
 

@@ -16,18 +16,16 @@ from typing import Any
 
 import numpy as np
 
-from hybrid_trader.account_state import AccountState
-from hybrid_trader.advise.calibrate import calibration_bars, score_contexts
+from hybrid_trader.advise.calibrate import CalibrationFit, fit_calibration, score_contexts
 from hybrid_trader.config import merge_overrides
 from hybrid_trader.finetune.evaluate import LlmEvalRequest
-from hybrid_trader.hindsight.labels import ENTRY_MASK
 from hybrid_trader.hindsight.retrieval_pool import attach_run_pool
 from hybrid_trader.llm.backends import make_backend
 from hybrid_trader.llm.backends.base import Backend
 from hybrid_trader.llm.backends.transformers_backend import TransformersBackend
-from hybrid_trader.llm.batch_calibration import BatchCalibration, fit_batch_calibration
+from hybrid_trader.llm.batch_calibration import BatchCalibration
 from hybrid_trader.llm.config import LLMConfig
-from hybrid_trader.llm.context import AdvisorContext, context_from_market
+from hybrid_trader.llm.context import AdvisorContext
 from hybrid_trader.llm.prompt import PromptBuilder
 from hybrid_trader.run.advice_identity import advice_identity
 from hybrid_trader.run.calibration import calibration_path
@@ -44,7 +42,7 @@ def retrieval_config(llm: LLMConfig, k: int, mode: str) -> LLMConfig:
 def variant_calibration(run_dir: Path, backend: Backend, builder: PromptBuilder, market: Market,
                         run_config: RunConfig, request: LlmEvalRequest, desc: str) -> tuple[BatchCalibration, str]:
     """The variant's batch calibration and where it came from ('run' or 'fitted on N training states': the
-    request's ``calibration_states``)."""
+    request's ``calibration_states``, flat, the states the evaluation asks; not stored)."""
     r = builder.retrieval
     identity = advice_identity(builder.config, retrieval=r.identity() if r is not None else None)
     path = calibration_path(run_dir)
@@ -52,15 +50,9 @@ def variant_calibration(run_dir: Path, backend: Backend, builder: PromptBuilder,
         stored = BatchCalibration.load(path)
         if stored.identity.get("hash") == identity["hash"]:
             return stored, "run"
-    t = calibration_bars(market, run_config, "train", request.calibration_states)
-    account = AccountState(balance=50_000.0)
-    contexts = [context_from_market(market.bars, market.features, int(ti), account, ENTRY_MASK) for ti in t.tolist()]
-    mass = score_contexts(backend, builder, contexts, batch=request.batch, progress=request.progress,
-                          desc=desc + " calibration")
-    legal = np.array([c.legal for c in contexts], dtype=bool)
-    days = sorted({int(s) for s in market.bars.session_id[t].tolist()})
-    cal = fit_batch_calibration(mass, legal, [c.market for c in contexts], [0] * len(contexts), identity=identity,
-                                days=days)
+    fit = CalibrationFit(max_states=request.calibration_states, positions=(0,), batch=request.batch, backend=backend)
+    cal, contexts, _ = fit_calibration(builder, market, run_config, fit, progress=request.progress,
+                                       desc=desc + " calibration")
     return cal, f"fitted on {len(contexts)} training states"
 
 
