@@ -86,6 +86,27 @@ def test_distribution_checks_follow_the_config_when_training(tmp_path, market, v
         torch.distributions.Distribution.set_default_validate_args(before)
 
 
+def test_a_budget_between_rollouts_is_said_and_the_bar_ends_at_the_steps_trained(tmp_path, market, capsys,
+                                                                                 monkeypatch):
+    from hybrid_trader.training import callbacks
+
+    bars = []
+
+    class Bar(callbacks.RolloutProgressBar):
+        def _on_training_end(self) -> None:
+            bars.append((self.pbar.total, self.pbar.n))
+            super()._on_training_end()
+
+    monkeypatch.setattr("hybrid_trader.training.runner.RolloutProgressBar", Bar)
+    status = train_run(cfg(steps=300, **{"train.progress_bar": True, "train.validate_every": 0}), tmp_path / "run",
+                       market=market)
+    assert status["total_timesteps"] == 512 == cfg().ppo.whole_rollouts(300)  # rollouts of 128 x 2 environments
+    assert bars == [(512, 512)]
+    assert "note: 512 steps will be trained for the 300 asked: whole rollouts of 128 steps x 2 environments" \
+        in capsys.readouterr().out
+    assert [cfg().ppo.whole_rollouts(n) for n in (0, 1, 256, 257)] == [0, 256, 256, 512]
+
+
 def test_resume_continues_steps_and_optimizer_when_interrupted(tmp_path, market):
     from sb3_contrib import MaskablePPO
 

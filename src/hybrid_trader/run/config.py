@@ -104,7 +104,7 @@ class PPOConfig:
     """MaskablePPO hyper-parameters (sb3-contrib)."""
 
     total_timesteps: int = 200_000
-    """Environment steps to train for (all environments together)."""
+    """Environment steps to train for (all environments together), rounded up to whole rollouts (n_steps x n_envs)."""
     n_envs: int = 4
     """Parallel environments; each rollout step queries the policy once for all of them."""
     vec_env: Literal["dummy", "subproc"] = "dummy"
@@ -184,6 +184,12 @@ class PPOConfig:
                 f"ppo.batch_size: {self.batch_size} is larger than a rollout ({self.n_steps} x {self.n_envs} envs)",
                 fix="lower ppo.batch_size or raise ppo.n_steps",
             )
+
+    def whole_rollouts(self, steps: int) -> int:
+        """What training ``steps`` more really trains: ``steps`` rounded up to whole rollouts (``n_steps`` x
+        ``n_envs`` steps; PPO collects and learns from whole rollouts)."""
+        rollout = self.n_steps * self.n_envs
+        return -(-max(int(steps), 0) // rollout) * rollout
 
 
 @dataclass

@@ -87,8 +87,7 @@ def trial_spec(spec_data: Mapping[str, Any], variant: str, keys: Mapping[str, An
 
 def _steps_per_phase(config: RunConfig) -> int:
     """The steps one phase trains: its target rounded up to whole rollouts (the step a phase's reports start at)."""
-    rollout = config.ppo.n_steps * config.ppo.n_envs
-    return -(-config.ppo.total_timesteps // rollout) * rollout
+    return config.ppo.whole_rollouts(config.ppo.total_timesteps)
 
 
 def reporting_validation(phases: Sequence[int]) -> Callable[[Any, RunConfig], Callable[[Any], dict]]:

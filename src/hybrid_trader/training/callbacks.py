@@ -10,16 +10,19 @@ import json
 import math
 import os
 import time
+import warnings
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.callbacks import BaseCallback, ProgressBarCallback
 from stable_baselines3.common.logger import KVWriter, TensorBoardOutputFormat
 from torch import nn
 from torch.utils.tensorboard import SummaryWriter
+from tqdm import TqdmExperimentalWarning
+from tqdm.rich import tqdm
 
 from hybrid_trader.run import RunDir
 from hybrid_trader.run.models import save_model
@@ -301,6 +304,20 @@ class EnvTimeCallback(TimingCallback):
         """Seconds spent in the environments and the normaliser: the VecEnv's step and env_method calls, less the
         advice layer's own."""
         return self.seconds.get("env", 0.0) - self.advice_seconds
+
+
+class RolloutProgressBar(ProgressBarCallback):
+    """SB3's progress bar (tqdm and rich) whose total is what training really runs, ``steps`` (the budget rounded up
+    to whole rollouts: SB3's own bar would end at 24,576/20,000)."""
+
+    def __init__(self, steps: int) -> None:
+        super().__init__()
+        self.steps = int(steps)
+
+    def _on_training_start(self) -> None:
+        with warnings.catch_warnings():  # as SB3's own bar: tqdm calls its rich bar experimental
+            warnings.simplefilter("ignore", TqdmExperimentalWarning)
+            self.pbar = tqdm(total=self.steps)
 
 
 class StopOnSignal(BaseCallback):

@@ -59,6 +59,7 @@ from hybrid_trader.training.callbacks import (
     CheckpointCallback,
     FreezeBodyCallback,
     JsonlWriter,
+    RolloutProgressBar,
     StopOnSignal,
     TensorBoardContinued,
     TradingMetricsCallback,
@@ -442,14 +443,19 @@ def _learn(run: RunDir, config: RunConfig, model, venv, market: Market, *, start
     callbacks += list(hooks.extra_callbacks)
 
     remaining = max(ppo.total_timesteps - model.num_timesteps, 0)
+    to_train = ppo.whole_rollouts(remaining)
+    if to_train != remaining:
+        say(f"note: {to_train:,} steps will be trained for the {remaining:,} {'left' if resumed_from else 'asked'}: "
+            f"whole rollouts of {ppo.n_steps:,} steps x {ppo.n_envs} environments (ppo.n_steps, ppo.n_envs)")
+    if config.train.progress_bar and not quiet:
+        callbacks.append(RolloutProgressBar(to_train))
     run.write_status(state="running", phase=config.env.phase, target_timesteps=ppo.total_timesteps,
                      total_timesteps=int(model.num_timesteps), final_model=None, pid=os.getpid())
     stop = StopOnSignal().install()  # Ctrl-C / SIGTERM end the run at the next step, cleanly
     started, started_cpu = time.perf_counter(), time.process_time()
     try:
         model.learn(total_timesteps=remaining, callback=CallbackList([stop, *callbacks]), log_interval=1,
-                    reset_num_timesteps=resumed_from is None,
-                    progress_bar=config.train.progress_bar and not quiet)
+                    reset_num_timesteps=resumed_from is None)
         if stop.requested is not None:
             raise KeyboardInterrupt
     except KeyboardInterrupt:
