@@ -59,7 +59,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--nt-mismatch-bars", metavar="N", type=int, default=2,
                    help="ninjatrader: bars in a row NinjaTrader's position may differ from the paper one in the "
                         "same way (a fill may lag) before new entries halt (default 2); a position NinjaTrader holds "
-                        "while the paper one is flat halts at once and is closed")
+                        "while the paper one is flat halts at once and is closed, except for N bars after the paper "
+                        "one left it by a stop or target NinjaTrader takes itself (no entry on those bars)")
     p.add_argument("--nt-ack-timeout", metavar="S", type=float, default=60.0,
                    help="ninjatrader: seconds NinjaTrader has to answer an order with a state file; an order file "
                         "still unread in incoming/ after that is withdrawn (deleted, journaled 'withdrawn') and new "

@@ -25,6 +25,10 @@ CODE_POSITION_UNKNOWN = "broker:position_unknown"
 CODE_DISCONNECTED = "broker:disconnected"
 CODE_UNEXPECTED_POSITION = "broker:unexpected_position"
 CODE_CONTRACT_LIMIT = "broker:contract_limit"
+CODE_EXIT_PENDING = "broker:exit_pending"
+"""Not a lasting halt: NinjaTrader still reports the position the paper side left by a stop or target NinjaTrader
+takes itself; no entry until it reports the exit (a ``broker:resumed`` row follows), or a lasting halt if it never
+does."""
 
 CODE_FLAT_FAILED = "broker:flat_failed"
 CODE_FLAT_RETRY = "broker:flat_retry"

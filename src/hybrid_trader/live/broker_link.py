@@ -53,6 +53,7 @@ from hybrid_trader.errors import UserError
 from hybrid_trader.live.broker_halts import (
     CODE_CONTRACT_LIMIT,
     CODE_DISCONNECTED,
+    CODE_EXIT_PENDING,
     CODE_FLAT_FAILED,
     CODE_FLAT_RETRY,
     CODE_MISMATCH,
@@ -137,6 +138,10 @@ class BrokerLink:
         self._seen_errors: set[tuple[str, str]] = set()
         self._bar_tns = 0
         """The bar of the last :meth:`check`: the time of a CHANGE's journal row."""
+        self._resend_levels: set[str] = set()
+        """``stop``/``target`` of the bracket an earlier process moved (journaled CHANGEs): sent again at the first
+        live bar, since a kill between a CHANGE's journal row and its file leaves no trace of which one NinjaTrader
+        got (a CHANGE to the price it has is harmless)."""
         self.flat_retries = 5
         self.flat_retry_s = 2.0
         self.sleep: Callable[[float], None] = time.sleep
@@ -164,7 +169,7 @@ class BrokerLink:
     @property
     def pending(self) -> bool:
         """Whether orders wait for :meth:`flush` (the bar's journal rows must be committed first)."""
-        return bool(self._outbox) or self._levels_moved()
+        return bool(self._outbox) or self._levels_moved() or bool(self._resend_levels)
 
     def _levels_moved(self) -> bool:
         m, b = self._open, self.broker
@@ -179,10 +184,12 @@ class BrokerLink:
         moves: list[tuple[str, float]] = []
         if m is not None and b.side != 0:  # the paper entry filled: NinjaTrader's bracket follows its levels
             stop, target = b.stop, b.target  # on the tick grid (Broker.levels, tighten_stop)
-            moves = [(k, v) for k, v, old in (("stop", stop, m.stop), ("target", target, m.target)) if v != old]
+            moves = [(k, v) for k, v, old in (("stop", stop, m.stop), ("target", target, m.target))
+                     if v != old or (live and k in self._resend_levels)]
             m.stop, m.target = stop, target
         if not live:
             return
+        self._resend_levels = set()
         try:
             for kind, pos, tns in actions:
                 if kind == "enter":
@@ -315,8 +322,13 @@ class BrokerLink:
         if held == 0:
             self._confirm_close()
             return
-        self.say(f"the journal's {last.order_id} never closed NinjaTrader's {held}: sent again")
-        self._closing = None
+        unread = self.bridge.unread_file(last.order_id) or self.bridge.unread_file(f"{last.order_id}-close")
+        if unread is not None:  # written before the restart, not read yet: waited for, not queued twice
+            self._close_file = unread
+            self.say(f"the journal's {last.order_id} waits unread in NinjaTrader's incoming/ ({unread.name})")
+        else:
+            self.say(f"the journal's {last.order_id} never closed NinjaTrader's {held}: sent again")
+            self._closing = None
         self.make_flat(tns)
 
     # ------------------------------------------------------------------ watching (each bar, before the decision)
@@ -341,6 +353,14 @@ class BrokerLink:
         self.broker_position = position.signed_qty
         graced = self._exit_grace > 0 and not first and self.broker_position != 0
         self._exit_grace = self._exit_grace - 1 if graced else 0
+        if graced:  # no entry on top of (or against) a position NinjaTrader may still hold: its stop may not fill
+            self._halt(CODE_EXIT_PENDING, f"NinjaTrader still holds {self.broker_position} contract(s) of "
+                       f"{self.bridge.instrument} after the paper position's exit by its stop or target: no entry "
+                       "until NinjaTrader reports that exit", tns)
+        elif self.halted == CODE_EXIT_PENDING and self.broker_position == paper_qty:
+            self.halted = ""
+            self.journal.record_error(HALT, "NinjaTrader reported the exit: entries allowed again", tns,
+                                      code=CODE_RESUMED)
         if self.bridge.connection and connection != "CONNECTED":
             state = (f"reads {connection}" if connection else "has not been written")
             self._halt(CODE_DISCONNECTED, f"NinjaTrader's connection state file {self.bridge.connection}.txt "
@@ -396,6 +416,8 @@ class BrokerLink:
         """CLOSEPOSITION for a position that is unknown or not the paper broker's, journaled (once a run)."""
         if self._flattened:
             return
+        if self._close_file is not None and self.bridge.unread(self._close_file):
+            return  # a CLOSEPOSITION waits unread in incoming/: a second would be queued behind it
         self._flattened = True
         close_id = f"flatten-{tns}"
         self.journal.record_order(close_id, tns, "close", "BUY" if held < 0 else "SELL", abs(held),
@@ -428,11 +450,23 @@ class BrokerLink:
         last = self.journal.last_order("entry")
         if last is not None and self.bridge.was_sent(last.order_id):
             stop_id, target_id, oco_id = bracket_ids(last.order_id)
+            ids = (last.order_id, stop_id, target_id)
+            # what the journal booked of NinjaTrader's fills: a part fill reported again is not booked twice
             self.bridge.adopt(Bracket(last.order_id, last.side, last.qty, stop_id, target_id,  # type: ignore[arg-type]
-                                      oco_id, sent=False))
+                                      oco_id, sent=False), booked={oid: self.journal.booked(oid) for oid in ids})
+            self._resend_levels = {kind for kind, oid in (("stop", stop_id), ("target", target_id))
+                                   if self.journal.was_changed(oid) and not self._final(oid)}
         # the broker errors already journaled: a restart's poll reports them again
         self._seen_errors = {(c or "", m) for _, c, m in self.journal.errors_at("broker")}
         self._resend_unwritten_close(tns)
+
+    def _final(self, order_id: str) -> bool:
+        """Whether NinjaTrader reports the order filled, cancelled or rejected (a CHANGE would be refused)."""
+        try:
+            state = self.bridge.order_state(order_id)
+        except (UserError, OSError):
+            return False
+        return state is not None and state.is_terminal
 
     def _on_event(self, ev: BridgeEvent, tns: int) -> None:
         j = self.journal
@@ -485,8 +519,8 @@ class BrokerLink:
         return True
 
     def _halt(self, code: str, message: str, tns: int | None) -> None:
-        if self.halted:
-            return
+        if self.halted and (self.halted != CODE_EXIT_PENDING or code == CODE_EXIT_PENDING):
+            return  # (a lasting halt replaces a pending exit's)
         self.halted = code
         self.journal.record_error(HALT, message, tns, code=code)
         self.say(f"HALTED [{code}]: {message}")

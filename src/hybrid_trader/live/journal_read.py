@@ -230,6 +230,17 @@ class JournalReads:
                                (intent,)).fetchone()
         return None if row is None else OrderRow(*row)
 
+    def booked(self, order_id: str, source: str = "broker") -> tuple[int, float]:
+        """``(contracts, average price)`` of one order's fills of ``source`` (``(0, 0.0)`` when none)."""
+        qty, cost = self._db.execute("SELECT COALESCE(SUM(qty), 0), COALESCE(SUM(qty * price), 0) FROM fills "
+                                     "WHERE order_id = ? AND source = ?", (order_id, source)).fetchone()
+        return int(qty), (float(cost) / qty if qty else 0.0)
+
+    def was_changed(self, order_id: str) -> bool:
+        """Whether a stop or target move (``order_changes``) was journaled for the order."""
+        return self._db.execute("SELECT 1 FROM order_changes WHERE order_id = ? LIMIT 1",
+                                (order_id,)).fetchone() is not None
+
     def position_from_fills(self, source: str = "paper") -> Position:
         """Net position from every fill of ``source`` in journal order (BUY +, SELL -), with its average entry
         price."""

@@ -20,7 +20,7 @@ import itertools
 import os
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -262,10 +262,17 @@ class NinjaTraderBridge(OutgoingReader):
         self._track(*bracket.ids)
         return bracket
 
-    def adopt(self, bracket: Bracket) -> None:
-        """Watch a bracket sent by an earlier process (from the journal) as if this one had sent it."""
+    def adopt(self, bracket: Bracket, booked: Mapping[str, tuple[int, float]] | None = None) -> None:
+        """Watch a bracket sent by an earlier process (from the journal) as if this one had sent it.
+
+        ``booked``: per order id, the contracts and average price the journal already booked from NinjaTrader's
+        reports (a part fill before the restart): only what NinjaTrader reports beyond them is a new fill.
+        """
         self._brackets[bracket.entry_id] = bracket
         self._track(*bracket.ids)
+        for oid, (qty, avg_price) in (booked or {}).items():
+            if oid in bracket.ids and qty > 0:
+                self._tracked[oid].last = OrderState(oid, "PARTFILLED", int(qty), float(avg_price), self.outgoing)
 
     def close(self, order_id: str) -> Path:
         """Flatten the position and cancel the entry's bracket: CLOSEPOSITION, then CANCEL of both children.
@@ -278,6 +285,11 @@ class NinjaTraderBridge(OutgoingReader):
         self._handled.add(f"{order_id}-unprotected")  # its stop is cancelled on purpose now
         lines = [close_position_line(self.account, self.instrument), cancel_line(stop_id), cancel_line(target_id)]
         return self._send(f"{order_id}-close", lines)
+
+    def unread_file(self, tag: str) -> Path | None:
+        """An order file this bridge (or an earlier process's) wrote under ``tag`` that NinjaTrader has not read yet."""
+        return next((p for p in self._listing(self.incoming) if is_oif_name(p.name) and p.name.endswith(f"_{tag}.txt")),
+                    None)
 
     def unread(self, oif: Path) -> bool:
         """Whether an order file this bridge wrote still waits in incoming/ (NinjaTrader deletes each one it reads)."""
@@ -425,7 +437,9 @@ class NinjaTraderBridge(OutgoingReader):
         events: list[BridgeEvent] = []
         for entry_id, b in self._brackets.items():
             entry = self._tracked[entry_id].last
-            if entry is not None and entry.is_terminal and entry.filled_qty < b.qty and entry_id not in self._handled:
+            # UNKNOWN: its fill count cannot be trusted (a position may be open): the bracket stays, the link halts
+            if entry is not None and entry.is_terminal and entry.state != "UNKNOWN" and entry.filled_qty < b.qty \
+                    and entry_id not in self._handled:
                 self._handled.add(entry_id)
                 if entry.filled_qty == 0:
                     self._send(f"{entry_id}-unbracket", [cancel_line(b.stop_id), cancel_line(b.target_id)])
@@ -439,18 +453,23 @@ class NinjaTraderBridge(OutgoingReader):
         return events
 
     def _flatten_if_unprotected(self, b: Bracket) -> BridgeEvent | None:
-        """Close the position when the latest entry filled but its stop was rejected or cancelled (not by us)."""
-        entry, stop = self._tracked[b.entry_id].last, self._tracked[b.stop_id].last
+        """Close the position when the latest entry filled but its stop was rejected or cancelled (not by us), or
+        never acknowledged (NinjaTrader refused its line: no state file after ``ack_timeout_s``).
+
+        Checked again at every poll until the close is sent: a position file that still reads FLAT (it may lag the
+        order files) is no proof that the fill left nothing open."""
+        entry, stop = self._tracked[b.entry_id].last, self._tracked[b.stop_id]
         key = f"{b.entry_id}-unprotected"
-        if (key in self._handled or stop is None or stop.state not in ("REJECTED", "CANCELLED")
-                or entry is None or entry.filled_qty == 0 or not self._target_open(b)):
+        if stop.last is not None:
+            lost = stop.last.state if stop.last.state in ("REJECTED", "CANCELLED") else ""
+        else:
+            lost = "NOT ACKNOWLEDGED" if stop.no_ack_reported else ""
+        if (key in self._handled or not lost or entry is None or entry.filled_qty == 0
+                or not self._target_open(b) or self.position().qty == 0):
             return None
-        self._handled.add(key)
-        if self.position().qty == 0:
-            return None
-        self.close(b.entry_id)
-        return BridgeEvent("UNPROTECTED", b.stop_id, stop.state, message=(
-            f"stop {b.stop_id} {stop.state.lower()} while {b.entry_id} holds a position: sent CLOSEPOSITION"))
+        self.close(b.entry_id)  # marks the key handled
+        return BridgeEvent("UNPROTECTED", b.stop_id, lost, message=(
+            f"stop {b.stop_id} {lost.lower()} while {b.entry_id} holds a position: sent CLOSEPOSITION"))
 
     def _target_open(self, b: Bracket) -> bool:
         """Whether the target has not filled (a filled target cancels the stop by OCO: that is not a lost stop)."""
