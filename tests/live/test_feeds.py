@@ -146,6 +146,30 @@ def test_follow_iteration_ends_when_stopped_or_idle(tmp_path: Path) -> None:
     assert [b.time for b in got] == [pd.Timestamp("2024-01-02 09:30", tz=ET), pd.Timestamp("2024-01-02 09:31", tz=ET)]
 
 
+def test_follow_gives_a_last_line_left_without_its_newline_when_it_ends_idle(tmp_path: Path) -> None:
+    """The writer stopped without ending its last line: at the idle exit it is a bar, not dropped."""
+    path = tmp_path / "export.csv"
+    path.write_text(HEADER + _line("2024-01-02 09:30") + _line("2024-01-02 09:31").rstrip("\n"))
+    got = list(FollowFeed(path, 0.01, timeout_s=0.2))
+    assert [b.time for b in got] == [pd.Timestamp("2024-01-02 09:30", tz=ET), pd.Timestamp("2024-01-02 09:31", tz=ET)]
+
+
+def test_follow_gives_every_new_bar_of_a_file_rewritten_in_place_with_its_last_bars(tmp_path: Path) -> None:
+    """A platform re-exporting its last three bars each minute into the same file (same inode, same size): each new
+    bar once, none skipped (before: read on from the old offset, the new bars never came out)."""
+    path = tmp_path / "export.csv"
+    path.write_text(HEADER + "".join(_line(f"2024-01-02 10:0{m}") for m in range(3)))
+    feed = FollowFeed(path, 0.01)
+    got = [b.time.strftime("%H:%M") for b in feed.poll() if b.time is not None]
+    for newest in range(3, 6):
+        with open(path, "r+") as fh:
+            fh.truncate(0)
+            fh.write(HEADER + "".join(_line(f"2024-01-02 10:0{m}") for m in range(newest - 2, newest + 1)))
+        got += [b.time.strftime("%H:%M") for b in feed.poll() if b.time is not None]
+    assert got == ["10:00", "10:01", "10:02", "10:03", "10:04", "10:05"]
+    assert feed.reopened == 3 and feed.skipped == 6
+
+
 def _append(path: Path, text: str) -> None:
     with open(path, "a") as fh:
         fh.write(text)

@@ -13,8 +13,12 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import pandas as pd
+
+from hybrid_trader.calendar import EASTERN
 from hybrid_trader.data.bars_so_far import BarsSoFar
 from hybrid_trader.env.core import CoreSeries
+from hybrid_trader.errors import UserError
 from hybrid_trader.features.features_so_far import FeaturesSoFar
 from hybrid_trader.features.incremental import IncrementalFeatures
 from hybrid_trader.live.bar_gate import CODE_HISTORY, BarGate
@@ -74,8 +78,12 @@ class FeedPosition:
         self.gate: BarGate | None = None
         self.batch = CommitBatch(journal)
         """The journal's rows of untraded bars, committed together."""
-        self.journaled_to = journal.last_time("bars")
-        """The journal's last bar (a restart: the bars up to it are replayed, not written again)."""
+        self.journaled_to = journal.last_bar_time()
+        """The journal's last accepted bar (a restart: the bars up to it are replayed, not written again)."""
+        self._refused_after = journal.refused_after(self.journaled_to)
+        """The journal's refused bars stamped after its last accepted one, by time and prices: replayed (refused
+        again, not written again) when the feed gives them, while the bars the feed gives after the last accepted
+        one are new, whatever time a refused bar (one from the future) was stamped with."""
         self.last_seen_ns: int | None = None
         """The latest bar time the feed gave (the snapshot's skipped bars included)."""
 
@@ -107,7 +115,8 @@ class FeedPosition:
         gate = self.gate
         assert gate is not None
         self.batch.begin(arrived)  # committed after a traded bar, or every BATCH_BARS / BATCH_S of the others
-        replayed = tns is not None and self.journaled_to is not None and tns <= self.journaled_to
+        replayed = tns is not None and ((self.journaled_to is not None and tns <= self.journaled_to)
+                                        or (tns, bar.open, bar.high, bar.low, bar.close) in self._refused_after)
         point = self.live_point
         now = point.now(replayed)
         rejection = point.check(gate, bar, tns, replayed, now)
@@ -120,6 +129,8 @@ class FeedPosition:
             self.batch.bar_done(False, arrived)
             return None
         assert tns is not None and bar.time is not None
+        if replayed:
+            self._check_replayed(bar, tns)
         held = point.held(gate, bar, tns, replayed, now)
         self._count(bar, tns, replayed, held)
         row = self.features.append(tns, bar.open, bar.high, bar.low, bar.close, bar.volume)
@@ -128,6 +139,25 @@ class FeedPosition:
         step = BarStep(bar, tns, row.index, arrived, replayed, held, rebind)
         step.checked = step.history  # history: NinjaTrader is first read at the live point
         return step
+
+    def _check_replayed(self, bar: Bar, tns: int) -> None:
+        """A restart's replayed bar must be the journal's (where it holds one), and no bar the journal accepted may be
+        missing before it: else the feed is not the one the journal was written from (rotated, revised or cut while
+        the run was down) and the replay would rebuild another history than the one traded (a UserError naming the
+        bar)."""
+        journal = self.journal
+        times = self.bars.time_ns
+        missing = journal.first_accepted_between(times[-1] if times else None, tns)
+        prices = journal.accepted_prices(tns)
+        got = (bar.open, bar.high, bar.low, bar.close)
+        if missing is None and prices in (None, got):  # (None: a row the journal lost; the feed still has the bar)
+            return
+        when = pd.Timestamp(missing if missing is not None else tns, tz="UTC").tz_convert(EASTERN)
+        what = (f"the journal's bar at {when} is missing from the feed" if missing is not None else
+                f"the feed's bar at {when} {got} is not the journal's {prices}")
+        raise UserError(f"{what}: the feed does not hold the bars the journal {journal.path} was written from (a file "
+                        "rotated, revised or cut while the run was down)", fix="give the feed the journal was written "
+                        "from, whole (for a rotated export, the old file's bars first), or use a new --journal file")
 
     def _count(self, bar: Bar, tns: int, replayed: bool, held: Held | None) -> None:
         """An accepted bar journaled (a new one) and counted, with why it is not traded (``held``)."""

@@ -154,7 +154,8 @@ class FollowFeed:
     Rotation and replacement: the feed holds the file open and tracks its inode. When the
     path is renamed away (or names another inode), the open file is first read to its end
     (its last line taken even without a newline), then the new file is read from its
-    start; a file truncated in place is re-read from its start. After such a reopen a bar
+    start; a file truncated or rewritten in place (the bytes just before the read offset changed: a platform
+    re-exporting its last bars each minute) is re-read from its start. After such a reopen a bar
     the feed already yielded (same time) is skipped (``skipped``); any other line still
     comes out, an unseen bar not later than the last one included, so that the gate rejects
     it with its reason and the executor journals the row. A line that cannot be read comes
@@ -202,6 +203,8 @@ class FollowFeed:
         self._inode: int | None = None
         self._offset = 0
         self._partial = b""
+        self._tail = b""
+        """The last bytes read before the offset: a rewrite in place changes them."""
         self._line_no = 0
         self._header: list[str] | None = None
         self._sep = ","
@@ -212,6 +215,7 @@ class FollowFeed:
     # ---- reading --------------------------------------------------------------------------
     def _reset(self, inode: int | None) -> None:
         self._inode, self._offset, self._partial, self._line_no, self._header = inode, 0, b"", 0, None
+        self._tail = b""
 
     def close(self) -> None:
         """Release the followed file."""
@@ -234,7 +238,7 @@ class FollowFeed:
             self.close()
             self._reset(st.st_ino)
             self.reopened += 1
-        elif self._inode is not None and st.st_size < self._offset:  # truncated in place: from its start
+        elif self._inode is not None and (st.st_size < self._offset or self._rewritten()):  # in place: from its start
             self._reset(st.st_ino)
             self.reopened += 1
         elif self._inode is None:
@@ -253,12 +257,29 @@ class FollowFeed:
             if not self.HOLD_OPEN:
                 self.close()
 
+    TAIL_BYTES = 64
+    """Bytes before the read offset compared at each poll (:meth:`_rewritten`)."""
+
+    def _rewritten(self) -> bool:
+        """Whether the bytes just before the read offset changed: the file was rewritten in place (same inode, at
+        least as long), which a size check alone does not see."""
+        tail = self._tail
+        if not tail:
+            return False
+        try:
+            with open(self.path, "rb") as fh:
+                fh.seek(self._offset - len(tail))
+                return fh.read(len(tail)) != tail
+        except OSError:
+            return False  # gone or locked this instant: the next poll looks again
+
     def _read(self, final: bool) -> list[Bar]:
         """The complete lines the open file holds past the offset (``final``: its last line too, newline or not)."""
         assert self._fh is not None
         self._fh.seek(self._offset)
         data = self._fh.read()
         self._offset += len(data)
+        self._tail = (self._tail + data)[-self.TAIL_BYTES:]
         data = self._partial + data
         *complete, self._partial = data.split(b"\n")
         if final and self._partial:
@@ -394,6 +415,8 @@ class FollowFeed:
                     idle_since = time.monotonic()  # from the last bar done, not read: a slow consumer is not idle
                     continue
                 if self.timeout_s is not None and time.monotonic() - idle_since >= self.timeout_s:
+                    if self._fh is not None:  # a last line the writer left without its newline: not dropped
+                        yield from self._read(final=True)
                     return
                 if self.on_idle is not None:
                     self.on_idle()

@@ -189,6 +189,31 @@ class JournalReads:
         rows = self._db.execute("SELECT time_ns FROM bars WHERE reason = ? AND time_ns IS NOT NULL", (reason,))
         return {int(r[0]) for r in rows}
 
+    def bar_keys(self, reason: str) -> set[tuple[int, float, float, float, float]]:
+        """``(time ns, open, high, low, close)`` of the journaled bars with this reason code, e.g. ``future``: a bar
+        by its prices too (another bar may come at the same time)."""
+        rows = self._db.execute("SELECT time_ns, open, high, low, close FROM bars WHERE reason = ? AND time_ns IS NOT "
+                                "NULL", (reason,))
+        return {(int(t), o, h, lo, c) for t, o, h, lo, c in rows}
+
+    def refused_after(self, after_ns: int | None) -> set[tuple[int, float, float, float, float]]:
+        """``(time ns, open, high, low, close)`` of the refused bars stamped after ``after_ns`` (None: all)."""
+        rows = self._db.execute("SELECT time_ns, open, high, low, close FROM bars WHERE accepted = 0 AND time_ns > ?",
+                                (-(1 << 62) if after_ns is None else int(after_ns),))
+        return {(int(t), o, h, lo, c) for t, o, h, lo, c in rows}
+
+    def accepted_prices(self, time_ns: int) -> tuple[float, float, float, float] | None:
+        """``(open, high, low, close)`` of the accepted bar at ``time_ns``; None when the journal accepted none."""
+        row = self._db.execute("SELECT open, high, low, close FROM bars WHERE accepted = 1 AND time_ns = ?",
+                               (int(time_ns),)).fetchone()
+        return None if row is None else (row[0], row[1], row[2], row[3])
+
+    def first_accepted_between(self, after_ns: int | None, before_ns: int) -> int | None:
+        """The first accepted bar's time strictly between ``after_ns`` (None: the start) and ``before_ns``."""
+        row = self._db.execute("SELECT MIN(time_ns) FROM bars WHERE accepted = 1 AND time_ns > ? AND time_ns < ?",
+                               (-(1 << 62) if after_ns is None else int(after_ns), int(before_ns))).fetchone()
+        return None if row[0] is None else int(row[0])
+
     def last_time(self, table: str) -> int | None:
         """Latest bar time (ns) of ``bars`` (any), ``decisions`` or ``account`` rows; None when empty."""
         column = {"bars": "time_ns", "decisions": "bar_time_ns", "account": "bar_time_ns"}.get(table)
