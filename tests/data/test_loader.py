@@ -240,3 +240,18 @@ def test_bars_frame_has_float64_ohlcv_and_ns_eastern_index_when_loaded(tmp_path)
     assert (bars.frame.dtypes == "float64").all()
     assert str(bars.frame.index.tz) == ET and bars.frame.index.unit == "ns"
     assert bars.source.endswith("NQ_test.csv")
+
+
+@pytest.mark.parametrize("order", ["day-first", "month-first"])
+def test_dates_whose_days_are_all_12_or_less_are_read_in_the_order_that_keeps_the_days_together(tmp_path, order):
+    """``02/01/2025`` after ``01/01/2025``: both MM/DD and DD/MM read every date, and the first format that did
+    (MM/DD) was taken, so a DD/MM file's first twelve days of a month became twelve months (a followed file starting
+    on the 1st: its bars from the future). The reading whose consecutive bars lie a day apart, not a month, wins."""
+    date = "{d:02d}/01/2025" if order == "day-first" else "01/{d:02d}/2025"
+    rows = [f"{date.format(d=day)},10:0{m}:00,100,101,99,100.5,10" for day in (2, 3, 6) for m in range(3)]
+    path = tmp_path / "NQ_bars.csv"
+    path.write_text("Date,Time,Open,High,Low,Close,Volume\n" + "\n".join(rows) + "\n")
+    bars = load_bars(path)
+    assert [str(t.date()) for t in bars.frame.index[::3]] == ["2025-01-02", "2025-01-03", "2025-01-06"]
+    shown = "DD/MM/YYYY" if order == "day-first" else "MM/DD/YYYY"
+    assert any(f"timestamps read as {shown}" in str(n) for n in bars.notes)

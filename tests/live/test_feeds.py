@@ -170,6 +170,22 @@ def test_follow_gives_every_new_bar_of_a_file_rewritten_in_place_with_its_last_b
     assert feed.reopened == 3 and feed.skipped == 6
 
 
+def test_follow_gives_again_a_bar_revised_in_a_rewritten_file_for_the_gate_to_refuse(tmp_path: Path) -> None:
+    """A rewrite whose old bar was corrected by the vendor: the unchanged bar is skipped, the revised one comes out
+    again (the gate refuses it as a duplicate, with its row: a correction is never dropped without a word)."""
+    path = tmp_path / "export.csv"
+    path.write_text(HEADER + _line("2024-01-02 10:00") + _line("2024-01-02 10:01"))
+    feed = FollowFeed(path, 0.01)
+    assert len(feed.poll()) == 2
+    with open(path, "r+") as fh:
+        fh.truncate(0)
+        fh.write(HEADER + _line("2024-01-02 10:00") + _line("2024-01-02 10:01", c=100.75) + _line("2024-01-02 10:02"))
+    got = feed.poll()
+    assert [(b.time.strftime("%H:%M"), b.close) for b in got if b.time is not None] == [("10:01", 100.75),
+                                                                                         ("10:02", 100.5)]
+    assert feed.skipped == 1
+
+
 def _append(path: Path, text: str) -> None:
     with open(path, "a") as fh:
         fh.write(text)

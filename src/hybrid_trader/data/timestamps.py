@@ -40,7 +40,20 @@ _NAIVE_FORMATS = (
 
 
 
+_DAY_FIRST = {"%m/%d/%Y %H:%M:%S": "%d/%m/%Y %H:%M:%S", "%m/%d/%Y %H:%M": "%d/%m/%Y %H:%M"}
+"""Month-first formats and their day-first twins: both read every date whose day is 12 or less."""
+
+
+def _largest_step(sample: pd.Series, fmt: str) -> int:
+    """The largest gap [ns] between consecutive timestamps of ``sample`` (in file order) read with ``fmt``."""
+    ns = pd.DatetimeIndex(pd.to_datetime(sample, format=fmt, errors="coerce")).asi8
+    return int(np.abs(np.diff(ns)).max()) if len(ns) > 1 else 0
+
+
 def _pick_format(s: pd.Series) -> str:
+    """The first format that reads every timestamp of an even sample (else the one that reads most). Where both a
+    month-first format and its day-first twin read them all (every day 12 or less), the one whose consecutive
+    timestamps lie closer together: ``02/01/2025`` after ``01/01/2025`` is a day later, not a month."""
     sample = s.dropna()
     sample = (
         sample.iloc[np.unique(np.linspace(0, len(sample) - 1, min(len(sample), 200)).astype(int))]
@@ -54,6 +67,10 @@ def _pick_format(s: pd.Series) -> str:
         except (ValueError, TypeError):
             continue
         if ok == len(sample):
+            twin = _DAY_FIRST.get(fmt)
+            if twin is not None and pd.to_datetime(sample, format=twin, errors="coerce").notna().all() \
+                    and _largest_step(sample, twin) < _largest_step(sample, fmt):
+                return twin
             return fmt
         if ok > best_ok:
             best, best_ok = fmt, ok

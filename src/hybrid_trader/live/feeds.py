@@ -156,7 +156,7 @@ class FollowFeed:
     (its last line taken even without a newline), then the new file is read from its
     start; a file truncated or rewritten in place (the bytes just before the read offset changed: a platform
     re-exporting its last bars each minute) is re-read from its start. After such a reopen a bar
-    the feed already yielded (same time) is skipped (``skipped``); any other line still
+    the feed already yielded (same time and prices) is skipped (``skipped``); any other line still
     comes out, an unseen bar not later than the last one included, so that the gate rejects
     it with its reason and the executor journals the row. A line that cannot be read comes
     out as a :class:`Bar` with ``time=None`` or NaN values, for the gate to reject.
@@ -198,7 +198,8 @@ class FollowFeed:
         self.last_time_ns: int | None = None
         self.on_idle: Callable[[], None] | None = None
         """Called each time the file holds no new line, before the wait (the executor commits its journal's batch)."""
-        self._yielded: set[int] = set()
+        self._yielded: dict[int, tuple[float, float, float, float]] = {}
+        """Each bar time given, with its prices: after a reopen the same bar is skipped, a revised one is not."""
         self._fh: BinaryIO | None = None
         self._inode: int | None = None
         self._offset = 0
@@ -303,12 +304,13 @@ class FollowFeed:
         out = []
         for bar in bars:
             t = bar.time_ns
-            if t is not None and self.reopened and t in self._yielded:
+            prices = (bar.open, bar.high, bar.low, bar.close)
+            if t is not None and self.reopened and self._yielded.get(t) == prices:
                 self.skipped += 1  # already yielded from the file before this one (and journaled then)
                 continue
-            out.append(bar)
+            out.append(bar)  # (a revised bar comes out again: the gate refuses it as a duplicate, with its row)
             if t is not None:
-                self._yielded.add(t)
+                self._yielded.setdefault(t, prices)
                 if self.last_time_ns is None or t > self.last_time_ns:
                     self.last_time_ns = t
         return out
