@@ -42,7 +42,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from hybrid_trader.calendar import window_end_session_minute
-from hybrid_trader.env.broker import EXIT_BREACH, EXIT_DAILY_LOSS, EXIT_SESSION_END
+from hybrid_trader.env.broker import EXIT_BREACH, EXIT_DAILY_LOSS, EXIT_SESSION_END, EXIT_TARGET
 from hybrid_trader.env.consistency import Consistency, consistency
 from hybrid_trader.env.rules import PropFirmRules
 from hybrid_trader.errors import UserError
@@ -313,6 +313,12 @@ class PropFirmAccount:
         peak_eq = balance + broker.bar_fav_pnl
         trough_eq = balance + broker.bar_worst_pnl
         closed = broker.bar_closed
+        if (closed is not None and closed.exit_reason == EXIT_TARGET and self.status is not AccountStatus.BREACHED
+                and trough_eq <= (self._trailed(peak_eq) if self._intraday else self.threshold)):
+            # the bar reached the target and, at its adverse extreme, the threshold: which came first is unknown,
+            # so the breach does (as the stop does when a bar touches stop and target): liquidated at the threshold
+            broker.undo_bar_exit()
+            closed = None
         if closed is not None:
             self._book(t, broker.bar_cash, closed.net_pnl)
         breached = False
@@ -325,31 +331,47 @@ class PropFirmAccount:
                 self.fire(t, Trigger.THRESHOLD_TOUCHED, broker, bar_open)
                 breached = True
             elif (self._daily_loss_limit is not None and self.status not in _LOCKED
-                  and trough_eq - self.day_start_balance <= -self._daily_loss_limit):
+                  and min(trough_eq, self.balance) - self.day_start_balance <= -self._daily_loss_limit):
                 self.fire(t, Trigger.DAILY_LOSS_HIT, broker, bar_open)
         if session_close:
             self.close_session(t, broker, close, bar_open)
+            breached = breached or self.breach_index == t
         return breached
 
     def close_session(self, t: int, broker: Broker, close: float, bar_open: float = math.nan) -> None:
         """The end of the day's window at bar t: a position left is closed at ``close``; end-of-day trailing."""
         self.fire(t, Trigger.SESSION_CLOSE, broker, bar_open, close)
+        self._breach_if_at_threshold(t)  # the close's slippage and commission can take it there
         if not self._intraday and self.status is not AccountStatus.BREACHED:
             self._trail(self.balance)
         if self.last_exit_index >= self.day_first >= 0:
             self.days_traded += 1
             self.best_day = max(self.best_day, self.balance - self.day_start_balance)
 
+    def _trailed(self, peak: float) -> float:
+        """The threshold after a peak of ``peak``: moved up by a new peak (never down, never past the cap)."""
+        if peak <= self.peak:
+            return self.threshold
+        r = self.rules
+        return min(max(self.threshold, peak - r.trailing_drawdown), r.threshold_cap)
+
     def _trail(self, peak: float) -> None:
-        """Move the trailing threshold up after a new peak (never down, never past the cap)."""
+        """Move the trailing threshold up after a new peak (:meth:`_trailed`)."""
         if peak > self.peak:
-            r = self.rules
+            self.threshold = self._trailed(peak)
             self.peak = peak
-            self.threshold = min(max(self.threshold, peak - r.trailing_drawdown), r.threshold_cap)
 
     def book(self, t: int, balance_change: float, net_pnl: float) -> None:
-        """Book a trade closed outside :meth:`on_bar` (the executor's flatten on exit)."""
+        """Book a trade closed outside :meth:`on_bar` (the executor's flatten on exit); a breach if its costs took
+        the balance to the threshold."""
         self._book(t, balance_change, net_pnl)
+        self._breach_if_at_threshold(t)
+
+    def _breach_if_at_threshold(self, t: int) -> None:
+        """A fill outside the bar's breach check (a closing fill, with its slippage and commission) that left the
+        balance at or below the threshold: the breach, at bar t."""
+        if self.status is not AccountStatus.BREACHED and self.balance <= self.threshold:
+            self.fire(t, Trigger.THRESHOLD_TOUCHED)
 
     def _book(self, t: int, balance_change: float, net_pnl: float) -> None:
         """Book a closed trade at bar t: balance, streaks, recent win rate, the profit target."""

@@ -280,16 +280,21 @@ class Broker:
             self.mfe = mfe
         exit_price = math.nan
         reason = ""
+        at_open = True
         if side * (o - stop) <= 0:  # opened through the stop
             exit_price, reason = o - side * self.slip, self.stop_reason()
         elif target == target and side * (o - target) >= 0:  # opened through the target
             exit_price, reason = o, EXIT_TARGET
-        elif side * (adv - stop) <= 0:  # stop first when both are touched
-            exit_price, reason = stop - side * self.slip, self.stop_reason()
-        elif target == target and side * (fav - target) >= 0:
-            exit_price, reason = target, EXIT_TARGET
+        else:
+            at_open = False
+            if side * (adv - stop) <= 0:  # stop first when both are touched
+                exit_price, reason = stop - side * self.slip, self.stop_reason()
+            elif target == target and side * (fav - target) >= 0:
+                exit_price, reason = target, EXIT_TARGET
         worst = adv
-        if exit_price == exit_price:
+        if at_open:  # out at the open: nothing the bar did after it was the position's
+            fav = worst = exit_price
+        elif exit_price == exit_price:
             if reason == EXIT_TARGET:
                 fav = exit_price  # out at the target: nothing better counts
             else:
@@ -327,6 +332,16 @@ class Broker:
         self.trail_on = False
         self.target = math.nan
         return trade, side * (price - self.entry) * dpp - self.commission
+
+    def undo_bar_exit(self) -> None:
+        """Take back this bar's exit (:attr:`bar_closed`, the last trade): the position is open again as it was
+        before it, for the account to close it otherwise (a breach the bar reached as well, which wins)."""
+        trade = self.bar_closed
+        if trade is None or not self.trades or self.trades[-1] is not trade:
+            raise RuntimeError("no exit of this bar to take back")
+        self.trades.pop()
+        self.side = trade.side
+        self.bar_closed = None
 
     def liquidate(self, t: int, limit_equity: float, balance: float, bar_open: float,
                   reason: str) -> tuple[Trade, float]:

@@ -44,7 +44,8 @@ class PropFirmRules:
     trail_mode: Literal["intraday", "eod"] = "intraday"
     """``intraday``: trails the live peak including open profit; ``eod``: trails closing balances."""
     trail_stop_offset: float | None = 100.0
-    """The threshold stops trailing at ``account_size + trail_stop_offset`` [$]; None: never stops."""
+    """The threshold stops trailing at ``account_size + trail_stop_offset`` [$]; None: it trails until the profit
+    target (it stops at ``account_size + profit_target - trailing_drawdown``)."""
     daily_loss_limit: float | None = None
     """Loss in one session that flattens and stops trading for the day [$] (EOD accounts)."""
     flat_by: str = "16:59"
@@ -59,9 +60,10 @@ class PropFirmRules:
 
     @property
     def threshold_cap(self) -> float:
-        """Highest level the trailing threshold can reach [$]."""
+        """Highest level the trailing threshold can reach [$]: the starting balance plus ``trail_stop_offset``, or,
+        without one, where it stands when the peak reaches the profit target."""
         if self.trail_stop_offset is None:
-            return float("inf")
+            return self.account_size + self.profit_target - self.trailing_drawdown
         return self.account_size + self.trail_stop_offset
 
 
