@@ -20,7 +20,7 @@ def test_standing_defaults_peak_and_threshold_from_the_rules_when_only_balance_g
     assert standing_from({"balance": 51_000}, LEGACY_50K) == AccountStanding(51_000.0, 51_000.0, 48_500.0)
     assert standing_from({"balance": 49_000}, LEGACY_50K) == AccountStanding(49_000.0, 50_000.0, 47_500.0)
     assert standing_from({"balance": 54_000}, LEGACY_50K).threshold == 50_100.0  # the legacy cap
-    assert standing_from({"balance": 54_000}, EOD_50K).threshold == 52_000.0  # no cap
+    assert standing_from({"balance": 54_000}, EOD_50K).threshold == 51_000.0  # trails until the target: 53,000 - 2,000
 
 
 def test_read_standing_reads_every_field_when_file_is_complete(tmp_path: Path) -> None:
