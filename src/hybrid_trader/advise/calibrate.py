@@ -154,8 +154,8 @@ class CalibrationFit:
 
 def fit_calibration(prompts: PromptBuilder, market: Market, run_config: RunConfig,
                     fit: CalibrationFit = CalibrationFit(), *, say: Callable[[str], None] | None = None,
-                    progress: bool = False, desc: str = "",
-                    ) -> tuple[BatchCalibration, list[AdvisorContext], np.ndarray]:
+                    progress: bool = False,
+                    desc: str = "") -> tuple[BatchCalibration, list[AdvisorContext], np.ndarray]:
     """The batch calibration of the advice ``prompts`` renders (its LLM config and retrieval: the identity), fitted
     on the training days as ``fit`` says; with the contexts asked and the model's raw answers to them.
 

@@ -80,7 +80,7 @@ class FeedPosition:
         """The journal's rows of untraded bars, committed together."""
         self.journaled_to = journal.last_bar_time()
         """The journal's last accepted bar (a restart: the bars up to it are replayed, not written again)."""
-        self._refused_after = journal.refused_after(self.journaled_to)
+        self._refused_after = journal.refused_keys(after_ns=self.journaled_to)
         """The journal's refused bars stamped after its last accepted one, by time and prices: replayed (refused
         again, not written again) when the feed gives them, while the bars the feed gives after the last accepted
         one are new, whatever time a refused bar (one from the future) was stamped with."""
@@ -116,7 +116,7 @@ class FeedPosition:
         assert gate is not None
         self.batch.begin(arrived)  # committed after a traded bar, or every BATCH_BARS / BATCH_S of the others
         replayed = tns is not None and ((self.journaled_to is not None and tns <= self.journaled_to)
-                                        or (tns, bar.open, bar.high, bar.low, bar.close) in self._refused_after)
+                                        or bar.key in self._refused_after)
         point = self.live_point
         now = point.now(replayed)
         rejection = point.check(gate, bar, tns, replayed, now)

@@ -62,6 +62,12 @@ class Bar:
         """Bar start in ns since the epoch (UTC), None when unreadable."""
         return None if self.time is None else int(self.time.value)
 
+    @property
+    def key(self) -> tuple[int | None, float, float, float, float]:
+        """``(time ns, open, high, low, close)``: the bar by its prices too (another may come at the same time), as
+        the journal's refused rows are read back (``JournalView.refused_keys``)."""
+        return self.time_ns, self.open, self.high, self.low, self.close
+
     def values(self) -> dict[str, float]:
         return {"open": self.open, "high": self.high, "low": self.low, "close": self.close, "volume": self.volume}
 

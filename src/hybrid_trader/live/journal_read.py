@@ -189,17 +189,13 @@ class JournalReads:
         rows = self._db.execute("SELECT time_ns FROM bars WHERE reason = ? AND time_ns IS NOT NULL", (reason,))
         return {int(r[0]) for r in rows}
 
-    def bar_keys(self, reason: str) -> set[tuple[int, float, float, float, float]]:
-        """``(time ns, open, high, low, close)`` of the journaled bars with this reason code, e.g. ``future``: a bar
-        by its prices too (another bar may come at the same time)."""
-        rows = self._db.execute("SELECT time_ns, open, high, low, close FROM bars WHERE reason = ? AND time_ns IS NOT "
-                                "NULL", (reason,))
-        return {(int(t), o, h, lo, c) for t, o, h, lo, c in rows}
-
-    def refused_after(self, after_ns: int | None) -> set[tuple[int, float, float, float, float]]:
-        """``(time ns, open, high, low, close)`` of the refused bars stamped after ``after_ns`` (None: all)."""
-        rows = self._db.execute("SELECT time_ns, open, high, low, close FROM bars WHERE accepted = 0 AND time_ns > ?",
-                                (-(1 << 62) if after_ns is None else int(after_ns),))
+    def refused_keys(self, *, reason: str | None = None,
+                     after_ns: int | None = None) -> set[tuple[int, float, float, float, float]]:
+        """``(time ns, open, high, low, close)`` (``Bar.key``) of the refused bars with this reason code (None: any),
+        stamped after ``after_ns`` (None: all)."""
+        rows = self._db.execute("SELECT time_ns, open, high, low, close FROM bars WHERE accepted = 0 AND time_ns > ? "
+                                "AND (? IS NULL OR reason = ?)",
+                                (-(1 << 62) if after_ns is None else int(after_ns), reason, reason))
         return {(int(t), o, h, lo, c) for t, o, h, lo, c in rows}
 
     def accepted_prices(self, time_ns: int) -> tuple[float, float, float, float] | None:

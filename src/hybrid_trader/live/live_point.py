@@ -40,7 +40,7 @@ class LivePoint:
         last_accepted = journal.last_bar_time()
         self._went_live = last_accepted is not None and (self._history_to is None or last_accepted > self._history_to)
         self._late_ns = journal.bar_times(CODE_LATE)
-        self._future = journal.bar_keys(CODE_FUTURE)
+        self._future = journal.refused_keys(reason=CODE_FUTURE)
         """The bars refused as from the future, by time and prices: the real bar of that time may come later."""
 
     def now(self, replayed: bool) -> float | None:
@@ -49,7 +49,7 @@ class LivePoint:
 
     def check(self, gate: BarGate, bar: Bar, tns: int | None, replayed: bool, now: float | None) -> Rejection | None:
         """The gate's verdict; a replayed bar refused as from the future when it arrived is refused again."""
-        if replayed and (tns, bar.open, bar.high, bar.low, bar.close) in self._future:
+        if replayed and bar.key in self._future:
             return Rejection(bar, CODE_FUTURE, "refused from the future when it arrived")
         return gate.check(bar, now)
 
