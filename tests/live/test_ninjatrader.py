@@ -552,6 +552,27 @@ def test_half_written_state_file_is_read_again_when_ninjatrader_finishes_it(nt):
     assert bridge.order_state(ENTRY).state == "FILLED"
 
 
+def test_a_fill_is_read_twice_and_booked_at_the_finished_price_when_its_file_parses_half_written(nt):
+    # caught mid-write, "FILLED;3;2100" parses: the fill's price would be 2100 instead of 21003.25
+    bridge = NinjaTraderBridge(nt.nt_dir, ACCOUNT, INSTRUMENT, sleep=lambda s: None)
+    bridge.enter(ENTRY, "BUY", 3, stop_price=20990, target_price=21030)
+    path = nt.outgoing / f"{ENTRY}.txt"
+    path.write_text("FILLED;3;2100")
+    reads = []
+
+    def finish(_seconds):
+        reads.append(path.read_text())
+        path.write_text("FILLED;3;21003.25")
+
+    bridge.sleep = finish
+    fills = [e for e in bridge.poll() if e.kind == "FILL"]
+    assert [(e.filled_qty, e.price) for e in fills] == [(3, 21003.25)]
+    assert reads == ["FILLED;3;2100", "FILLED;3;21003.25"], "read again until two reads agree"
+    # a state that books nothing more is read once
+    bridge.sleep = lambda s: pytest.fail("a state with no new fill is not read twice")
+    assert not [e for e in bridge.poll() if e.kind == "FILL"]
+
+
 def test_missing_user_folder_names_the_folder_and_the_fix_when_constructed(tmp_path):
     with pytest.raises(UserError) as err:
         NinjaTraderBridge(tmp_path / "nope", ACCOUNT, INSTRUMENT)

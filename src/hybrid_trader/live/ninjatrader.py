@@ -370,7 +370,7 @@ class NinjaTraderBridge(OutgoingReader):
             for oid, tracked in self._tracked.items():
                 if tracked.last is not None and tracked.last.is_terminal:
                     continue  # filled, cancelled, rejected or unknown: its file will not change
-                state = self.order_state(oid)
+                state = self.order_state(oid, tracked.last)
                 if state is None:
                     if not tracked.acked and not tracked.no_ack_reported \
                             and self.clock() - tracked.sent_at >= self.ack_timeout_s:

@@ -70,15 +70,32 @@ class OutgoingReader:
             return None
         return max(found, key=lambda p: p.stat().st_mtime_ns)
 
-    def order_state(self, order_id: str) -> OrderState | None:
-        """The order's state from outgoing/, or None while NinjaTrader has written none."""
+    def order_state(self, order_id: str, known: OrderState | None = None) -> OrderState | None:
+        """The order's state from outgoing/, or None while NinjaTrader has written none.
+
+        A state that fills more contracts than ``known`` (the last state acted on) is read again after
+        ``retry_delay_s`` until two reads agree (at most ``read_retries`` more): a file caught mid-write can still
+        parse (``FILLED;3;2100`` for ``FILLED;3;21003.25``), and a fill is booked at its price."""
         check_order_id(order_id)
         path = self._state_file(order_id)
         if path is None:
             return None
-        result = self._read_parsed(path, lambda text: parse_order_state(path, text, order_id))
-        assert result is None or isinstance(result, OrderState)
-        return result
+
+        def read() -> OrderState | None:
+            result = self._read_parsed(path, lambda text: parse_order_state(path, text, order_id))
+            assert result is None or isinstance(result, OrderState)
+            return result
+
+        state = read()
+        for _ in range(self.read_retries):
+            if state is None or state.filled_qty <= (known.filled_qty if known is not None else 0):
+                break
+            self.sleep(self.retry_delay_s)
+            again = read()
+            if again == state:
+                break
+            state = again
+        return state
 
     def _listing(self, folder: Path) -> list[Path]:
         """The entries of incoming/ or outgoing/; a folder that has gone (removed, renamed, its drive unmounted
