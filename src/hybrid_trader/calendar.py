@@ -13,6 +13,8 @@ a daylight-saving change (it is then 22 h or 24 h long in real time, not 23 h).
 
 from __future__ import annotations
 
+import warnings
+from functools import lru_cache
 from typing import Any, overload
 
 import numpy as np
@@ -35,6 +37,11 @@ RTH_OPEN_MINUTE = 9 * 60 + 30
 """09:30 ET, the regular-trading-hours open, in minutes since midnight."""
 RTH_CLOSE_MINUTE = 16 * 60
 """16:00 ET, the regular-trading-hours close, in minutes since midnight."""
+CME_CALENDAR = "CMES"
+"""``exchange_calendars``' CME equity-index futures calendar (NQ, ES): its sessions, holidays and early closes."""
+CALENDAR_START = "2000-01-03"
+"""The first session an exchange calendar is built from (the library's default is 20 years before today, so the
+early closes of older data would drift away as time passes)."""
 
 
 # ---- time zone --------------------------------------------------------------------------
@@ -177,6 +184,41 @@ def in_window(session_minutes: np.ndarray, window: tuple[int, int]) -> np.ndarra
     """Bool mask: session minutes inside ``[start, end)`` of a :func:`trading_window`."""
     sm = np.asarray(session_minutes)
     return (sm >= window[0]) & (sm < window[1])
+
+
+# ---- the exchange's calendar: holidays and early closes -------------------------------------
+
+
+@lru_cache(maxsize=4)
+def exchange_calendar(name: str = CME_CALENDAR) -> Any:
+    """The maintained ``exchange_calendars`` calendar ``name`` (loaded once per process, ~0.5 s); a UserError
+    for a name the library does not know."""
+    import exchange_calendars as xcals  # loads only when a calendar is asked for
+
+    if name not in xcals.get_calendar_names(include_aliases=True):
+        raise UserError(f"env.calendar: {name!r} is not an exchange calendar", value=name,
+                        fix=f"use {CME_CALENDAR!r} (CME equity-index futures: NQ, ES), another name of "
+                            "exchange_calendars.get_calendar_names(), or '' for none")
+    with warnings.catch_warnings():  # the library's own use of a pandas API pandas 3.1 deprecates
+        warnings.filterwarnings("ignore", message="Series.values returning")
+        try:
+            return xcals.get_calendar(name, start=CALENDAR_START)
+        except ValueError:  # a calendar whose data starts later than CALENDAR_START
+            return xcals.get_calendar(name)
+
+
+@lru_cache(maxsize=4)
+def early_closes(name: str = CME_CALENDAR) -> dict[np.datetime64, int]:
+    """The early closes of calendar ``name``: trading date (``datetime64[D]``) -> close in minutes since midnight
+    ET (CME equity index: 13:00 on Thanksgiving, the day after, Christmas Eve, and the Monday holidays). ``''``:
+    none. Known in advance, so the backtest and the live executor may both end those days early."""
+    if not name:
+        return {}
+    cal = exchange_calendar(name)
+    closes = cal.closes[cal.early_closes]
+    et = pd.DatetimeIndex(closes.to_numpy(), tz="UTC") if closes.dt.tz is None else pd.DatetimeIndex(closes)
+    et = et.tz_convert(EASTERN)
+    return {np.datetime64(d.date(), "D"): int(c.hour * 60 + c.minute) for d, c in zip(closes.index, et)}
 
 
 # ---- one bar at a time: the wall clock of UTC nanoseconds ------------------------------------------

@@ -7,36 +7,48 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
+from hybrid_trader.calendar import CME_CALENDAR, early_closes
+from hybrid_trader.env.account import PropFirmAccount
+from hybrid_trader.env.config import EnvConfig
+from hybrid_trader.env.day_window import DayWindow
+from hybrid_trader.env.rules import get_rules
 from hybrid_trader.live import deadline
-from hybrid_trader.live.deadline import FlatGuard, flat_by_time, session_close
+from hybrid_trader.live.deadline import FlatGuard, flat_by_time
 from hybrid_trader.live.executor_journal import EXIT_MANUAL
 from hybrid_trader.live.feeds import ReplayFeed
 
 from .fake_ninjatrader import FakeBar, FakeNinjaTrader
 from .test_executor_ninjatrader import ACCOUNT, INSTRUMENT, executor, fake_bar, rows
 
-APEX_FLAT_BY = 22 * 60 + 59  # 16:59 ET as a session minute (since 18:00 ET)
 CLOSE_LINE = f"CLOSEPOSITION;{ACCOUNT};{INSTRUMENT};;;;;;;;;;"
 
 
 # ---------------------------------------------------------------------------- the calendar
+def window(trade_end: str = "17:00", calendar: str = CME_CALENDAR) -> DayWindow:
+    return DayWindow.of(EnvConfig(trade_end=trade_end, calendar=calendar), PropFirmAccount(get_rules()))
+
+
 def test_flat_by_moves_before_the_cme_early_close_the_day_after_thanksgiving():
-    # exchange_calendars' CME equity calendar: 2024-11-29 closes 13:00 ET (18:00 UTC), not 17:00
-    assert session_close("2024-11-29") == pd.Timestamp("2024-11-29 18:00", tz="UTC")
-    assert flat_by_time("2024-11-29", APEX_FLAT_BY, APEX_FLAT_BY).tz_convert("America/New_York") == \
+    # exchange_calendars' CME equity calendar: 2024-11-29 closes 13:00 ET, not 17:00; Christmas has no session
+    assert early_closes()[np.datetime64("2024-11-29")] == 13 * 60
+    assert np.datetime64("2024-12-25") not in early_closes()
+    assert flat_by_time("2024-11-29", window()).tz_convert("America/New_York") == \
         pd.Timestamp("2024-11-29 12:59", tz="America/New_York")
     # a regular day (and one across the DST change): 16:59 ET
     for day in ("2024-11-26", "2024-11-04", "2024-07-15"):
-        assert flat_by_time(day, APEX_FLAT_BY, APEX_FLAT_BY).tz_convert("America/New_York") == \
+        assert flat_by_time(day, window()).tz_convert("America/New_York") == \
             pd.Timestamp(f"{day} 16:59", tz="America/New_York")
     # a window that ends earlier keeps its end unless the early close comes first
-    assert flat_by_time("2024-11-29", 21 * 60 + 30, APEX_FLAT_BY).tz_convert("America/New_York").hour == 12
-    assert flat_by_time("2024-11-26", 21 * 60 + 30, APEX_FLAT_BY).tz_convert("America/New_York") == \
+    assert flat_by_time("2024-11-29", window("15:30")).tz_convert("America/New_York").hour == 12
+    assert flat_by_time("2024-11-26", window("15:30")).tz_convert("America/New_York") == \
         pd.Timestamp("2024-11-26 15:30", tz="America/New_York")
-    assert session_close("2024-12-25") is None, "Christmas: no session"
+    # no calendar: the regular flat-by time
+    assert flat_by_time("2024-11-29", window(calendar="")).tz_convert("America/New_York") == \
+        pd.Timestamp("2024-11-29 16:59", tz="America/New_York")
 
 
 # ---------------------------------------------------------------------------- an executor holding a position

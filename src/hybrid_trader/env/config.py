@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from hybrid_trader.calendar import parse_hhmm
+from hybrid_trader.calendar import CME_CALENDAR, parse_hhmm
 from hybrid_trader.env.reward import REWARDS
 from hybrid_trader.errors import UserError
 
@@ -42,6 +42,10 @@ class EnvConfig:
     """End of the trading window, US/Eastern: open positions are closed at the close of the last bar before it."""
     last_entry: str = "15:45"
     """No new entries decided after this time, US/Eastern."""
+    calendar: str = CME_CALENDAR
+    """exchange_calendars name whose early closes end those days' windows early, in backtests and live alike, by
+    the margin the rules' flat-by time keeps before the close ('': none; a day whose bars stop early is then
+    traded to its last bar without knowing it is the last)."""
     episode_sessions: int | None = 1
     """Sessions (trading days) per training episode; None: the whole split in order (evaluation)."""
     terminate_on_breach: bool = True

@@ -151,6 +151,15 @@ class TradingCore:
         self.broker.on_bar(t, pending, self._open[t], self._high[t], self._low[t], self._atr[t - 1])
         return self.account.on_bar(t, self.broker, self._open[t], self._close[t], window_end)
 
+    def close_missed_window(self) -> bool:
+        """The day's window ended at the current bar without a trader knowing it was the last (its bars stopped
+        before the window's end: a gap, an early close the calendar lacks): the position is closed at its close;
+        the entry decided on it is the caller's to drop. Returns True on a breach (the close's costs)."""
+        t = self.t
+        account = self.account
+        account.close_session(t, self.broker, self._close[t])
+        return account.breach_index == t
+
     def equity(self) -> float:
         """Balance plus open profit at the current bar's close [$]."""
         return self.account.balance + self.broker.open_pnl(self._close[self.t])

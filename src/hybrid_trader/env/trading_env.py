@@ -75,7 +75,11 @@ class TradingEnv(CoreViews, gym.Env):
     sessions starting on a random day (``episode_sessions=None``: every session of
     the split in order, as evaluation does). Open positions are closed at the close of
     the last bar of each day's window (``SESSION_END``), which is never later than the
-    rules' flat-by time (16:59 ET for Apex).
+    rules' flat-by time (16:59 ET for Apex), nor on the exchange calendar's early closes
+    (``env.calendar``: 12:59 ET on 2024-11-29). Only what is known at a bar decides there:
+    on a day whose bars stop before its window's end (a data gap, an early close the
+    calendar lacks), the agent decides on the last bar as on any other; the position is
+    then closed at its close and the entry decided on it dropped (``env/day_window.py``).
 
     **Observation** (float32). Phases 1-2: 228 values; phase 3: 261.
 
@@ -287,6 +291,7 @@ class TradingEnv(CoreViews, gym.Env):
         core = self.core
         core.t = w.first
         self._win_last = w.last
+        self._end_known = w.end_known
         core.last_entry = w.last_entry
         self.account.begin_day(w.first)
         self._record(w.first)
@@ -303,9 +308,14 @@ class TradingEnv(CoreViews, gym.Env):
             self.action_history[core.t] = a
         pending = core.apply(a)  # a masked action is executed as HOLD and counted (MaskablePPO never samples one)
         t = core.t + 1
-        breach = core.process_bar(t, pending, t >= self._win_last)
+        if t <= self._win_last:
+            day_over = t == self._win_last and self._end_known
+            breach = core.process_bar(t, pending, day_over)
+        else:  # decided on the window's last bar as a trader would, not knowing it was: closed, the entry dropped
+            t -= 1
+            day_over = True
+            breach = core.close_missed_window()
         terminated = breach and self.config.terminate_on_breach
-        day_over = t >= self._win_last
         reward = (self._record(t) - equity_before) / self.reward_scale
         if self._reward is not None:
             reward = self._reward(reward, core.equity_now)

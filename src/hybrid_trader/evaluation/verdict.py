@@ -79,12 +79,14 @@ def run_attempt(env: TradingEnv, policy: Callable, start: int, max_days: int) ->
     """Trade ``policy`` from a fresh account on day ``start`` until it passes, breaches or ``max_days`` end."""
     obs, _ = env.reset(seed=0, options={"start": start})
     windows = env.episode_windows
-    last = windows[min(start + max_days, len(windows)) - 1].last
+    final = windows[min(start + max_days, len(windows)) - 1]
+    last = final.last
+    decided_on = last if final.end_known else last + 1  # a last bar not known as the last is decided on, then closed
     account = env.account
     while True:
         obs, _, terminated, truncated, _ = env.step(policy(obs, env.action_masks(), env))
         verdict = account.verdict
-        if verdict is not Verdict.NEITHER or terminated or truncated or env.current_index >= last:
+        if verdict is not Verdict.NEITHER or terminated or truncated or env.current_index >= decided_on:
             break
     # the day of the bar that decided it (the step may already stand on the next day's first bar)
     decided = {Verdict.PASSED: account.target_index, Verdict.BREACHED: account.breach_index}.get(verdict, last)

@@ -92,8 +92,11 @@ def trade_outcome(broker: Broker, bars: Bars, atr: np.ndarray, t: int, side: int
 
     Replays what :class:`TradingEnv` does bar by bar: ``Broker.open`` at t+1's open with
     bar t's ATR, ``Broker.scan_bar`` on every bar from t+1, and a close at bar ``last``'s
-    close minus slippage when no stop or target was hit.
+    close minus slippage when no stop or target was hit. An entry decided on the window's last
+    bar (one not known as the last: ``EpisodeWindow.end_known``) is dropped: 0 at bar t.
     """
+    if last <= t:
+        return 0.0, t
     o, h, lo, c = bars.open, bars.high, bars.low, bars.close
     broker.reset()
     broker.open(t + 1, side, float(o[t + 1]), float(atr[t]))

@@ -5,10 +5,10 @@ feed, a feed that ends, an early close, a holiday's missing bars). :class:`FlatG
 
 * **the flat-by time** (the rules' ``flat_by``, Apex 16:59 ET, or an earlier ``env.trade_end``) of the last bar's
   trading date, judged by the wall clock every ``poll_s`` seconds on its own thread (bars more than
-  :data:`IN_SYNC_S` older than the clock are a simulation: not judged). Sessions, holidays and early closes come
-  from the maintained ``exchange_calendars`` CME equity calendar (``CMES``): on an early close the flat-by time
-  moves before it by the margin kept before the regular 17:00 ET close (Apex: 1 minute; 2024-11-29 closes
-  13:00 ET, flat by 12:59);
+  :data:`IN_SYNC_S` older than the clock are a simulation: not judged). It is the end of the day's window, the
+  one the bar loop and the backtest use (:meth:`DayWindow.end_on`): on the ``env.calendar``'s early closes
+  (``exchange_calendars``' CME equity calendar ``CMES`` by default) it moves before the close by the margin kept
+  before the regular 17:00 ET close (Apex: 1 minute; 2024-11-29 closes 13:00 ET, flat by 12:59);
 * **a stalled feed** (``stall_after_s``): no bar for that long while a position is open;
 * **the feed's end** (a replay done, a follow feed's ``--idle-exit``), **SIGTERM** (the CLI) and **any exception**
   escaping the loop (flattened, then re-raised): :meth:`FlatGuard.run` and the CLI.
@@ -33,20 +33,19 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
-from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pandas as pd
 
-from hybrid_trader.calendar import EASTERN, SESSION_CLOSE_MINUTE, SESSION_MINUTES, SESSION_ROLL, trading_date
+from hybrid_trader.calendar import EASTERN, SESSION_ROLL, trading_date
 from hybrid_trader.errors import UserError
 
 if TYPE_CHECKING:
+    from hybrid_trader.env.day_window import DayWindow
     from hybrid_trader.live.executor import Executor, ExecutorSummary
     from hybrid_trader.live.feeds import Bar
 
-CME_CALENDAR = "CMES"
-"""``exchange_calendars``' CME equity-index futures calendar (NQ, ES): its sessions, holidays and early closes."""
 CODE_DEADLINE = "flat:deadline"
 CODE_STALL = "flat:stall"
 CODE_FEED_END = "flat:feed_end"
@@ -59,36 +58,13 @@ FLAT = "flat"
 """``errors.location`` of the rows that say why a position was flattened (codes ``flat:*``)."""
 
 
-@lru_cache(maxsize=4)
-def _calendar(name: str) -> Any:
-    import exchange_calendars as xcals  # loads only when a live run starts
-
-    return xcals.get_calendar(name)
-
-
-def session_close(trading_date: Any, calendar: str = CME_CALENDAR) -> pd.Timestamp | None:
-    """The close (UTC) of a trading date's CME session by the calendar, None on a day without one (a holiday, a
-    weekend) or beyond the calendar's range."""
-    cal = _calendar(calendar)
+def flat_by_time(trading_date: Any, window: DayWindow) -> pd.Timestamp:
+    """The wall-clock deadline (UTC) of a trading date: its window's end (:meth:`DayWindow.end_on`: the rules'
+    flat-by time or an earlier trade_end, moved before the calendar's early close)."""
     day = pd.Timestamp(trading_date).normalize().tz_localize(None)
-    if not (cal.first_session <= day <= cal.last_session) or not cal.is_session(day):
-        return None
-    return pd.Timestamp(cal.session_close(day)).tz_convert("UTC")
-
-
-def flat_by_time(trading_date: Any, end_minute: int, flat_by_minute: int,
-                 calendar: str = CME_CALENDAR) -> pd.Timestamp:
-    """The wall-clock deadline (UTC) of a trading date: its window's end ``end_minute`` (a session minute, the
-    rules' flat-by time or an earlier trade_end), moved before an early close by the margin the rules' flat-by
-    ``flat_by_minute`` keeps before the regular 17:00 ET close."""
-    day = pd.Timestamp(trading_date).normalize().tz_localize(None)
-    wall = day - SESSION_ROLL + pd.Timedelta(minutes=end_minute)  # ET wall clock (the session opens 18:00 before)
-    deadline = wall.tz_localize(EASTERN, ambiguous=False, nonexistent="shift_forward").tz_convert("UTC")
-    close = session_close(day, calendar)
-    regular = (day + pd.Timedelta(minutes=SESSION_CLOSE_MINUTE)).tz_localize(EASTERN).tz_convert("UTC")
-    if close is not None and close < regular:  # an early close
-        deadline = min(deadline, close - pd.Timedelta(minutes=max(SESSION_MINUTES - flat_by_minute, 1)))
-    return deadline
+    end = window.end_on(np.datetime64(day.date(), "D"))
+    wall = day - SESSION_ROLL + pd.Timedelta(minutes=end)  # ET wall clock (the session opens 18:00 before)
+    return wall.tz_localize(EASTERN, ambiguous=False, nonexistent="shift_forward").tz_convert("UTC")
 
 
 def _trading_day(utc_ns: int) -> pd.Timestamp:
@@ -106,7 +82,7 @@ class FlatGuard:
     """
 
     def __init__(self, executor: Executor, *, clock: Callable[[], float] = time.time, deadline: bool = True,
-                 stall_after_s: float | None = None, poll_s: float = 0.5, calendar: str = CME_CALENDAR) -> None:
+                 stall_after_s: float | None = None, poll_s: float = 0.5) -> None:
         if stall_after_s is not None and not stall_after_s > 0:
             raise UserError(f"--stall-after {stall_after_s}: a positive number of seconds", value=stall_after_s,
                             fix="e.g. --stall-after 180 (three 1-minute bars), or drop it")
@@ -115,9 +91,6 @@ class FlatGuard:
         self.deadline = deadline
         self.stall_after_s = stall_after_s
         self.poll_s = float(poll_s)
-        self.calendar = calendar
-        if deadline:
-            _calendar(calendar)  # a missing library fails now, not at the deadline
         self._last_bar = clock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -129,9 +102,7 @@ class FlatGuard:
     def deadline_of(self, bar_ns: int) -> pd.Timestamp:
         """The flat-by time (UTC) of the trading date of the bar at ``bar_ns`` (the position's session: past 18:00
         ET the clock is in the next trading date, but today's position is still late)."""
-        end = self.executor.window.end
-        return flat_by_time(_trading_day(bar_ns), end, self.executor.account.flat_by_session_minute(),
-                            self.calendar)
+        return flat_by_time(_trading_day(bar_ns), self.executor.window)
 
     def bar_arrived(self) -> None:
         """A bar came (the stall clock restarts)."""

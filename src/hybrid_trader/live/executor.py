@@ -13,8 +13,8 @@ test days makes the trades ``evaluate`` reports (``tests/live/test_executor.py``
 
 **Days and windows** (``env.day_window.DayWindow``, the window ``TradingEnv`` reads; the core is built by
 ``TradingCore.build`` as the environment's): a day's window starts on its first
-bar inside ``env.trade_start``..``trade_end`` (ended by the rules' flat-by time) at or
-after the feature warm-up; its last bar is the one whose end reaches the window's end;
+bar inside ``env.trade_start``..``trade_end`` (ended by the rules' flat-by time, and before the ``env.calendar``'s
+early closes) at or after the feature warm-up; its last bar is the one whose end reaches the window's end;
 entries are decided on bars up to ``env.last_entry``; a position left at the window's last
 bar is closed at its close (``SESSION_END``). Bars outside the traded days only feed the
 features (the history before the test days, without trading).

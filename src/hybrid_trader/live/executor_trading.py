@@ -104,7 +104,9 @@ class ExecutorTrading(ExecutorJournal):
         rebuilt = self.build_core(self.feed.series())
         rebuilt.restore(*core)
         self.core = rebuilt
-        self.day = DayState(day["_date"], day["_day_open"], day["_day_done"], day["_pending"])
+        date = day["_date"]
+        end = self.window.end if date is None else self.window.end_on(date)  # not kept: the calendar's, again
+        self.day = DayState(date, day["_day_open"], day["_day_done"], day["_pending"], end)
         self.entry_id, self.last_decision = day["_entry_id"], day["last_decision"]
         if self.link is not None:
             self.link.broker = self.broker
@@ -147,7 +149,7 @@ class ExecutorTrading(ExecutorJournal):
         minute, traded = self._day_of(t)
         day = self.day
         assert self.feed.features is not None
-        place = self.window.at(minute, t, self.feed.features)
+        place = self.window.at(minute, t, self.feed.features, day.window_end)
         if step.history:
             if traded and place.hours:
                 day.done = True  # the window opened before the live point: the next one is traded
@@ -213,17 +215,19 @@ class ExecutorTrading(ExecutorJournal):
         if date != self.day.date:
             if self.day.open:  # the previous window's last bar never came: close at this bar
                 self._close_missed_window(t)
-            self.day.new_date(date)
+            self.day.new_date(date, self.window.end_on(date))
         return session_minute(bars.minute_of_day[t]), self.trade_dates is None or date in self.trade_dates
 
     def _close_missed_window(self, t: int) -> None:
-        """A window whose last bar never arrived (a gap, an early close): the day ends at the previous bar's
-        close as the environment's would (it knows that bar was the window's last; a decision made on it and
-        its pending entry are dropped), noted in the journal."""
+        """A window whose last bar never arrived (a gap, an early close the calendar lacks): the day ends at the
+        previous bar's close as the environment's does (``TradingCore.close_missed_window``; the entry decided on
+        that bar is dropped), noted in the journal."""
         prev = t - 1
         bars = self.feed.bars
         n_before = len(self.broker.trades)
-        self.account.close_session(prev, self.broker, bars.close[prev])
+        core = self.core
+        core.t = prev
+        core.close_missed_window()
         self._journal_fills(prev, bars.time_ns[prev], n_before)
         self._drop_pending("the trading window ended before its fill")
         self.journal.record_error("window", "the trading window's last bar did not arrive; the day was ended at "
