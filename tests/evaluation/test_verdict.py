@@ -32,6 +32,23 @@ def test_figures_when_two_of_four_attempts_pass_match_hand_computed_values():
     assert f["Fees per pass [$]"] == pytest.approx(fees / 2)
 
 
+def test_attempts_the_data_cut_short_are_counted_as_censored_and_warned_about():
+    attempts = [Attempt(0, 3, "passed"), Attempt(1, 30, "neither"), Attempt(2, 4, "neither", censored=True),
+                Attempt(3, 2, "breached")]
+    f = verdict_figures(attempts, VerdictConfig())
+    assert f["Censored [%]"] == 25.0 and f["Pass rate [%]"] == 25.0  # still counted in the rates: lower bounds
+    said = small_sample_warning(f, days=33)
+    assert "1 of 4 attempt(s) ran out of data before --max-days" in said and "lower bounds" in said
+
+
+def test_rolling_attempts_near_the_data_end_are_censored_and_full_length_ones_are_not(market):
+    sessions = range(len(market.bars.session_bounds))
+    flat = prop_verdict(FlatPolicy, market, EnvConfig(phase=1), sessions, VerdictConfig(max_days=3))
+    n = int(flat["Attempts"])
+    assert flat["Censored [%]"] == pytest.approx(100.0 * 2 / n)  # the last two start fewer than 3 days from the end
+    assert "2 of" in small_sample_warning(flat, n)
+
+
 def test_figures_without_a_pass_leave_the_pass_medians_undefined():
     f = verdict_figures([Attempt(0, 1, "breached")], VerdictConfig())
     assert math.isnan(f["Median days to pass"]) and math.isnan(f["Fees per pass [$]"])

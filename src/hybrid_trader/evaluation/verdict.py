@@ -5,7 +5,9 @@ often would this pass, and what does it cost me per attempt?". Two ways to answe
 series of *attempts*, every attempt a fresh evaluation account under the run's rules:
 
 - ``rolling``: an attempt started on every trading day of the period, each followed until it
-  passes, breaches, or runs out of days (``max_days``, or the end of the data);
+  passes, breaches, or runs out of days (``max_days``, or the end of the data: *censored*, an
+  attempt the data cut short, which might still have passed or breached; the rates count it as
+  neither, so with censored attempts they are lower bounds);
 - ``sequential``: one continuing trader: an attempt starts, and the next one starts on the day
   after it passed or breached (a reset), so a breach never ends the measurement.
 
@@ -57,6 +59,8 @@ VERDICT_FIGURES = {
     "Breach rate [%]": "attempts that touched the trailing threshold first",
     "Median days to pass": "trading days of the passed attempts, median",
     "Median days to breach": "trading days of the breached attempts, median",
+    "Censored [%]": "attempts the data ended before they passed, breached or ran max_days (the rates are lower "
+                    "bounds)",
     "Expected outcome per attempt [$]": "pass rate x pass_value - the mean fee of an attempt",
     "Fees per pass [$]": "fees paid over all attempts / passes (NaN without a pass)",
 }
@@ -73,6 +77,8 @@ class Attempt:
     """Trading days it ran."""
     verdict: str
     """``passed``, ``breached`` or ``neither``."""
+    censored: bool = False
+    """Neither, because the data ended before ``max_days``: it might still have passed or breached."""
 
 
 def run_attempt(env: TradingEnv, policy: Callable, start: int, max_days: int) -> Attempt:
@@ -91,7 +97,7 @@ def run_attempt(env: TradingEnv, policy: Callable, start: int, max_days: int) ->
     # the day of the bar that decided it (the step may already stand on the next day's first bar)
     decided = {Verdict.PASSED: account.target_index, Verdict.BREACHED: account.breach_index}.get(verdict, last)
     days = sum(1 for w in windows[start:] if w.first <= min(decided, last))
-    return Attempt(start, days, verdict.value)
+    return Attempt(start, days, verdict.value, verdict is Verdict.NEITHER and days < max_days)
 
 
 def prop_verdict(make_policy: Callable[[], Any], market: Any, env_config: EnvConfig, sessions: Sequence[int],
@@ -124,6 +130,7 @@ def verdict_figures(attempts: Sequence[Attempt], config: VerdictConfig) -> dict[
         "Breach rate [%]": 100.0 * len(breached) / n if n else float("nan"),
         "Median days to pass": float(np.median(passed)) if passed else float("nan"),
         "Median days to breach": float(np.median(breached)) if breached else float("nan"),
+        "Censored [%]": 100.0 * sum(a.censored for a in attempts) / n if n else float("nan"),
         "Expected outcome per attempt [$]": pass_rate * config.pass_value - fees / n if n else float("nan"),
         "Fees per pass [$]": fees / len(passed) if passed else float("nan"),
     }
@@ -145,13 +152,19 @@ def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, flo
 
 def small_sample_warning(figures: dict[str, float], days: int) -> str | None:
     """A warning when a policy's verdict rests on fewer than :data:`SMALL_SAMPLE` attempts, with the 95%
-    interval of its pass rate; None otherwise."""
+    interval of its pass rate, or when the data cut its attempts short (censored: the rates are lower bounds);
+    None otherwise."""
     n = int(figures.get("Attempts", 0))
-    if n >= SMALL_SAMPLE:
-        return None
-    passes = round(figures.get("Pass rate [%]", 0.0) * n / 100.0) if n else 0
-    low, high = wilson_interval(passes, n)
-    rate = f"its pass rate of {passes}/{n} is anywhere from {100 * low:.0f}% to {100 * high:.0f}% (95% interval)" \
-        if n else "no rate can be measured"
-    return (f"small sample: {n} attempt(s) over {days} trading day(s); {rate}. Read the verdict on at least "
-            f"{SMALL_SAMPLE} attempts (--split all, or more days in --data)")
+    said = []
+    if n < SMALL_SAMPLE:
+        passes = round(figures.get("Pass rate [%]", 0.0) * n / 100.0) if n else 0
+        low, high = wilson_interval(passes, n)
+        rate = f"its pass rate of {passes}/{n} is anywhere from {100 * low:.0f}% to {100 * high:.0f}% (95% " \
+               "interval)" if n else "no rate can be measured"
+        said.append(f"small sample: {n} attempt(s) over {days} trading day(s); {rate}. Read the verdict on at least "
+                    f"{SMALL_SAMPLE} attempts (--split all, or more days in --data)")
+    censored = round(figures.get("Censored [%]", 0.0) * n / 100.0) if n else 0
+    if censored:
+        said.append(f"{censored} of {n} attempt(s) ran out of data before --max-days without passing or breaching: "
+                    "the pass and breach rates are lower bounds (more days in --data, or a smaller --max-days)")
+    return "; ".join(said) or None
