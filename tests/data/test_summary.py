@@ -112,3 +112,22 @@ def test_clock_has_no_dst_warning_when_a_file_ends_a_day_after_the_dst_change(sh
     s = summarize(bars)
     assert s["rth_open"] == "09:30" and s["rth_open_by_period"] == {"EST": "09:30"}
     assert not any("daylight time" in w for w in s["warnings"]), s["warnings"]
+
+
+def test_short_days_split_into_the_calendars_early_closes_and_the_rest_when_the_file_ends_midday():
+    # 2024-11-26..12-03: the day after Thanksgiving closes early by the CME calendar; 12-02 loses its afternoon;
+    # the first (11-26) and last (12-03) sessions of a file are not judged (a file starts and stops mid-session)
+    frame = generate_bars(days=6, seed=1, start="2024-11-26").frame
+    local = frame.index.tz_convert("America/New_York")
+    hhmm = local.strftime("%H:%M")
+    day = local.strftime("%Y-%m-%d")
+    cut = ((day == "2024-11-29") & (hhmm >= "13:15") & (hhmm < "17:00")) \
+        | ((day == "2024-12-02") & (hhmm >= "11:00") & (hhmm < "17:00")) \
+        | ((day == "2024-12-03") & (hhmm >= "10:00") & (hhmm < "17:00"))
+    s = summarize(Bars(frame[~cut], "NQ", 1, "test"))["short_days"]
+    assert s["usual_end"] == "17:00"
+    assert s["early_closes"] == [["2024-11-29", "13:15"]]
+    assert s["unexplained"] == [["2024-12-02", "11:00"]]
+    text = format_summary(summarize(Bars(frame[~cut], "NQ", 1, "test")))
+    assert "short days    ending before the usual 17:00 ET: 1 early close(s) of the CME calendar (2024-11-29 13:15); " \
+           "1 it does not list (2024-12-02 11:00)" in text

@@ -6,7 +6,15 @@ from typing import Any
 
 import numpy as np
 
-from hybrid_trader.calendar import SESSION_CLOSE_MINUTE, SESSION_OPEN_MINUTE, fmt_minute
+from hybrid_trader.calendar import (
+    CME_CALENDAR,
+    MINUTES_PER_DAY,
+    SESSION_CLOSE_MINUTE,
+    SESSION_OPEN_MINUTE,
+    early_closes,
+    fmt_minute,
+    session_minute,
+)
 from hybrid_trader.data.bars import Bars
 from hybrid_trader.data.checks import PRICES
 from hybrid_trader.data.clock import detect_rth_open, rth_open_by_period
@@ -57,11 +65,35 @@ def gap_stats(bars: Bars) -> dict[str, Any]:
     return out
 
 
+def short_days(bars: Bars, calendar: str = CME_CALENDAR) -> dict[str, Any]:
+    """Sessions whose bars end earlier than the file's usual session end (by more than a bar), the first and last
+    session of the file aside (a file starts and stops mid-session): those the exchange ``calendar`` lists as early
+    closes, known in advance, and the rest, which a trading window meets as bars that stop without warning.
+
+    Keys: ``usual_end`` (ET, the most common session end), ``early_closes`` and ``unexplained`` (``[date, end]``
+    pairs, ends in ET)."""
+    out: dict[str, Any] = {"usual_end": None, "early_closes": [], "unexplained": []}
+    bounds = bars.session_bounds
+    if len(bounds) < 3:
+        return out
+    bm = max(1, int(bars.bar_minutes))
+    ends = session_minute(bars.minute_of_day[bounds[:, 1]].astype(np.int64)) + bm  # session minutes
+    values, counts = np.unique(ends[1:-1], return_counts=True)
+    usual = int(values[counts == counts.max()].max())  # the most common end (the latest of ties)
+    out["usual_end"] = fmt_minute((usual + SESSION_OPEN_MINUTE) % MINUTES_PER_DAY)
+    known = early_closes(calendar)
+    dates = bars.session_dates
+    for s in np.flatnonzero(ends[1:-1] < usual - bm) + 1:
+        end = fmt_minute(int(ends[s] + SESSION_OPEN_MINUTE) % MINUTES_PER_DAY)
+        out["early_closes" if dates[s] in known else "unexplained"].append([str(dates[s]), end])
+    return out
+
+
 def summarize(bars: Bars) -> dict[str, Any]:
     """Rows, period, bar size, sessions, RTH open, gaps, repairs, tick grid and notes of ``bars``.
 
     Keys: ``source, market, rows, first, last, bar_minutes, sessions, first_session,
-    last_session, rth_open, rth_open_score, rth_open_by_period, gaps, break_bars,
+    last_session, rth_open, rth_open_score, rth_open_by_period, gaps, short_days, break_bars,
     repairs, dropped_rows, repaired_rows, tick_grid, warnings, notes``.
     Timestamps are US/Eastern strings (``"2023-11-19 18:00 EST"``).
     """
@@ -94,6 +126,7 @@ def summarize(bars: Bars) -> dict[str, Any]:
         "rth_open_score": None if not np.isfinite(score) else round(score, 2),
         "rth_open_by_period": rth_open_by_period(idx, bars.volume, bars.bar_minutes) if n else {},
         "gaps": gap_stats(bars),
+        "short_days": short_days(bars),
         "break_bars": int(((minute >= SESSION_CLOSE_MINUTE) & (minute < SESSION_OPEN_MINUTE)).sum()),
         "repairs": repairs,
         "dropped_rows": sum(r["rows"] for r in repairs if r["action"] == "dropped"),
@@ -137,6 +170,17 @@ def format_summary(s: dict[str, Any]) -> str:
         )
     else:
         row("gaps", "none inside sessions")
+    short = s["short_days"]
+    if short["early_closes"] or short["unexplained"]:
+        def days(pairs: list) -> str:
+            return ", ".join(f"{d} {e}" for d, e in pairs[:ROW_NOTES_PRINTED]) + (" ..." if len(pairs) >
+                                                                                ROW_NOTES_PRINTED else "")
+        said = [f"{len(short['early_closes'])} early close(s) of the CME calendar ({days(short['early_closes'])})"] \
+            if short["early_closes"] else []
+        if short["unexplained"]:
+            said.append(f"{len(short['unexplained'])} it does not list ({days(short['unexplained'])}): traded to "
+                        "their last bar, not known in advance as the last")
+        row("short days", f"ending before the usual {short['usual_end']} ET: " + "; ".join(said))
     if s["break_bars"]:
         row("break bars", f"{s['break_bars']} bars stamped in the 17:00-18:00 ET daily break")
     if s["repairs"]:
