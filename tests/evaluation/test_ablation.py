@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 
+import numpy as np
 import pytest
 
 from hybrid_trader.cli.main import main
@@ -121,6 +122,10 @@ def test_summary_gives_mean_spread_and_verdict_counts_when_seeds_differ():
     assert s["verdicts"] == {"breached": 1, "neither": 2}
     md = ablation_markdown({"split": "test", "variants": {"x": s}})
     assert "20.00 ±" in md and "neither 2" in md
+    assert s["std"]["Net PnL [$]"] == pytest.approx(float(np.std([100.0, -50.0, 10.0], ddof=1)))  # the sample's
+    one = summarise([{"Net PnL [$]": 100.0, "Apex verdict": "neither"}])
+    assert one["std"]["Net PnL [$]"] is None
+    assert "100.00 ±" not in ablation_markdown({"split": "t", "variants": {"x": one}})
 
 
 class AlwaysBuy:

@@ -75,6 +75,13 @@ def hyp(**over):
     return HypothesisSpec(**{"name": "h", "variant": "x", "against": "y", **over})
 
 
+def test_the_smallest_attainable_p_counts_only_the_pairs_the_test_ranks():
+    # two of five pairs do not differ: the signed-rank test drops them, so 3 pairs all one way give p = 0.5 ** 3
+    got = judge(hyp(), rows_of([0.0, 0.0, 150.0, 90.0, 40.0], [0.0] * 5))
+    assert got["p-value"] == pytest.approx(0.125)
+    assert got["smallest attainable p (exact test)"] == pytest.approx(0.125)
+
+
 def test_a_steady_difference_is_supported_with_scipys_p_and_the_bootstrap_ci():
     a, b = [10.0, 12, 9, 15, 11, 14, 13, 8], [1.0, 2, 0, 3, -1, 2, 1, 0]
     got = judge(hyp(), rows_of(a, b))

@@ -16,6 +16,7 @@ from hybrid_trader.study.multiple_tests import (
     many_comparisons,
     pbo_cscv,
     robust_figures,
+    spa_stepm,
     wilcoxon_p,
 )
 from hybrid_trader.study.summary import deflated_best
@@ -66,7 +67,7 @@ def rows_for(series: dict, momentum: dict) -> list[dict]:
     """Finished trials from ``series[(variant, seed, fold)]`` (daily returns), each fold's test days dated."""
     out = []
     for (v, seed, fold), x in series.items():
-        dates = [str(d.date()) for d in pd.bdate_range(f"2024-0{fold + 1}-01", periods=len(x))]
+        dates = [str(d.date()) for d in pd.bdate_range(f"2024-{2 * fold + 1:02d}-01", periods=len(x))]  # disjoint
         out.append({"variant": v, "seed": seed, "fold": fold, "trial": f"{v}-s{seed}-f{fold}", "status": "finished",
                     "daily_returns": list(x), "daily_dates": dates, "momentum daily_returns": list(momentum[fold])})
     return out
@@ -144,3 +145,49 @@ def test_the_summary_and_report_carry_the_tests_with_their_labels(tmp_path):
     html = write_study_report(tmp_path, spec, summary, pd.DataFrame(rows)).read_text()
     for text in ("Pre-registered hypotheses", "good-wins", "SPA p (consistent)", "PBO:", "leave-one-out mean"):
         assert text in html
+
+
+def test_stepm_returns_every_model_where_arch_stops_on_models_all_superior_over_two_steps():
+    # arch 8.0's StepM.compute loops while the last step's finds are fewer than k: two models found superior one
+    # step each leave it running SPA on no model (ValueError); ours stops with both
+    rng = np.random.default_rng(0)
+    bench = rng.normal(0.0, 0.01, 60)
+    for _ in range(200):
+        a = bench + 0.006 + rng.normal(0, 0.01, 60)  # clearly better
+        b = bench + 0.0025 + rng.normal(0, 0.01, 60)  # better, found once a is set aside
+        models = pd.DataFrame(-np.column_stack([a, b]), columns=["a", "b"])
+        try:
+            StepM(-bench, models, size=0.05, reps=1000, bootstrap="stationary", studentize=True, seed=0).compute()
+        except ValueError:
+            break
+    else:
+        pytest.fail("no draw makes arch's StepM stop on an empty subset: the case is not exercised")
+    assert spa_stepm(bench, np.column_stack([a, b]), ["a", "b"])["StepM superior at 0.05"] == ["a", "b"]
+    dates = [str(d.date()) for d in pd.bdate_range("2024-01-01", periods=60)]
+    rows = [{"variant": v, "seed": 0, "fold": 0, "trial": f"{v}-s0-f0", "status": "finished", "daily_returns": list(x),
+             "daily_dates": dates, "momentum daily_returns": list(bench)} for v, x in (("a", a), ("b", b))]
+    assert many_comparisons(["a", "b"], "a", rows)["against momentum"]["StepM superior at 0.05"] == ["a", "b"]
+
+
+def test_a_confirmations_folds_trading_the_same_days_count_each_day_once():
+    # in a confirmation every fold's model trades the same later days: one market day is one observation
+    rng = np.random.default_rng(1)
+    dates = [str(d.date()) for d in pd.bdate_range("2025-01-01", periods=30)]
+    rows = [{"variant": v, "seed": s, "fold": f, "trial": f"{v}-s{s}-f{f}", "status": "finished",
+             "daily_returns": list(rng.normal(0, 0.004, 30)), "daily_dates": dates,
+             "momentum daily_returns": list(rng.normal(0, 0.004, 30))}
+            for v in ("base", "cand") for f in range(3) for s in (0, 1)]
+    out = many_comparisons(["base", "cand"], "base", rows)
+    assert out["days"] == 30 and out["against base (baseline variant)"]["days"] == 30
+    assert out["PBO"]["days"] <= 30
+
+
+def test_days_of_rows_recorded_without_dates_stay_in_time_order(monkeypatch):
+    import hybrid_trader.study.multiple_tests as mt
+
+    fed = []
+    monkeypatch.setattr(mt, "spa_stepm", lambda bench, models, names, **kw: fed.append(list(bench)) or {})
+    rows = [{"variant": v, "seed": 0, "fold": 0, "trial": f"{v}-s0-f0", "status": "finished",
+             "daily_returns": [float(i) for i in range(25)]} for v in ("a", "b")]  # each value its day's position
+    mt.many_comparisons(["a", "b"], "a", rows)
+    assert fed[0] == sorted(fed[0]), "position 10 must not come before 2"

@@ -32,6 +32,15 @@ def test_a_verdict_that_flips_or_vanishes_on_replication_is_not_supported():
     assert rows["e - a: Net PnL [$]"]["result"] == "no difference"
 
 
+def test_a_pending_hypothesis_claims_nothing_until_both_sides_have_judged_it():
+    # study --only x, then --confirm: both pending; a pending study against a judged confirmation is no flip either
+    pending = {"hypotheses": [{"name": "h", "verdict": "pending"}]}
+    judged = {"hypotheses": [{"name": "h", "verdict": "supported", "mean difference": 10.0}]}
+    for first, second in ((pending, pending), (pending, judged), (judged, pending)):
+        [row] = compare_verdicts(first, second, label="confirmation")
+        assert (row["result"], row["survives"]) == ("pending", False), row
+
+
 def test_declared_hypotheses_are_the_claims_when_a_study_has_them():
     hyp = {"hypotheses": [{"name": "gemma beats shuffled", "verdict": "supported", "p_value": 0.01}],
            **summary_with({"b": (1, 0.5, 2)})}

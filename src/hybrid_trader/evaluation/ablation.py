@@ -267,7 +267,7 @@ def summarise(per_seed: list[dict]) -> dict:
     for k in keys:
         values = [float(r[k]) for r in per_seed if isinstance(r.get(k), (int, float)) and math.isfinite(float(r[k]))]
         mean[k] = float(np.mean(values)) if values else None
-        std[k] = float(np.std(values)) if values else None
+        std[k] = float(np.std(values, ddof=1)) if len(values) > 1 else None  # the sample's, as every seed table
     verdicts: dict[str, int] = {}
     for r in per_seed:
         verdicts[str(r.get(VERDICT))] = verdicts.get(str(r.get(VERDICT)), 0) + 1
@@ -289,7 +289,8 @@ def ablation_rows(table: dict) -> tuple[list[str], list[tuple[str, list[str]]]]:
         for n in names:
             v = table["variants"][n]
             m, s = v["mean"].get(k), v["std"].get(k)
-            cells.append("-" if m is None else f"{m:,.2f} ± {s:,.2f}")
+            spread = "" if s is None else f" ± {s:,.2f}"  # none with one seed
+            cells.append("-" if m is None else f"{m:,.2f}{spread}")
         rows.append((k, cells))
     verdicts = [table["variants"][n]["verdicts"] for n in names]
     rows.append((VERDICT, [", ".join(f"{verdict} {count}" for verdict, count in v.items()) for v in verdicts]))

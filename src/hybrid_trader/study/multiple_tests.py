@@ -69,17 +69,31 @@ def robust_figures(values: Sequence[float], *, paired: bool = False) -> dict[str
 def spa_stepm(benchmark: np.ndarray, models: np.ndarray, names: Sequence[str], *, alpha: float = 0.05,
               reps: int = SPA_REPS, seed: int = SPA_SEED) -> dict[str, Any]:
     """Hansen's SPA p-values and StepM's superior models, on daily P&L (higher is better): ``benchmark`` has shape
-    ``(T,)``, ``models`` ``(T, k)``. arch tests losses, so both are negated."""
-    from arch.bootstrap import SPA, StepM
+    ``(T,)``, ``models`` ``(T, k)``. arch tests losses, so both are negated.
+
+    StepM (Romano and Wolf 2005) is stepped down here over arch's SPA, as arch's ``StepM.compute`` does, but stops
+    once every model is found superior: arch 8.0's loop compares the count of the last step's finds (not all so
+    far) with ``k``, so models all superior over two or more steps ran SPA on no model and raised."""
+    from arch.bootstrap import SPA
 
     bench = -np.asarray(benchmark, dtype=float)
     mods = pd.DataFrame(-np.asarray(models, dtype=float).reshape(len(bench), -1), columns=list(names))
     spa = SPA(bench, mods, reps=reps, bootstrap="stationary", studentize=True, seed=seed)
     spa.compute()
-    p = spa.pvalues
-    stepm = StepM(bench, mods, size=alpha, reps=reps, bootstrap="stationary", studentize=True, seed=seed)
-    stepm.compute()
-    superior = [str(name) for name in stepm.superior_models]  # the columns' names
+    p = dict(spa.pvalues)
+    k = mods.shape[1]
+    found: list[int] = []
+    better = [int(i) for i in spa.better_models(alpha)]  # indices into all k models, whatever the subset
+    while better:
+        found += better
+        if len(found) == k:
+            break
+        selector = np.ones(k, dtype=bool)
+        selector[found] = False
+        spa.subset(selector)  # the same bootstrap draws, on the models not yet found
+        spa.compute()
+        better = [int(i) for i in spa.better_models(alpha)]
+    superior = [str(mods.columns[i]) for i in sorted(found)]
     return {"days": int(len(bench)), "models": list(names), "SPA p-value (consistent)": float(p["consistent"]),
             "SPA p-value (lower)": float(p["lower"]), "SPA p-value (upper)": float(p["upper"]),
             f"StepM superior at {alpha}": superior, "bootstrap": f"stationary, {reps} replications, seed {seed}"}
@@ -141,19 +155,30 @@ def pbo_cscv(returns: np.ndarray, blocks: int | None = None) -> dict[str, Any]:
                                                                                           best]))}
 
 
-def daily_by_day(row: dict[str, Any], key: str = "daily_returns") -> dict[tuple[int, Any], float]:
-    """A trial's daily series keyed by ``(fold, trading date)`` (the day's index when the row predates dates)."""
+Day = tuple[Any, ...]
+"""A market day: ``(trading date,)``, or ``(fold, position)`` for a row recorded before dates were kept."""
+
+
+def daily_by_day(row: dict[str, Any], key: str = "daily_returns") -> dict[Day, float]:
+    """A trial's daily series keyed by market day: its trading date, so that the folds of a confirmation, which all
+    trade the same later days, count each day once (the day's position in its fold when the row predates dates)."""
     values = row.get(key) or []
-    dates = row.get("daily_dates") or list(range(len(values)))
+    dates = row.get("daily_dates") or []
     if len(dates) != len(values):
-        dates = list(range(len(values)))
-    return {(int(row["fold"]), d): float(v) for d, v in zip(dates, values)}
+        return {(int(row["fold"]), i): float(v) for i, v in enumerate(values)}
+    return {(str(d),): float(v) for d, v in zip(dates, values)}
+
+
+def in_time_order(days: set[Day]) -> list[Day]:
+    """The days in time order (dates before positions; never positions as text: 10 after 9)."""
+    return sorted(days, key=lambda d: (len(d), d))
 
 
 def seed_mean_series(rows: Sequence[dict[str, Any]], keys: set[tuple[int, int]], key: str = "daily_returns",
-                     ) -> dict[tuple[int, Any], float]:
-    """The mean over ``rows`` (trials of one variant, their ``(seed, fold)`` in ``keys``) of each day's value."""
-    acc: dict[tuple[int, Any], list[float]] = {}
+                     ) -> dict[Day, float]:
+    """The mean over ``rows`` (trials of one variant, their ``(seed, fold)`` in ``keys``) of each day's value: over
+    its seeds, and in a confirmation over the folds' models that traded the day."""
+    acc: dict[Day, list[float]] = {}
     for r in rows:
         if (r["seed"], r["fold"]) in keys:
             for day, v in daily_by_day(r, key).items():
@@ -170,8 +195,7 @@ def many_comparisons(variants: Sequence[str], baseline: str, rows: Sequence[dict
     by_variant = {v: [r for r in ok if r["variant"] == v] for v in variants}
     common = set.intersection(*[{(r["seed"], r["fold"]) for r in by_variant[v]} for v in variants])
     series = {v: seed_mean_series(by_variant[v], common) for v in variants}
-    days = sorted(set.intersection(*[set(s) for s in series.values()]), key=lambda d: (d[0], str(d[1]))) \
-        if common else []
+    days = in_time_order(set.intersection(*[set(s) for s in series.values()])) if common else []
     out: dict[str, Any] = {"trials used": len(common) * len(variants), "days": len(days),
                            "unit": "daily P&L as a return on the account, mean over seeds"}
     if len(days) < MIN_DAYS:
@@ -195,19 +219,19 @@ def many_comparisons(variants: Sequence[str], baseline: str, rows: Sequence[dict
 
 
 def pbo_over_trials(rows: Sequence[dict[str, Any]], variants: Sequence[str]) -> dict[str, Any]:
-    """PBO with one strategy per variant x seed (its daily P&L over every fold's test days), on the folds and days
-    every such strategy has."""
+    """PBO with one strategy per variant x seed (its daily P&L over every fold's test days; in a confirmation, where
+    every fold's model trades the same days, their mean on each day), on the days every such strategy has."""
     folds = sorted({r["fold"] for r in rows})
-    strategies: dict[str, dict[tuple[int, Any], float]] = {}
+    strategies: dict[str, dict[Day, float]] = {}
     for v in variants:
         for seed in sorted({r["seed"] for r in rows if r["variant"] == v}):
             mine = [r for r in rows if r["variant"] == v and r["seed"] == seed]
             if {r["fold"] for r in mine} == set(folds):
-                strategies[f"{v}-s{seed}"] = {k: x for r in mine for k, x in daily_by_day(r).items()}
+                strategies[f"{v}-s{seed}"] = seed_mean_series(mine, {(seed, f) for f in folds})
     if len(strategies) < 2:
         return {"pbo": math.nan, "strategies": len(strategies), "reason": "fewer than 2 variant x seed strategies "
                                                                           "with every fold finished"}
-    days = sorted(set.intersection(*[set(s) for s in strategies.values()]), key=lambda d: (d[0], str(d[1])))
+    days = in_time_order(set.intersection(*[set(s) for s in strategies.values()]))
     m = np.array([[s[d] for s in strategies.values()] for d in days]).reshape(len(days), len(strategies))
     return {**pbo_cscv(m), "performance": "Sharpe ratio of daily P&L",
             "strategy": "one variant x seed over every fold's test days"}

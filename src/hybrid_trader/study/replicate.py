@@ -26,6 +26,7 @@ from hybrid_trader.evaluation.metrics import jsonable
 from hybrid_trader.evaluation.report import _esc
 from hybrid_trader.run.files import atomic_write_text
 from hybrid_trader.study.engine import TABLE, run_study
+from hybrid_trader.study.hypotheses import PENDING
 from hybrid_trader.study.reuse import reuse_into
 from hybrid_trader.study.spec import StudySpec, load_study
 from hybrid_trader.study.summary import PAIRED_FIGURES
@@ -82,14 +83,17 @@ def compare_verdicts(first: dict[str, Any], second: dict[str, Any], *, label: st
                      ) -> list[dict[str, Any]]:
     """Each claim of ``first`` judged again in ``second`` (``label`` names it): its two verdicts, whether it
     survives, and the result: ``supported`` (an effect found both times), ``not supported`` (an effect that
-    flipped or vanished, or that appears only in the second), ``no difference`` (none either time)."""
+    flipped or vanished, or that appears only in the second), ``no difference`` (none either time), ``pending``
+    (not judged yet on one side: trials not run)."""
     a, b = verdicts(first), verdicts(second)
     rows = []
     for name in list(a) + [n for n in b if n not in a]:
         va = a.get(name, {}).get("verdict", "missing")
         vb = b.get(name, {}).get("verdict", "missing")
-        claimed = va not in NO_EFFECT and va != "missing"
-        if claimed and va == vb:
+        claimed = va not in NO_EFFECT and va not in ("missing", PENDING)
+        if PENDING in (va, vb):
+            result, why = PENDING, f"{va} in the study, {vb} in the {label}: judged once both have run"
+        elif claimed and va == vb:
             result, why = "supported", f"the same verdict ({va}) in the {label}"
         elif claimed:
             result, why = "not supported", f"{va} in the study, {vb} in the {label}"
@@ -98,7 +102,7 @@ def compare_verdicts(first: dict[str, Any], second: dict[str, Any], *, label: st
         else:
             result, why = "not supported", f"{vb} only in the {label} ({va} in the study)"
         rows.append({"claim": name, "kind": a.get(name, b.get(name, {})).get("kind"), "study": va, label: vb,
-                     "survives": va == vb, "result": result, "why": why,
+                     "survives": va == vb and va != PENDING, "result": result, "why": why,
                      **{f"{label} {k}": b.get(name, {}).get(k) for k in ("mean difference", "ci_low", "ci_high")
                         if k in b.get(name, {})}})
     return rows
