@@ -246,3 +246,24 @@ def test_resume_takes_fast_math_from_the_resuming_config(tmp_path, market):
                      hooks=runner.TrainHooks(extra_callbacks=[Seen()]))
     assert seen[0] == (False, None) and seen[-1][0] is True
     assert LeanMaskablePPO.load(run / "model.zip").policy.optimizer.param_groups[0]["fused"] is None
+
+
+@pytest.mark.parametrize("fast_math", [False, True])
+def test_a_body_frozen_by_freeze_body_steps_does_not_move_while_the_head_learns(fast_math):
+    # fast_math's gradients by hand cover every parameter: a frozen layer must get none, as autograd gives it
+    from hybrid_trader.training.callbacks import FreezeBodyCallback
+
+    th.set_num_threads(1)
+    c = merge_overrides(RunConfig(), {"data.synthetic_days": 12, "ppo.n_steps": 128, "ppo.batch_size": 128,
+                                      "ppo.n_envs": 2, "ppo.n_epochs": 2, "train.validate_every": 0,
+                                      "train.progress_bar": False, "ppo.update_threads": 1, "env.phase": 1,
+                                      "ppo.total_timesteps": 256, "ppo.fast_math": fast_math})
+    market = load_market(c.data, c.split)
+    venv = runner.build_vec_env(market, c, market.sessions("train"), 2, 0, normalize=True)
+    model, _ = runner.make_model(c, venv, market=market)
+    body = {k: v.detach().clone() for k, v in model.policy.mlp_extractor.state_dict().items()}
+    head = model.policy.action_net.weight.detach().clone()
+    model.learn(256, callback=FreezeBodyCallback(10_000))
+    assert float((model.policy.action_net.weight - head).abs().max()) > 0
+    moved = {k: float((v - body[k]).abs().max()) for k, v in model.policy.mlp_extractor.state_dict().items()}
+    assert max(moved.values()) == 0.0, moved

@@ -271,8 +271,8 @@ class LeanMaskablePPO(MaskablePPO):
                     policy.optimizer.zero_grad()
                     loss.backward()
                 else:
-                    for p in params:
-                        p.grad = grads[p]
+                    for p in params:  # a frozen layer (train.freeze_body_steps) gets none, as autograd gives it
+                        p.grad = grads[p] if p.requires_grad else None
                 th.nn.utils.clip_grad_norm_(params, self.max_grad_norm)
                 policy.optimizer.step()
             self._n_updates += 1
