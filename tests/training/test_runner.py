@@ -270,3 +270,19 @@ def test_training_imports_no_evaluation_module_when_loaded():
     # and none inside a function either
     for path in (Path(__file__).parents[2] / "src" / "hybrid_trader" / "training").glob("*.py"):
         assert "hybrid_trader.evaluation" not in path.read_text(), path.name
+
+
+def test_an_init_run_trained_on_this_runs_validation_or_test_days_is_refused(tmp_path):
+    # walk-forward folds: phase 1 on fold 2 trained on fold 0's validation and test days; phase 2 of fold 0 from it
+    # would carry them (the network and the normalisation) into its own evaluation
+    tiny = {"data.synthetic_days": 40, "ppo.n_steps": 128, "ppo.batch_size": 128, "ppo.n_envs": 2, "ppo.n_epochs": 1,
+            "train.validate_every": 0, "train.progress_bar": False, "split.folds": 3,
+            "ppo.normalizer_warmup_steps": 256, "ppo.total_timesteps": 256}
+    c1 = merge_overrides(RunConfig(), {**tiny, "env.phase": 1, "split.fold": 2})
+    train_run(c1, tmp_path / "p1", quiet=True)
+    late = merge_overrides(RunConfig(), {**tiny, "env.phase": 2, "split.fold": 0})
+    with pytest.raises(UserError, match="look-ahead") as err:
+        train_run(late, tmp_path / "p2", init=tmp_path / "p1", quiet=True)
+    assert "fix:" in str(err.value) and not (tmp_path / "p2").exists()
+    same = merge_overrides(RunConfig(), {**tiny, "env.phase": 2, "split.fold": 2})  # the same fold: allowed
+    train_run(same, tmp_path / "p2same", init=tmp_path / "p1", quiet=True)

@@ -41,6 +41,19 @@ class Market:
         """Session indices of ``train``, ``val`` or ``test``."""
         return self.split.part(part)
 
+    def dates(self, part: str) -> list[str] | None:
+        """The first and last trading date of ``train``, ``val`` or ``test`` (None: no day)."""
+        r, days = self.sessions(part), self.bars.session_dates
+        return [str(days[r.start]), str(days[r.stop - 1])] if len(r) else None
+
+    def split_info(self) -> dict:
+        """The split's sessions and dates (a run's ``split.json``)."""
+        return {**self.split.to_dict(), "dates": {name: self.dates(name) for name in ("train", "val", "test")}}
+
+    def first_evaluated_day(self) -> str | None:
+        """The first validation day, else the first test day (None: neither)."""
+        return next((d[0] for d in (self.dates("val"), self.dates("test")) if d), None)
+
     def describe(self) -> str:
         text = f"{self.bars.source}: {len(self.bars):,} bars, {self.bars.n_sessions} sessions; " + self.split.describe(
             self.bars.session_dates)

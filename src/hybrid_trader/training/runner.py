@@ -70,7 +70,7 @@ from hybrid_trader.training.normalizer import LeanVecNormalize, freeze_statistic
 from hybrid_trader.training.policy import HybridMaskablePolicy
 from hybrid_trader.training.selection import METRIC, BestKeeper
 from hybrid_trader.training.threads import update_threads_for
-from hybrid_trader.training.transfer import transfer_normalization, transfer_weights
+from hybrid_trader.training.transfer import check_trained_before, transfer_normalization, transfer_weights
 from hybrid_trader.training.vec_env import LeanDummyVecEnv
 
 ValidationFactory = Callable[[Market, RunConfig], Callable[[Any], dict]]
@@ -199,6 +199,7 @@ def make_model(config: RunConfig, venv, init: Path | None = None, market: Market
     src_norm = None
     if init is not None:
         src_run = RunDir(init)
+        check_trained_before(src_run, None if market is None else market.first_evaluated_day())
         src_path, src_vec = final_model(src_run, src_run.load_config(RunConfig).ppo.normalize_observations)
         src = load_model(src_run, src_path, device=ppo.device)
         notes = transfer_weights(src.policy, model.policy)
@@ -239,12 +240,6 @@ def _flat(data: Any, prefix: str = "") -> dict[str, Any]:
     return {k.rstrip("."): v for k, v in out.items()}
 
 
-def _split_info(market: Market) -> dict:
-    return {**market.split.to_dict(), "dates": {
-        name: [str(market.bars.session_dates[r.start]), str(market.bars.session_dates[r.stop - 1])] if len(r) else None
-        for name in ("train", "val", "test") for r in [market.sessions(name)]}}
-
-
 def train_run(
     config: RunConfig,
     run_dir: Path,
@@ -281,7 +276,7 @@ def train_run(
     config = with_absolute_inputs(with_default_student(with_absolute_data(config), init))
     market = market or load_market(config.data, config.split, pool=True)
     config = with_recorded_market(config, market.bars.market)  # run and evaluate read the contract from the run
-    split_info = _split_info(market)
+    split_info = market.split_info()
     advisor, llm_config = make_advisor(config, say, (run_dir, init), hooks.calibrate)
     venv = build_vec_env(market, config, market.sessions("train"), config.ppo.n_envs, config.ppo.seed,
                          normalize=config.ppo.normalize_observations, advisor=advisor,

@@ -9,10 +9,13 @@
   phase 2 distribution and value.
 
 Observation normalisation statistics are carried over the same way (new inputs start
-at mean 0, variance 1).
+at mean 0, variance 1). Both carry what the earlier run trained on, so that run must have
+trained on days before this run's validation and test days (:func:`check_trained_before`).
 """
 
 from __future__ import annotations
+
+import json
 
 import numpy as np
 import torch
@@ -20,6 +23,23 @@ from stable_baselines3.common.running_mean_std import RunningMeanStd
 from stable_baselines3.common.vec_env import VecNormalize
 
 from hybrid_trader.errors import UserError
+from hybrid_trader.run.rundir import SPLIT, RunDir
+
+
+def check_trained_before(init: RunDir, first_day: str | None) -> None:
+    """Refuse an ``--init`` run whose training days (its ``split.json``) reach ``first_day``, this run's first
+    validation or test day (None: it has none): its weights and normalisation would bring those days, or later
+    ones, into this run's evaluation. A run recorded without dates is not judged."""
+    try:
+        last = json.loads((init / SPLIT).read_text(encoding="utf-8"))["dates"]["train"][1]
+    except (OSError, ValueError, KeyError, TypeError, IndexError):
+        return
+    if first_day is not None and str(last) >= first_day:
+        raise UserError(f"--init {init.path} trained on days up to {last}, and this run validates or tests from "
+                        f"{first_day}: its network and normalisation would carry those days into this run's "
+                        "evaluation (look-ahead)", file=str(init / SPLIT),
+                        fix=f"initialise from a run trained before {first_day} (the earlier phase of the same fold "
+                            f"or split), or give this run a split whose validation starts after {last}")
 
 
 def _first_linear(seq: torch.nn.Module) -> torch.nn.Linear:
