@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from stable_baselines3.common.callbacks import BaseCallback
 
 from hybrid_trader.cli.main import main
@@ -126,6 +128,42 @@ def test_resume_continues_steps_and_optimizer_when_interrupted(tmp_path, market)
     steps = [json.loads(r).get("time/total_timesteps") for r in (run / "progress.jsonl").read_text().splitlines()]
     steps = [s for s in steps if s is not None]
     assert steps == sorted(steps) and steps[-1] >= 1024
+
+
+class NextDraws(BaseCallback):
+    """The torch and numpy generators' next values when learning starts (put back: nothing consumed)."""
+
+    def __init__(self, log: list) -> None:
+        super().__init__()
+        self.log = log
+
+    def _on_training_start(self) -> None:
+        state_t, state_n = torch.get_rng_state(), np.random.get_state()
+        self.log.append((float(torch.rand(1)), float(np.random.rand())))
+        torch.set_rng_state(state_t)
+        np.random.set_state(state_n)
+
+    def _on_step(self) -> bool:
+        return True
+
+
+def test_a_resumed_run_draws_on_rather_than_replaying_step_0s_draws_and_resumes_alike_twice(tmp_path, market):
+    from sb3_contrib import MaskablePPO
+
+    draws: list = []
+    run = tmp_path / "run"
+    with pytest.raises(KeyboardInterrupt):
+        train_run(cfg(steps=1024), run, market=market, quiet=True,
+                  hooks=TrainHooks(extra_callbacks=[NextDraws(draws), InterruptAt(512)]))
+    again = tmp_path / "again"
+    shutil.copytree(run, again)
+    for folder in (run, again):
+        train_run(cfg(steps=1024), folder, resume=True, market=market, quiet=True,
+                  hooks=TrainHooks(extra_callbacks=[NextDraws(draws)]))
+    assert draws[1] != draws[0], "loading the checkpoint seeded the streams with the run's seed: step 0's draws"
+    assert draws[1] == draws[2]
+    a, b = (MaskablePPO.load(f / "model.zip").policy.state_dict() for f in (run, again))
+    assert all(torch.equal(a[k], b[k]) for k in a), "two resumes from one checkpoint train alike"
 
 
 def test_phase2_keeps_phase1_actions_and_starts_new_ones_neutral(tmp_path, market):

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
+import numpy as np
 import torch
 import yaml
 from sb3_contrib import MaskablePPO
@@ -375,6 +376,8 @@ def _resume(run: RunDir, config: RunConfig, *, market, hooks: TrainHooks, quiet:
             model = load_model(run, ckpt.model, env=venv, device=config.ppo.device, algo=LeanMaskablePPO)
             model.fast_math = config.ppo.fast_math  # the run's settings, not saved with the model
             model.update_threads = update_threads_of(config)
+            # loading seeded every stream with the run's seed: step 0's days and draws again, unless seeded on
+            model.set_random_seed(int(np.random.SeedSequence([config.ppo.seed, ckpt.step]).generate_state(1)[0]))
             if config.ppo.normalize_observations and isinstance(venv, LeanVecNormalize) and venv.frozen:
                 freeze_statistics(venv, load_normalizer(run, ckpt.vecnormalize), None)  # the checkpoint's, frozen
             elif config.ppo.normalize_observations and isinstance(venv, VecNormalize):
