@@ -8,6 +8,7 @@ import pytest
 from hybrid_trader.calendar import session_minute
 from hybrid_trader.env import EnvConfig, TradingEnv
 from hybrid_trader.env.day_window import DayWindow, EpisodeWindow
+from hybrid_trader.errors import UserError
 
 from .helpers import flat_session, make_bars, stub_features
 
@@ -92,3 +93,10 @@ def test_no_bar_is_inside_before_the_feature_warmup_when_the_hours_are():
     place = window.at(session_minute(9 * 60 + 31), 1, features, window.end)
     assert place.hours and not place.inside
     assert window.at(session_minute(10 * 60 + 10), 40, features, window.end).inside
+
+
+def test_an_unknown_calendar_is_refused_with_its_name_and_the_fix():
+    bars = make_bars(flat_session("2024-01-03", "09:30", 60))
+    with pytest.raises(UserError, match="env.calendar: 'NOPE' is not an exchange calendar") as err:
+        TradingEnv(bars, stub_features(bars), EnvConfig(calendar="NOPE"))
+    assert "'CMES'" in str(err.value) and "'' for none" in str(err.value)
