@@ -236,3 +236,23 @@ def test_a_day_with_a_few_bars_in_its_window_is_traded_by_evaluate_as_by_the_exe
     curve = pd.read_csv(out.out_dir / "agent.curve.csv")
     kept = [t[11:16] for t in curve["time"] if t.startswith(day.strftime("%Y-%m-%d"))]
     assert kept == ["09:30", "09:31", "09:32", "09:33", "09:34", "09:35"]  # six bars: a trading day of evaluate too
+
+
+def test_an_early_close_of_the_calendar_ends_the_replays_window_where_evaluate_ends_it(tiny, tmp_path):
+    # the validation days hold 2024-01-15 (Martin Luther King Day), which the CME calendar closes at 13:00 ET
+    run, csv, market = tiny
+    feed = ReplayFeed(csv)
+    ex = Executor(run, tmp_path / "journal.sqlite",
+                  ExecutorOptions(trade_dates=split_dates(run, "val"), market=feed.bars.market,
+                                  bar_minutes=feed.bars.bar_minutes))
+    ex.run_feed(feed)
+    ex.close()
+    out = evaluate_run(run, EvaluationRequest(split="val", seeds=1, market=market, quiet=True, ablation=False,
+                                              out_dir=tmp_path / "eval"))
+    got = ex.trade_log()
+    assert_same_trades(got, pd.read_csv(out.out_dir / "agent.trades.csv"))
+    curve = pd.read_csv(out.out_dir / "agent.curve.csv")
+    day = [t[11:16] for t in curve["time"] if t.startswith("2024-01-15")]
+    assert day and day[-1] == "12:58", "the window ends a minute before the 13:00 close, as the flat-by time does"
+    late = [str(t) for t in got["exit_time"] if str(t).startswith("2024-01-15") and str(t)[11:16] > "12:58"]
+    assert not late
