@@ -86,3 +86,63 @@ def test_query_policy_gets_the_rl_confidence_of_the_followed_policy_when_it_deci
     env.step(np.array([0]))
     assert advisor.confidences[0] is None  # no decision before the first step
     assert advisor.confidences[1] == pytest.approx(0.75)
+
+
+class _StudentLike:
+    """An always-on advisor whose advice is a function of the features and the legal actions, as the student's."""
+
+    config = SimpleNamespace(batching=SimpleNamespace(max_age_steps=8))
+
+    def __init__(self) -> None:
+        self.backend = SimpleNamespace(block_writer=self.writer)
+
+    @staticmethod
+    def writer(*, probs_col: int, conf_col: int, present_col: int, copy: int):
+        def write(obs, masks, out):
+            out[:, :copy] = obs[:, :copy]
+            z = np.where(masks, obs[:, 220:226] + 0.01 * obs[:, 0:6], -np.inf)
+            p = np.exp(z - z.max(axis=1, keepdims=True))
+            out[:, probs_col:probs_col + 6] = p / p.sum(axis=1, keepdims=True)
+            out[:, conf_col] = 1 / (1 + np.exp(-(obs[:, 0] + obs[:, 224])))
+            out[:, present_col] = 1.0
+        return write
+
+    def expect_envs(self, n): pass
+
+    def reset(self, i=None): pass
+
+    def close(self): pass
+
+
+def test_a_truncated_episodes_terminal_observation_carries_the_advice_on_that_state_when_always_on():
+    # the value bootstrap's input: the student's advice on the terminal state, not the previous state's
+    from hybrid_trader.agent.advice_block import ADVICE, OBS_ADVICE
+    from hybrid_trader.config import merge_overrides
+    from hybrid_trader.run.config import RunConfig
+    from hybrid_trader.run.market import env_factory, load_market
+    from hybrid_trader.training.vec_env import LeanDummyVecEnv
+
+    c = merge_overrides(RunConfig(), {"data.synthetic_days": 12, "env.phase": 3})
+    market = load_market(c.data, c.split)
+    base = LeanDummyVecEnv([env_factory(market, c.env, market.sessions("train"), 5 + i) for i in range(2)])
+    venv = AdvisorVecEnv(base, _StudentLike(), market, max_age=8)
+    write = _StudentLike.writer(probs_col=N_FEATURES + ADVICE.probs.start, conf_col=N_FEATURES + ADVICE.confidence,
+                                present_col=N_FEATURES + ADVICE.present, copy=N_FEATURES)
+    rng = np.random.default_rng(0)
+    venv.reset()
+    checked = 0
+    for _ in range(3000):
+        actions = np.array([rng.choice(np.flatnonzero(m)) for m in base.masks])
+        _, _, dones, infos = venv.step(actions)
+        for i in np.flatnonzero(dones):
+            if not infos[i].get("TimeLimit.truncated"):
+                continue
+            term = infos[i]["terminal_observation"]
+            own = np.zeros((1, term.shape[0]), np.float32)
+            write(term[None, :N_FEATURES].astype(np.float32), infos[i]["terminal_mask"][None], own)
+            np.testing.assert_array_equal(term[OBS_ADVICE], own[0, OBS_ADVICE])
+            checked += 1
+        if checked >= 3:
+            break
+    assert checked >= 3
+    venv.close()

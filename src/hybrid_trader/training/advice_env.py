@@ -164,13 +164,21 @@ class AdvisorVecEnv(VecEnvWrapper):
             for i in (i for i in range(self.num_envs) if done[i]):
                 terminal = infos[i].get("terminal_observation")
                 if terminal is not None and terminal.shape == (N_FEATURES,):
-                    # The value bootstrap of a truncated episode sees the advice that was in force.
-                    block = self._last_out[i, OBS_ADVICE] if self.advise_into is not None else \
-                        write_advice(self.last_advice[i], self.max_age, int(self.last_age[i]))
-                    infos[i]["terminal_observation"] = np.concatenate([terminal, block]).astype(np.float32)
+                    infos[i]["terminal_observation"] = self._terminal(i, terminal, infos[i].get("terminal_mask"))
         if self.advise_into is not None:
             return self._always_on(obs, snaps), rewards, dones, infos
         return self._with_advice(obs, snaps, dones), rewards, dones, infos
+
+    def _terminal(self, i: int, terminal: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
+        """Environment ``i``'s terminal observation with its advice, for the value bootstrap of a truncated episode:
+        always on, the advice on that state itself (as on every other observation); else the advice in force."""
+        if self.advise_into is not None and mask is not None:
+            out = np.zeros((1, PHASE3_OBS_DIM), dtype=np.float32)
+            self.advise_into(np.ascontiguousarray(terminal[None], dtype=np.float32), np.asarray(mask, bool)[None], out)
+            return out[0]
+        block = self._last_out[i, OBS_ADVICE] if self.advise_into is not None else \
+            write_advice(self.last_advice[i], self.max_age, int(self.last_age[i]))
+        return np.concatenate([terminal, block]).astype(np.float32)
 
     def _always_on(self, obs: np.ndarray, infos) -> np.ndarray:
         """Every environment's advice from one call of the back end (age 0), which also copies the features."""
