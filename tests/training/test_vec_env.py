@@ -5,13 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
-import gymnasium as gym
 import numpy as np
 from sb3_contrib.common.maskable.utils import get_action_masks
 from stable_baselines3.common.vec_env import DummyVecEnv, VecEnvWrapper, VecMonitor
 
 from hybrid_trader.training.normalizer import LeanVecNormalize
-from hybrid_trader.training.vec_env import LeanDummyVecEnv, recorded_masks, rollout_masks, spawned_seeds
+from hybrid_trader.training.vec_env import LeanDummyVecEnv, recorded_masks, rollout_masks
 from tests.training.conftest import env_fns, legal_actions, student_cfg
 
 
@@ -121,13 +120,3 @@ def test_rollout_reads_the_recorded_masks_only_through_wrappers_that_pass_env_me
     own.reset()
     assert rollout_masks(own, recorded_masks(own)).all()  # the wrapper's answer, not the layer's record
     assert recorded_masks(VecMonitor(DummyVecEnv(env_fns(student_market, config)))) is None  # SB3's own: asked
-
-
-def test_consecutive_seeds_give_environments_independent_streams_not_shifted_copies():
-    # SB3's seed + i: environment i of seed 1 was environment i + 1 of seed 0 (the same days, three of four)
-    s0, s1 = spawned_seeds(0, 4), spawned_seeds(1, 4)
-    assert not set(s0) & set(s1) and len(set(s0)) == 4
-    assert spawned_seeds(0, 4) == s0 and spawned_seeds(0, 4, stream=1) != s0
-    venv = LeanDummyVecEnv([lambda: gym.make("CartPole-v1")] * 4)  # any environments: only the seeding is read
-    assert venv.seed(0) == s0  # what SB3's model construction calls: env.seed(seed)
-    venv.close()

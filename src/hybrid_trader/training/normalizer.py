@@ -30,7 +30,7 @@ import numpy as np
 from stable_baselines3.common.running_mean_std import RunningMeanStd
 from stable_baselines3.common.vec_env import VecEnv, VecNormalize
 
-from hybrid_trader.training.vec_env import LeanDummyVecEnv, spawned_seeds
+from hybrid_trader.training.vec_env import LeanDummyVecEnv
 
 CLIP_OBS = 10.0
 """Normalised observations are clipped to [-CLIP_OBS, CLIP_OBS] (as with VecNormalize before)."""
@@ -261,8 +261,7 @@ def warmup_statistics(market: Any, config: Any) -> RunningMeanStd:
 
     ppo = config.ppo
     risk = config.risk if config.env.phase == 3 else None
-    # seeds apart from the training environments': the warm-up is not a replay of their episodes
-    seeds = spawned_seeds(ppo.seed, ppo.n_envs, stream=1)
-    fns = [env_factory(m, config.env, m.sessions("train"), seeds[i], risk=risk)
+    # seeds apart from the training environments' (seed + i): the warm-up is not a replay of their episodes
+    fns = [env_factory(m, config.env, m.sessions("train"), ppo.seed + 10_007 + i, risk=risk)
            for i, m in enumerate(training_markets(market, ppo.n_envs))]
     return fit_statistics(fns, ppo.normalizer_warmup_steps, ppo.seed)

@@ -24,7 +24,7 @@ import yaml
 from sb3_contrib import MaskablePPO
 from stable_baselines3.common.callbacks import CallbackList
 from stable_baselines3.common.logger import Logger
-from stable_baselines3.common.vec_env import VecEnv, VecMonitor, VecNormalize
+from stable_baselines3.common.vec_env import SubprocVecEnv, VecEnv, VecMonitor, VecNormalize
 
 from hybrid_trader.agent.advice_block import N_FEATURES
 from hybrid_trader.config import to_dict
@@ -72,7 +72,7 @@ from hybrid_trader.training.policy import HybridMaskablePolicy
 from hybrid_trader.training.selection import METRIC, BestKeeper
 from hybrid_trader.training.threads import update_threads_for
 from hybrid_trader.training.transfer import check_trained_before, transfer_normalization, transfer_weights
-from hybrid_trader.training.vec_env import LeanDummyVecEnv, LeanSubprocVecEnv, spawned_seeds
+from hybrid_trader.training.vec_env import LeanDummyVecEnv
 
 ValidationFactory = Callable[[Market, RunConfig], Callable[[Any], dict]]
 
@@ -145,17 +145,17 @@ def build_vec_env(market: Market, config: RunConfig, sessions, n_envs: int, seed
     """
     subproc = config.ppo.vec_env == "subproc" and n_envs > 1
     risk = config.risk if config.env.phase == 3 else None
-    seeds = spawned_seeds(seed, n_envs)
     if market.pool and sessions == market.sessions("train"):  # data.pool: each environment on one market's days
         fns: list[Callable[[], gym.Env]] = [
-            env_factory(m, config.env, m.sessions("train"), seeds[i], ignore_sigint=subproc, risk=risk)
+            env_factory(m, config.env, m.sessions("train"), seed + i, ignore_sigint=subproc, risk=risk)
             for i, m in enumerate(training_markets(market, n_envs))]
     else:
-        fns = [env_factory(market, config.env, sessions, s, ignore_sigint=subproc, risk=risk) for s in seeds]
+        fns = [env_factory(market, config.env, sessions, seed + i, ignore_sigint=subproc, risk=risk)
+               for i in range(n_envs)]
     venv: VecEnv
     if subproc:
         method = "fork" if sys.platform.startswith("linux") else "spawn"
-        venv = VecMonitor(LeanSubprocVecEnv(fns, start_method=method))
+        venv = VecMonitor(SubprocVecEnv(fns, start_method=method))
     else:
         venv = LeanDummyVecEnv(fns)  # monitored itself
     if advisor is not None:

@@ -30,36 +30,11 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 from sb3_contrib.common.maskable.utils import get_action_masks
-from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv, VecEnvWrapper
+from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv, VecEnvWrapper
 from stable_baselines3.common.vec_env.base_vec_env import VecEnvIndices, VecEnvStepReturn
 
 
-def spawned_seeds(seed: int, n: int, stream: int = 0) -> list[int]:
-    """``n`` environment seeds from ``seed`` by numpy's ``SeedSequence``: independent streams, where SB3's
-    ``seed + i`` gives environment i of seed s+1 the days of environment i+1 of seed s (seeds 0, 1 and 2 of a study
-    would share most of their episodes). ``stream``: another use of the same seed (1: the normaliser's warm-up)."""
-    entropy = int(seed) if stream == 0 else [int(seed), int(stream)]
-    return [int(x) for x in np.random.SeedSequence(entropy).generate_state(n)]
-
-
-class SpawnedSeeds:
-    """``VecEnv.seed`` with :func:`spawned_seeds` (SB3 seeds a model's environments with ``env.seed(seed)``)."""
-
-    num_envs: int
-    _seeds: list[int | None]
-
-    def seed(self, seed: int | None = None) -> Sequence[int | None]:
-        if seed is None:
-            return super().seed(seed)  # type: ignore[misc]
-        self._seeds = list(spawned_seeds(seed, self.num_envs))
-        return self._seeds
-
-
-class LeanSubprocVecEnv(SpawnedSeeds, SubprocVecEnv):
-    """SB3's ``SubprocVecEnv`` (one process an environment) seeded as :class:`LeanDummyVecEnv`."""
-
-
-class LeanDummyVecEnv(SpawnedSeeds, DummyVecEnv):
+class LeanDummyVecEnv(DummyVecEnv):
     """Environments stepped one after the other in this process, monitored; new arrays each step, no deep copy."""
 
     def __init__(self, env_fns: Sequence[Callable[[], gym.Env]]) -> None:
