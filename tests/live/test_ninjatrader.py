@@ -417,9 +417,10 @@ def test_wait_state_returns_the_terminal_state_when_ninjatrader_writes_it(nt):
     bridge = bridge_for(nt, clock=clock, sleep=sleep)
     bridge.enter(ENTRY, "BUY", 1, stop_price=20990, target_price=21030)
     state = bridge.wait_state(ENTRY, timeout_s=5, interval_s=0.5)
-    assert state.state == "FILLED" and clock.now == 1000.5
+    settled = bridge.retry_delay_s  # a fill is read once more, to see its file settled
+    assert state.state == "FILLED" and clock.now == pytest.approx(1000.5 + settled)
     assert bridge.wait_state(f"{ENTRY}-SL", timeout_s=2, interval_s=0.5).state == "WORKING"
-    assert clock.now == 1000.5 + 2
+    assert clock.now == pytest.approx(1000.5 + settled + 2)
 
 
 def test_delay_acknowledges_at_once_and_fills_later_when_delayed(nt):
