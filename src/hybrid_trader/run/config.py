@@ -116,7 +116,9 @@ class PPOConfig:
     """Torch threads for the update's loss and gradients by hand (fast_math; its matrix products split over cores,
     equal to float tolerance; an update drops back to one while another process takes the core): auto = 2 in a
     command that trains (the CLI lets OpenMP's idle thread spin) where the process may use 2 CPUs, OMP_NUM_THREADS
-    allows it (1 in each Ray study worker) and no local LLM shares the process, else 1; the rest keeps torch_threads."""
+    allows it (1 in each Ray study worker) and no local LLM shares the process, else 1; the rest keeps torch_threads.
+    Two threads sum in another order and the drop-back follows the machine's load, so a seed's run is not the same
+    to the bit twice: 1 for runs that must be (docs/TRAINING.md, "Fifth round")."""
     fast_math: bool = True
     """Faster training arithmetic, equal to sb3-contrib's MaskablePPO to float tolerance: the rollout's decisions
     in numpy and one compiled call (phase 3 with the constant prior too), the update's loss and gradients by hand,
