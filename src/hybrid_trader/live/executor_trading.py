@@ -104,9 +104,8 @@ class ExecutorTrading(ExecutorJournal):
         rebuilt = self.build_core(self.feed.series())
         rebuilt.restore(*core)
         self.core = rebuilt
-        date = day["_date"]
-        end = self.window.end if date is None else self.window.end_on(date)  # not kept: the calendar's, again
-        self.day = DayState(date, day["_day_open"], day["_day_done"], day["_pending"], end)
+        self.day = DayState(day["_date"], day["_day_open"], day["_day_done"], day["_pending"],
+                            self.window.end_on(day["_date"]))  # not kept: the calendar's, again
         self.entry_id, self.last_decision = day["_entry_id"], day["last_decision"]
         if self.link is not None:
             self.link.broker = self.broker

@@ -23,7 +23,7 @@ from stable_baselines3.common.running_mean_std import RunningMeanStd
 from stable_baselines3.common.vec_env import VecNormalize
 
 from hybrid_trader.errors import UserError
-from hybrid_trader.run.rundir import SPLIT, RunDir
+from hybrid_trader.run.rundir import RunDir
 
 
 def check_trained_before(init: RunDir, first_day: str | None) -> None:
@@ -31,13 +31,13 @@ def check_trained_before(init: RunDir, first_day: str | None) -> None:
     validation or test day (None: it has none): its weights and normalisation would bring those days, or later
     ones, into this run's evaluation. A run recorded without dates is not judged."""
     try:
-        last = json.loads((init / SPLIT).read_text(encoding="utf-8"))["dates"]["train"][1]
+        last = json.loads(init.split_path.read_text(encoding="utf-8"))["dates"]["train"][1]
     except (OSError, ValueError, KeyError, TypeError, IndexError):
         return
     if first_day is not None and str(last) >= first_day:
         raise UserError(f"--init {init.path} trained on days up to {last}, and this run validates or tests from "
                         f"{first_day}: its network and normalisation would carry those days into this run's "
-                        "evaluation (look-ahead)", file=str(init / SPLIT),
+                        "evaluation (look-ahead)", file=str(init.split_path),
                         fix=f"initialise from a run trained before {first_day} (the earlier phase of the same fold "
                             f"or split), or give this run a split whose validation starts after {last}")
 
